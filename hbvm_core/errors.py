@@ -1,0 +1,46 @@
+"""Exception types raised by hbvm_core.
+
+Every error carries a one-line message that names the offending key or value.
+"""
+
+from __future__ import annotations
+
+
+class HBVMError(Exception):
+    """Base class of every hbvm error."""
+
+
+class ConfigError(HBVMError, ValueError):
+    """A bad parameter of a method, a study or an integration (names the key)."""
+
+
+class ProblemError(HBVMError, ValueError):
+    """A problem definition that cannot be integrated (shapes, consistency, regularity)."""
+
+
+class NonFiniteError(HBVMError, FloatingPointError):
+    """A user callback returned NaN or inf."""
+
+
+class ConvergenceError(HBVMError, RuntimeError):
+    """The nonlinear iteration of one step did not converge (METHOD.md section 3)."""
+
+    def __init__(self, step: int, t: float, increment: float, iterations: int, reason: str = ""):
+        self.step = step
+        self.t = t
+        self.increment = increment
+        self.iterations = iterations
+        self.reason = reason or "no convergence"
+        super().__init__(
+            f"nonlinear iteration failed at step {step} (t = {t:.6g}): {self.reason} after "
+            f"{iterations} iterations, last increment {increment:.3e}"
+        )
+
+    def as_dict(self) -> dict:
+        return {
+            "step": self.step,
+            "t": self.t,
+            "increment": self.increment,
+            "iterations": self.iterations,
+            "reason": self.reason,
+        }

@@ -1,0 +1,192 @@
+"""The time loop: fixed steps of a method from (q0, p0), optionally compensated, saved in chunks.
+
+Kahan (compensated) summation of the increments q += dq, p += dp keeps the
+round-off of the update at one ulp (METHOD.md 3). Points are saved every
+``save_every`` steps (and at the end); a ``sink`` receives them in chunks of
+``chunk`` saved points, so memory does not grow with the number of steps.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Protocol
+
+import numpy as np
+
+from .errors import ConfigError, ConvergenceError
+from .problem import Problem
+from .trajectory import Trajectory
+
+
+class Sink(Protocol):
+    """Receives a trajectory in chunks (an in-memory one is the default; storage has a Zarr one)."""
+
+    def points(self, start: int, t: np.ndarray, q: np.ndarray, p: np.ndarray) -> None: ...
+    def steps(self, start: int, t: np.ndarray, lam: np.ndarray, iterations: np.ndarray) -> None: ...
+
+
+class MemorySink:
+    """Keeps every chunk in memory and assembles the arrays at the end."""
+
+    def __init__(self) -> None:
+        self._points: list[tuple] = []
+        self._steps: list[tuple] = []
+
+    def points(self, start, t, q, p):
+        self._points.append((t.copy(), q.copy(), p.copy()))
+
+    def steps(self, start, t, lam, iterations):
+        self._steps.append((t.copy(), lam.copy(), iterations.copy()))
+
+    def arrays(self, m: int, nu: int) -> dict[str, np.ndarray]:
+        def cat(chunks, i, shape):
+            return np.concatenate([c[i] for c in chunks]) if chunks else np.zeros(shape)
+
+        return {
+            "t": cat(self._points, 0, (0,)),
+            "q": cat(self._points, 1, (0, m)),
+            "p": cat(self._points, 2, (0, m)),
+            "tstep": cat(self._steps, 0, (0,)),
+            "lam": cat(self._steps, 1, (0, nu)),
+            "iterations": cat(self._steps, 2, (0,)),
+        }
+
+
+def number_of_steps(h: float, t_end: float) -> int:
+    """N = t_end / h, which must be a whole number (to 1e-9 relative)."""
+    if not (isinstance(h, (int, float, np.floating)) and math.isfinite(h) and h > 0):
+        raise ConfigError(f"h = {h!r}: expected a finite step size > 0")
+    if not (isinstance(t_end, (int, float, np.floating)) and math.isfinite(t_end) and t_end > 0):
+        raise ConfigError(f"t_end = {t_end!r}: expected a finite end time > 0")
+    n = round(t_end / h)
+    if n < 1 or abs(n * h - t_end) > 1e-9 * t_end:
+        raise ConfigError(f"h = {h!r} does not divide the interval [0, {t_end!r}] into whole steps")
+    return int(n)
+
+
+def integrate(
+    problem: Problem,
+    method,
+    h: float,
+    t_end: float,
+    *,
+    compensated: bool = True,
+    save_every: int = 1,
+    chunk: int = 65536,
+    sink: Sink | None = None,
+    backend: str = "auto",
+) -> Trajectory:
+    """Integrate ``problem`` with ``method`` at step ``h`` on [0, t_end].
+
+    Returns a Trajectory (its arrays are empty when a ``sink`` other than the
+    in-memory one was given: the data went there). ``backend``: "auto" (compiled
+    kernel where the problem and method have one), "numpy" or "numba".
+    Raises ConvergenceError (naming step and time) if a step's iteration fails.
+    """
+    N = number_of_steps(h, t_end)
+    if not (isinstance(save_every, (int, np.integer)) and save_every >= 1):
+        raise ConfigError(f"save_every = {save_every!r}: expected an integer >= 1")
+    if not (isinstance(chunk, (int, np.integer)) and chunk >= 1):
+        raise ConfigError(f"chunk = {chunk!r}: expected an integer >= 1")
+    own_sink = sink is None
+    sink = MemorySink() if own_sink else sink
+    runner = _select_runner(problem, method, backend)
+    t0 = time.perf_counter()
+    stats = runner(problem, method, float(h), N, compensated, int(save_every), int(chunk), sink)
+    wall = time.perf_counter() - t0
+    attrs = {
+        "steps": N,
+        "h": float(h),
+        "t_end": float(t_end),
+        "save_every": int(save_every),
+        "compensated": bool(compensated),
+        "wall_s": wall,
+        "mean_iterations": stats["iterations"] / N,
+        "max_iterations": int(stats["max_iterations"]),
+        "backend": stats.get("backend", "numpy"),
+    }
+    arrays = sink.arrays(problem.m, problem.nu) if own_sink else _empty(problem)
+    return Trajectory(problem=problem, method=method, h=float(h), attrs=attrs, **arrays)
+
+
+def _empty(problem: Problem) -> dict[str, np.ndarray]:
+    return MemorySink().arrays(problem.m, problem.nu)
+
+
+def _select_runner(problem: Problem, method, backend: str):
+    if backend not in ("auto", "numpy", "numba"):
+        raise ConfigError(f"backend = {backend!r}: expected auto, numpy or numba")
+    if backend != "numpy":
+        compiled = getattr(method, "compiled_runner", None)
+        runner = compiled(problem) if compiled is not None else None
+        if runner is not None:
+            return runner
+        if backend == "numba":
+            raise ConfigError(f"backend = 'numba': no compiled kernel for {problem.name} with {method.name}")
+    return python_runner
+
+
+def saved(n: int, N: int, save_every: int) -> bool:
+    """Whether point n (0..N) is saved."""
+    return n % save_every == 0 or n == N
+
+
+def python_runner(problem: Problem, method, h: float, N: int, compensated: bool, save_every: int, chunk: int, sink):
+    """The reference (numpy) time loop over the method's stepper."""
+    stepper = method.stepper(problem)
+    m, nu = problem.m, problem.nu
+    q, p = problem.q0.copy(), problem.p0.copy()
+    cq, cp = np.zeros(m), np.zeros(m)
+    pts = _Buffer(sink.points, chunk, [(), (m,), (m,)])
+    stp = _Buffer(sink.steps, chunk, [(), (nu,), ()], dtypes=[float, float, np.int32])
+    pts.add(0.0, q, p)
+    total, worst = 0, 0
+    for n in range(N):
+        t = n * h
+        dq, dp, lam, it = stepper.step(q, p, h, n, t)
+        if compensated:
+            q, cq = _kahan(q, dq, cq)
+            p, cp = _kahan(p, dp, cp)
+        else:
+            q, p = q + dq, p + dp
+        if not (np.all(np.isfinite(q)) and np.all(np.isfinite(p))):
+            raise ConvergenceError(n, t, float("nan"), it, "non-finite state after the step")
+        total += it
+        worst = max(worst, it)
+        if n % save_every == 0:
+            stp.add(t, lam, it)
+        if saved(n + 1, N, save_every):
+            pts.add((n + 1) * h, q, p)
+    pts.flush()
+    stp.flush()
+    return {"iterations": total, "max_iterations": worst, "backend": "numpy"}
+
+
+def _kahan(x: np.ndarray, dx: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """x + dx with compensation c carried to the next update."""
+    y = dx - c
+    s = x + y
+    return s, (s - x) - y
+
+
+class _Buffer:
+    """Fixed-size rows of several arrays, flushed to a sink callback when full."""
+
+    def __init__(self, emit, size: int, shapes, dtypes=None):
+        dtypes = dtypes or [float] * len(shapes)
+        self.emit, self.size, self.start, self.n = emit, size, 0, 0
+        self.arrays = [np.empty((size,) + s, dtype=d) for s, d in zip(shapes, dtypes)]
+
+    def add(self, *row) -> None:
+        for a, v in zip(self.arrays, row):
+            a[self.n] = v
+        self.n += 1
+        if self.n == self.size:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.n:
+            self.emit(self.start, *(a[: self.n] for a in self.arrays))
+            self.start += self.n
+            self.n = 0

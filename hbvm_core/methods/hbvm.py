@@ -1,0 +1,139 @@
+"""HBVM(k, s) with a constant multiplier per step (METHOD.md section 3).
+
+The method object carries only (k, s), its tableau and solver settings; the
+problem supplies the callbacks; ``hbvm_core.integrate`` owns the time loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import ConfigError, ConvergenceError, NonFiniteError
+from ..legendre import Tableau, tableau
+from ..problem import Problem
+from ..solvers import StoppingRule, fixed_point
+
+SOLVERS = ("fixed-point", "blended")
+WARM_STARTS = ("extrapolate", "previous", "p0")
+
+
+@dataclass(frozen=True)
+class HBVM:
+    """HBVM(k, s): k Gauss nodes (order-2k quadrature), polynomial degree s (k >= s >= 1).
+
+    solver: "fixed-point" or "blended" (simplified Newton); warm_start: initial
+    gamma from the previous step's polynomial ("extrapolate"), its coefficients
+    ("previous") or gamma_0 = M^{-1} p0, gamma_j = 0 ("p0").
+    """
+
+    k: int
+    s: int
+    solver: str = "fixed-point"
+    warm_start: str = "extrapolate"
+    rule: StoppingRule = field(default_factory=StoppingRule)
+
+    def __post_init__(self) -> None:
+        tableau(self.k, self.s)  # validates k, s
+        if self.solver not in SOLVERS:
+            raise ConfigError(f"solver = {self.solver!r}: expected one of {', '.join(SOLVERS)}")
+        if self.warm_start not in WARM_STARTS:
+            raise ConfigError(f"warm_start = {self.warm_start!r}: expected one of {', '.join(WARM_STARTS)}")
+
+    @property
+    def name(self) -> str:
+        return f"HBVM({self.k},{self.s})"
+
+    @property
+    def tableau(self) -> Tableau:
+        return tableau(self.k, self.s)
+
+    def attrs(self) -> dict:
+        return {
+            "method": "hbvm",
+            "k": self.k,
+            "s": self.s,
+            "multiplier": "constant",
+            "solver": self.solver,
+            "warm_start": self.warm_start,
+            "rtol": self.rule.rtol,
+            "max_iter": self.rule.max_iter,
+        }
+
+    def stepper(self, problem: Problem) -> HBVMStepper:
+        return HBVMStepper(self, problem)
+
+
+class HBVMStepper:
+    """One HBVM(k, s) step at a time for one problem; keeps the warm start between steps."""
+
+    def __init__(self, method: HBVM, problem: Problem):
+        self.method = method
+        self.problem = problem
+        self.tab = method.tableau
+        self.gamma: np.ndarray | None = None
+
+    def sweep(self, q0, p0, Mp0, h, gamma):
+        """One fixed-point sweep gamma -> gamma_new (METHOD.md 3); aux = (lam, psi_0, rho_0)."""
+        tab, pb = self.tab, self.problem
+        Q = q0 + h * (tab.Ihat @ gamma)  # stage positions (k, m)
+        psi = tab.W.T @ pb.grad_U(Q)  # (s, m)
+        Mpsi = pb.minv_rows(psi[:, :, None])[:, :, 0] if pb._chol is not None else psi
+        XMpsi = tab.X @ Mpsi
+        new = -h * XMpsi
+        new[0] += Mp0
+        if pb.nu == 0:
+            return new, (np.zeros(0), psi[0], None, Q)
+        rho = np.einsum("ij,imn->jmn", tab.W, pb.G(Q))  # (s, m, nu)
+        XMrho = np.einsum("jl,lmn->jmn", tab.X, pb.minv_rows(rho))
+        A = h * np.einsum("jmn,jmr->nr", rho, XMrho)
+        b = rho[0].T @ Mp0 - h * np.einsum("jmn,jm->n", rho, XMpsi)
+        lam = np.linalg.solve(A, b)
+        new -= h * (XMrho @ lam)
+        return new, (lam, psi[0], rho[0], Q)
+
+    def initial_guess(self, Mp0: np.ndarray) -> np.ndarray:
+        if self.gamma is None or self.method.warm_start == "p0":
+            gamma = np.zeros((self.tab.s, self.problem.m))
+            gamma[0] = Mp0
+            return gamma
+        if self.method.warm_start == "extrapolate":
+            return self.tab.E @ self.gamma
+        return self.gamma.copy()
+
+    def step(self, q0: np.ndarray, p0: np.ndarray, h: float, n: int = 0, t: float = 0.0):
+        """Advance (q0, p0) by h; returns (dq, dp, lam, iterations) with q1 = q0 + dq, p1 = p0 + dp."""
+        pb = self.problem
+        Mp0 = pb.minv(p0)
+        gamma = self.initial_guess(Mp0)
+
+        def F(gm):
+            return self.sweep(q0, p0, Mp0, h, gm)
+
+        try:
+            with np.errstate(all="ignore"):
+                if self.method.solver == "blended":
+                    from ..blended import blended
+
+                    gamma, aux, iters = blended(self, q0, p0, Mp0, h, gamma, n, t)
+                else:
+                    gamma, aux, iters = fixed_point(F, gamma, self.method.rule, n, t)
+        except (ConvergenceError, np.linalg.LinAlgError) as exc:
+            self._name_non_finite(q0, h, gamma)
+            if isinstance(exc, np.linalg.LinAlgError):
+                raise ConvergenceError(n, t, float("nan"), 0, f"singular multiplier system ({exc})") from None
+            raise
+        lam, psi0, rho0, _ = aux
+        self.gamma = gamma
+        dq = h * gamma[0]
+        force = psi0 if pb.nu == 0 else psi0 + rho0 @ lam
+        return dq, -h * force, lam, iters
+
+    def _name_non_finite(self, q0, h, gamma) -> None:
+        Q = q0 + h * (self.tab.Ihat @ gamma)
+        if np.all(np.isfinite(Q)):
+            try:
+                self.problem.check_finite(Q)
+            except NonFiniteError:
+                raise

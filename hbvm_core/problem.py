@@ -1,0 +1,201 @@
+"""The problem API: a constrained Hamiltonian system (METHOD.md section 1).
+
+    H(q, p) = 1/2 p^T M^{-1} p + U(q),   g(q) = 0,   G(q) = grad g(q)
+
+Every callback is vectorised over a leading axis of points: ``Q`` has shape
+(n, m) and
+
+    U(Q)      -> (n,)          potential
+    grad_U(Q) -> (n, m)        its gradient
+    g(Q)      -> (n, nu)       constraints
+    G(Q)      -> (n, m, nu)    column i = gradient of g_i
+    d2g(Q, V) -> (n, nu)       v^T (Hessian of g_i) v, optional (lambda(q, p), references)
+
+A user writes the callbacks with numpy and builds ``Problem(...)``; the
+built-in problems live in ``hbvm_core.problems``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.linalg import cho_factor, cho_solve
+
+from .errors import NonFiniteError, ProblemError
+
+Array = np.ndarray
+
+#: Tolerance (relative to the size of the data) for consistent initial values.
+CONSISTENCY_TOL = 1e-10
+
+
+@dataclass
+class Problem:
+    """A constrained (nu >= 1) or unconstrained (nu = 0) Hamiltonian system.
+
+    ``exact(t) -> (q, p, lam)`` with shapes (n, m), (n, m), (n, nu) is optional;
+    ``period`` is optional (studies may then give ``periods`` instead of ``t_end``).
+    ``params`` records anything that defines the problem, for the stores' attrs.
+    ``kernels`` carries optional numba-compiled callbacks (see hbvm_core.kernels).
+    """
+
+    name: str
+    q0: Array
+    p0: Array
+    U: Callable[[Array], Array]
+    grad_U: Callable[[Array], Array]
+    g: Callable[[Array], Array] | None = None
+    G: Callable[[Array], Array] | None = None
+    d2g: Callable[[Array, Array], Array] | None = None
+    M: Array | None = None
+    exact: Callable[[Array], tuple[Array, Array, Array]] | None = None
+    period: float | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    kernels: Any = None
+    check: bool = True
+
+    def __post_init__(self) -> None:
+        self.q0 = np.array(self.q0, dtype=float).reshape(-1)
+        self.p0 = np.array(self.p0, dtype=float).reshape(-1)
+        m = self.q0.size
+        if self.p0.size != m:
+            raise ProblemError(f"{self.name}: p0 has {self.p0.size} entries, q0 has {m}")
+        if (self.g is None) != (self.G is None):
+            raise ProblemError(f"{self.name}: give both g and G, or neither")
+        if self.M is None:
+            self._chol = None
+        else:
+            M = np.array(self.M, dtype=float)
+            if M.shape != (m, m) or not np.allclose(M, M.T):
+                raise ProblemError(f"{self.name}: M must be a symmetric {m}x{m} matrix, got shape {M.shape}")
+            try:
+                self._chol = cho_factor(M)
+            except np.linalg.LinAlgError:
+                raise ProblemError(f"{self.name}: M is not positive definite") from None
+            self.M = M
+        self.nu = 0 if self.g is None else self._probe_nu()
+        if self.check:
+            self.validate()
+
+    # --- sizes and linear algebra -------------------------------------------------
+    @property
+    def m(self) -> int:
+        return self.q0.size
+
+    def minv(self, x: Array) -> Array:
+        """M^{-1} x for x of shape (m,) or (m, r), by the Cholesky factor (M^{-1} never formed)."""
+        if self._chol is None:
+            return x
+        return cho_solve(self._chol, x)
+
+    def minv_rows(self, x: Array) -> Array:
+        """M^{-1} applied along the axis of length m of x with shape (a, m) or (a, m, r)."""
+        if self._chol is None:
+            return x
+        a = x.shape[0]
+        xt = np.moveaxis(x, 1, 0).reshape(self.m, -1)
+        return np.moveaxis(cho_solve(self._chol, xt).reshape((self.m, a) + x.shape[2:]), 0, 1)
+
+    # --- callbacks on single states and trajectories ---------------------------------
+    def _probe_nu(self) -> int:
+        gq = np.asarray(self.g(self.q0[None, :]))
+        if gq.ndim != 2 or gq.shape[0] != 1:
+            raise ProblemError(f"{self.name}: g(Q) must return shape (n, nu), got {gq.shape} for n = 1")
+        return gq.shape[1]
+
+    def hamiltonian(self, q: Array, p: Array) -> Array:
+        """H(q_n, p_n) for q, p of shape (n, m)."""
+        v = self.minv_rows(p[:, :, None])[:, :, 0] if self._chol is not None else p
+        return 0.5 * np.einsum("nm,nm->n", p, v) + self.U(q)
+
+    def constraint(self, q: Array) -> Array:
+        """g(q_n), shape (n, nu)."""
+        if self.nu == 0:
+            return np.zeros((q.shape[0], 0))
+        return self.g(q)
+
+    def hidden_constraint(self, q: Array, p: Array) -> Array:
+        """G(q_n)^T M^{-1} p_n, shape (n, nu)."""
+        if self.nu == 0:
+            return np.zeros((q.shape[0], 0))
+        v = self.minv_rows(p[:, :, None])[:, :, 0] if self._chol is not None else p
+        return np.einsum("nmk,nm->nk", self.G(q), v)
+
+    def multiplier(self, q: Array, p: Array) -> Array:
+        """lambda(q, p) = [G^T M^{-1} G]^{-1} [d2g(v, v) - G^T M^{-1} grad U], v = M^{-1} p (METHOD.md 1)."""
+        if self.nu == 0:
+            return np.zeros((q.shape[0], 0))
+        if self.d2g is None:
+            raise ProblemError(f"{self.name}: the multiplier lambda(q, p) needs d2g (the Hessian form of g)")
+        Gq = self.G(q)
+        MG = self.minv_rows(Gq)
+        v = self.minv_rows(p[:, :, None])[:, :, 0] if self._chol is not None else p
+        A = np.einsum("nmi,nmj->nij", Gq, MG)
+        rhs = self.d2g(q, v) - np.einsum("nmi,nm->ni", MG, self.grad_U(q))
+        return np.linalg.solve(A, rhs[:, :, None])[:, :, 0]
+
+    def index_reduced_rhs(self, t: float, y: Array) -> Array:
+        """y' for the index-reduced ODE y = (q, p): q' = M^{-1} p, p' = -grad U - G lambda(q, p)."""
+        m = self.m
+        q, p = y[None, :m], y[None, m:]
+        v = self.minv(p[0])
+        f = -self.grad_U(q)[0]
+        if self.nu:
+            f = f - self.G(q)[0] @ self.multiplier(q, p)[0]
+        return np.concatenate([v, f])
+
+    # --- validation ------------------------------------------------------------------
+    def validate(self) -> None:
+        """Check shapes, finiteness, consistency of (q0, p0) and regularity of G^T M^{-1} G."""
+        m, nu = self.m, self.nu
+        Q = np.stack([self.q0, self.q0 + 1e-3])
+        expected = {"U": (2,), "grad_U": (2, m)}
+        results = {"U": self.U(Q), "grad_U": self.grad_U(Q)}
+        if nu:
+            expected |= {"g": (2, nu), "G": (2, m, nu)}
+            results |= {"g": self.g(Q), "G": self.G(Q)}
+            if self.d2g is not None:
+                expected["d2g"] = (2, nu)
+                results["d2g"] = self.d2g(Q, Q)
+        for key, val in results.items():
+            shape = np.shape(val)
+            if shape != expected[key]:
+                raise ProblemError(
+                    f"{self.name}: callback {key} returned shape {shape}, expected {expected[key]}"
+                )
+            if not np.all(np.isfinite(val)):
+                raise NonFiniteError(f"{self.name}: callback {key} returned non-finite values at q0")
+        if not (np.all(np.isfinite(self.q0)) and np.all(np.isfinite(self.p0))):
+            raise ProblemError(f"{self.name}: q0 or p0 is not finite")
+        if nu == 0:
+            return
+        if nu >= m:
+            raise ProblemError(f"{self.name}: nu = {nu} constraints need nu < m = {m}")
+        q, p = self.q0[None, :], self.p0[None, :]
+        scale = 1.0 + np.abs(self.q0).max() + np.abs(self.p0).max()
+        g0 = np.abs(self.g(q)).max()
+        if g0 > CONSISTENCY_TOL * scale:
+            raise ProblemError(f"{self.name}: inconsistent initial data, |g(q0)| = {g0:.3e} (expected 0)")
+        hc = np.abs(self.hidden_constraint(q, p)).max()
+        if hc > CONSISTENCY_TOL * scale * (1.0 + np.abs(self.G(q)).max()):
+            raise ProblemError(
+                f"{self.name}: inconsistent initial data, hidden constraint |G(q0)^T M^-1 p0| = {hc:.3e} (expected 0)"
+            )
+        Gq = self.G(q)[0]
+        A = Gq.T @ self.minv(Gq)
+        if np.linalg.cond(A) > 1e12:
+            raise ProblemError(f"{self.name}: G^T M^-1 G is singular at q0 (condition {np.linalg.cond(A):.3e})")
+
+    def check_finite(self, Q: Array) -> None:
+        """Name the callback that returns NaN/inf at the stage points Q (used after a failed step)."""
+        calls = {"grad_U": lambda: self.grad_U(Q)}
+        if self.nu:
+            calls["G"] = lambda: self.G(Q)
+        for key, f in calls.items():
+            with np.errstate(all="ignore"):
+                val = f()
+            if not np.all(np.isfinite(val)):
+                raise NonFiniteError(f"{self.name}: callback {key} returned non-finite values")

@@ -1,0 +1,63 @@
+"""Built-in problems (METHOD.md section 4) and the lookup of user problems by ``module:factory``."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from ..errors import ConfigError
+from ..problem import Problem
+from .pendulum import planar_pendulum, theta_pendulum
+from .spherical import conical_pendulum, modified_pendulum
+from .tethered import tethered_satellites
+
+BUILTIN: dict[str, Callable[[], Problem]] = {
+    "planar_pendulum": planar_pendulum,
+    "conical_pendulum": conical_pendulum,
+    "modified_pendulum": modified_pendulum,
+    "tethered_satellites": tethered_satellites,
+    "theta_pendulum": theta_pendulum,
+}
+
+
+def resolve_factory(spec: str) -> Callable[..., Problem]:
+    """The factory for a built-in name or a ``module.path:factory`` string."""
+    if not isinstance(spec, str) or not spec:
+        raise ConfigError(f"problem = {spec!r}: expected a built-in name or 'module.path:factory'")
+    if spec in BUILTIN:
+        return BUILTIN[spec]
+    if ":" not in spec:
+        raise ConfigError(
+            f"problem = {spec!r}: unknown problem; built-in problems are {', '.join(sorted(BUILTIN))}, "
+            "or give 'module.path:factory'"
+        )
+    module, _, attr = spec.partition(":")
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as exc:
+        raise ConfigError(f"problem = {spec!r}: cannot import module {module!r} ({exc})") from None
+    factory = getattr(mod, attr, None)
+    if not callable(factory):
+        raise ConfigError(f"problem = {spec!r}: module {module!r} has no callable {attr!r}")
+    return factory
+
+
+def get_problem(spec: str, **params) -> Problem:
+    """Build a problem from its name (built-in) or ``module.path:factory`` with optional params."""
+    factory = resolve_factory(spec)
+    problem = factory(**params)
+    if not isinstance(problem, Problem):
+        raise ConfigError(f"problem = {spec!r}: factory returned {type(problem).__name__}, expected a Problem")
+    return problem
+
+
+__all__ = [
+    "BUILTIN",
+    "conical_pendulum",
+    "get_problem",
+    "modified_pendulum",
+    "planar_pendulum",
+    "resolve_factory",
+    "tethered_satellites",
+    "theta_pendulum",
+]

@@ -1,0 +1,71 @@
+"""Pendula on a sphere-like surface in R^3: the conical and the modified pendulum (METHOD.md 4.2, 4.3)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..problem import Problem
+
+R = 2.0**-0.5  #: radius and depth of the conical orbit
+OMEGA = 2.0**0.25  #: angular speed of the conical orbit
+PERIOD = 2.0 * np.pi / OMEGA
+Q0 = [R, 0.0, -R]
+P0 = [0.0, 2.0**-0.25, 0.0]
+
+
+def conical_exact(t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Uniform circular motion at height -2^-1/2; lambda = 2^-1/2 (constant)."""
+    t = np.asarray(t, dtype=float)
+    wt = OMEGA * t
+    q = np.stack([R * np.cos(wt), R * np.sin(wt), np.full_like(t, -R)], axis=-1)
+    p = np.stack([-R * OMEGA * np.sin(wt), R * OMEGA * np.cos(wt), np.zeros_like(t)], axis=-1)
+    lam = np.full((t.size, 1), R)
+    return q, p, lam
+
+
+def conical_pendulum() -> Problem:
+    """U = z, g = |q|^2 - 1 (table2, fig1, fig2)."""
+    return Problem(
+        name="conical_pendulum",
+        q0=Q0,
+        p0=P0,
+        U=lambda Q: Q[:, 2].copy(),
+        grad_U=lambda Q: np.broadcast_to([0.0, 0.0, 1.0], Q.shape).copy(),
+        g=lambda Q: (np.einsum("nm,nm->n", Q, Q) - 1.0)[:, None],
+        G=lambda Q: 2.0 * Q[:, :, None],
+        d2g=lambda Q, V: 2.0 * np.einsum("nm,nm->n", V, V)[:, None],
+        exact=conical_exact,
+        period=PERIOD,
+    )
+
+
+def modified_pendulum() -> Problem:
+    """U = z^4, g = x^6 + y^4 + z^2 - 0.625 (table3); no closed form."""
+
+    def g(Q):
+        x, y, z = Q.T
+        return (x**6 + y**4 + z**2 - 0.625)[:, None]
+
+    def G(Q):
+        x, y, z = Q.T
+        return np.stack([6 * x**5, 4 * y**3, 2 * z], axis=-1)[:, :, None]
+
+    def d2g(Q, V):
+        x, y, _ = Q.T
+        return (30 * x**4 * V[:, 0] ** 2 + 12 * y**2 * V[:, 1] ** 2 + 2 * V[:, 2] ** 2)[:, None]
+
+    def grad_U(Q):
+        out = np.zeros_like(Q)
+        out[:, 2] = 4 * Q[:, 2] ** 3
+        return out
+
+    return Problem(
+        name="modified_pendulum",
+        q0=Q0,
+        p0=P0,
+        U=lambda Q: Q[:, 2] ** 4,
+        grad_U=grad_U,
+        g=g,
+        G=G,
+        d2g=d2g,
+    )

@@ -1,0 +1,56 @@
+"""Iterations for the nonlinear system of one step, and their stopping rule (METHOD.md 3, "Solving the step").
+
+A solver takes the fixed-point map F(gamma) -> (gamma_new, aux) of a method and
+returns the converged (gamma, aux, iterations). Stopping rule, with
+d_i = max|gamma_{i+1} - gamma_i| and scale = max(1, max|gamma_{i+1}|):
+
+- converged when d_i <= rtol * scale (rtol defaults to 4 eps), or
+- converged when d_i <= stall_rtol * scale (1000 eps) and d_i >= d_{i-1}
+  (the increments stopped decreasing at round-off level);
+- ConvergenceError after ``max_iter`` sweeps, or at once if d_i is not finite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import ConvergenceError
+
+EPS = float(np.finfo(float).eps)
+
+
+@dataclass(frozen=True)
+class StoppingRule:
+    """Round-off stopping rule shared by every solver."""
+
+    rtol: float = 4 * EPS
+    stall_rtol: float = 1000 * EPS
+    max_iter: int = 100
+
+    def done(self, d: float, d_prev: float, scale: float) -> bool:
+        return d <= self.rtol * scale or (d <= self.stall_rtol * scale and d >= d_prev)
+
+
+def fixed_point(
+    F: Callable[[np.ndarray], tuple[np.ndarray, object]],
+    gamma: np.ndarray,
+    rule: StoppingRule,
+    step: int = 0,
+    t: float = 0.0,
+) -> tuple[np.ndarray, object, int]:
+    """Iterate gamma <- F(gamma) to round-off; returns (gamma, aux of the last sweep, sweeps)."""
+    d_prev = np.inf
+    for it in range(1, rule.max_iter + 1):
+        new, aux = F(gamma)
+        d = float(np.max(np.abs(new - gamma)))
+        if not np.isfinite(d):
+            raise ConvergenceError(step, t, d, it, "non-finite increment (diverged)")
+        scale = max(1.0, float(np.max(np.abs(new))))
+        gamma = new
+        if rule.done(d, d_prev, scale):
+            return gamma, aux, it
+        d_prev = d
+    raise ConvergenceError(step, t, d, rule.max_iter, "no convergence")
