@@ -1,0 +1,178 @@
+"""Error metrics of a trajectory and observed rates (METHOD.md section 5).
+
+e_s      = max over sample times of ||y_n - y_ref(t_n)||   (y = (q, p))
+e_lambda = max over sample step times of ||lam_n - lambda_ref(t_n)||
+e_H      = max_n |H(y_n) - H(y_0)|
+e_g      = max_n ||g(q_n)||_inf
+e_hc     = max_n ||G(q_n)^T M^{-1} p_n||   (norm: hc_norm)
+rate     = log(e_prev / e) / log(h_prev / h)
+
+``ErrorConvention`` chooses the reference (exact | reference | self), the norm
+(1 | 2 | inf) and the sampling (all | periods | a time spacing); each published
+convention is one configuration (``PUBLISHED``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from .errors import ConfigError
+from .references import reference_solution
+from .trajectory import Trajectory
+
+REFERENCES = ("exact", "reference", "self")
+NORMS = (1, 2, "inf")
+SAMPLES = ("all", "periods")
+KEYS = ("reference", "norm", "sample", "lambda_sample", "hc_norm", "reference_kind")
+
+
+def _check_norm(key: str, value):
+    if value in ("inf", math.inf) or value == float("inf"):
+        return "inf"
+    if isinstance(value, bool) or value not in (1, 2):
+        raise ConfigError(f"errors.{key} = {value!r}: expected one of 1, 2, inf")
+    return int(value)
+
+
+def _check_sample(key: str, value):
+    if value is None or value in SAMPLES:
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"errors.{key} = {value!r}: expected all, periods or a time spacing > 0")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class ErrorConvention:
+    """How e_s, e_lambda and e_hc are measured; see the module docstring."""
+
+    reference: str = "exact"
+    norm: int | str = "inf"
+    sample: str | float = "all"
+    lambda_sample: str | float | None = None
+    hc_norm: int | str | None = None
+    reference_kind: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.reference not in REFERENCES:
+            raise ConfigError(f"errors.reference = {self.reference!r}: expected one of {', '.join(REFERENCES)}")
+        object.__setattr__(self, "norm", _check_norm("norm", self.norm))
+        object.__setattr__(self, "sample", _check_sample("sample", self.sample))
+        object.__setattr__(self, "lambda_sample", _check_sample("lambda_sample", self.lambda_sample))
+        if self.hc_norm is not None:
+            object.__setattr__(self, "hc_norm", _check_norm("hc_norm", self.hc_norm))
+
+    @classmethod
+    def from_config(cls, cfg: dict | None) -> ErrorConvention:
+        cfg = dict(cfg or {})
+        for key in cfg:
+            if key not in KEYS:
+                raise ConfigError(f"errors.{key}: unknown key (expected one of {', '.join(KEYS)})")
+        return cls(**cfg)
+
+    def as_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    def check_problem(self, problem) -> None:
+        """Fail early where the convention cannot apply to the problem."""
+        if self.reference == "exact" and problem.exact is None:
+            raise ConfigError(f"errors.reference = 'exact': problem {problem.name!r} has no closed-form solution")
+        for key in ("sample", "lambda_sample"):
+            if getattr(self, key) == "periods" and problem.period is None:
+                raise ConfigError(f"errors.{key} = 'periods': problem {problem.name!r} has no period")
+
+
+def vector_norm(x: np.ndarray, norm) -> np.ndarray:
+    """Row-wise 1-, 2- or inf-norm of x with shape (n, d)."""
+    if x.shape[1] == 0:
+        return np.zeros(x.shape[0])
+    if norm == "inf":
+        return np.max(np.abs(x), axis=1)
+    return np.linalg.norm(x, ord=norm, axis=1)
+
+
+def sample_times(sample, grid: np.ndarray, t_end: float, period: float | None) -> np.ndarray:
+    """The sample times on ``grid``: all of it, whole periods j T (j >= 1), or multiples of a spacing."""
+    if sample == "all":
+        return grid
+    if sample == "periods":
+        if period is None:
+            raise ConfigError("errors.sample = 'periods': the problem has no period")
+        j = np.arange(1, math.floor(t_end / period * (1 + 1e-12)) + 1)
+        times = j * period
+    else:
+        j = np.arange(0, math.floor(t_end / sample * (1 + 1e-12)) + 1)
+        times = j * sample
+    last = grid[-1] if grid.size else -1.0
+    return times[times <= last + 1e-9 * max(1.0, abs(last))]
+
+
+def _indices(traj: Trajectory, grid: np.ndarray, times: np.ndarray, what: str) -> np.ndarray:
+    try:
+        if grid is traj.t:
+            return traj.at(times)
+        return traj.at_step(times)
+    except ValueError as exc:
+        raise ConfigError(f"errors: {what} {exc}; pick h or save_every so the sample times are saved") from None
+
+
+def errors(traj: Trajectory, convention: ErrorConvention, partner: Trajectory | None = None) -> dict[str, float]:
+    """e_s, e_lambda, e_H, e_g, e_hc of ``traj`` under ``convention``.
+
+    ``partner`` is the same method's run with h/2 when convention.reference == "self".
+    e_lambda is NaN for an unconstrained problem (nu = 0): there is no multiplier.
+    """
+    c = convention
+    pb = traj.problem
+    t_end = float(traj.attrs.get("t_end", traj.t[-1]))
+    lam_sample = c.sample if c.lambda_sample is None else c.lambda_sample
+    ts = sample_times(c.sample, traj.t, t_end, pb.period)
+    tl = sample_times(lam_sample, traj.tstep, t_end, pb.period)
+    i_s = _indices(traj, traj.t, ts, "sample")
+    i_l = _indices(traj, traj.tstep, tl, "lambda sample")
+    y, lam = traj.y()[i_s], traj.lam[i_l]
+    if c.reference == "self":
+        if partner is None:
+            raise ConfigError("errors.reference = 'self' needs the h/2 run as partner")
+        y_ref = partner.y()[_indices(partner, partner.t, ts, "sample (h/2 run)")]
+        lam_ref = partner.lam[_indices(partner, partner.tstep, tl, "lambda sample (h/2 run)")]
+    else:
+        kind = c.reference_kind if c.reference == "reference" else "exact"
+        if kind == "auto" and c.reference == "reference":
+            kind = "ode" if pb.exact is None else "exact"
+        q_ref, p_ref, _ = reference_solution(pb, ts, kind=kind)
+        _, _, lam_ref = reference_solution(pb, tl, kind=kind)
+        y_ref = np.concatenate([q_ref, p_ref], axis=1)
+    e_lambda = float(np.max(vector_norm(lam - lam_ref, c.norm), initial=0.0)) if pb.nu else float("nan")
+    hc_norm = c.norm if c.hc_norm is None else c.hc_norm
+    return {
+        "e_s": float(np.max(vector_norm(y - y_ref, c.norm), initial=0.0)),
+        "e_lambda": e_lambda,
+        "e_H": float(np.max(traj.energy_error(), initial=0.0)),
+        "e_g": float(np.max(vector_norm(traj.g(), "inf"), initial=0.0)),
+        "e_hc": float(np.max(vector_norm(traj.hidden(), hc_norm), initial=0.0)),
+    }
+
+
+def rates(h, e) -> np.ndarray:
+    """Observed orders log(e_{i-1}/e_i) / log(h_{i-1}/h_i); NaN in the first row and where e is missing."""
+    h = np.asarray(h, dtype=float)
+    e = np.asarray(e, dtype=float)
+    out = np.full(e.shape, np.nan)
+    with np.errstate(all="ignore"):
+        r = np.log(e[:-1] / e[1:]) / np.log(h[:-1] / h[1:])
+    ok = np.isfinite(r) & (e[:-1] > 0) & (e[1:] > 0)
+    out[1:][ok] = r[ok]
+    return out
+
+
+#: The paper's conventions (METHOD.md section 5).
+PUBLISHED = {
+    "table1": ErrorConvention(reference="exact", norm=1, sample="all"),
+    "table2": ErrorConvention(reference="exact", norm="inf", sample="periods", lambda_sample="all"),
+    "table3": ErrorConvention(reference="self", norm="inf", sample=0.1, hc_norm=1),
+    "table4": ErrorConvention(reference="self", norm="inf", sample=0.1, hc_norm=1),
+}

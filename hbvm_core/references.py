@@ -1,0 +1,94 @@
+"""Reference solutions: closed forms, the index-reduced ODE at tight tolerance, and HBVM(12,6) on theta.
+
+- ``exact``: the problem's closed form (planar and conical pendulum).
+- ``ode``: the index-reduced ODE (METHOD.md section 1: p' = -grad U - G lambda(q, p))
+  integrated by DOP853 at rtol = atol = 1e-13 (METHOD.md section 4, references for 3 and 4).
+- ``hbvm``: the published planar reference, HBVM(12,6) on the unconstrained theta pendulum.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.integrate import solve_ivp
+
+from .errors import ConfigError
+from .problem import Problem
+
+KINDS = ("auto", "exact", "ode", "hbvm")
+
+#: Largest step of the HBVM(12,6) theta reference (order 12: error far below 1e-15).
+HBVM_REFERENCE_HMAX = 0.025
+
+
+def reference_solution(problem: Problem, times, kind: str = "auto", rtol: float = 1e-13):
+    """(q, p, lam) of the reference at ``times``: the closed form where there is one, else the ODE."""
+    times = np.asarray(times, dtype=float)
+    if kind not in KINDS:
+        raise ConfigError(f"reference kind = {kind!r}: expected one of {', '.join(KINDS)}")
+    if kind == "auto":
+        kind = "exact" if problem.exact is not None else "ode"
+    if kind == "exact":
+        if problem.exact is None:
+            raise ConfigError(f"reference: exact: problem {problem.name!r} has no closed-form solution")
+        return problem.exact(times)
+    if kind == "hbvm":
+        if problem.name != "planar_pendulum":
+            raise ConfigError(f"reference kind = 'hbvm' exists for planar_pendulum only, not {problem.name!r}")
+        return planar_hbvm_reference(times)
+    return index_reduced_solution(problem, times, rtol=rtol)
+
+
+def index_reduced_solution(problem: Problem, times, rtol: float = 1e-13, atol: float | None = None):
+    """The index-reduced ODE by DOP853 at ``rtol`` (dense output), evaluated at ``times``."""
+    times = np.asarray(times, dtype=float)
+    if problem.nu and problem.d2g is None:
+        raise ConfigError(f"reference: problem {problem.name!r} needs d2g for the index-reduced reference ODE")
+    t_max = float(times.max()) if times.size else 0.0
+    y0 = np.concatenate([problem.q0, problem.p0])
+    if t_max <= 0:
+        Y = np.repeat(y0[None], times.size, axis=0)
+    else:
+        sol = solve_ivp(
+            problem.index_reduced_rhs,
+            (0.0, t_max),
+            y0,
+            method="DOP853",
+            rtol=rtol,
+            atol=rtol if atol is None else atol,
+            dense_output=True,
+        )
+        if not sol.success:
+            raise RuntimeError(f"reference ODE for {problem.name!r} failed: {sol.message}")
+        Y = sol.sol(times).T
+        Y[times == 0.0] = y0
+    q, p = Y[:, : problem.m], Y[:, problem.m :]
+    return q, p, problem.multiplier(q, p)
+
+
+def planar_hbvm_reference(times) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """HBVM(12,6) on the theta pendulum, mapped to Cartesian (q, p) and lambda = (theta'^2 + cos theta)/2.
+
+    The times must lie on a common grid t = j * dt; the step is dt / r with r the
+    smallest integer giving a step <= HBVM_REFERENCE_HMAX.
+    """
+    from .integrate import integrate
+    from .methods import HBVM
+    from .problems.pendulum import theta_pendulum, theta_to_planar
+
+    times = np.asarray(times, dtype=float)
+    t_max = float(times.max())
+    pos = np.unique(times[times > 0])
+    dt = float(np.min(np.diff(np.concatenate([[0.0], pos])))) if pos.size else t_max
+    j = times / dt
+    if np.any(np.abs(j - np.round(j)) > 1e-7):
+        raise ConfigError("reference kind 'hbvm' needs the sample times on a common grid")
+    r = math.ceil(dt / HBVM_REFERENCE_HMAX - 1e-9)
+    h = dt / r
+    t_end = round(t_max / h) * h
+    traj = integrate(theta_pendulum(), HBVM(12, 6), h, t_end)
+    idx = np.round(times / h).astype(int)
+    th, om = traj.q[idx, 0], traj.p[idx, 0]
+    q, p = theta_to_planar(th, om)
+    return q, p, (0.5 * (om**2 + np.cos(th)))[:, None]
