@@ -1,0 +1,150 @@
+"""The index-reduced ODE q' = M^{-1} p, p' = -grad U - G lambda(q, p) (METHOD.md 1) by scipy's DOP853.
+
+A baseline, not an HBVM: the step h of the time loop is the *output* spacing;
+inside each output interval DOP853 adapts its own steps to rtol, atol.
+
+- projection=False: one continuous integration; the state at t_n + h is taken
+  from the solver's dense output (as solve_ivp does with t_eval).
+- projection=True: after each output step q is projected onto g = 0 (Newton on
+  q <- q - M^{-1} G (G^T M^{-1} G)^{-1} g) and p onto the hidden constraint
+  G^T M^{-1} p = 0; the integration restarts from the projected state (with
+  the last step size as its first step).
+
+iterations = right-hand-side evaluations spent in the output step;
+lam = lambda(q_n, p_n), the exact multiplier at the step's starting point.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.integrate import DOP853 as _DOP853
+
+from ..errors import ConfigError, ConvergenceError
+from ..problem import Problem
+from ..solvers import StoppingRule
+from .polynomial import project_momentum
+
+
+def _tolerance(key: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{key} = {value!r}: expected a finite tolerance > 0")
+    if value < 1e-14:
+        raise ConfigError(f"{key} = {value!r}: below what DOP853 can meet in double precision (>= 1e-14)")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class DOP853:
+    """DOP853 on the index-reduced ODE at tolerance rtol (atol defaults to rtol), optionally projected."""
+
+    rtol: float = 1e-8
+    atol: float | None = None
+    projection: bool = False
+    rule: StoppingRule = field(default_factory=StoppingRule)
+
+    def __post_init__(self) -> None:
+        _tolerance("rtol", self.rtol)
+        if self.atol is not None:
+            _tolerance("atol", self.atol)
+        if not isinstance(self.projection, bool):
+            raise ConfigError(f"projection = {self.projection!r}: expected true or false")
+
+    @property
+    def tolerances(self) -> tuple[float, float]:
+        return float(self.rtol), float(self.rtol if self.atol is None else self.atol)
+
+    @property
+    def name(self) -> str:
+        rtol, atol = self.tolerances
+        tol = f"{rtol:.0e}" if atol == rtol else f"{rtol:.0e},{atol:.0e}"
+        return f"DOP853({tol})" + ("-proj" if self.projection else "")
+
+    def attrs(self) -> dict:
+        rtol, atol = self.tolerances
+        return {"method": "dop853", "rtol": rtol, "atol": atol, "projection": self.projection}
+
+    def stepper(self, problem: Problem) -> DOP853Stepper:
+        if problem.nu and problem.d2g is None:
+            raise ConfigError(f"method = dop853: problem {problem.name} has no d2g, needed for lambda(q, p)")
+        return DOP853Stepper(self, problem)
+
+
+class DOP853Stepper:
+    """Advances the index-reduced ODE by one output interval per call."""
+
+    def __init__(self, method: DOP853, problem: Problem):
+        self.method = method
+        self.problem = problem
+        self.solver = None
+        self.dense = None  # dense output of the solver's last step, built on demand
+        self.y_out: np.ndarray | None = None  # the state this stepper returned last
+        self.first_step: float | None = None
+
+    def _start(self, t: float, y: np.ndarray, t_bound: float) -> None:
+        rtol, atol = self.method.tolerances
+        first = None if self.first_step is None else min(self.first_step, t_bound - t)
+        self.solver = _DOP853(self.problem.index_reduced_rhs, t, y, t_bound, rtol=rtol, atol=atol, first_step=first)
+        self.dense = None
+
+    def _advance(self, T: float, n: int, t: float) -> np.ndarray:
+        """The solution at time T, stepping the solver past T if needed."""
+        sol = self.solver
+        while sol.t < T and not math.isclose(sol.t, T, rel_tol=1e-14, abs_tol=1e-14 * abs(T)):
+            msg = sol.step()
+            self.dense = None
+            if sol.status == "failed" or not np.all(np.isfinite(sol.y)):
+                raise ConvergenceError(n, t, float("nan"), sol.nfev, f"DOP853 failed ({msg or 'non-finite state'})")
+        if math.isclose(sol.t, T, rel_tol=1e-14, abs_tol=1e-14 * abs(T)):
+            return sol.y.copy()
+        if self.dense is None:
+            self.dense = sol.dense_output()
+        return self.dense(T)
+
+    def step(self, q0: np.ndarray, p0: np.ndarray, h: float, n: int = 0, t: float = 0.0):
+        """Advance by the output step h; returns (dq, dp, lambda(q0, p0), RHS evaluations)."""
+        pb = self.problem
+        if h <= 0:
+            raise ConfigError(f"h = {h!r}: the DOP853 baseline integrates forward only")
+        y0 = np.concatenate([q0, p0])
+        T = t + h
+        restart = (
+            self.method.projection
+            or self.solver is None
+            or n == 0
+            or self.y_out is None
+            or np.max(np.abs(y0 - self.y_out)) > 1e-13 * (1.0 + np.max(np.abs(y0)))
+        )
+        nfev0 = 0 if restart else self.solver.nfev
+        if restart:
+            self._start(t, y0, T if self.method.projection else math.inf)
+        y1 = self._advance(T, n, t)
+        iterations = self.solver.nfev - nfev0
+        q1, p1 = y1[: pb.m], y1[pb.m :]
+        if self.method.projection and pb.nu:
+            q1 = project_position(pb, q1, self.method.rule, n, t)
+            p1 = project_momentum(pb, q1, p1, preserve_kinetic=False)
+            self.first_step = float(self.solver.h_abs) if np.isfinite(self.solver.h_abs) else None
+        lam = pb.multiplier(q0[None, :], p0[None, :])[0] if pb.nu else np.zeros(0)
+        self.y_out = np.concatenate([q1, p1])
+        return q1 - q0, p1 - p0, lam, int(iterations)
+
+
+def project_position(problem: Problem, q: np.ndarray, rule: StoppingRule, n: int = 0, t: float = 0.0) -> np.ndarray:
+    """Newton (Gauss-Newton) onto g = 0 along M^{-1} G: q <- q - M^{-1} G (G^T M^{-1} G)^{-1} g(q)."""
+    d_prev = np.inf
+    for it in range(1, rule.max_iter + 1):
+        Q = q[None, :]
+        G = problem.G(Q)[0]
+        MG = problem.minv(G)
+        dq = -MG @ np.linalg.solve(G.T @ MG, problem.g(Q)[0])
+        q = q + dq
+        d = float(np.max(np.abs(dq)))
+        if not np.isfinite(d):
+            raise ConvergenceError(n, t, d, it, "projection onto g = 0 diverged")
+        if d == 0.0 or rule.done(d, d_prev, max(1.0, float(np.max(np.abs(q))))):
+            return q
+        d_prev = d
+    raise ConvergenceError(n, t, d, rule.max_iter, "projection onto g = 0 did not converge")
