@@ -4,6 +4,7 @@ The method (``methods``), the problem (``problem``, ``problems``) and the time
 loop (``integrate``) are separate; METHOD.md is the contract for every formula.
 """
 
+from . import metrics, references
 from .errors import ConfigError, ConvergenceError, HBVMError, NonFiniteError, ProblemError
 from .integrate import integrate
 from .legendre import tableau

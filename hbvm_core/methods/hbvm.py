@@ -120,7 +120,7 @@ class HBVMStepper:
                 else:
                     gamma, aux, iters = fixed_point(F, gamma, self.method.rule, n, t)
         except (ConvergenceError, np.linalg.LinAlgError) as exc:
-            self._name_non_finite(q0, h, gamma)
+            self._name_non_finite(q0, h, gamma, n, t)
             if isinstance(exc, np.linalg.LinAlgError):
                 raise ConvergenceError(n, t, float("nan"), 0, f"singular multiplier system ({exc})") from None
             raise
@@ -130,10 +130,11 @@ class HBVMStepper:
         force = psi0 if pb.nu == 0 else psi0 + rho0 @ lam
         return dq, -h * force, lam, iters
 
-    def _name_non_finite(self, q0, h, gamma) -> None:
+    def _name_non_finite(self, q0, h, gamma, n: int, t: float) -> None:
+        """After a failed iteration: raise NonFiniteError if a callback returned NaN/inf at the stages."""
         Q = q0 + h * (self.tab.Ihat @ gamma)
         if np.all(np.isfinite(Q)):
             try:
                 self.problem.check_finite(Q)
-            except NonFiniteError:
-                raise
+            except NonFiniteError as exc:
+                raise NonFiniteError(f"{exc} at step {n} (t = {t:.6g})") from None

@@ -1,0 +1,86 @@
+"""User-defined problems written only against the public API (used by tests and as examples)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import hbvm_core as hc
+
+
+def double_pendulum(
+    m1: float = 1.0, m2: float = 2.0, a: float = 0.6, b: float = -0.4, w1: float = 0.5, w2: float = 1.0
+):
+    """Two bobs on rigid unit rods in Cartesian coordinates, masses m1, m2 (M = diag(m1, m1, m2, m2)).
+
+    q = (x1, y1, x2, y2); U = m1 y1 + m2 y2; g = (|r1|^2 - 1, |r2 - r1|^2 - 1).
+    """
+    r1 = np.array([np.sin(a), -np.cos(a)])
+    r2 = r1 + np.array([np.sin(b), -np.cos(b)])
+    v1 = w1 * np.array([np.cos(a), np.sin(a)])
+    v2 = v1 + w2 * np.array([np.cos(b), np.sin(b)])
+    mass = np.array([m1, m1, m2, m2])
+
+    def g(Q):
+        d = Q[:, 2:] - Q[:, :2]
+        return np.stack([np.sum(Q[:, :2] ** 2, 1) - 1, np.sum(d**2, 1) - 1], axis=1)
+
+    def G(Q):
+        d = Q[:, 2:] - Q[:, :2]
+        out = np.zeros((Q.shape[0], 4, 2))
+        out[:, :2, 0] = 2 * Q[:, :2]
+        out[:, :2, 1] = -2 * d
+        out[:, 2:, 1] = 2 * d
+        return out
+
+    def d2g(Q, V):
+        dv = V[:, 2:] - V[:, :2]
+        return np.stack([2 * np.sum(V[:, :2] ** 2, 1), 2 * np.sum(dv**2, 1)], axis=1)
+
+    return hc.Problem(
+        name="double_pendulum",
+        q0=np.concatenate([r1, r2]),
+        p0=mass * np.concatenate([v1, v2]),
+        M=np.diag(mass),
+        U=lambda Q: m1 * Q[:, 1] + m2 * Q[:, 3],
+        grad_U=lambda Q: np.broadcast_to([0.0, m1, 0.0, m2], Q.shape).copy(),
+        g=g,
+        G=G,
+        d2g=d2g,
+        params={"m1": m1, "m2": m2, "a": a, "b": b, "w1": w1, "w2": w2},
+    )
+
+
+def bead_on_torus(R: float = 2.0, r: float = 0.5):
+    """A particle on the torus (sqrt(x^2+y^2) - R)^2 + z^2 = r^2 in the potential U = z + x y / 10.
+
+    The constraint is written polynomially: g = (|q|^2 + R^2 - r^2)^2 - 4 R^2 (x^2 + y^2).
+    """
+
+    def g(Q):
+        x, y, z = Q.T
+        s = x**2 + y**2 + z**2 + R**2 - r**2
+        return (s**2 - 4 * R**2 * (x**2 + y**2))[:, None]
+
+    def G(Q):
+        x, y, z = Q.T
+        s = x**2 + y**2 + z**2 + R**2 - r**2
+        return np.stack([4 * s * x - 8 * R**2 * x, 4 * s * y - 8 * R**2 * y, 4 * s * z], axis=1)[:, :, None]
+
+    def d2g(Q, V):
+        s = np.sum(Q**2, 1) + R**2 - r**2
+        qv = np.sum(Q * V, 1)
+        vv = np.sum(V**2, 1)
+        return (8 * qv**2 + 4 * s * vv - 8 * R**2 * (V[:, 0] ** 2 + V[:, 1] ** 2))[:, None]
+
+    q0 = np.array([R + r, 0.0, 0.0])
+    p0 = np.array([0.0, 0.4, 0.3])  # tangent: G(q0) is along x
+    return hc.Problem(
+        name="bead_on_torus",
+        q0=q0,
+        p0=p0,
+        U=lambda Q: Q[:, 2] + Q[:, 0] * Q[:, 1] / 10,
+        grad_U=lambda Q: np.stack([Q[:, 1] / 10, Q[:, 0] / 10, np.ones(len(Q))], axis=1),
+        g=g,
+        G=G,
+        d2g=d2g,
+    )
