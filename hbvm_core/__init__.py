@@ -27,5 +27,7 @@ __all__ = [
     "__version__",
     "get_problem",
     "integrate",
+    "metrics",
+    "references",
     "tableau",
 ]
