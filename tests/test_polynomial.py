@@ -1,0 +1,91 @@
+"""The polynomial-multiplier HBVM (METHOD.md 6): measured orders, s = 1 equals HBVM(k,1), conservation."""
+
+import numpy as np
+import pytest
+from _util import fitted_order
+
+import hbvm_core as hc
+from hbvm_core.methods import HBVM, PolynomialHBVM, from_spec
+
+
+def _state_error(problem, traj):
+    q, p, _ = problem.exact(traj.t)
+    return np.abs(np.concatenate([traj.q - q, traj.p - p], axis=1)).max()
+
+
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_s1_is_the_constant_multiplier_method(planar, tethered, k):
+    for problem, t_end in ((planar, 10.0), (tethered, 2.0)):
+        a = hc.integrate(problem, HBVM(k, 1), 0.1, t_end)
+        b = hc.integrate(problem, PolynomialHBVM(k, 1), 0.1, t_end)
+        scale = np.abs(a.q).max()
+        assert np.abs(a.q - b.q).max() <= 4e-16 * scale and np.abs(a.p - b.p).max() <= 1e-15
+        assert np.abs(a.lam - b.lam).max() <= 1e-14 * (1 + np.abs(a.lam).max())
+
+
+#: (s, expected order, step sizes): plain order 2 ceil(s/2), projected order 2s (METHOD.md 6).
+PLAIN = [(1, 2), (2, 2), (3, 4), (4, 4)]
+PROJECTED = [(1, 2), (2, 4), (3, 6), (4, 8)]
+
+
+@pytest.mark.parametrize("s,order", PLAIN)
+def test_plain_order_is_2_ceil_s_over_2(planar, s, order):
+    hs = [0.2, 0.1, 0.05, 0.025]
+    e = [_state_error(planar, hc.integrate(planar, PolynomialHBVM(s + 2, s), h, 2.0)) for h in hs]
+    assert abs(fitted_order(hs, e) - order) < 0.3, e
+
+
+@pytest.mark.parametrize("s,order", PROJECTED)
+def test_projected_order_is_2s(planar, s, order):
+    hs = {3: [0.4, 0.2, 0.1, 0.05], 4: [0.5, 0.25, 0.125]}.get(s, [0.2, 0.1, 0.05, 0.025])
+    e = [_state_error(planar, hc.integrate(planar, PolynomialHBVM(2 * s, s, projection=True), h, 2.0)) for h in hs]
+    assert min(e) > 1e-13  # above round-off, so the slope is the order
+    assert abs(fitted_order(hs, e) - order) < 0.3, e
+
+
+def test_lambda_reported_at_the_step_start(planar):
+    """lam_n = sum_i P_i(0) lambda_i approximates lambda(t_n) to order s with the projection."""
+    hs = [0.2, 0.1, 0.05]
+    e = []
+    for h in hs:
+        traj = hc.integrate(planar, PolynomialHBVM(6, 3, projection=True), h, 2.0)
+        e.append(np.abs(traj.lam - planar.exact(traj.tstep)[2]).max())
+    assert fitted_order(hs, e) > 2.7
+
+
+@pytest.mark.parametrize("projection", [False, True])
+def test_energy_and_constraints_at_roundoff(tethered, modified, projection):
+    # tethered: quadratic g; modified: degree-6 polynomials, exact with k = 3s (METHOD.md 6)
+    for problem, k, s in ((tethered, 6, 3), (modified, 9, 3)):
+        traj = hc.integrate(problem, PolynomialHBVM(k, s, projection=projection), 0.1, 5.0)
+        if problem is modified:
+            assert traj.energy_error().max() <= 1e-14
+        assert np.abs(traj.g()).max() <= 1e-13
+        if projection:
+            assert np.abs(traj.hidden()).max() <= 1e-14
+            assert traj.energy_error().max() <= 1e-13
+
+
+def test_plain_step_is_symmetric(tethered):
+    method = PolynomialHBVM(6, 3, warm_start="p0")
+    q0, p0 = tethered.q0, tethered.p0
+    dq, dp, _, _ = method.stepper(tethered).step(q0, p0, 0.1)
+    dq2, dp2, _, _ = method.stepper(tethered).step(q0 + dq, p0 + dp, -0.1)
+    np.testing.assert_allclose(q0 + dq + dq2, q0, atol=1e-14)
+    np.testing.assert_allclose(p0 + dp + dp2, p0, atol=1e-14)
+
+
+def test_from_spec_entries():
+    m = from_spec({"k": 6, "s": 3, "multiplier": "polynomial", "projection": True})
+    assert isinstance(m, PolynomialHBVM) and m.projection and m.name == "HBVM(6,3)-poly-proj"
+    assert m.attrs()["multiplier"] == "polynomial"
+    assert isinstance(from_spec({"k": 6, "s": 2, "multiplier": "constant"}), HBVM)
+    for spec, key in [
+        ({"k": 6, "s": 2, "projection": True}, "projection = True"),
+        ({"k": 6, "s": 2, "multiplier": "linear"}, "multiplier = 'linear'"),
+        ({"k": 6, "s": 2, "multiplier": "polynomial", "solver": "blended"}, "solver = 'blended'"),
+        ({"k": 2, "s": 3, "multiplier": "polynomial"}, "k = 2"),
+        ({"k": 6, "s": 2, "multiplier": "polynomial", "projection": 1}, "projection = 1"),
+    ]:
+        with pytest.raises(hc.ConfigError, match=key):
+            from_spec(spec)
