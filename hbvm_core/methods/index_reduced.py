@@ -25,6 +25,7 @@ from scipy.integrate import DOP853 as _DOP853
 from ..errors import ConfigError, ConvergenceError
 from ..problem import Problem
 from ..solvers import StoppingRule
+from ._small import solve_small
 from .polynomial import project_momentum
 
 
@@ -139,7 +140,7 @@ def project_position(problem: Problem, q: np.ndarray, rule: StoppingRule, n: int
         Q = q[None, :]
         G = problem.G(Q)[0]
         MG = problem.minv(G)
-        dq = -MG @ np.linalg.solve(G.T @ MG, problem.g(Q)[0])
+        dq = -MG @ solve_small(G.T @ MG, problem.g(Q)[0])
         q = q + dq
         d = float(np.max(np.abs(dq)))
         if not np.isfinite(d):

@@ -22,6 +22,7 @@ from ..errors import ConfigError, ConvergenceError
 from ..legendre import Tableau, shifted_legendre, tableau
 from ..problem import Problem
 from ..solvers import StoppingRule, fixed_point
+from ._small import solve_small
 
 WARM_STARTS = ("extrapolate", "previous", "p0")
 
@@ -111,7 +112,7 @@ class PolynomialStepper:
         # C_j = sum_i R_ji^T gamma_i = 0  ->  A lambda = rhs, unknowns ordered (n, b).
         A = h * np.einsum("jima,inmb->janb", R, XMR).reshape(s * nu, s * nu)
         rhs = np.einsum("jma,m->ja", R[:, 0], Mp0) - h * np.einsum("jima,im->ja", R, XMpsi)
-        lam = np.linalg.solve(A, rhs.reshape(-1)).reshape(s, nu)
+        lam = solve_small(A, rhs.reshape(-1)).reshape(s, nu)
         new -= h * np.einsum("inmb,nb->im", XMR, lam)
         phi0 = np.einsum("imb,ib->m", R[0], lam)
         return new, (lam, psi[0], phi0)
@@ -154,7 +155,7 @@ def project_momentum(problem: Problem, q1: np.ndarray, p1: np.ndarray, preserve_
     G1 = problem.G(q1[None, :])[0]
     MG = problem.minv(G1)
     Mp = problem.minv(p1)
-    mu = np.linalg.solve(G1.T @ MG, G1.T @ Mp)
+    mu = solve_small(G1.T @ MG, G1.T @ Mp)
     pp = p1 - G1 @ mu
     if not preserve_kinetic:
         return pp

@@ -19,6 +19,7 @@ import numpy as np
 from ..errors import ConvergenceError
 from ..problem import Problem
 from ..solvers import StoppingRule
+from ._small import solve_small
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ class RattleStepper:
                 r = pb.g(Q1)[0]
                 J = -c * (pb.G(Q1)[0].T @ MG0)  # d g(q1) / d lam
                 try:
-                    dlam = np.linalg.solve(J, -r)
+                    dlam = solve_small(J, -r)
                 except np.linalg.LinAlgError as exc:
                     raise ConvergenceError(n, t, float("nan"), it, f"singular Newton matrix ({exc})") from None
                 lam = lam + dlam
@@ -89,7 +90,7 @@ class RattleStepper:
         p_star = ph - 0.5 * h * pb.grad_U(Q1)[0]
         G1 = pb.G(Q1)[0]
         MG1 = pb.minv(G1)
-        mu = np.linalg.solve(G1.T @ MG1, G1.T @ pb.minv(p_star)) / (0.5 * h)
+        mu = solve_small(G1.T @ MG1, G1.T @ pb.minv(p_star)) / (0.5 * h)
         p1 = p_star - 0.5 * h * (G1 @ mu)
         self.lam = lam
         return q1 - q0, p1 - p0, lam, it
