@@ -19,7 +19,8 @@ LOG_DIR=/var/log/slurm
 CONF=/etc/slurm/slurm.conf
 WAIT_S=${HBVM_SLURM_WAIT_S:-60}
 
-log() { echo "[slurm_up] $*"; }
+T0=$(date +%s.%N)
+log() { printf "[slurm_up +%5.1fs] %s\n" "$(awk -v t0="$T0" -v t1="$(date +%s.%N)" "BEGIN{print t1-t0}")" "$*"; }
 
 dump_logs() {
     echo "----- tail of slurm/munge logs -----" >&2
@@ -114,7 +115,7 @@ if [ -n "${HBVM_SLURM_MEM_MB:-}" ]; then
     MEM=$HBVM_SLURM_MEM_MB
 else
     avail_kb=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
-    MEM=$(( avail_kb / 1024 * 9 / 10 ))
+    MEM=$(( avail_kb * 9 / 10240 ))
 fi
 [ "$MEM" -gt 500 ] || die "too little memory for a slurm node ($MEM MB)"
 
@@ -251,9 +252,20 @@ if [ "${HBVM_SLURM_NO_SMOKE:-0}" != 1 ]; then
         die "smoke srun failed: $out"
     [ "$out" = "$HOST" ] || die "smoke srun printed '$out', expected '$HOST'"
     smoke_out=$(mktemp /tmp/hbvm-slurm-smoke.XXXXXX)
-    jid=$(timeout 90 sbatch --parsable --wait -c1 --mem=50 -t 1 -J hbvm-smoke \
-        -o "$smoke_out" --wrap 'echo sbatch-ok' 2>&1) ||
-        die "smoke sbatch failed: $jid ($(cat "$smoke_out" 2>/dev/null))"
+    jid=$(timeout 30 sbatch --parsable -c1 --mem=50 -t 1 -J hbvm-smoke \
+        -o "$smoke_out" --wrap 'echo sbatch-ok' 2>&1) || die "smoke sbatch failed: $jid"
+    # poll ourselves: 'sbatch --wait' backs off and costs ~10 s
+    jstate=""
+    for _ in $(seq 1 180); do
+        jstate=$(timeout 10 scontrol show job -o "$jid" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
+        case "$jstate" in
+            COMPLETED) break ;;
+            FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE|PREEMPTED)
+                die "smoke sbatch job $jid ended $jstate: $(cat "$smoke_out" 2>/dev/null)" ;;
+        esac
+        sleep 0.5
+    done
+    [ "$jstate" = COMPLETED ] || die "smoke sbatch job $jid not done after 90 s (state '$jstate')"
     grep -qx sbatch-ok "$smoke_out" || die "smoke sbatch job $jid wrote: $(cat "$smoke_out")"
     rm -f "$smoke_out"
     log "smoke test ok (srun + sbatch job $jid)"
