@@ -80,42 +80,41 @@ class PolynomialStepper:
         self.problem = problem
         self.tab = method.tableau
         s = self.tab.s
-        #: B[l, j, i] = b_l P_j(c_l) P_i(c_l): the quadrature weights of R_ji.
-        self.B = np.einsum("lj,li->lji", self.tab.W, self.tab.Phat)
+        #: Bf[(j, i), l] = b_l P_j(c_l) P_i(c_l): the quadrature weights of R_ji (symmetric in j, i).
+        self.Bf = np.einsum("lj,li->jil", self.tab.W, self.tab.Phat).reshape(s * s, self.tab.k)
         #: P_i(0), to report lambda(t_n) = sum_i P_i(0) lambda_i.
         self.P0 = shifted_legendre(s - 1, np.zeros(1))[0]
         self.gamma: np.ndarray | None = None
 
-    def _minv(self, x: np.ndarray) -> np.ndarray:
-        """M^{-1} along axis 1 of x (shape (a, m) or (a, m, r))."""
-        pb = self.problem
-        if pb._chol is None:
-            return x
-        if x.ndim == 2:
-            return pb.minv_rows(x[:, :, None])[:, :, 0]
-        return pb.minv_rows(x)
-
     def sweep(self, q0, Mp0, h, gamma):
-        """One fixed-point sweep gamma -> gamma_new; aux = (lambda_i (s, nu), psi_0, phi_0)."""
+        """One fixed-point sweep gamma -> gamma_new; aux = (lambda_i (s, nu), psi_0, phi_0).
+
+        With the block matrix RR[(i, m), (n, b)] = R_in[m, b] (R_in = R_ni) the step's relations are
+        phi = RR lam, gamma = e_0 M^{-1} p0 - h (X (x) I) M^{-1} (psi + phi) and C = RR^T gamma = 0.
+        """
         tab, pb = self.tab, self.problem
-        s, nu = tab.s, pb.nu
+        s, m, nu = tab.s, pb.m, pb.nu
         Q = q0 + h * (tab.Ihat @ gamma)  # stage positions (k, m)
         psi = tab.W.T @ pb.grad_U(Q)  # (s, m)
-        XMpsi = tab.X @ self._minv(psi)  # (s, m): sum_r X[i,r] M^{-1} psi_r
+        Mpsi = psi if pb._chol is None else pb.minv(psi.T).T
+        XMpsi = tab.X @ Mpsi  # (s, m): sum_r X[i,r] M^{-1} psi_r
         new = -h * XMpsi
         new[0] += Mp0
         if nu == 0:
-            return new, (np.zeros((s, 0)), psi[0], np.zeros_like(psi[0]))
-        R = np.einsum("lji,lmn->jimn", self.B, pb.G(Q))  # R[j, i] (m, nu)
-        MR = self._minv(R.reshape(s * s, pb.m, nu)).reshape(R.shape)
-        XMR = np.einsum("ir,rnmb->inmb", tab.X, MR)  # sum_r X[i,r] M^{-1} R_rn
-        # C_j = sum_i R_ji^T gamma_i = 0  ->  A lambda = rhs, unknowns ordered (n, b).
-        A = h * np.einsum("jima,inmb->janb", R, XMR).reshape(s * nu, s * nu)
-        rhs = np.einsum("jma,m->ja", R[:, 0], Mp0) - h * np.einsum("jima,im->ja", R, XMpsi)
-        lam = solve_small(A, rhs.reshape(-1)).reshape(s, nu)
-        new -= h * np.einsum("inmb,nb->im", XMR, lam)
-        phi0 = np.einsum("imb,ib->m", R[0], lam)
-        return new, (lam, psi[0], phi0)
+            return new, (np.zeros((s, 0)), psi[0], np.zeros(m))
+        Gq = pb.G(Q)  # (k, m, nu)
+        R = (self.Bf @ Gq.reshape(tab.k, m * nu)).reshape(s, s, m, nu)  # R[i, n] = sum_l b_l P_i P_n G_l
+        RR = R.transpose(0, 2, 1, 3).reshape(s * m, s * nu)
+        MRR = RR if pb._chol is None else pb.minv(RR.reshape(s, m, s * nu).transpose(1, 0, 2).reshape(m, -1))
+        if pb._chol is not None:
+            MRR = MRR.reshape(m, s, s * nu).transpose(1, 0, 2).reshape(s * m, s * nu)
+        XMRR = (tab.X @ MRR.reshape(s, m * s * nu)).reshape(s * m, s * nu)  # (X (x) I) M^{-1} RR
+        A = h * (RR.T @ XMRR)
+        rhs = RR[:m].T @ Mp0 - h * (RR.T @ XMpsi.reshape(-1))
+        lam = solve_small(A, rhs)
+        new -= h * (XMRR @ lam).reshape(s, m)
+        phi0 = RR[:m] @ lam
+        return new, (lam.reshape(s, nu), psi[0], phi0)
 
     def initial_guess(self, Mp0: np.ndarray) -> np.ndarray:
         warm = self.method.warm_start
