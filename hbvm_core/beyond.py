@@ -1,0 +1,401 @@
+"""Work-precision and long-time studies (beyond the paper): tables and figures from a solved study.
+
+- ``work_precision`` studies: every run's wall time against e_s (the study's
+  error convention: true error against the reference solution), one curve per
+  method family -- an HBVM/RATTLE family sweeps h, a DOP853 family sweeps the
+  tolerance at a fixed output step -- and the time each family needs to reach
+  e_s <= each target (the cheapest measured run that does; "--" where none does).
+- ``long_time`` studies: |H - H0|, ||g||_inf and the hidden constraint
+  ||G^T M^{-1} p||_inf against t (log-log), and per run the drift numbers:
+  the maximum over the first and the last decade of the interval and the growth
+  exponent of the running maximum, fitted on log-spaced times over the last two
+  decades (about 0 for bounded errors, 1 for a linear drift).
+
+The numbers come from the stores and errors.csv the workflow writes
+(``hbvm_core.storage``, ``hbvm_core.tables``); nothing is recomputed here.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+
+import numpy as np
+
+from .study import Study
+
+#: e_s targets of the time-to-accuracy table
+TARGETS = (1e-6, 1e-10)
+#: floor for exact zeros on the log axes of the long-time figure (values at exact round-off 0)
+FLOOR = 1e-18
+#: below this a long-time series is "at round-off" and gets no drift exponent
+ROUNDOFF = 1e-13
+SERIES = (("dH", r"$|H - H_0|$"), ("g", r"$\|g(q)\|_\infty$"), ("hc", r"$\|G^T M^{-1} p\|_\infty$"))
+
+
+# --------------------------------------------------------------------------- work precision
+def family(entry: dict, name: str) -> str:
+    """The curve a run belongs to: DOP853 runs that differ only in the tolerance form one curve."""
+    if entry.get("method") == "dop853":
+        return "DOP853" + ("-proj" if entry.get("projection") else "")
+    return name
+
+
+def _number(v: str) -> float:
+    return float(v) if v not in ("", None) else math.nan
+
+
+def work_precision_rows(study: Study, errors_csv: str) -> list[dict]:
+    """The study's runs from errors.csv: family, name, h, rtol, e_s, wall_s, steps, mean_iterations, status."""
+    specs = {m.label: m for m in study.methods}
+    with open(errors_csv, newline="") as fh:
+        raw = list(csv.DictReader(fh))
+    rows = []
+    for r in raw:
+        spec = specs.get(r["method"])
+        if spec is None:
+            continue
+        rows.append(
+            {
+                "problem": study.problem,
+                "study": study.name,
+                "family": family(spec.entry, spec.name),
+                "name": spec.name,
+                "label": spec.label,
+                "h": _number(r["h"]),
+                "rtol": spec.entry.get("rtol", math.nan),
+                "e_s": _number(r["e_s"]),
+                "wall_s": _number(r["wall_s"]),
+                "steps": int(_number(r["steps"])) if r["steps"] else 0,
+                "mean_iterations": _number(r["mean_iterations"]),
+                "status": r["status"],
+            }
+        )
+    return rows
+
+
+def families(rows: list[dict]) -> list[str]:
+    """Families in order of first appearance."""
+    out: list[str] = []
+    for r in rows:
+        if r["family"] not in out:
+            out.append(r["family"])
+    return out
+
+
+def _ok(r: dict) -> bool:
+    return r["status"] == "ok" and math.isfinite(r["e_s"]) and math.isfinite(r["wall_s"])
+
+
+def time_to_accuracy(rows: list[dict], targets=TARGETS) -> list[dict]:
+    """Per family and target: the cheapest run with e_s <= target (wall_s NaN and run '' where none reaches it)."""
+    out = []
+    for fam in families(rows):
+        runs = [r for r in rows if r["family"] == fam and _ok(r)]
+        for target in targets:
+            good = [r for r in runs if r["e_s"] <= target]
+            best = min(good, key=lambda r: r["wall_s"]) if good else None
+            out.append(
+                {
+                    "problem": rows[0]["problem"],
+                    "family": fam,
+                    "target": float(target),
+                    "wall_s": best["wall_s"] if best else math.nan,
+                    "e_s": best["e_s"] if best else math.nan,
+                    "run": _run_label(best) if best else "",
+                    "best_e_s": min((r["e_s"] for r in runs), default=math.nan),
+                }
+            )
+    return out
+
+
+def _run_label(r: dict) -> str:
+    if r["family"].startswith("DOP853"):
+        return f"rtol={r['rtol']:.0e}, h_out={r['h']:g}"
+    return f"h={r['h']:g}"
+
+
+def _fmt(v: float, spec: str = ".3g") -> str:
+    return "--" if not (isinstance(v, float) and math.isfinite(v)) else format(v, spec)
+
+
+def time_to_accuracy_markdown(table: list[dict], targets=TARGETS) -> str:
+    """One row per (problem, family); per target the wall time in seconds and the run that reaches it."""
+    head = "| problem | method | " + " | ".join(f"time to e_s <= {t:.0e} [s] | run" for t in targets)
+    head += " | best e_s |\n|---|---|" + "---|---|" * len(targets) + "---|\n"
+    lines = []
+    keys = []
+    for r in table:
+        if (r["problem"], r["family"]) not in keys:
+            keys.append((r["problem"], r["family"]))
+    for problem, fam in keys:
+        cells = [problem, fam]
+        best = math.nan
+        for t in targets:
+            r = next(x for x in table if x["problem"] == problem and x["family"] == fam and x["target"] == t)
+            cells += [_fmt(r["wall_s"]), r["run"] or "not reached"]
+            best = r["best_e_s"]
+        cells.append(_fmt(best, ".2e"))
+        lines.append("| " + " | ".join(cells) + " |")
+    return head + "\n".join(lines) + "\n"
+
+
+def write_csv(rows: list[dict], path: str, columns: list[str]) -> None:
+    """rows as CSV (NaN as empty fields), written atomically."""
+    tmp = path + ".tmp"
+    with open(tmp, "w", newline="") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(columns)
+        for r in rows:
+            vals = [r.get(c, "") for c in columns]
+            w.writerow(["" if isinstance(v, float) and not math.isfinite(v) else v for v in vals])
+    os.replace(tmp, path)
+
+
+def write_text(text: str, path: str) -> None:
+    with open(path + ".tmp", "w") as fh:
+        fh.write(text)
+    os.replace(path + ".tmp", path)
+
+
+TTA_COLUMNS = ["problem", "family", "target", "wall_s", "e_s", "run", "best_e_s"]
+
+
+def _figure(nrows: int, ncols: int, size: tuple[float, float]):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(size[0] * ncols, size[1] * nrows + 0.5), layout="constrained")
+    return fig, fig.subplots(nrows, ncols, squeeze=False)
+
+
+def _style(fam: str, i: int) -> dict:
+    marker = "s" if fam.startswith("DOP853") else ("^" if fam == "RATTLE" else "o")
+    ls = "--" if fam.endswith("-proj") and "poly" not in fam else "-"
+    return {"color": f"C{i % 10}", "marker": marker, "ls": ls, "ms": 4, "lw": 1.2}
+
+
+def work_precision_plot(panels: list[tuple[str, list[dict]]], png: str, pdf: str, targets=TARGETS) -> None:
+    """One log-log panel per problem: wall time per run against e_s, one curve per family."""
+    n = len(panels)
+    ncols = 2 if n > 1 else 1
+    nrows = math.ceil(n / ncols)
+    fig, axes = _figure(nrows, ncols, (4.6, 3.6))
+    names: list[str] = []
+    for _, rows in panels:
+        names += [f for f in families(rows) if f not in names]
+    for ax, (title, rows) in zip(axes.flat, panels):
+        for fam in families(rows):
+            runs = sorted((r for r in rows if r["family"] == fam and _ok(r) and r["e_s"] > 0), key=lambda r: -r["e_s"])
+            if runs:
+                e = [r["e_s"] for r in runs]
+                w = [r["wall_s"] for r in runs]
+                ax.loglog(e, w, label=fam, **_style(fam, names.index(fam)))
+        for t in targets:
+            ax.axvline(t, color="0.6", lw=0.8, ls=":")
+        ax.invert_xaxis()
+        ax.set_xlabel(r"$e_s$ (max over samples, $\|\cdot\|_\infty$, vs reference)")
+        ax.set_ylabel("wall time per run [s]")
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+    for ax in list(axes.flat)[n:]:
+        ax.set_visible(False)
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle("work precision: cost against accuracy (more accurate to the right)", fontsize=10)
+    fig.savefig(png, dpi=150)
+    fig.savefig(pdf)
+
+
+# --------------------------------------------------------------------------- long time
+def invariant_series(store: str) -> dict[str, np.ndarray]:
+    """t, |H - H0|, ||g||_inf and ||hidden constraint||_inf at the saved points of one store."""
+    import zarr
+
+    from .storage import quiet_zarr
+
+    with quiet_zarr():
+        grp = zarr.open_group(store, mode="r")
+        t, H = grp["t"][...], grp["H"][...]
+        g, hc = grp["g"][...], grp["hc"][...]
+    inf = lambda x: np.max(np.abs(x), axis=1) if x.shape[1] else np.zeros(x.shape[0])  # noqa: E731
+    return {"t": t, "dH": np.abs(H - H[0]), "g": inf(g), "hc": inf(hc)}
+
+
+def growth_exponent(t: np.ndarray, y: np.ndarray, decades: float = 2.0) -> float:
+    """Slope of log(running max of y) against log t on log-spaced times over the last ``decades`` decades."""
+    ok = t > 0
+    t, y = t[ok], np.maximum.accumulate(np.where(np.isfinite(y[ok]), y[ok], 0.0))
+    if t.size < 3:
+        return math.nan
+    if y[-1] <= 0:
+        return 0.0  # identically zero: nothing grows
+    t0 = max(t[0], t[-1] * 10.0**-decades)
+    grid = np.geomspace(t0, t[-1], 25)
+    idx = np.clip(np.searchsorted(t, grid), 0, t.size - 1)
+    yy = np.maximum(y[idx], FLOOR)
+    if yy[0] <= FLOOR and yy[-1] <= FLOOR:
+        return 0.0
+    return float(np.polyfit(np.log(t[idx]), np.log(yy), 1)[0])
+
+
+def drift_stats(series: dict[str, np.ndarray]) -> dict[str, float]:
+    """Per series: max over t <= t_end / 1000 ("early"), over the last decade ("late"), overall, and the exponent."""
+    t = series["t"]
+    t_end = float(t[-1])
+    first = t <= max(t[1] if t.size > 1 else t_end, t_end * 1e-3)
+    last = t >= t_end / 10.0
+    out = {}
+    for key, _ in SERIES:
+        y = series[key]
+        out[f"{key}_early"] = float(np.max(y[first]))
+        out[f"{key}_late"] = float(np.max(y[last]))
+        out[f"{key}_max"] = float(np.max(y))
+        # at round-off the fitted slope describes the noise, not a drift: leave it out
+        out[f"{key}_exponent"] = growth_exponent(t, y) if out[f"{key}_max"] > ROUNDOFF else math.nan
+    out["t_early"] = float(t[first][-1])
+    out["t_end"] = t_end
+    return out
+
+
+def long_time_runs(study: Study):
+    """(job, series) for every complete run of the study, in config order."""
+    from .storage import store_status
+
+    for r in study.rows:
+        job = study.jobs[r.job]
+        if store_status(job.store, job.hash) == "complete":
+            yield job, invariant_series(job.store)
+
+
+def long_time_table(study: Study, runs) -> list[dict]:
+    rows = []
+    for job, series in runs:
+        stats = drift_stats(series)
+        rows.append({"problem": study.problem, "method": job.name, "h": job.h, "steps": job.steps, **stats})
+    return rows
+
+
+LT_COLUMNS = ["problem", "method", "h", "steps", "t_early", "t_end"] + [
+    f"{k}_{w}" for k, _ in SERIES for w in ("early", "late", "max", "exponent")
+]
+
+
+def long_time_markdown(rows: list[dict]) -> str:
+    """|H - H0|, ||g||, ||hc||: max up to t_early, max over the last decade, growth exponent of the running max."""
+    head = "| problem | method | h | steps |"
+    sep = "|---|---|---|---|"
+    for _, title in SERIES:
+        plain = title.replace("$", "").replace("\\|", "||").replace("\\infty", "inf").replace("\\", "")
+        head += f" {plain} early | late | exponent |"
+        sep += "---|---|---|"
+    lines = [head, sep]
+    for r in rows:
+        cells = [r["problem"], r["method"], f"{r['h']:g}", f"{r['steps']:d}"]
+        for k, _ in SERIES:
+            expo = _fmt(r[f"{k}_exponent"], ".2f") if r[f"{k}_max"] > ROUNDOFF else "round-off"
+            cells += [_fmt(r[f"{k}_early"], ".1e"), _fmt(r[f"{k}_late"], ".1e"), expo]
+        lines.append("| " + " | ".join(cells) + " |")
+    t_early = rows[0]["t_early"] if rows else math.nan
+    note = (
+        f"\nearly: max over t <= {t_early:g}; late: max over the last decade of [0, t_end]; exponent: slope of "
+        "log(running max) against log t over the last two decades (0: bounded, 1: linear drift); "
+        f"round-off: the series stays below {ROUNDOFF:.0e}.\n"
+    )
+    return "\n".join(lines) + "\n" + note
+
+
+def _loglog(ax, t, y, color: str, label: str) -> None:
+    """The series (faint) and its running maximum (solid), the curve that shows drift or its absence."""
+    from .plots import envelope
+
+    ok = t > 0
+    tt, yy = envelope(t[ok], np.maximum(y[ok], FLOOR))
+    ax.loglog(tt, yy, color=color, lw=0.5, alpha=0.3)
+    ax.loglog(tt, np.fmax.accumulate(yy), color=color, lw=1.3, label=label)
+
+
+def long_time_plot(panels: list[tuple[str, list]], png: str, pdf: str) -> None:
+    """Rows: problems; columns: |H - H0|, ||g||, hidden constraint against t, log-log; one line per method."""
+    fig, axes = _figure(len(panels), len(SERIES), (3.6, 2.9))
+    names: list[str] = []
+    for _, runs in panels:
+        names += [job.name for job, _ in runs if job.name not in names]
+    for row, (title, runs) in zip(axes, panels):
+        for ax, (key, label) in zip(row, SERIES):
+            for job, series in runs:
+                i = names.index(job.name)
+                _loglog(ax, series["t"], series[key], color=f"C{i % 10}", label=job.name)
+            ax.set_title(f"{title}: {label}", fontsize=9)
+            ax.set_xlabel("t")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.set_ylim(bottom=FLOOR * 10)
+    axes[0, 0].legend(fontsize=6)
+    fig.suptitle(
+        "long-time behaviour: running maximum (solid) and values (faint); 1e-17 and below: exact zeros", fontsize=10
+    )
+    fig.savefig(png, dpi=150)
+    fig.savefig(pdf)
+
+
+# --------------------------------------------------------------------------- writers used by the rules
+def accuracy_targets(study: Study) -> tuple[float, ...]:
+    return tuple(float(t) for t in study.cfg.get("accuracy_targets") or TARGETS)
+
+
+def _convention_note(study: Study) -> str:
+    c = study.convention
+    sample = {"all": "every saved point", "periods": "t = jT"}.get(c.sample) or f"t = j * {c.sample:g}"
+    return (
+        f"e_s = max over {sample} in [0, {study.t_end:g}] of ||y_n - y_ref(t_n)||_{c.norm} "
+        f"(reference: {study.reference}); wall time of one run inside the time loop "
+        f"(backend {study.cfg.get('backend', 'auto')}); the cheapest measured run that reaches the target."
+    )
+
+
+def write_study(study: Study, errors_csv: str, png: str, pdf: str, md: str, out_csv: str) -> int:
+    """The figure and tables of one work_precision or long_time study; returns the number of runs used."""
+    if study.kind == "work_precision":
+        rows = work_precision_rows(study, errors_csv)
+        targets = accuracy_targets(study)
+        table = time_to_accuracy(rows, targets)
+        work_precision_plot([(f"{study.title}", rows)], png, pdf, targets)
+        text = f"# {study.title}: time to accuracy\n\n{_convention_note(study)}\n\n"
+        write_text(text + time_to_accuracy_markdown(table, targets), md)
+        write_csv(table, out_csv, TTA_COLUMNS)
+        return len(rows)
+    if study.kind == "long_time":
+        runs = list(long_time_runs(study))
+        table = long_time_table(study, runs)
+        long_time_plot([(study.problem, runs)], png, pdf)
+        write_text(f"# {study.title}: long-time drift\n\n" + long_time_markdown(table), md)
+        write_csv(table, out_csv, LT_COLUMNS)
+        return len(runs)
+    raise ValueError(f"study {study.name!r}: kind {study.kind!r} has no beyond figure")
+
+
+def write_summary(kind: str, studies: list[Study], png: str, pdf: str, md: str, out_csv: str) -> None:
+    """The figure and table over every study of ``kind`` (results/beyond/)."""
+    if kind == "work_precision":
+        panels, table = [], []
+        targets = accuracy_targets(studies[0]) if studies else TARGETS
+        for st in studies:
+            rows = work_precision_rows(st, os.path.join(st.dir, "errors.csv"))
+            panels.append((st.problem, rows))
+            table += time_to_accuracy(rows, targets)
+        work_precision_plot(panels, png, pdf, targets)
+        notes = "\n".join(f"- {st.name}: {_convention_note(st)}" for st in studies)
+        text = f"# Work precision: time to accuracy\n\n{notes}\n\n" + time_to_accuracy_markdown(table, targets)
+        write_text(text, md)
+        write_csv(table, out_csv, TTA_COLUMNS)
+        return
+    if kind == "long_time":
+        panels, table = [], []
+        for st in studies:
+            runs = list(long_time_runs(st))
+            panels.append((st.problem, runs))
+            table += long_time_table(st, runs)
+        long_time_plot(panels, png, pdf)
+        write_text("# Long-time drift\n\n" + long_time_markdown(table), md)
+        write_csv(table, out_csv, LT_COLUMNS)
+        return
+    raise ValueError(f"kind {kind!r}: expected work_precision or long_time")

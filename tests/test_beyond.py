@@ -1,0 +1,76 @@
+"""Work-precision and long-time tables (hbvm_core.beyond): time to accuracy, drift exponents, families."""
+
+import math
+
+import numpy as np
+import pytest
+
+from hbvm_core import beyond
+
+
+def _row(family, e_s, wall_s, h=0.1, rtol=math.nan, status="ok"):
+    return {
+        "problem": "p",
+        "family": family,
+        "name": family,
+        "h": h,
+        "rtol": rtol,
+        "e_s": e_s,
+        "wall_s": wall_s,
+        "status": status,
+    }
+
+
+def test_time_to_accuracy_takes_the_cheapest_run_that_reaches_the_target():
+    rows = [
+        _row("A", 1e-4, 0.1, h=0.1),
+        _row("A", 5e-7, 0.9, h=0.05),
+        _row("A", 1e-7, 0.5, h=0.025),  # cheaper and more accurate (timing noise): it wins
+        _row("A", 1e-11, 5.0, h=0.0125, status="failed"),  # a failed run never counts
+        _row("DOP853", 1e-5, 0.05, h=0.5, rtol=1e-6),
+        _row("DOP853", 1e-11, 0.2, h=0.5, rtol=1e-12),
+    ]
+    table = beyond.time_to_accuracy(rows, (1e-6, 1e-10))
+    got = {(r["family"], r["target"]): r for r in table}
+    assert got[("A", 1e-6)]["wall_s"] == 0.5 and got[("A", 1e-6)]["run"] == "h=0.025"
+    assert math.isnan(got[("A", 1e-10)]["wall_s"]) and got[("A", 1e-10)]["run"] == ""
+    assert got[("DOP853", 1e-10)]["run"] == "rtol=1e-12, h_out=0.5"
+    assert got[("A", 1e-6)]["best_e_s"] == 1e-7
+    md = beyond.time_to_accuracy_markdown(table, (1e-6, 1e-10))
+    assert "not reached" in md and "| p | A | 0.5 | h=0.025 |" in md
+
+
+def test_dop853_runs_form_one_family_per_projection():
+    assert beyond.family({"method": "dop853", "rtol": 1e-8}, "DOP853(1e-08)") == "DOP853"
+    assert beyond.family({"method": "dop853", "rtol": 1e-8, "projection": True}, "DOP853(1e-08)-proj") == "DOP853-proj"
+    assert beyond.family({"k": 6, "s": 2}, "HBVM(6,2)") == "HBVM(6,2)"
+
+
+@pytest.mark.parametrize("power", [0.0, 0.5, 1.0, 2.0])
+def test_growth_exponent_measures_the_drift(power):
+    t = np.linspace(0.0, 1e4, 100001)
+    rng = np.random.default_rng(1)
+    y = (t + 1.0) ** power * 1e-12 * (1.0 + 0.5 * np.sin(7.0 * t)) + 1e-16 * rng.random(t.size)
+    assert abs(beyond.growth_exponent(t, y) - power) < 0.1
+
+
+def test_growth_exponent_of_exact_zeros_is_zero():
+    t = np.linspace(0.0, 100.0, 1001)
+    assert beyond.growth_exponent(t, np.zeros_like(t)) == 0.0
+
+
+def test_drift_stats_windows():
+    t = np.linspace(0.0, 1e4, 10001)
+    series = {"t": t, "dH": 1e-10 * t, "g": np.full_like(t, 1e-16), "hc": np.zeros_like(t)}
+    st = beyond.drift_stats(series)
+    assert st["t_early"] == 10.0 and st["t_end"] == 1e4
+    assert st["dH_early"] == pytest.approx(1e-9) and st["dH_late"] == pytest.approx(1e-6)
+    assert st["dH_exponent"] == pytest.approx(1.0, abs=0.02) and math.isnan(st["g_exponent"])
+
+
+def test_series_at_roundoff_get_no_exponent():
+    t = np.linspace(0.0, 1e3, 1001)
+    st = beyond.drift_stats({"t": t, "dH": 1e-15 * np.sqrt(t), "g": 1e-9 * t, "hc": np.zeros_like(t)})
+    assert math.isnan(st["dH_exponent"]) and st["g_exponent"] == pytest.approx(1.0, abs=0.02)
+    md = beyond.long_time_markdown([{"problem": "p", "method": "M", "h": 0.1, "steps": 10000, **st}])
+    assert md.count("round-off") >= 2 and "| 1.00 |" in md

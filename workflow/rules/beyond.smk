@@ -1,0 +1,115 @@
+# Beyond the paper (issue 6): work-precision and long-time studies.
+#
+# A study with `kind: work_precision` or `kind: long_time` is solved by the same
+# `solve` rule (Dask, one Zarr store per run) and aggregated by the same
+# `aggregate` rule (errors.csv) as a convergence study; the rules below turn
+# its stores into results/<study>/work_precision.{png,pdf,md,csv} or
+# results/<study>/long_time.{png,pdf,md,csv}, and `rule beyond` adds the
+# summaries over all such studies in results/beyond/.
+#
+# They cost minutes, so they are opt-in:  snakemake --cores 2 beyond
+# (or `beyond: true` in the config, or naming them in `select:`, to put them
+# in the default target).
+BEYOND_KINDS = ("work_precision", "long_time")
+
+
+def beyond_names(kind):
+    return [n for n, s in STUDIES.items() if s.kind == kind]
+
+
+def beyond_study_targets(name):
+    d, kind = f"{RESULTS}/{name}", STUDIES[name].kind
+    return [f"{d}/errors.csv"] + [f"{d}/{kind}.{ext}" for ext in ("png", "pdf", "md", "csv")]
+
+
+def beyond_summary_targets():
+    return [f"{RESULTS}/beyond/{kind}.{ext}" for kind in BEYOND_KINDS if beyond_names(kind) for ext in ("png", "pdf", "md", "csv")]
+
+
+def beyond_default_targets(name):
+    """In the default target only when asked for (config beyond: true, or the study named in select:)."""
+    if config.get("beyond", False) or name in (config.get("select") or []):
+        return beyond_study_targets(name)
+    return []
+
+
+for _kind in BEYOND_KINDS:
+    STUDY_TARGETS[_kind] = beyond_default_targets
+
+
+rule beyond:
+    input:
+        [t for kind in BEYOND_KINDS for n in beyond_names(kind) for t in beyond_study_targets(n)],
+        beyond_summary_targets(),
+
+
+rule work_precision:
+    input:
+        manifest=f"{RESULTS}/{{study}}/solve.json",
+        csv=f"{RESULTS}/{{study}}/errors.csv",
+    output:
+        png=report(
+            f"{RESULTS}/{{study}}/work_precision.png",
+            caption="../report/plot.rst",
+            category="{study}",
+            labels={"study": "{study}", "output": "work precision"},
+        ),
+        pdf=f"{RESULTS}/{{study}}/work_precision.pdf",
+        md=f"{RESULTS}/{{study}}/work_precision.md",
+        csv=f"{RESULTS}/{{study}}/work_precision.csv",
+    params:
+        study=study_params,
+    resources:
+        mem_mb=2000,
+        runtime=30,
+    log:
+        "logs/{study}/work_precision.log",
+    script:
+        "../scripts/beyond_study.py"
+
+
+rule long_time:
+    input:
+        manifest=f"{RESULTS}/{{study}}/solve.json",
+        csv=f"{RESULTS}/{{study}}/errors.csv",
+    output:
+        png=report(
+            f"{RESULTS}/{{study}}/long_time.png",
+            caption="../report/plot.rst",
+            category="{study}",
+            labels={"study": "{study}", "output": "long time"},
+        ),
+        pdf=f"{RESULTS}/{{study}}/long_time.pdf",
+        md=f"{RESULTS}/{{study}}/long_time.md",
+        csv=f"{RESULTS}/{{study}}/long_time.csv",
+    params:
+        study=study_params,
+    resources:
+        mem_mb=2000,
+        runtime=30,
+    log:
+        "logs/{study}/long_time.log",
+    script:
+        "../scripts/beyond_study.py"
+
+
+rule beyond_summary:
+    input:
+        lambda wc: [f"{RESULTS}/{n}/{wc.kind}.csv" for n in beyond_names(wc.kind)],
+        lambda wc: [f"{RESULTS}/{n}/errors.csv" for n in beyond_names(wc.kind)],
+    output:
+        png=f"{RESULTS}/beyond/{{kind}}.png",
+        pdf=f"{RESULTS}/beyond/{{kind}}.pdf",
+        md=f"{RESULTS}/beyond/{{kind}}.md",
+        csv=f"{RESULTS}/beyond/{{kind}}.csv",
+    wildcard_constraints:
+        kind="work_precision|long_time",
+    params:
+        studies=lambda wc: {n: STUDIES[n].cfg for n in beyond_names(wc.kind)},
+    resources:
+        mem_mb=2000,
+        runtime=30,
+    log:
+        "logs/beyond/{kind}.log",
+    script:
+        "../scripts/beyond_summary.py"

@@ -1,0 +1,31 @@
+"""Rules work_precision and long_time: one study's figure and tables (hbvm_core.beyond)."""
+
+import logging
+import sys
+import time
+
+
+def main(smk) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from hbvm_core import beyond
+    from hbvm_core.study import expand_study
+
+    config = smk.config
+    name = smk.wildcards.study
+    logging.basicConfig(
+        level=logging.INFO,
+        format=f"%(asctime)s [{name}] %(message)s",
+        datefmt="%H:%M:%S",
+        handlers=[logging.FileHandler(smk.log[0], mode="w"), logging.StreamHandler(sys.stderr)],
+    )
+    t0 = time.perf_counter()
+    study = expand_study(name, config["studies"][name], results=config.get("results", "results"))
+    out = smk.output
+    n = beyond.write_study(study, smk.input.csv, out.png, out.pdf, out.md, out.csv)
+    logging.info(f"{study.kind}: {n} runs in the figure and tables, {time.perf_counter() - t0:.2f} s")
+
+
+if __name__ == "__main__":
+    main(snakemake)  # noqa: F821

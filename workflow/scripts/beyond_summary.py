@@ -1,0 +1,32 @@
+"""Rule beyond_summary: the work-precision or long-time figure and table over all such studies."""
+
+import logging
+import sys
+import time
+
+
+def main(smk) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from hbvm_core import beyond
+    from hbvm_core.study import expand_study
+
+    config = smk.config
+    kind = smk.wildcards.kind
+    logging.basicConfig(
+        level=logging.INFO,
+        format=f"%(asctime)s [beyond/{kind}] %(message)s",
+        datefmt="%H:%M:%S",
+        handlers=[logging.FileHandler(smk.log[0], mode="w"), logging.StreamHandler(sys.stderr)],
+    )
+    t0 = time.perf_counter()
+    results = config.get("results", "results")
+    studies = [expand_study(name, cfg, results=results) for name, cfg in smk.params.studies.items()]
+    out = smk.output
+    beyond.write_summary(kind, studies, out.png, out.pdf, out.md, out.csv)
+    logging.info(f"{kind} summary of {len(studies)} studies in {time.perf_counter() - t0:.2f} s")
+
+
+if __name__ == "__main__":
+    main(snakemake)  # noqa: F821
