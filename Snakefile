@@ -1,0 +1,29 @@
+# hbvm convergence-study workflow: `snakemake --cores N` builds every study of
+# config/config.yaml into results/<study>/ (README.md). Rules: workflow/rules/.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+# The shipped config, unless the command line gave one with studies (--configfile).
+if "studies" not in config:
+
+    configfile: os.path.join(workflow.basedir, "config", "config.yaml")
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/solve.smk"
+include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/plots.smk"
+# Hook for further study kinds (issue 6: work_precision, long_time).
+if os.path.exists(os.path.join(workflow.basedir, "workflow", "rules", "beyond.smk")):
+
+    include: "workflow/rules/beyond.smk"
+
+
+report: "workflow/report/workflow.rst"
+
+
+rule all:
+    default_target: True
+    input:
+        all_targets(),

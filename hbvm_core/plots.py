@@ -1,0 +1,255 @@
+"""The study figures (METHOD.md section 5), written as PNG and PDF.
+
+- ``convergence``: log-log e_s, e_lambda, e_hc against h per method, with dashed
+  reference slopes (the study's ``expected_rates``, else the observed median rate);
+- ``solution_error`` (fig1): ||y_n - y(t_n)|| against t / T (linear axes: it grows linearly);
+- ``invariants`` (fig2): against t, log y: lambda error, hidden constraint, H error, g error;
+- ``constraint_panels`` (fig3): against t, log y: hidden constraint, H error and each |g_i|.
+
+Uses the object-oriented matplotlib API (no pyplot state), Agg backend.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .study import Study
+
+#: curves longer than this are drawn as a max-envelope over this many bins (bounded memory and file size)
+MAX_POINTS = 20000
+
+
+def _figure(nrows: int, ncols: int = 1, size=(7.0, 2.2)):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(size[0] * ncols / max(ncols, 1), size[1] * nrows + 0.6))
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    return fig, axes
+
+
+def _plain_log_ticks(fig) -> None:
+    """Tick labels like 1e-06 on log axes (matplotlib's default labels go through mathtext, which is slow)."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    fmt = FuncFormatter(lambda v, _: f"{v:.0e}".replace("e-0", "e-").replace("e+0", "e"))
+    for ax in fig.axes:
+        for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
+            if scale == "log":
+                axis.set_major_formatter(fmt)
+                axis.set_minor_formatter(NullFormatter())
+
+
+def save(fig, png: str, pdf: str) -> None:
+    _plain_log_ticks(fig)
+    fig.tight_layout()
+    fig.savefig(png, dpi=150)
+    fig.savefig(pdf)
+
+
+def _positive(x: np.ndarray) -> np.ndarray:
+    """Zeros (exact conservation) cannot sit on a log axis: leave them out of the curve."""
+    x = np.asarray(x, dtype=float)
+    return np.where(x > 0, x, np.nan)
+
+
+def envelope(t: np.ndarray, y: np.ndarray, bins: int = MAX_POINTS // 2) -> tuple[np.ndarray, np.ndarray]:
+    """(t, max of y) per bin when there are more than MAX_POINTS points, else (t, y)."""
+    if len(t) <= MAX_POINTS:
+        return t, y
+    edges = np.linspace(0, len(t), bins + 1).astype(int)
+    idx = edges[:-1]
+    with np.errstate(all="ignore"):
+        ymax = np.fmax.reduceat(np.nan_to_num(y, nan=-np.inf), idx)
+    ymax[~np.isfinite(ymax)] = np.nan
+    return t[idx], ymax
+
+
+def _slope(rate, s) -> float | None:
+    if rate is None:
+        return None
+    if isinstance(rate, str):
+        mult = rate[:-1]
+        return (float(mult) if mult else 1.0) * (s or 0) or None
+    return float(rate)
+
+
+# --------------------------------------------------------------------------- convergence
+def convergence_plot(study: Study, ds, png: str, pdf: str) -> None:
+    """Log-log errors against h for each method, with dashed reference slopes C h^p.
+
+    p is the study's expected rate (a number, or a multiple of s like "2s"), else the
+    observed median rate rounded to a half (labelled "obs."). A slope shared by every
+    method is drawn once, in grey, below the lowest curve; otherwise one per method.
+    """
+    panels = [("e_s", "rate_s", "solution error e_s"), ("e_lambda", "rate_lambda", "multiplier error e_λ")]
+    panels.append(("e_hc", "rate_hc", "hidden constraint e_hc"))
+    panels = [p for p in panels if np.isfinite(ds[p[0]].values).any()]
+    fig, axes = _figure(1, max(1, len(panels)), size=(4.0 * max(1, len(panels)), 3.6))
+    for ax, (var, rate, title) in zip(axes[0], panels):
+        lines = []  # (h, e, slope, observed, color) per method
+        for i, label in enumerate(ds.method.values):
+            sub = ds.sel({"method": label})
+            h, e = sub.h.values, sub[var].values
+            ok = np.isfinite(e) & (e > 0)
+            if not ok.any():
+                continue
+            color = f"C{i % 10}"
+            ax.loglog(h[ok], e[ok], "o-", color=color, ms=4, label=str(sub.name.values))
+            p = _slope(study.expected_rates.get(var), int(sub.s.values) or None)
+            observed = p is None
+            if observed:
+                r = sub[rate].values
+                r = r[np.isfinite(r)]
+                p = round(float(np.median(r)) * 2) / 2 if r.size else None
+            if p:
+                lines.append((h[ok], e[ok], p, observed, color))
+        slopes = {(p, obs) for _, _, p, obs, _ in lines}
+        if len(slopes) == 1 and len(lines) > 1:
+            p, obs = slopes.pop()
+            hs = np.concatenate([ln[0] for ln in lines])
+            hh = np.array([hs.max(), hs.min()])
+            # below every curve at every h: C = 0.5 min over points of e / h^p
+            c = 0.5 * min(float(np.min(e / h**p)) for h, e, *_ in lines)
+            _reference_line(ax, hh, c * hh**p, p, obs, "0.4")
+        else:
+            for h, e, p, obs, color in lines:
+                hh = h[[0, -1]]
+                _reference_line(ax, hh, 0.5 * e[0] * (hh / h[0]) ** p, p, obs, color)
+        ax.set_xlabel("h")
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+    if panels:
+        axes[0][0].legend(fontsize=7)
+    fig.suptitle(f"{study.title}: {study.problem}", fontsize=10)
+    save(fig, png, pdf)
+
+
+def _reference_line(ax, h, y, p, observed: bool, color) -> None:
+    ax.loglog(h, y, "--", color=color, lw=1, alpha=0.8)
+    text = f"slope {p:g}" + (" (obs.)" if observed else "")
+    ax.annotate(text, (h[-1], y[-1]), fontsize=7, color=color, ha="left", va="top")
+
+
+# --------------------------------------------------------------------------- figures of single runs
+def _runs(study: Study):
+    """(row, Trajectory) for each successful row of the study."""
+    from .storage import load_trajectory, store_status
+
+    for r in study.rows:
+        job = study.jobs[r.job]
+        if store_status(job.store, job.hash) == "complete":
+            yield r, job, load_trajectory(job.store)
+
+
+def _reference(study: Study, traj, times):
+    from .references import reference_solution
+
+    conv = study.convention
+    kind = "exact" if study.reference == "exact" else getattr(conv, "reference_kind", "auto")
+    return reference_solution(traj.problem, times, kind=kind)
+
+
+def _norm(study: Study):
+    return study.convention.norm
+
+
+def solution_error_plot(study: Study, png: str, pdf: str) -> None:
+    """fig1: ||y_n - y(t_n)|| against t / T (or t)."""
+    from .metrics import vector_norm
+
+    fig, axes = _figure(1, size=(7.0, 3.6))
+    ax = axes[0][0]
+    T = study.period
+    for r, job, traj in _runs(study):
+        q, p, _ = _reference(study, traj, traj.t)
+        err = vector_norm(traj.y() - np.concatenate([q, p], axis=1), _norm(study))
+        x = traj.t / T if T else traj.t
+        ax.plot(*envelope(x, err), lw=1, label=f"{job.name}, h = {_hlabel(study, r)}")
+    ax.set_xlabel("t / T (periods)" if T else "t")
+    ax.set_ylabel(f"solution error, {_norm(study)}-norm")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"{study.title}: {study.problem}", fontsize=10)
+    save(fig, png, pdf)
+
+
+def invariants_plot(study: Study, png: str, pdf: str) -> None:
+    """fig2: lambda error, hidden constraint, H error, g error against t (log y)."""
+    from .metrics import vector_norm
+
+    fig, axes = _figure(4, size=(7.0, 1.9))
+    titles = ["multiplier error |λ_n − λ(t_n)|", "hidden constraint ‖G(q_n)ᵀ M⁻¹ p_n‖"]
+    titles += ["energy error |H(y_n) − H(y_0)|", "constraint error ‖g(q_n)‖∞"]
+    for r, job, traj in _runs(study):
+        _, _, lam_ref = _reference(study, traj, traj.tstep)
+        curves = [
+            (traj.tstep, vector_norm(traj.lam - lam_ref, "inf")),
+            (traj.t, vector_norm(traj.hidden(), _hc_norm(study))),
+            (traj.t, traj.energy_error()),
+            (traj.t, vector_norm(traj.g(), "inf")),
+        ]
+        for ax, (t, y) in zip(axes[:, 0], curves):
+            ax.semilogy(*envelope(t, _positive(y)), lw=0.8, label=f"{job.name}, h = {_hlabel(study, r)}")
+    for ax, title in zip(axes[:, 0], titles):
+        ax.set_title(title, fontsize=9)
+        ax.grid(True, alpha=0.3)
+    axes[-1, 0].set_xlabel("t")
+    axes[0, 0].legend(fontsize=7)
+    fig.suptitle(f"{study.title}: {study.problem}", fontsize=10)
+    save(fig, png, pdf)
+
+
+def constraint_panels_plot(study: Study, png: str, pdf: str) -> None:
+    """fig3: hidden constraint, H error and each constraint |g_i| against t (log y)."""
+    from .metrics import vector_norm
+
+    runs = list(_runs(study))
+    nu = max((traj.problem.nu for _, _, traj in runs), default=0)
+    fig, axes = _figure(2 + nu, size=(7.0, 1.7))
+    titles = ["hidden constraint ‖G(q_n)ᵀ M⁻¹ p_n‖", "energy error |H(y_n) − H(y_0)|"]
+    titles += [f"constraint |g_{i + 1}(q_n)|" for i in range(nu)]
+    for r, job, traj in runs:
+        g = traj.g()
+        curves = [vector_norm(traj.hidden(), _hc_norm(study)), traj.energy_error()]
+        curves += [np.abs(g[:, i]) for i in range(nu)]
+        for ax, y in zip(axes[:, 0], curves):
+            ax.semilogy(*envelope(traj.t, _positive(y)), lw=0.8, label=f"{job.name}, h = {_hlabel(study, r)}")
+    for ax, title in zip(axes[:, 0], titles):
+        ax.set_title(title, fontsize=9)
+        ax.grid(True, alpha=0.3)
+    axes[-1, 0].set_xlabel("t")
+    axes[0, 0].legend(fontsize=7)
+    fig.suptitle(f"{study.title}: {study.problem}", fontsize=10)
+    save(fig, png, pdf)
+
+
+def _hc_norm(study: Study):
+    c = study.convention
+    return c.norm if c.hc_norm is None else c.hc_norm
+
+
+def _hlabel(study: Study, r) -> str:
+    if r.n is not None and study.period and math.isclose(r.h * r.n, study.period, rel_tol=1e-12):
+        return f"T/{r.n}"
+    return f"{r.h:.6g}"
+
+
+PLOTS = {
+    "solution_error": solution_error_plot,
+    "invariants": invariants_plot,
+    "constraint_panels": constraint_panels_plot,
+}
+
+
+def study_plot(study: Study, errors_zarr: str, png: str, pdf: str) -> None:
+    """The study's figure (its ``plot`` key) as PNG and PDF."""
+    if study.plot == "convergence":
+        from .storage import open_trajectory
+
+        convergence_plot(study, open_trajectory(errors_zarr).load(), png, pdf)
+    else:
+        PLOTS[study.plot](study, png, pdf)

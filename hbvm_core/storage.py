@@ -1,0 +1,423 @@
+"""Trajectory stores: one Zarr store (an xarray Dataset) per run, written in chunks and published atomically.
+
+Layout of a store (xarray names; ``xr.open_zarr(path)`` opens it)::
+
+    t          (t)                 saved times n h (every save_every steps, and t_end)
+    q, p       (t, dof)            positions and momenta
+    H          (t)                 H(q_n, p_n)
+    g          (t, constraint)     g(q_n)
+    hc         (t, constraint)     hidden constraint G(q_n)^T M^-1 p_n
+    tstep      (tstep)             start time of each saved step
+    lam        (tstep, constraint) multiplier used on [tstep, tstep + h] (METHOD.md 3)
+    iterations (tstep)             nonlinear iterations of the step
+
+and attrs with every parameter (problem, method entry, h, t_end, solver
+settings), the package versions, the wall time and ``complete``.
+
+Atomicity: a store is written under ``<path>.tmp-<id>``, verified (every row
+written, complete = True) and only then renamed to ``<path>``; so a store that
+exists at its final path is complete, and a killed run leaves only temporaries
+(removed by ``clean_temporaries``). A diverging run leaves no store but a
+``<path>.failed.json`` marker naming the step, time and last increment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import platform
+import shutil
+import time
+import uuid
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import ConvergenceError, NonFiniteError
+
+FORMAT = "hbvm-trajectory/1"
+TMP = ".tmp-"
+OLD = ".old-"
+FAILED = ".failed.json"
+#: the status of a store: see ``store_status``
+STATUSES = ("complete", "failed", "stale", "missing")
+
+
+@contextlib.contextmanager
+def quiet_zarr():
+    """Zarr warns that consolidated metadata is not in the v3 spec; xarray reads it fine."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*[Cc]onsolidated metadata.*")
+        yield
+
+
+def saved_rows(N: int, save_every: int) -> tuple[int, int]:
+    """(points, steps) saved by the time loop: points n % save_every == 0 or n == N; steps n % save_every == 0."""
+    points = N // save_every + 1 + (1 if N % save_every else 0)
+    steps = (N - 1) // save_every + 1
+    return points, steps
+
+
+def jsonable(value: Any) -> Any:
+    """Convert numpy scalars/arrays and tuples so zarr attrs (JSON) accept them; NaN/inf become strings."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return jsonable(value.tolist())
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def versions() -> dict[str, str]:
+    import xarray
+    import zarr
+
+    from . import __version__
+
+    return {
+        "hbvm": __version__,
+        "numpy": np.__version__,
+        "zarr": zarr.__version__,
+        "xarray": xarray.__version__,
+        "python": platform.python_version(),
+    }
+
+
+# --------------------------------------------------------------------------- writing
+class ZarrSink:
+    """A sink for ``integrate``: writes each chunk of points and steps into a Zarr group at ``path``.
+
+    Memory stays bounded by one chunk; H, g and the hidden constraint are computed
+    per chunk from the problem. ``finish`` checks that every row was written.
+    """
+
+    def __init__(self, path: str | os.PathLike, problem, N: int, save_every: int = 1, chunk: int = 65536):
+        import zarr
+
+        self.path = str(path)
+        self.problem = problem
+        self.N, self.save_every = int(N), int(save_every)
+        self.n_points, self.n_steps = saved_rows(self.N, self.save_every)
+        self.written = {"points": 0, "steps": 0}
+        m, nu = problem.m, problem.nu
+        self.group = zarr.open_group(self.path, mode="w", zarr_format=3)
+        cp, cs = max(1, min(chunk, self.n_points)), max(1, min(chunk, self.n_steps))
+        f8 = {"dtype": "f8", "fill_value": np.nan}
+        spec = {
+            "t": ((self.n_points,), ("t",), f8),
+            "q": ((self.n_points, m), ("t", "dof"), f8),
+            "p": ((self.n_points, m), ("t", "dof"), f8),
+            "H": ((self.n_points,), ("t",), f8),
+            "g": ((self.n_points, nu), ("t", "constraint"), f8),
+            "hc": ((self.n_points, nu), ("t", "constraint"), f8),
+            "tstep": ((self.n_steps,), ("tstep",), f8),
+            "lam": ((self.n_steps, nu), ("tstep", "constraint"), f8),
+            "iterations": ((self.n_steps,), ("tstep",), {"dtype": "i4", "fill_value": -1}),
+        }
+        meta = {
+            "t": ("time", "saved times"),
+            "q": ("position", "q_n"),
+            "p": ("momentum", "p_n"),
+            "H": ("Hamiltonian", "H(q_n, p_n)"),
+            "g": ("constraint", "g(q_n)"),
+            "hc": ("hidden constraint", "G(q_n)^T M^-1 p_n"),
+            "tstep": ("step start time", "t_n of each saved step"),
+            "lam": ("multiplier", "lambda_n, constant on [t_n, t_n + h]"),
+            "iterations": ("iterations", "nonlinear iterations of step n"),
+        }
+        self.arrays = {}
+        for name, (shape, dims, kw) in spec.items():
+            rows = cp if dims[0] == "t" else cs
+            chunks = (rows,) + tuple(max(1, s) for s in shape[1:])
+            arr = self.group.create_array(name, shape=shape, chunks=chunks, dimension_names=dims, **kw)
+            arr.attrs.update({"long_name": meta[name][0], "description": meta[name][1]})
+            self.arrays[name] = arr
+
+    def points(self, start: int, t: np.ndarray, q: np.ndarray, p: np.ndarray) -> None:
+        stop = start + len(t)
+        pb = self.problem
+        a = self.arrays
+        a["t"][start:stop] = t
+        a["q"][start:stop] = q
+        a["p"][start:stop] = p
+        a["H"][start:stop] = pb.hamiltonian(q, p)
+        if pb.nu:
+            a["g"][start:stop] = pb.constraint(q)
+            a["hc"][start:stop] = pb.hidden_constraint(q, p)
+        self.written["points"] += len(t)
+
+    def steps(self, start: int, t: np.ndarray, lam: np.ndarray, iterations: np.ndarray) -> None:
+        stop = start + len(t)
+        a = self.arrays
+        a["tstep"][start:stop] = t
+        if self.problem.nu:
+            a["lam"][start:stop] = lam
+        a["iterations"][start:stop] = iterations
+        self.written["steps"] += len(t)
+
+    def finish(self, attrs: dict) -> None:
+        """Verify that every row was written, then record ``attrs`` with complete = True."""
+        import zarr
+
+        if self.written["points"] != self.n_points or self.written["steps"] != self.n_steps:
+            raise RuntimeError(
+                f"store {self.path}: wrote {self.written['points']}/{self.n_points} points and "
+                f"{self.written['steps']}/{self.n_steps} steps"
+            )
+        self.group.attrs.update(jsonable({**attrs, "points": self.n_points, "step_rows": self.n_steps}))
+        self.group.attrs["complete"] = True
+        with quiet_zarr():
+            zarr.consolidate_metadata(self.path)
+
+
+def publish(tmp: str, final: str) -> None:
+    """Move a finished store from ``tmp`` into place; an older store at ``final`` is replaced."""
+    Path(final).parent.mkdir(parents=True, exist_ok=True)
+    old = None
+    if os.path.exists(final):
+        old = f"{final}{OLD}{uuid.uuid4().hex[:8]}"
+        os.rename(final, old)
+    os.rename(tmp, final)
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _write_json_atomic(path: str, payload: dict) -> None:
+    tmp = f"{path}{TMP}{uuid.uuid4().hex[:8]}"
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(tmp, "w") as fh:
+        json.dump(jsonable(payload), fh, indent=1, sort_keys=True)
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+def run_to_store(
+    path: str,
+    problem,
+    method,
+    h: float,
+    t_end: float,
+    *,
+    attrs: dict | None = None,
+    save_every: int = 1,
+    chunk: int = 65536,
+    compensated: bool = True,
+    backend: str = "auto",
+) -> dict:
+    """Integrate into a new store at ``path`` (atomically), or write a failure marker if the run diverges.
+
+    Returns {"status": "ok" | "failed", "steps", "mean_iterations", "max_iterations", "wall_s",
+    "backend", "error"}.
+    """
+    from .integrate import integrate, number_of_steps
+
+    N = number_of_steps(h, t_end)
+    tmp = f"{path}{TMP}{uuid.uuid4().hex[:8]}"
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    base = {
+        "format": FORMAT,
+        **(attrs or {}),
+        "problem": problem.name,
+        "m": problem.m,
+        "nu": problem.nu,
+        "period": problem.period,
+        "params": problem.params,
+        "method": getattr(method, "name", str(method)),
+        "method_attrs": method.attrs() if hasattr(method, "attrs") else {},
+        "h": float(h),
+        "t_end": float(t_end),
+        "steps": N,
+        "save_every": int(save_every),
+        "chunk": int(chunk),
+        "compensated": bool(compensated),
+        "backend_requested": backend,
+        "versions": versions(),
+        "host": platform.node(),
+    }
+    t0 = time.perf_counter()
+    try:
+        sink = ZarrSink(tmp, problem, N, save_every=save_every, chunk=chunk)
+        traj = integrate(
+            problem,
+            method,
+            h,
+            t_end,
+            compensated=compensated,
+            save_every=save_every,
+            chunk=chunk,
+            sink=sink,
+            backend=backend,
+        )
+        a = traj.attrs
+        run = {
+            "wall_s": float(a["wall_s"]),
+            "mean_iterations": float(a["mean_iterations"]),
+            "max_iterations": int(a["max_iterations"]),
+            "backend": a.get("backend", "numpy"),
+        }
+        sink.finish({**base, **run, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        publish(tmp, path)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path + FAILED)
+        return {"status": "ok", "steps": N, **run, "error": None}
+    except (ConvergenceError, NonFiniteError, FloatingPointError) as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        wall = time.perf_counter() - t0
+        error = exc.as_dict() if isinstance(exc, ConvergenceError) else {"reason": str(exc)}
+        error["message"] = str(exc)
+        error["type"] = type(exc).__name__
+        _write_json_atomic(path + FAILED, {**base, "complete": False, "failed": True, "error": error, "wall_s": wall})
+        return {"status": "failed", "steps": N, "wall_s": wall, "mean_iterations": None, "error": error}
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+# --------------------------------------------------------------------------- reading
+def read_attrs(path: str) -> dict | None:
+    """The attrs of a store (None if there is no readable store at ``path``)."""
+    meta = os.path.join(path, "zarr.json")
+    try:
+        with open(meta) as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return doc.get("attributes", {})
+
+
+def read_failure(path: str) -> dict | None:
+    """The failure marker of the store at ``path``, if any."""
+    try:
+        with open(path + FAILED) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def store_status(path: str, job_hash: str | None = None) -> str:
+    """complete (a verified store for this hash), failed (a failure marker for it), stale (other hash), missing."""
+    attrs = read_attrs(path)
+    if attrs is not None and attrs.get("complete") is True:
+        return "complete" if job_hash is None or attrs.get("job_hash") == job_hash else "stale"
+    fail = read_failure(path)
+    if fail is not None:
+        return "failed" if job_hash is None or fail.get("job_hash") == job_hash else "stale"
+    return "missing" if attrs is None else "stale"
+
+
+def clean_temporaries(folder: str) -> list[str]:
+    """Remove temporaries left by killed runs under ``folder`` (call only while nothing writes there)."""
+    removed = []
+    if not os.path.isdir(folder):
+        return removed
+    for root, dirs, files in os.walk(folder):
+        for name in list(dirs) + files:
+            if TMP in name or OLD in name:
+                p = os.path.join(root, name)
+                if name in dirs:
+                    shutil.rmtree(p, ignore_errors=True)
+                    dirs.remove(name)
+                else:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.remove(p)
+                removed.append(p)
+    return removed
+
+
+def open_trajectory(path: str):
+    """The store as a lazy xarray Dataset (``xr.open_zarr``)."""
+    import xarray as xr
+
+    with quiet_zarr():
+        return xr.open_zarr(path, consolidated=True)
+
+
+def load_trajectory(path: str, problem=None):
+    """The store as an in-memory ``hbvm_core.Trajectory`` (problem and method rebuilt from the attrs)."""
+    import zarr
+
+    from .methods import from_spec
+    from .problems import get_problem
+    from .trajectory import Trajectory
+
+    attrs = read_attrs(path)
+    if attrs is None or attrs.get("complete") is not True:
+        raise FileNotFoundError(f"no complete trajectory store at {path}")
+    if problem is None:
+        problem = get_problem(attrs["problem_spec"], **attrs.get("problem_params", {}))
+    method = from_spec(attrs["method_entry"]) if "method_entry" in attrs else None
+    with quiet_zarr():
+        g = zarr.open_group(path, mode="r")
+        arr = {name: g[name][...] for name in ("t", "q", "p", "tstep", "lam", "iterations")}
+    keys = ("steps", "h", "t_end", "save_every", "compensated", "wall_s", "mean_iterations", "max_iterations")
+    tattrs = {k: attrs[k] for k in keys if k in attrs} | {"backend": attrs.get("backend")}
+    return Trajectory(problem=problem, method=method, h=float(attrs["h"]), attrs=tattrs, **arr)
+
+
+def write_dataset(ds, path: str) -> None:
+    """Write an xarray Dataset to a Zarr store atomically (temporary path, then rename)."""
+    tmp = f"{path}{TMP}{uuid.uuid4().hex[:8]}"
+    try:
+        with quiet_zarr():
+            ds.to_zarr(tmp, mode="w", consolidated=True, zarr_format=3)
+        publish(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+# --------------------------------------------------------------------------- a whole study
+def open_study(study: str, results: str = "results"):
+    """Open a study's results as one ``xarray.DataTree``.
+
+    The root holds ``errors.zarr`` (dims method, h: e_s, rate_s, ... per method and
+    step size); each child ``<label>`` (e.g. ``hbvm_k2_s2``) holds one lazily
+    opened trajectory Dataset per run, named ``h=<h>``. See ``select_run``.
+    """
+    import xarray as xr
+
+    base = Path(results) / study
+    manifest = base / "solve.json"
+    if not manifest.exists():
+        raise FileNotFoundError(f"{manifest}: no solved study {study!r} under {results!r} (run snakemake first)")
+    with open(manifest) as fh:
+        jobs = json.load(fh)["jobs"]
+    nodes: dict[str, Any] = {}
+    errs = base / "errors.zarr"
+    nodes["/"] = open_trajectory(str(errs)) if errs.exists() else xr.Dataset()
+    for job in jobs:
+        store = base / "runs" / job["label"] / f"h={job['h']!r}.zarr"
+        if job["status"] == "ok" and store.exists():
+            nodes[f"/{job['label']}/h={job['h']!r}"] = open_trajectory(str(store))
+    tree = xr.DataTree.from_dict(nodes)
+    tree.attrs.update({"study": study, "results": str(results)})
+    return tree
+
+
+def select_run(tree, h: float, k: int | None = None, s: int | None = None, label: str | None = None):
+    """The trajectory Dataset of one run of an ``open_study`` tree, by (k, s) or label, and h (nearest)."""
+    cands = []
+    for child in tree.children.values():
+        for run in child.children.values():
+            a = run.attrs
+            mk, ms = a.get("method_entry", {}).get("k"), a.get("method_entry", {}).get("s")
+            if label is not None and a.get("label") != label:
+                continue
+            if (k is not None and mk != k) or (s is not None and ms != s):
+                continue
+            cands.append(run)
+    if not cands:
+        raise KeyError(f"no run with label={label!r} k={k!r} s={s!r}")
+    best = min(cands, key=lambda r: abs(r.attrs["h"] - h))
+    if not math.isclose(best.attrs["h"], h, rel_tol=1e-9):
+        raise KeyError(f"no run with h = {h!r} (nearest {best.attrs['h']!r})")
+    return best.to_dataset()

@@ -1,0 +1,487 @@
+"""Studies: a config entry -> (problem, method, h) jobs with stable ids, hashes and store paths.
+
+A study (config ``studies: <name>:``) names a problem, a list of method entries
+(each passed to ``hbvm_core.methods.from_spec``), an interval (``t_end`` or
+``periods``), a step-size rule and an error convention (METHOD.md section 5).
+``expand_study`` checks all of it and returns a ``Study`` whose ``rows`` are the
+table rows and whose ``jobs`` are the trajectories to compute: the rows' runs
+plus, for ``errors.reference: self``, the h/2 partner runs.
+
+Step-size rules (on the study, or on one method entry to override it):
+
+- ``h: [h_1, h_2, ...]``                      explicit step sizes (rows labelled by h)
+- ``h0: 0.1, halvings: 8``                    h_n = h0 2^-n, n = 0..halvings
+- ``period_divisions: [10, 20]`` or ``{start: 10, step: 10, stop: 100}``   h_n = T / n
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+STEP_KEYS = ("h", "h0", "halvings", "period_divisions")
+METHOD_META_KEYS = (*STEP_KEYS, "label")
+REFERENCES = ("exact", "reference", "self", "none")
+#: Study kinds and the plots each may use; issue 6 registers work_precision, long_time.
+KINDS: dict[str, tuple[str, ...]] = {
+    "convergence": ("convergence", "solution_error", "invariants", "constraint_panels"),
+    "work_precision": ("work_precision",),  # issue 6: hbvm_core.beyond, workflow/rules/beyond.smk
+    "long_time": ("long_time",),
+}
+STUDY_DEFAULTS: dict[str, Any] = {
+    "kind": "convergence",
+    "params": {},
+    "solver": "fixed-point",
+    "save_every": 1,
+    "chunk": 65536,
+    "compensated": True,
+    "backend": "auto",
+    "plot": "convergence",
+}
+#: The repository's schema (absent in a non-editable install: then only the semantic checks run).
+SCHEMA = Path(__file__).resolve().parent.parent / "config" / "schema.yaml"
+
+
+# --------------------------------------------------------------------------- config checks
+def validate_config(config: dict, schema: str | os.PathLike | None = None) -> None:
+    """Check ``config`` against the JSON schema; raise ConfigError with a one-line message naming the key."""
+    import jsonschema
+    import yaml
+
+    path = Path(schema) if schema is not None else SCHEMA
+    if not path.exists():
+        if schema is not None:
+            raise ConfigError(f"config schema {str(path)!r} not found")
+        return
+    with open(path) as fh:
+        spec = yaml.safe_load(fh)
+    validator = jsonschema.Draft202012Validator(spec)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(config))
+    if error is not None:
+        raise ConfigError(_describe(error))
+
+
+def _describe(error) -> str:
+    """A one-line description of a jsonschema error: 'config: studies.t1.methods[0]: ...'."""
+    where = "config"
+    for part in error.absolute_path:
+        where += f"[{part}]" if isinstance(part, int) else f".{part}"
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed))
+        what = "unknown key" if len(extra) == 1 else "unknown keys"
+        hint = f" (expected one of {', '.join(allowed)})" if allowed else ""
+        return f"{where}: {what} {', '.join(map(repr, extra))}{hint}"
+    if error.validator == "propertyNames":
+        return f"{where}: bad name {error.instance!r} (letters, digits, _ and -, starting with a letter or digit)"
+    if error.validator == "required":
+        return f"{where}: {error.message}"
+    return f"{where} = {error.instance!r}: {error.message}"
+
+
+# --------------------------------------------------------------------------- jobs and rows
+@dataclass
+class Job:
+    """One trajectory: a problem, a method entry and a step size on [0, t_end]."""
+
+    study: str
+    label: str
+    name: str
+    problem: str
+    params: dict
+    method: dict
+    h: float
+    t_end: float
+    save_every: int = 1
+    compensated: bool = True
+    backend: str = "auto"
+    chunk: int = 65536
+    store: str = ""
+
+    @property
+    def id(self) -> str:
+        """Stable id: method label and step size (repr of h is exact and round-trips)."""
+        return f"{self.label}/h={self.h!r}"
+
+    @property
+    def steps(self) -> int:
+        return round(self.t_end / self.h)
+
+    def spec(self) -> dict:
+        """Everything that determines the trajectory (the hash input)."""
+        return {
+            "problem": self.problem,
+            "params": self.params,
+            "method": self.method,
+            "h": self.h,
+            "t_end": self.t_end,
+            "save_every": self.save_every,
+            "compensated": self.compensated,
+            "backend": self.backend,
+        }
+
+    @property
+    def hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.spec(), sort_keys=True).encode()).hexdigest()[:16]
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def cost(self) -> float:
+        """Relative cost (steps x quadrature nodes), for scheduling the longest jobs first."""
+        return self.steps * max(1, int(self.method.get("k", 1)))
+
+
+@dataclass
+class Row:
+    """One table row: a method at one step size; ``partner`` is the h/2 job id for reference: self."""
+
+    label: str
+    n: int | None
+    h: float
+    job: str
+    partner: str | None = None
+
+
+@dataclass
+class MethodSpec:
+    """A method of a study: its label, display name, from_spec entry and rows."""
+
+    label: str
+    name: str
+    entry: dict
+    k: int | None
+    s: int | None
+    rows: list[Row] = field(default_factory=list)
+
+
+@dataclass
+class Study:
+    """An expanded study: rows per method, jobs by id, the error convention."""
+
+    name: str
+    kind: str
+    title: str
+    problem: str
+    params: dict
+    t_end: float
+    period: float | None
+    reference: str
+    convention: Any  # hbvm_core.metrics.ErrorConvention (reference "none": invariants only)
+    methods: list[MethodSpec]
+    jobs: dict[str, Job]
+    plot: str
+    expected_rates: dict
+    results: str
+    cfg: dict
+
+    @property
+    def dir(self) -> str:
+        return os.path.join(self.results, self.name)
+
+    @property
+    def rows(self) -> list[Row]:
+        return [r for m in self.methods for r in m.rows]
+
+    @property
+    def row_label(self) -> str:
+        """'n' when every method's rows are numbered (halvings, period divisions), else 'h'."""
+        return "n" if all(r.n is not None for r in self.rows) else "h"
+
+    def job_hashes(self) -> list[list[str]]:
+        """[[id, hash], ...]: a Snakemake param, so a changed study reruns its solve step."""
+        return [[j.id, j.hash] for j in self.jobs.values()]
+
+
+# --------------------------------------------------------------------------- expansion
+def load_studies(config: dict, schema: str | os.PathLike | None = None, check_schema: bool = True) -> dict[str, Study]:
+    """Validate ``config`` and expand every study (raises ConfigError naming the key on bad input)."""
+    if check_schema:
+        validate_config(config, schema)
+    studies = config.get("studies") or {}
+    if not isinstance(studies, dict) or not studies:
+        raise ConfigError("config: studies: expected at least one study")
+    results = config.get("results", "results")
+    out = {name: expand_study(name, cfg, results=results) for name, cfg in studies.items()}
+    for name in config.get("select") or []:
+        if name not in out:
+            raise ConfigError(f"config: select: unknown study {name!r} (studies are {', '.join(out)})")
+    return out
+
+
+def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
+    """Check one study entry and expand it into methods, rows and jobs (see the module docstring)."""
+    from .integrate import number_of_steps
+    from .methods import from_spec
+    from .metrics import ErrorConvention
+    from .problems import get_problem
+
+    where = f"studies.{name}"
+    cfg = {**STUDY_DEFAULTS, "plot": KINDS.get(cfg.get("kind", "convergence"), ("convergence",))[0], **cfg}
+    kind = cfg["kind"]
+    if kind not in KINDS:
+        raise ConfigError(f"{where}.kind = {kind!r}: expected one of {', '.join(KINDS)}")
+    if cfg["plot"] not in KINDS[kind]:
+        raise ConfigError(f"{where}.plot = {cfg['plot']!r}: expected one of {', '.join(KINDS[kind])}")
+    for key in ("problem", "methods", "errors"):
+        if key not in cfg:
+            raise ConfigError(f"{where}: missing key {key!r}")
+    try:
+        problem = get_problem(cfg["problem"], **dict(cfg["params"]))
+    except ConfigError as exc:
+        raise ConfigError(f"{where}.{exc}") from None
+    except TypeError as exc:
+        raise ConfigError(f"{where}.params = {cfg['params']!r}: {exc}") from None
+    period = problem.period
+
+    # interval
+    if ("t_end" in cfg) == ("periods" in cfg):
+        raise ConfigError(f"{where}: give exactly one of t_end or periods")
+    if "periods" in cfg:
+        if period is None:
+            raise ConfigError(f"{where}.periods: problem {cfg['problem']!r} has no period; give t_end")
+        t_end = float(cfg["periods"]) * period
+    else:
+        t_end = float(cfg["t_end"])
+    _positive(f"{where}.{'periods' if 'periods' in cfg else 't_end'}", t_end)
+
+    # error convention
+    errs = dict(cfg["errors"])
+    reference = errs.get("reference")
+    if reference not in REFERENCES:
+        raise ConfigError(f"{where}.errors.reference = {reference!r}: expected one of {', '.join(REFERENCES)}")
+    try:
+        conv = dict(errs, reference="self") if reference == "none" else errs
+        convention = ErrorConvention.from_config(conv)
+        if reference != "none":
+            convention.check_problem(problem)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}.{exc}") from None
+
+    # methods, rows, jobs
+    methods: list[MethodSpec] = []
+    jobs: dict[str, Job] = {}
+    study_rule = {k: cfg[k] for k in STEP_KEYS if k in cfg}
+    if not isinstance(cfg["methods"], list) or not cfg["methods"]:
+        raise ConfigError(f"{where}.methods: expected a non-empty list of method entries")
+    for i, raw in enumerate(cfg["methods"]):
+        mwhere = f"{where}.methods[{i}]"
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{mwhere} = {raw!r}: expected a mapping such as {{k: 2, s: 2}}")
+        # the canonical entry (hashed): method named, study-level solver filled in for HBVM
+        entry = {"method": "hbvm"} | {k: v for k, v in raw.items() if k not in METHOD_META_KEYS}
+        if entry["method"] == "hbvm":
+            entry.setdefault("solver", cfg["solver"])
+            k, s = entry.get("k"), entry.get("s")
+            if isinstance(k, int) and isinstance(s, int) and k < s:
+                raise ConfigError(f"{mwhere}: k = {k} < s = {s}; HBVM(k, s) needs k >= s")
+        try:
+            method = from_spec(entry)
+        except (ConfigError, TypeError, ValueError) as exc:
+            raise ConfigError(f"{mwhere}: {exc}") from None
+        label = raw.get("label") or method_label(entry)
+        if any(m.label == label for m in methods):
+            raise ConfigError(f"{mwhere}: duplicate method {label!r} in the study (give a distinct label)")
+        spec = MethodSpec(label, method.name, entry, entry.get("k"), entry.get("s"))
+        rule = {k: raw[k] for k in STEP_KEYS if k in raw} or study_rule
+        steps = step_sizes(rule, period, mwhere if rule is not study_rule else where)
+        for n, h, half in steps:
+            row = Row(label=label, n=n, h=h, job="")
+            for hh, role in ((h, "row"), (half, "partner")):
+                if role == "partner" and reference != "self":
+                    continue
+                try:
+                    number_of_steps(hh, t_end)
+                except ConfigError as exc:
+                    extra = " (the h/2 run of errors.reference: self)" if role == "partner" else ""
+                    raise ConfigError(f"{mwhere}: {exc}{extra}") from None
+                job = Job(
+                    study=name,
+                    label=label,
+                    name=method.name,
+                    problem=cfg["problem"],
+                    params=dict(cfg["params"]),
+                    method=entry,
+                    h=hh,
+                    t_end=t_end,
+                    save_every=int(cfg["save_every"]),
+                    compensated=bool(cfg["compensated"]),
+                    backend=cfg["backend"],
+                    chunk=int(cfg["chunk"]),
+                )
+                job.store = store_path(results, name, label, hh)
+                jobs.setdefault(job.id, job)
+                if role == "row":
+                    row.job = job.id
+                else:
+                    row.partner = job.id
+            _check_sampling(mwhere, convention, reference, h, jobs[row.job], period)
+            spec.rows.append(row)
+        methods.append(spec)
+    return Study(
+        name=name,
+        kind=kind,
+        title=cfg.get("title") or name,
+        problem=cfg["problem"],
+        params=dict(cfg["params"]),
+        t_end=t_end,
+        period=period,
+        reference=reference,
+        convention=convention,
+        methods=methods,
+        jobs=jobs,
+        plot=cfg["plot"],
+        expected_rates=dict(cfg.get("expected_rates") or {}),
+        results=results,
+        cfg=cfg,
+    )
+
+
+def step_sizes(rule: dict, period: float | None, where: str) -> list[tuple[int | None, float, float]]:
+    """[(n, h, h/2), ...] in decreasing h from one step-size rule (see the module docstring)."""
+    keys = set(rule)
+    if not keys:
+        raise ConfigError(f"{where}: no step sizes; give h, h0 with halvings, or period_divisions")
+    if keys == {"h"}:
+        hs = [float(h) for h in rule["h"]]
+        for h in hs:
+            _positive(f"{where}.h", h)
+        if len(set(hs)) != len(hs):
+            raise ConfigError(f"{where}.h = {rule['h']!r}: repeated step size")
+        return [(None, h, h / 2) for h in sorted(hs, reverse=True)]
+    if keys == {"h0", "halvings"}:
+        h0, m = float(rule["h0"]), rule["halvings"]
+        _positive(f"{where}.h0", h0)
+        if not (isinstance(m, int) and not isinstance(m, bool) and m >= 0):
+            raise ConfigError(f"{where}.halvings = {m!r}: expected an integer >= 0")
+        return [(n, h0 * 2.0**-n, h0 * 2.0 ** -(n + 1)) for n in range(m + 1)]
+    if keys == {"period_divisions"}:
+        if period is None:
+            raise ConfigError(f"{where}.period_divisions: the problem has no period")
+        ns = _divisions(rule["period_divisions"], f"{where}.period_divisions")
+        return [(n, period / n, period / (2 * n)) for n in ns]
+    raise ConfigError(
+        f"{where}: step-size keys {sorted(keys)}: give exactly one rule: h, h0 with halvings, or period_divisions"
+    )
+
+
+def _divisions(spec, where: str) -> list[int]:
+    if isinstance(spec, dict):
+        unknown = set(spec) - {"start", "step", "stop"}
+        if unknown:
+            raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r} (expected start, step, stop)")
+        start, step, stop = spec.get("start"), spec.get("step", 1), spec.get("stop")
+        for key, v in (("start", start), ("step", step), ("stop", stop)):
+            if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+                raise ConfigError(f"{where}.{key} = {v!r}: expected an integer >= 1")
+        if stop < start:
+            raise ConfigError(f"{where}: stop = {stop} < start = {start}")
+        ns = list(range(start, stop + 1, step))
+    else:
+        ns = list(spec)
+        for v in ns:
+            if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+                raise ConfigError(f"{where} = {spec!r}: expected integers >= 1")
+    if len(set(ns)) != len(ns):
+        raise ConfigError(f"{where} = {spec!r}: repeated division")
+    return sorted(ns)
+
+
+def _positive(where: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"{where} = {value!r}: expected a finite number > 0")
+
+
+def _check_sampling(where: str, convention, reference: str, h: float, job: Job, period) -> None:
+    """Sample times must lie on the saved grid of the run (and of its h/2 partner)."""
+    if reference == "none":
+        return
+    spacing = job.h * job.save_every
+    for key in ("sample", "lambda_sample"):
+        val = getattr(convention, key)
+        if val is None or val == "all":
+            continue  # every saved point (the h run's are a subset of its h/2 partner's)
+        d = period if val == "periods" else float(val)
+        ratio = d / spacing
+        if abs(ratio - round(ratio)) > 1e-6 * max(1.0, ratio) or round(ratio) < 1:
+            raise ConfigError(
+                f"{where}: errors.{key} = {val!r} is not a multiple of h * save_every = {spacing!r} "
+                f"(h = {h!r}); the sample times would not be saved"
+            )
+
+
+def method_label(entry: dict) -> str:
+    """A stable, file-name safe label of a method entry: hbvm_k6_s2, rattle, dop853_rtol1e-08_proj."""
+    kind = entry.get("method", "hbvm")
+    parts = [kind]
+    if kind == "hbvm":
+        parts += [f"k{entry.get('k')}", f"s{entry.get('s')}"]
+        if entry.get("multiplier", "constant") != "constant":
+            parts.append({"polynomial": "poly"}.get(entry["multiplier"], str(entry["multiplier"])))
+        if entry.get("solver", "fixed-point") != "fixed-point":
+            parts.append(str(entry["solver"]))
+        if entry.get("warm_start", "extrapolate") != "extrapolate":
+            parts.append(f"ws-{entry['warm_start']}")
+    if "rtol" in entry:
+        parts.append(f"rtol{float(entry['rtol']):.0e}")
+    if entry.get("projection"):
+        parts.append("proj")
+    known = {"method", "k", "s", "multiplier", "solver", "warm_start", "rtol", "projection"}
+    for key in sorted(set(entry) - known):
+        parts.append(f"{key}-{entry[key]}")
+    return "_".join(str(p) for p in parts).replace("/", "-").replace(" ", "")
+
+
+def store_path(results: str, study: str, label: str, h: float) -> str:
+    """results/<study>/runs/<label>/h=<repr(h)>.zarr"""
+    return os.path.join(results, study, "runs", label, f"h={h!r}.zarr")
+
+
+def manifest_path(results: str, study: str) -> str:
+    return os.path.join(results, study, "solve.json")
+
+
+# --------------------------------------------------------------------------- running one job
+def solve_job(job: Job | dict) -> dict:
+    """Integrate one job into its Zarr store (atomically); runs on a Dask worker.
+
+    Returns a summary dict: id, hash, store, status ("ok" | "failed"), steps,
+    mean_iterations, wall_s, and for a failure the error (step, t, increment).
+    """
+    from .methods import from_spec
+    from .problems import get_problem
+    from .storage import run_to_store
+
+    job = job if isinstance(job, Job) else Job(**job)
+    problem = get_problem(job.problem, **job.params)
+    method = from_spec(job.method)
+    attrs = {
+        "study": job.study,
+        "job_id": job.id,
+        "job_hash": job.hash,
+        "label": job.label,
+        "method_name": job.name,
+        "problem_spec": job.problem,
+        "problem_params": job.params,
+        "method_entry": job.method,
+    }
+    summary = run_to_store(
+        job.store,
+        problem,
+        method,
+        job.h,
+        job.t_end,
+        attrs=attrs,
+        save_every=job.save_every,
+        chunk=job.chunk,
+        compensated=job.compensated,
+        backend=job.backend,
+    )
+    return {"id": job.id, "hash": job.hash, "store": job.store, **summary}

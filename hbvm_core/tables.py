@@ -1,0 +1,336 @@
+"""Aggregation of a solved study: errors and rates per (method, h), as Zarr, CSV, Markdown and LaTeX.
+
+Every number comes from ``hbvm_core.metrics.errors`` and ``metrics.rates``
+(METHOD.md section 5): one row per method and step size, rates between
+consecutive rows of a method. A failed run (or a failed h/2 partner for
+reference: self) is a row with status "failed" and no numbers; the aggregation
+still completes, and the tables print "failed", never a NaN as a number.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+
+import numpy as np
+
+from .study import Study
+
+#: errors.csv starts with exactly these columns (then EXTRA)
+COLUMNS = (
+    "problem",
+    "k",
+    "s",
+    "h",
+    "e_s",
+    "rate_s",
+    "e_lambda",
+    "rate_lambda",
+    "e_H",
+    "e_g",
+    "e_hc",
+    "rate_hc",
+    "steps",
+    "mean_iterations",
+    "wall_s",
+)
+EXTRA = ("study", "method", "name", "n", "t_end", "status", "error")
+NUMERIC = ("e_s", "rate_s", "e_lambda", "rate_lambda", "e_H", "e_g", "e_hc", "rate_hc", "steps", "mean_iterations")
+STATUS = {"ok": 0, "failed": 1, "partner failed": 2}
+RATES = {"rate_s": "e_s", "rate_lambda": "e_lambda", "rate_hc": "e_hc"}
+
+
+class MissingStoreError(FileNotFoundError):
+    """A run that the solve step should have produced is missing (deleted afterwards)."""
+
+
+def _load(job, cache: dict):
+    """A job's trajectory (None if it failed), cached for its use as the next row's h/2 partner."""
+    from .storage import load_trajectory, read_failure, store_status
+
+    if job.id in cache:
+        return cache[job.id]
+    status = store_status(job.store, job.hash)
+    if status == "complete":
+        traj = load_trajectory(job.store)
+    elif status == "failed":
+        traj = None
+        fail = read_failure(job.store) or {}
+        cache[("error", job.id)] = fail.get("error", {})
+    else:
+        raise MissingStoreError(
+            f"{job.store}: run {job.id} of study {job.study!r} is {status}; "
+            "recompute it with: snakemake --cores N --forcerun solve"
+        )
+    if len(cache) > 8:  # keep memory bounded: rows are visited in order, partners are the next row
+        for key in list(cache)[:4]:
+            cache.pop(key)
+    cache[job.id] = traj
+    return traj
+
+
+def study_rows(study: Study) -> list[dict]:
+    """One dict per table row (keys COLUMNS + EXTRA), methods in config order, h decreasing."""
+    from .metrics import errors, rates
+
+    out: list[dict] = []
+    for spec in study.methods:
+        rows: list[dict] = []
+        cache: dict = {}
+        for r in spec.rows:
+            job = study.jobs[r.job]
+            traj = _load(job, cache)
+            partner = _load(study.jobs[r.partner], cache) if r.partner else None
+            row = {
+                "problem": study.problem,
+                "k": spec.k,
+                "s": spec.s,
+                "h": r.h,
+                "study": study.name,
+                "method": spec.label,
+                "name": spec.name,
+                "n": r.n,
+                "t_end": study.t_end,
+                "status": "ok",
+                "error": "",
+                "steps": job.steps,
+            }
+            if traj is None:
+                err = cache.get(("error", job.id), {})
+                row.update(status="failed", error=_short(err))
+                row.update({k: math.nan for k in NUMERIC if k != "steps"}, wall_s=math.nan)
+            elif r.partner and partner is None:
+                err = cache.get(("error", r.partner), {})
+                row.update(status="partner failed", error=f"h/2 run: {_short(err)}")
+                e = errors(traj, study.convention, partner=traj)
+                row.update(e, e_s=math.nan, e_lambda=math.nan)
+            else:
+                if study.reference == "none":
+                    e = errors(traj, study.convention, partner=traj)
+                    e.update(e_s=math.nan, e_lambda=math.nan)
+                else:
+                    e = errors(traj, study.convention, partner=partner)
+                row.update(e)
+            if traj is not None:
+                row["mean_iterations"] = float(traj.attrs.get("mean_iterations", math.nan))
+                row["wall_s"] = float(traj.attrs.get("wall_s", math.nan))
+            rows.append(row)
+        h = [row["h"] for row in rows]
+        for rate, e in RATES.items():
+            rs = rates(h, [row.get(e, math.nan) for row in rows])
+            for row, v in zip(rows, rs):
+                row[rate] = float(v)
+        out += rows
+    return out
+
+
+def _short(err: dict) -> str:
+    if not err:
+        return "failed"
+    if "step" in err:
+        where = f"step {err['step']} (t = {err['t']:.6g})"
+        return f"{where}: {err.get('reason', '')}, last increment {err['increment']:.3e}"
+    return str(err.get("message") or err.get("reason") or "failed")
+
+
+# --------------------------------------------------------------------------- writers
+def _csv_value(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, float):
+        return "" if not math.isfinite(v) else repr(v)
+    return str(v)
+
+
+def write_csv(rows: list[dict], path: str) -> None:
+    """errors.csv: COLUMNS then EXTRA; missing numbers (failed runs, first-row rates) are empty fields."""
+    tmp = path + ".tmp"
+    with open(tmp, "w", newline="") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(COLUMNS + EXTRA)
+        for row in rows:
+            w.writerow([_csv_value(row.get(c)) for c in COLUMNS + EXTRA])
+    os.replace(tmp, path)
+
+
+def errors_dataset(study: Study, rows: list[dict]):
+    """An xarray Dataset over (method, h): the errors, rates and run statistics; NaN where not run."""
+    import xarray as xr
+
+    labels = [m.label for m in study.methods]
+    hs = sorted({row["h"] for row in rows}, reverse=True)
+    mi = {lab: i for i, lab in enumerate(labels)}
+    hi = {h: j for j, h in enumerate(hs)}
+    shape = (len(labels), len(hs))
+    data = {c: np.full(shape, np.nan) for c in NUMERIC + ("wall_s",)}
+    status = np.full(shape, -1, dtype="i1")
+    nval = np.full(shape, -1, dtype="i8")
+    for row in rows:
+        i, j = mi[row["method"]], hi[row["h"]]
+        for c in data:
+            v = row.get(c)
+            data[c][i, j] = np.nan if v is None else float(v)
+        status[i, j] = STATUS[row["status"]]
+        nval[i, j] = -1 if row["n"] is None else int(row["n"])
+    coords = {
+        "method": ("method", np.array(labels, dtype=object)),
+        "h": ("h", np.array(hs, dtype=float)),
+        "name": ("method", np.array([m.name for m in study.methods], dtype=object)),
+        "k": ("method", np.array([m.k or 0 for m in study.methods], dtype="i8")),
+        "s": ("method", np.array([m.s or 0 for m in study.methods], dtype="i8")),
+        "n": (("method", "h"), nval),
+    }
+    ds = xr.Dataset({c: (("method", "h"), v) for c, v in data.items()}, coords=coords)
+    ds["status"] = (("method", "h"), status)
+    ds["status"].attrs.update({"flag_values": [-1, 0, 1, 2], "flag_meanings": "not_run ok failed partner_failed"})
+    for c, text in {
+        "e_s": "solution error max ||y_n - y_ref(t_n)||",
+        "e_lambda": "multiplier error max ||lam_n - lam_ref(t_n)||",
+        "e_H": "max |H(y_n) - H(y_0)|",
+        "e_g": "max ||g(q_n)||_inf",
+        "e_hc": "max ||G(q_n)^T M^-1 p_n||",
+        "wall_s": "wall time of the run (s)",
+    }.items():
+        ds[c].attrs["long_name"] = text
+    ds.coords["k"].attrs["description"] = "HBVM k (0: not an HBVM method)"
+    ds.coords["s"].attrs["description"] = "HBVM s (0: not an HBVM method)"
+    ds.coords["n"].attrs["description"] = "row label n of the step-size rule (-1: explicit h)"
+    ds.attrs.update(
+        {
+            "study": study.name,
+            "title": study.title,
+            "problem": study.problem,
+            "params": json.dumps(study.params, sort_keys=True),
+            "t_end": study.t_end,
+            "errors": json.dumps(_convention(study), sort_keys=True),
+        }
+    )
+    return ds
+
+
+def _convention(study: Study) -> dict:
+    d = study.convention.as_dict()
+    d["reference"] = study.reference
+    return d
+
+
+def _fmt_e(v) -> str:
+    return "—" if v is None or not math.isfinite(v) else f"{v:.4e}"
+
+
+def _fmt_r(v) -> str:
+    return "—" if v is None or not math.isfinite(v) else f"{v:.2f}"
+
+
+def _fmt_h(row, label: str) -> str:
+    return str(row["n"]) if label == "n" else f"{row['h']:.6g}"
+
+
+HEAD = ("e_s", "rate", "e_lambda", "rate", "e_H", "e_g", "e_hc", "rate")
+KEYS = ("e_s", "rate_s", "e_lambda", "rate_lambda", "e_H", "e_g", "e_hc", "rate_hc")
+
+
+def _cells(row) -> list[str]:
+    if row["status"] == "failed":
+        return ["failed"] + ["—"] * (len(KEYS) - 1)
+    cells = [(_fmt_r if k.startswith("rate") else _fmt_e)(row[k]) for k in KEYS]
+    if row["status"] == "partner failed":
+        cells[0] = cells[2] = "failed (h/2)"
+    return cells
+
+
+def _describe(study: Study) -> str:
+    c = _convention(study)
+    parts = [f"{k} {v}" for k, v in c.items() if k != "reference_kind" or v != "auto"]
+    period = f", T = {study.period:.10g}" if study.period else ""
+    return f"{study.problem} on [0, {study.t_end:.10g}]{period}; errors: {', '.join(parts)}"
+
+
+def markdown_table(study: Study, rows: list[dict]) -> str:
+    """table.md: per method a block of rows (h or n, e_s, rate, e_lambda, rate, e_H, e_g, e_hc, rate)."""
+    label = study.row_label
+    lines = [f"# {study.title}", "", _describe(study), ""]
+    notes = []
+    for spec in study.methods:
+        lines += [f"## {spec.name}", "", "| " + " | ".join((label,) + HEAD) + " |"]
+        lines.append("|" + "---:|" * (len(HEAD) + 1))
+        for row in (r for r in rows if r["method"] == spec.label):
+            lines.append("| " + " | ".join([_fmt_h(row, label)] + _cells(row)) + " |")
+            if row["status"] != "ok":
+                notes.append(f"- {spec.name}, {label} = {_fmt_h(row, label)}: {row['status']}: {row['error']}")
+        lines.append("")
+    if notes:
+        lines += ["Failures:", "", *notes, ""]
+    return "\n".join(lines)
+
+
+def _tex(s: str) -> str:
+    return s.replace("_", r"\_").replace("—", "--").replace("%", r"\%")
+
+
+def latex_table(study: Study, rows: list[dict]) -> str:
+    """table.tex: one booktabs tabular, a block per method."""
+    label = study.row_label
+    head = [f"${label}$", "$e_s$", "rate", r"$e_\lambda$", "rate", "$e_H$", "$e_g$", r"$e_{hc}$", "rate"]
+    lines = [
+        f"% {study.title}: {_tex(_describe(study))}",
+        r"\begin{tabular}{r" + "r" * len(HEAD) + "}",
+        r"\toprule",
+    ]
+    for i, spec in enumerate(study.methods):
+        if i:
+            lines.append(r"\midrule")
+        lines.append(rf"\multicolumn{{{len(HEAD) + 1}}}{{l}}{{{_tex(spec.name)}}} \\")
+        lines.append(" & ".join(head) + r" \\")
+        lines.append(r"\midrule")
+        for row in (r for r in rows if r["method"] == spec.label):
+            cells = [_fmt_h(row, label)] + [_tex(c) for c in _cells(row)]
+            lines.append(" & ".join(cells) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", ""]
+    return "\n".join(lines)
+
+
+def html_table(study: Study, rows: list[dict]) -> str:
+    """table.html (for the Snakemake report): the Markdown layout as HTML tables."""
+    from html import escape
+
+    label = study.row_label
+    parts = [
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>" + escape(study.title) + "</title>",
+        "<style>table{border-collapse:collapse;margin-bottom:1em}td,th{padding:2px 8px;text-align:right;"
+        "border-bottom:1px solid #ddd;font-family:monospace}</style></head><body>",
+        f"<h2>{escape(study.title)}</h2><p>{escape(_describe(study))}</p>",
+    ]
+    for spec in study.methods:
+        parts.append(f"<h3>{escape(spec.name)}</h3><table><tr>")
+        parts += [f"<th>{escape(c)}</th>" for c in (label,) + HEAD]
+        parts.append("</tr>")
+        for row in (r for r in rows if r["method"] == spec.label):
+            cells = [_fmt_h(row, label)] + _cells(row)
+            parts.append("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>")
+        parts.append("</table>")
+    parts.append("</body></html>\n")
+    return "".join(parts)
+
+
+def aggregate(
+    study: Study, out_zarr: str, out_csv: str, out_md: str, out_tex: str, out_html: str | None = None
+) -> list[dict]:
+    """Compute the rows and write errors.zarr, errors.csv, table.md, table.tex (and table.html)."""
+    from .storage import write_dataset
+
+    rows = study_rows(study)
+    write_dataset(errors_dataset(study, rows), out_zarr)
+    write_csv(rows, out_csv)
+    texts = [(out_md, markdown_table(study, rows)), (out_tex, latex_table(study, rows))]
+    if out_html:
+        texts.append((out_html, html_table(study, rows)))
+    for path, text in texts:
+        with open(path + ".tmp", "w") as fh:
+            fh.write(text)
+        os.replace(path + ".tmp", path)
+    return rows

@@ -1,0 +1,57 @@
+# Config checks and study expansion, before any job runs: a bad key or value
+# stops the workflow here with a one-line message naming it.
+import os
+import re
+import sys
+
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
+
+from hbvm_core.errors import ConfigError
+from hbvm_core.study import load_studies, validate_config
+
+# User problems given as module.path:factory may live in the working directory.
+if os.getcwd() not in sys.path:
+    sys.path.insert(0, os.getcwd())
+
+SCHEMA = os.path.join(workflow.basedir, "config", "schema.yaml")
+try:
+    validate_config(config, SCHEMA)  # one line naming the key
+    validate(config, SCHEMA)  # snakemake.utils.validate: the same schema, fills defaults
+    STUDIES = load_studies(config, check_schema=False)
+except ConfigError as exc:
+    raise WorkflowError(f"bad config: {exc}") from None
+
+RESULTS = config.get("results", "results")
+SELECTED = config.get("select") or list(STUDIES)
+
+
+wildcard_constraints:
+    study="|".join(re.escape(name) for name in STUDIES),
+
+
+def convergence_targets(name):
+    d = f"{RESULTS}/{name}"
+    tables = [f"{d}/errors.csv", f"{d}/errors.zarr", f"{d}/table.md", f"{d}/table.tex", f"{d}/table.html"]
+    return tables + [f"{d}/{name}.png", f"{d}/{name}.pdf"]
+
+
+# Targets of each study kind; further kinds register theirs here (issue 6).
+STUDY_TARGETS = {"convergence": convergence_targets}
+
+
+def all_targets():
+    return [t for name in SELECTED for t in STUDY_TARGETS[STUDIES[name].kind](name)]
+
+
+def study_params(wildcards):
+    """Everything that defines a study's tables and plot: a change reruns them."""
+    return STUDIES[wildcards.study].cfg
+
+
+def solve_threads(wildcards):
+    """One worker per run up to --cores; one thread when an external scheduler does the work."""
+    dask = config.get("dask") or {}
+    if dask.get("address") or dask.get("scheduler_file") or dask.get("cluster") == "slurm":
+        return 1
+    return max(1, len(STUDIES[wildcards.study].jobs))
