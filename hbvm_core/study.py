@@ -471,6 +471,7 @@ def solve_job(job: Job | dict) -> dict:
         "problem_spec": job.problem,
         "problem_params": job.params,
         "method_entry": job.method,
+        "worker": _worker_address(),
     }
     summary = run_to_store(
         job.store,
@@ -484,4 +485,14 @@ def solve_job(job: Job | dict) -> dict:
         compensated=job.compensated,
         backend=job.backend,
     )
-    return {"id": job.id, "hash": job.hash, "store": job.store, **summary}
+    return {"id": job.id, "hash": job.hash, "store": job.store, "worker": attrs["worker"], **summary}
+
+
+def _worker_address() -> str | None:
+    """The Dask worker running this job (recorded in the store), None outside a worker."""
+    try:
+        from distributed import get_worker
+
+        return get_worker().address
+    except (ImportError, ValueError):
+        return None

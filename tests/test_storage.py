@@ -1,0 +1,131 @@
+"""Trajectory stores (hbvm_core.storage): chunked Zarr writing, atomic publication, failure markers, reading back."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from hbvm_core import HBVM, get_problem, integrate
+from hbvm_core.storage import (
+    ZarrSink,
+    clean_temporaries,
+    load_trajectory,
+    open_trajectory,
+    read_attrs,
+    read_failure,
+    run_to_store,
+    saved_rows,
+    store_status,
+)
+
+
+@pytest.fixture(scope="module")
+def planar():
+    return get_problem("planar_pendulum")
+
+
+class CountingSink(ZarrSink):
+    """A ZarrSink that records the largest chunk it was handed."""
+
+    def points(self, start, t, q, p):
+        self.largest = max(getattr(self, "largest", 0), len(t))
+        super().points(start, t, q, p)
+
+
+@pytest.mark.parametrize("save_every, chunk", [(1, 65536), (3, 7), (4, 5)])
+def test_zarr_sink_holds_exactly_the_in_memory_trajectory(tmp_path, planar, save_every, chunk):
+    h, t_end = 0.1, 2.5  # 25 steps: with save_every 3 or 4 the last point is an extra one
+    mem = integrate(planar, HBVM(2, 2), h, t_end, save_every=save_every, backend="numpy")
+    path = str(tmp_path / "run.zarr")
+    sink = CountingSink(path, planar, mem.steps, save_every=save_every, chunk=chunk)
+    integrate(planar, HBVM(2, 2), h, t_end, save_every=save_every, chunk=chunk, sink=sink, backend="numpy")
+    sink.finish({"h": h, "t_end": t_end})
+    assert sink.largest <= chunk
+    ds = xr.open_zarr(path)
+    assert ds.sizes["t"] == saved_rows(25, save_every)[0] == len(mem.t)
+    assert ds.sizes["tstep"] == len(mem.tstep) and ds.sizes["dof"] == 2 and ds.sizes["constraint"] == 1
+    for name in ("t", "q", "p", "tstep", "lam", "iterations"):
+        np.testing.assert_array_equal(ds[name].values, getattr(mem, name))  # bit for bit
+    np.testing.assert_array_equal(ds.H.values, mem.H())
+    np.testing.assert_array_equal(ds.g.values, mem.g())
+    np.testing.assert_array_equal(ds.hc.values, mem.hidden())
+    assert ds.q.dims == ("t", "dof") and ds.lam.dims == ("tstep", "constraint")
+    assert ds.attrs["complete"] is True and ds.t.values[-1] == pytest.approx(t_end)
+
+
+def test_long_runs_are_written_in_chunks(tmp_path, planar):
+    """Memory stays bounded: the store is written chunk by chunk (several chunk files per array)."""
+    path = str(tmp_path / "long.zarr")
+    res = run_to_store(path, planar, HBVM(1, 1), 0.01, 10.0, chunk=128, backend="numpy")
+    assert res["status"] == "ok" and res["steps"] == 1000
+    g = xr.open_zarr(path)
+    assert g.q.encoding["chunks"] == (128, 2)
+    assert len(os.listdir(os.path.join(path, "q", "c"))) == 8  # 1001 points in chunks of 128
+
+
+def test_run_to_store_is_complete_only_when_published(tmp_path, planar):
+    path = str(tmp_path / "runs" / "m" / "h=0.1.zarr")
+    assert store_status(path, "abc") == "missing"
+    res = run_to_store(path, planar, HBVM(1, 1), 0.1, 1.0, attrs={"job_hash": "abc"}, backend="numpy")
+    assert res["status"] == "ok"
+    attrs = read_attrs(path)
+    assert attrs["complete"] is True and attrs["steps"] == 10 and attrs["h"] == 0.1 and attrs["t_end"] == 1.0
+    assert attrs["method"] == "HBVM(1,1)" and attrs["method_attrs"]["k"] == 1 and attrs["versions"]["hbvm"]
+    assert attrs["wall_s"] > 0 and attrs["mean_iterations"] > 1
+    assert store_status(path, "abc") == "complete"
+    assert store_status(path, "other") == "stale"
+    assert not [p for p in os.listdir(os.path.dirname(path)) if ".tmp-" in p]
+
+
+def test_a_killed_run_leaves_nothing_that_looks_complete(tmp_path, planar):
+    """A writer killed mid-run leaves only its temporary, which status ignores and cleanup removes."""
+    final = str(tmp_path / "runs" / "m" / "h=0.1.zarr")
+    tmp = final + ".tmp-deadbeef"
+    os.makedirs(os.path.dirname(final))
+    sink = ZarrSink(tmp, planar, 10)
+    q = np.tile(planar.q0, (3, 1))
+    sink.points(0, np.arange(3) * 0.1, q, q)  # 3 of 11 points written, then "killed"
+    assert store_status(final) == "missing" and read_attrs(tmp).get("complete") is None
+    with pytest.raises(RuntimeError, match="wrote 3/11 points"):
+        sink.finish({})
+    assert clean_temporaries(str(tmp_path / "runs")) == [tmp]
+    assert os.listdir(os.path.dirname(final)) == []
+
+
+def test_a_diverging_run_writes_a_failure_marker_not_a_store(tmp_path, planar):
+    path = str(tmp_path / "h=2.0.zarr")
+    res = run_to_store(path, planar, HBVM(1, 1), 2.0, 4.0, attrs={"job_hash": "x"}, backend="numpy")
+    assert res["status"] == "failed"
+    assert res["error"]["step"] == 0 and res["error"]["t"] == 0.0 and res["error"]["increment"] > 0
+    assert not os.path.exists(path)
+    fail = read_failure(path)
+    assert fail["failed"] is True and fail["complete"] is False and fail["job_hash"] == "x"
+    assert "step 0" in fail["error"]["message"]
+    assert store_status(path, "x") == "failed" and store_status(path, "y") == "stale"
+    json.dumps(fail)  # plain JSON
+
+
+def test_replacing_a_stale_store(tmp_path, planar):
+    path = str(tmp_path / "h=0.1.zarr")
+    run_to_store(path, planar, HBVM(1, 1), 0.1, 1.0, attrs={"job_hash": "old"}, backend="numpy")
+    run_to_store(path, planar, HBVM(1, 1), 0.1, 2.0, attrs={"job_hash": "new"}, backend="numpy")
+    assert read_attrs(path)["job_hash"] == "new" and read_attrs(path)["steps"] == 20
+    assert sorted(os.listdir(tmp_path)) == ["h=0.1.zarr"]
+
+
+def test_load_trajectory_rebuilds_problem_and_method(tmp_path, planar):
+    path = str(tmp_path / "h=0.05.zarr")
+    attrs = {"problem_spec": "planar_pendulum", "problem_params": {}, "method_entry": {"k": 2, "s": 2}}
+    run_to_store(path, planar, HBVM(2, 2), 0.05, 1.0, attrs=attrs, backend="numpy")
+    traj = load_trajectory(path)
+    mem = integrate(planar, HBVM(2, 2), 0.05, 1.0, backend="numpy")
+    assert traj.problem.name == "planar_pendulum" and traj.method.name == "HBVM(2,2)"
+    assert traj.h == 0.05 and traj.steps == 20
+    np.testing.assert_array_equal(traj.y(), mem.y())
+    np.testing.assert_array_equal(traj.lam, mem.lam)
+    ds = open_trajectory(path)
+    assert float(ds.H.max() - ds.H.min()) < 1e-14

@@ -1,0 +1,173 @@
+"""Study expansion (hbvm_core.study): the published config, step-size rules, partners, labels, hashes, bad input."""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hbvm_core.errors import ConfigError
+from hbvm_core.problems.spherical import PERIOD
+from hbvm_core.study import expand_study, load_studies, method_label, step_sizes, validate_config
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+
+
+@pytest.fixture(scope="module")
+def published():
+    return load_studies(copy.deepcopy(CONFIG), schema=ROOT / "config" / "schema.yaml")
+
+
+def small(**over):
+    cfg = {
+        "problem": "planar_pendulum",
+        "methods": [{"k": 1, "s": 1}],
+        "t_end": 1,
+        "h": [0.1, 0.05],
+        "errors": {"reference": "exact", "norm": 1, "sample": "all"},
+    }
+    cfg.update(over)
+    return cfg
+
+
+def test_published_config_has_the_seven_studies_with_the_paper_grids(published):
+    assert list(published)[:7] == ["table1", "table2", "table3", "table4", "fig1", "fig2", "fig3"]
+    t1 = published["table1"]
+    assert [m.name for m in t1.methods] == ["HBVM(1,1)", "HBVM(2,2)", "HBVM(3,3)"]
+    assert [r.n for r in t1.methods[0].rows] == list(range(9))
+    assert [r.h for r in t1.methods[0].rows] == [0.1 * 2.0**-n for n in range(9)]
+    assert len(t1.jobs) == 27 and t1.reference == "exact" and t1.convention.norm == 1
+
+    t2 = published["table2"]
+    assert [len(m.rows) for m in t2.methods] == [10, 8, 6, 4]
+    assert [r.n for r in t2.methods[3].rows] == [10, 20, 30, 40]
+    assert t2.methods[1].rows[1].h == PERIOD / 20
+    assert math.isclose(t2.t_end, 10 * PERIOD)
+    assert t2.convention.sample == "periods" and t2.convention.lambda_sample == "all"
+
+    t3 = published["table3"]
+    assert [(m.k, m.s) for m in t3.methods] == [(3, 1), (6, 2), (9, 3)]
+    # reference: self schedules the h/2 runs: n = 0..8 rows, and one extra run n = 9 per method
+    assert len(t3.rows) == 27 and len(t3.jobs) == 30
+    for m in t3.methods:
+        for a, b in zip(m.rows, m.rows[1:]):
+            assert a.partner == b.job  # the h/2 partner of row n is the run of row n + 1
+        assert t3.jobs[m.rows[-1].partner].h == 0.1 * 2.0**-9
+    assert t3.convention.sample == 0.1 and t3.convention.hc_norm == 1
+
+    t4 = published["table4"]
+    assert len(t4.rows) == 12 and len(t4.jobs) == 15
+    assert published["fig3"].jobs[next(iter(published["fig3"].jobs))].steps == 10_000
+    fig1 = published["fig1"]
+    assert len(fig1.jobs) == 1 and fig1.rows[0].h == PERIOD / 100 and math.isclose(fig1.t_end, 100 * PERIOD)
+    assert fig1.plot == "solution_error" and published["fig2"].plot == "invariants"
+
+
+def test_job_ids_hashes_and_stores_are_stable_and_change_with_the_parameters():
+    a = expand_study("s", small())
+    b = expand_study("s", small())
+    assert [j.id for j in a.jobs.values()] == ["hbvm_k1_s1/h=0.1", "hbvm_k1_s1/h=0.05"]
+    assert [j.hash for j in a.jobs.values()] == [j.hash for j in b.jobs.values()]
+    assert a.jobs["hbvm_k1_s1/h=0.1"].store == "results/s/runs/hbvm_k1_s1/h=0.1.zarr"
+    longer = expand_study("s", small(t_end=2))
+    assert longer.jobs["hbvm_k1_s1/h=0.1"].hash != a.jobs["hbvm_k1_s1/h=0.1"].hash
+    blended = expand_study("s", small(solver="blended"))
+    assert blended.jobs["hbvm_k1_s1_blended/h=0.1"].hash != a.jobs["hbvm_k1_s1/h=0.1"].hash
+    # adding a step size adds one job and leaves the others as they were
+    more = expand_study("s", small(h=[0.1, 0.05, 0.025]))
+    assert set(more.jobs) - set(a.jobs) == {"hbvm_k1_s1/h=0.025"}
+    assert all(more.jobs[i].hash == a.jobs[i].hash for i in a.jobs)
+
+
+def test_step_size_rules():
+    assert step_sizes({"h": [0.05, 0.1]}, None, "x") == [(None, 0.1, 0.05), (None, 0.05, 0.025)]
+    assert [n for n, *_ in step_sizes({"h0": 0.2, "halvings": 3}, None, "x")] == [0, 1, 2, 3]
+    rows = step_sizes({"period_divisions": {"start": 10, "step": 5, "stop": 20}}, 2.0, "x")
+    assert rows == [(10, 0.2, 0.1), (15, 2.0 / 15, 2.0 / 30), (20, 0.1, 0.05)]
+    with pytest.raises(ConfigError, match="exactly one rule"):
+        step_sizes({"h": [0.1], "h0": 0.1}, None, "x")
+    with pytest.raises(ConfigError, match="no period"):
+        step_sizes({"period_divisions": [10]}, None, "x")
+
+
+def test_method_labels_are_stable_and_file_name_safe():
+    assert method_label({"method": "hbvm", "k": 6, "s": 2, "solver": "fixed-point"}) == "hbvm_k6_s2"
+    assert method_label({"k": 6, "s": 2, "solver": "blended"}) == "hbvm_k6_s2_blended"
+    assert method_label({"k": 6, "s": 3, "multiplier": "polynomial", "projection": True}) == "hbvm_k6_s3_poly_proj"
+    assert method_label({"method": "rattle"}) == "rattle"
+    assert method_label({"method": "dop853", "rtol": 1e-8, "projection": True}) == "dop853_rtol1e-08_proj"
+
+
+def test_per_method_step_lists_override_the_study_rule():
+    cfg = {
+        "problem": "conical_pendulum",
+        "periods": 1,
+        "period_divisions": [10, 20],
+        "methods": [{"k": 1, "s": 1}, {"k": 2, "s": 2, "period_divisions": [10]}],
+        "errors": {"reference": "exact", "norm": "inf", "sample": "periods"},
+    }
+    st = expand_study("s", cfg)
+    assert [len(m.rows) for m in st.methods] == [2, 1]
+    assert st.row_label == "n"
+
+
+@pytest.mark.parametrize(
+    "over, message",
+    [
+        ({"problem": "no_such_problem"}, r"studies\.s\.problem = 'no_such_problem': unknown problem"),
+        ({"problem": "no_such_module:factory"}, r"cannot import module 'no_such_module'"),
+        ({"methods": [{"k": 1, "s": 2}]}, r"methods\[0\]: k = 1 < s = 2"),
+        ({"h": [0.1, -0.05]}, r"h = -0\.05: expected a finite number > 0"),
+        ({"h": [0.3]}, r"h = 0\.3 does not divide the interval"),
+        ({"periods": 2, "t_end": None}, r"periods: problem 'planar_pendulum' has no period"),
+        ({"errors": {"reference": "exact", "norm": 3}}, r"errors\.norm = 3"),
+        ({"errors": {"reference": "self", "sample": 0.03}}, r"errors\.sample = 0\.03 is not a multiple"),
+        ({"methods": [{"k": 1, "s": 1}, {"k": 1, "s": 1}]}, r"duplicate method 'hbvm_k1_s1'"),
+    ],
+)
+def test_bad_studies_fail_with_a_message_naming_the_key(over, message):
+    cfg = {k: v for k, v in small(**over).items() if v is not None}
+    with pytest.raises(ConfigError, match=message):
+        expand_study("s", cfg)
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda c: c["studies"]["table1"].update(colour="red"), r"config\.studies\.table1: unknown key 'colour'"),
+        (lambda c: c["studies"]["table1"]["methods"][0].update(kk=1), r"methods\[0\]: unknown key 'kk'"),
+        (lambda c: c["studies"]["table1"].update(h0=-0.1), r"config\.studies\.table1\.h0 = -0\.1"),
+        (lambda c: c["studies"]["table1"]["errors"].update(reference="oracle"), r"errors\.reference = 'oracle'"),
+        (lambda c: c.update(dask={"adress": "tcp://127.0.0.1:1"}), r"config\.dask: unknown key 'adress'"),
+        (
+            lambda c: c["studies"].update({"bad name": c["studies"]["fig1"]}),
+            r"config\.studies = 'bad name': 'bad name' does not match",
+        ),
+        (lambda c: c["studies"]["table1"].pop("errors"), r"'errors' is a required property"),
+    ],
+)
+def test_schema_errors_are_one_line_and_name_the_key(mutate, message):
+    cfg = copy.deepcopy(CONFIG)
+    mutate(cfg)
+    with pytest.raises(ConfigError, match=message) as err:
+        validate_config(cfg, ROOT / "config" / "schema.yaml")
+    assert "\n" not in str(err.value)
+
+
+def test_select_names_existing_studies():
+    cfg = copy.deepcopy(CONFIG) | {"select": ["table1", "tabel2"]}
+    with pytest.raises(ConfigError, match="select: unknown study 'tabel2'"):
+        load_studies(cfg, schema=ROOT / "config" / "schema.yaml")
+
+
+def test_a_user_problem_by_module_path(tmp_path, monkeypatch):
+    (tmp_path / "my_problems.py").write_text(
+        "from hbvm_core.problems import planar_pendulum\n\ndef pendulum(**kw):\n    return planar_pendulum()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    st = expand_study("u", small(problem="my_problems:pendulum"))
+    assert st.problem == "my_problems:pendulum" and len(st.jobs) == 2
