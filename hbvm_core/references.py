@@ -37,7 +37,28 @@ def reference_solution(problem: Problem, times, kind: str = "auto", rtol: float 
         if problem.name != "planar_pendulum":
             raise ConfigError(f"reference kind = 'hbvm' exists for planar_pendulum only, not {problem.name!r}")
         return planar_hbvm_reference(times)
-    return index_reduced_solution(problem, times, rtol=rtol)
+    return _memo(problem, times, rtol)
+
+
+#: the last few ODE references (aggregating a study asks for the same one once per row)
+_CACHE: dict = {}
+_CACHE_SIZE = 8
+
+
+def _identity(problem: Problem) -> tuple:
+    """What defines the ODE: name, params, initial data, M and the callbacks' code (not the objects)."""
+    code = tuple(getattr(getattr(problem, f), "__code__", getattr(problem, f)) for f in ("grad_U", "G", "d2g"))
+    M = None if problem.M is None else problem.M.tobytes()
+    return (problem.name, repr(sorted(problem.params.items())), problem.q0.tobytes(), problem.p0.tobytes(), M, code)
+
+
+def _memo(problem: Problem, times: np.ndarray, rtol: float):
+    key = (_identity(problem), times.tobytes(), float(rtol))
+    if key not in _CACHE:
+        if len(_CACHE) >= _CACHE_SIZE:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[key] = tuple(a.copy() for a in index_reduced_solution(problem, times, rtol=rtol))
+    return tuple(a.copy() for a in _CACHE[key])
 
 
 def index_reduced_solution(problem: Problem, times, rtol: float = 1e-13, atol: float | None = None):
