@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, NonFiniteError, ProblemError
 
 STEP_KEYS = ("h", "h0", "halvings", "period_divisions")
 METHOD_META_KEYS = (*STEP_KEYS, "label")
@@ -239,6 +239,8 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
         raise ConfigError(f"{where}.{exc}") from None
     except TypeError as exc:
         raise ConfigError(f"{where}.params = {cfg['params']!r}: {exc}") from None
+    except (ProblemError, NonFiniteError) as exc:  # a user problem that cannot be integrated
+        raise ConfigError(f"{where}.problem = {cfg['problem']!r}: {exc}") from None
     period = problem.period
 
     # interval
