@@ -7,25 +7,39 @@
   interpreter that re-imports everything);
 - ``address: tcp://host:port`` or ``scheduler_file: path``: an existing scheduler
   (``dask scheduler`` + ``dask worker`` started by the user);
-- ``cluster: slurm``: a dask-jobqueue SLURMCluster (cores, memory, walltime,
-  queue, account, jobs, job_extra_directives, log_directory).
+- ``cluster: slurm``: a dask-jobqueue SLURMCluster: worker jobs of ``cores``
+  single-threaded worker processes each (``memory``, ``walltime``, ``queue``,
+  ``account``, ``job_extra_directives``, ``job_script_prologue``), as many as
+  the pending runs need up to ``jobs`` (default 8), cancelled on exit. Every
+  address is on ``scheduler_host`` (default 127.0.0.1: the workers must run on
+  this node, as on a single-node test cluster); for workers on other nodes give
+  ``interface`` (e.g. ib0) instead.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
+import math
 import os
+import shlex
+import subprocess
 import sys
 from collections.abc import Iterator
 
 import dask
 
-from .errors import ConfigError
+from .errors import ConfigError, HBVMError
 
 #: one BLAS/OpenMP thread per worker process: the workers are the parallelism
 THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
 START_METHODS = ("fork", "spawn", "forkserver")
+#: config dask keys passed to dask-jobqueue's SLURMCluster as they are
 SLURM_KEYS = ("cores", "processes", "memory", "walltime", "queue", "account", "job_extra_directives", "log_directory")
+SLURM_DEFAULTS = {"cores": 1, "memory": "1GB", "log_directory": "logs/dask-slurm"}
+#: at most this many worker jobs unless dask.jobs says otherwise
+SLURM_MAX_JOBS = 8
+LOOPBACK = "127.0.0.1"
 
 
 def describe(dask_cfg: dict | None, threads: int) -> str:
@@ -36,16 +50,19 @@ def describe(dask_cfg: dict | None, threads: int) -> str:
     if cfg.get("scheduler_file"):
         return f"scheduler from {cfg['scheduler_file']}"
     if cfg.get("cluster", "local") == "slurm":
-        return f"SLURMCluster ({cfg.get('jobs', 1)} jobs)"
+        where = cfg.get("interface") or cfg.get("scheduler_host") or LOOPBACK
+        cores = cfg.get("cores", SLURM_DEFAULTS["cores"])
+        return f"SLURMCluster (up to {cfg.get('jobs', SLURM_MAX_JOBS)} worker jobs of {cores} cores, on {where})"
     return f"LocalCluster ({cfg.get('n_workers', threads)} worker processes on 127.0.0.1)"
 
 
 @contextlib.contextmanager
-def dask_client(dask_cfg: dict | None, threads: int = 1, env: dict | None = None) -> Iterator:
+def dask_client(dask_cfg: dict | None, threads: int = 1, env: dict | None = None, tasks: int | None = None) -> Iterator:
     """A connected ``distributed.Client`` (closed, with any cluster it started, on exit).
 
     ``threads``: the Snakemake rule's threads, the default number of local workers.
-    ``env``: extra environment variables for locally started workers (e.g. PYTHONPATH).
+    ``env``: extra environment variables for the workers it starts (e.g. PYTHONPATH).
+    ``tasks``: the number of runs to compute; a SLURMCluster starts as many worker jobs as they need.
     """
     from distributed import Client
 
@@ -71,10 +88,12 @@ def dask_client(dask_cfg: dict | None, threads: int = 1, env: dict | None = None
         if kind == "local":
             cluster = _local_cluster(cfg.get("n_workers") or max(1, int(threads)), env)
         else:
-            cluster = _slurm_cluster(cfg, env)
+            cluster = _slurm_cluster(cfg, env, tasks if tasks is not None else threads)
         try:
             client = Client(cluster, timeout=timeout)
             try:
+                if kind == "slurm":
+                    _wait_for_workers(client, cluster, cfg)
                 yield client
             finally:
                 client.close()
@@ -108,19 +127,98 @@ def _local_cluster(n_workers: int, env: dict | None):
     )
 
 
-def _slurm_cluster(cfg: dict, env: dict | None):
-    """dask-jobqueue SLURMCluster from the config (issue 7 owns and tests this branch)."""
+def slurm_options(cfg: dict, env: dict | None = None) -> dict:
+    """Keyword arguments of dask-jobqueue's SLURMCluster from the config's ``dask:`` section.
+
+    Loopback unless ``interface`` or a non-loopback ``scheduler_host`` is given:
+    the scheduler, its dashboard, the workers, nannies and their dashboards all
+    bind 127.0.0.1 (ports chosen by the OS). The worker jobs run this
+    interpreter (``python``, default ``sys.executable``, so they import the same
+    hbvm_core) with one BLAS thread and this PYTHONPATH, after any lines of
+    ``job_script_prologue`` (module load ..., source venv/bin/activate).
+    """
+    if cfg.get("interface") and cfg.get("scheduler_host"):
+        raise ConfigError("dask: give interface or scheduler_host, not both")
+    kw = {**SLURM_DEFAULTS, **{k: cfg[k] for k in SLURM_KEYS if k in cfg}}
+    kw.setdefault("processes", kw["cores"])  # single-threaded workers: one per core
+    if kw["cores"] % kw["processes"]:
+        raise ConfigError(f"dask.processes = {kw['processes']!r}: must divide dask.cores = {kw['cores']!r}")
+    kw["python"] = cfg.get("python") or sys.executable
+    if cfg.get("interface"):
+        kw["interface"] = cfg["interface"]
+        kw["scheduler_options"] = {"dashboard_address": ":0"}
+    else:
+        host = cfg.get("scheduler_host") or LOOPBACK
+        kw["scheduler_options"] = {"host": host, "dashboard_address": f"{host}:0"}
+        if _is_loopback(host):
+            # workers on this node only; without --dashboard-address their dashboards bind 0.0.0.0
+            kw["worker_extra_args"] = ["--host", host, "--dashboard-address", f"{host}:0"]
+    exports = {**THREAD_ENV, **_pythonpath_env(), **(env or {})}
+    kw["job_script_prologue"] = [
+        *cfg.get("job_script_prologue", []),
+        *(f"export {k}={shlex.quote(str(v))}" for k, v in exports.items()),
+    ]
+    return kw
+
+
+def slurm_jobs(cfg: dict, tasks: int) -> int:
+    """Worker jobs for ``tasks`` pending runs: enough for one worker process per run, at most ``jobs``."""
+    per_job = int(cfg.get("processes") or cfg.get("cores") or SLURM_DEFAULTS["cores"])
+    return max(1, min(int(cfg.get("jobs", SLURM_MAX_JOBS)), math.ceil(max(1, int(tasks)) / per_job)))
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _slurm_cluster(cfg: dict, env: dict | None, tasks: int):
+    """A dask-jobqueue SLURMCluster scaled to the pending runs (``slurm_options``, ``slurm_jobs``)."""
     try:
         from dask_jobqueue import SLURMCluster
     except ImportError as exc:  # pragma: no cover - a declared dependency
         raise ConfigError(f"dask.cluster = 'slurm' needs dask-jobqueue ({exc})") from None
-    kw = {k: cfg[k] for k in SLURM_KEYS if k in cfg}
-    kw.setdefault("cores", 1)
-    kw.setdefault("memory", "1GB")
-    prologue = [f"export {k}={v}" for k, v in {**THREAD_ENV, **_pythonpath_env(), **(env or {})}.items()]
-    cluster = SLURMCluster(job_script_prologue=prologue, **kw)
-    cluster.scale(jobs=int(cfg.get("jobs", 1)))
+    kw = slurm_options(cfg, env)
+    os.makedirs(kw["log_directory"], exist_ok=True)
+    cluster = SLURMCluster(**kw)
+    try:
+        cluster.scale(jobs=slurm_jobs(cfg, tasks))
+    except BaseException:
+        cluster.close()
+        raise
     return cluster
+
+
+def _wait_for_workers(client, cluster, cfg: dict) -> None:
+    """Wait (``worker_timeout`` s, default 600) until one worker job has joined; else say where they are."""
+    timeout = float(cfg.get("worker_timeout", 600))
+    try:
+        client.wait_for_workers(1, timeout=timeout)
+    except TimeoutError:
+        ids = [str(getattr(job, "job_id", None) or name) for name, job in cluster.workers.items()]
+        state = ""
+        try:
+            out = subprocess.run(
+                ["squeue", "-h", "-j", ",".join(ids), "-o", "%i %T %r"], capture_output=True, text=True, timeout=30
+            )
+            state = "; ".join(out.stdout.split("\n")).strip("; ") or out.stderr.strip()
+        except (OSError, subprocess.SubprocessError) as exc:
+            state = f"squeue: {exc}"
+        raise HBVMError(
+            f"dask.cluster = 'slurm': no Dask worker joined within dask.worker_timeout = {timeout:g} s "
+            f"(worker jobs {', '.join(ids) or 'none'}: {state or 'not in squeue'}; "
+            f"logs in {cfg.get('log_directory', SLURM_DEFAULTS['log_directory'])})"
+        ) from None
+
+
+def rule_resources(config: dict, rule: str, **defaults) -> dict:
+    """A Snakemake rule's resources: the config's ``resources.<rule>`` (mem_mb, runtime, ...) over ``defaults``.
+
+    A profile's or the command line's ``--set-resources`` still wins over both.
+    """
+    return {**defaults, **((config.get("resources") or {}).get(rule) or {})}
 
 
 def _pythonpath_env() -> dict:

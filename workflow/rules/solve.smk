@@ -3,6 +3,7 @@
 # under results/<study>/runs/. Runs whose store is complete (same parameter
 # hash) are reused, so adding one h to a study computes exactly one new run and
 # an unchanged rerun computes nothing. The manifest solve.json lists every run.
+from hbvm_core.cluster import rule_resources  # config resources.<rule> (issue 7)
 
 
 rule solve:
@@ -13,8 +14,7 @@ rule solve:
         jobs=lambda wc: STUDIES[wc.study].job_hashes(),
     threads: solve_threads
     resources:
-        mem_mb=2000,
-        runtime=60,
+        **rule_resources(config, "solve", mem_mb=2000, runtime=60),
     log:
         "logs/{study}/solve.log",
     script:

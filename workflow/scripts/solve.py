@@ -70,7 +70,7 @@ def main(smk) -> None:
     if todo:
         dask_cfg = config.get("dask") or {}
         log.info(f"computing on {where(dask_cfg, smk.threads)}")
-        with dask_client(dask_cfg, threads=min(smk.threads, len(todo))) as client:
+        with dask_client(dask_cfg, threads=min(smk.threads, len(todo)), tasks=len(todo)) as client:
             order = sorted(todo, key=lambda j: -j.cost())
             futures = {
                 client.submit(
