@@ -1,0 +1,166 @@
+"""Helpers of the reliability tests (issue 5): run the real Snakefile in a temporary folder, kill it, check stores.
+
+Every process these helpers start runs in its own session (process group), so a
+test can SIGKILL the whole group -- Snakemake, its job scripts and their Dask
+workers -- and then check that none of them survived.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import psutil
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
+BIN = Path(sys.executable).parent
+#: the command a user types (README, "Reliability: failures, resuming, determinism"), run in the working folder
+SNAKEMAKE = [str(BIN / "snakemake"), "-s", str(ROOT / "Snakefile"), "--configfile", "config.yaml"]
+#: what a user types after an interruption: unlock, then the same command with --rerun-incomplete
+UNLOCK = ["--unlock"]
+RESUME = ["--rerun-incomplete"]
+
+
+def env() -> dict:
+    """The environment of a workflow run: tests/ on PYTHONPATH (bad_problems:<factory>), Agg plots, one thread."""
+    path = os.pathsep.join([str(TESTS), *filter(None, [os.environ.get("PYTHONPATH")])])
+    return dict(
+        os.environ,
+        PYTHONPATH=path,
+        MPLBACKEND="Agg",
+        OMP_NUM_THREADS="1",
+        PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    )
+
+
+def write_config(workdir: Path, studies: dict | None = None, text: str | None = None, **extra) -> Path:
+    """workdir/config.yaml from a dict of studies (plus top-level keys), or verbatim YAML text."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / "config.yaml"
+    path.write_text(text if text is not None else yaml.safe_dump({"studies": studies, **extra}, sort_keys=False))
+    return path
+
+
+def snakemake(workdir: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run the workflow to the end in workdir (its own session; the group is killed on a timeout)."""
+    proc = start(workdir, *args, log=None)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
+
+
+def start(workdir: Path, *args: str, log: Path | None) -> subprocess.Popen:
+    """Start the workflow in the background in a new session; output to ``log`` (or a pipe if None)."""
+    out = open(log, "w") if log is not None else subprocess.PIPE  # noqa: SIM115 - closed with the process
+    return subprocess.Popen(
+        [*SNAKEMAKE, *args],
+        cwd=workdir,
+        env=env(),
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def wait_until(pred: Callable[[], bool], proc: subprocess.Popen | None, timeout: float, what: str) -> None:
+    """Poll ``pred`` every 10 ms; fail if ``proc`` ends first or after ``timeout`` seconds."""
+    t0 = time.monotonic()
+    while not pred():
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the process ended (rc {proc.returncode}) before: {what}")
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"timed out after {timeout} s waiting for: {what}")
+        time.sleep(0.01)
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def kill_group(proc: subprocess.Popen) -> list[psutil.Process]:
+    """SIGKILL the process group of ``proc`` (a session leader) and wait until every member is gone."""
+    procs = descendants(proc.pid)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(30)
+    _, alive = psutil.wait_procs(procs, timeout=30)
+    assert not alive, f"processes survived SIGKILL of their group: {alive}"
+    return procs
+
+
+def processes_in(workdir: Path) -> list[psutil.Process]:
+    """Live processes whose working directory is workdir (none may survive a kill)."""
+    out = []
+    for p in psutil.process_iter(["cwd", "status"]):
+        try:
+            if p.info["cwd"] and Path(p.info["cwd"]) == workdir and p.info["status"] != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return out
+
+
+# --------------------------------------------------------------------------- stores
+def final_stores(workdir: Path, study: str) -> list[Path]:
+    """Entries at the final path of a trajectory store (runs/<label>/h=<h>.zarr), complete or not."""
+    return sorted((workdir / "results" / study / "runs").glob("*/h=*.zarr"))
+
+
+def temporaries(workdir: Path, study: str) -> list[Path]:
+    return sorted(p for p in (workdir / "results" / study).rglob("*") if ".tmp-" in p.name or ".old-" in p.name)
+
+
+def verify_store(path: Path) -> None:
+    """A store at its final path is complete: attrs say so, every row has the step count and holds numbers."""
+    import zarr
+
+    from hbvm_core.storage import quiet_zarr, read_attrs, saved_rows
+
+    a = read_attrs(str(path))
+    assert a is not None and a.get("complete") is True, f"{path}: at the final path but not complete ({a})"
+    points, steps = saved_rows(a["steps"], a["save_every"])
+    with quiet_zarr():
+        g = zarr.open_group(str(path), mode="r")
+        assert g["t"].shape == (points,) and g["q"].shape == (points, a["m"]), path
+        assert g["tstep"].shape == (steps,) and g["iterations"].shape == (steps,), path
+        for name in ("t", "q", "p", "H", "tstep"):
+            assert np.all(np.isfinite(g[name][...])), f"{path}: {name} has unwritten (NaN) rows"
+        assert np.all(g["iterations"][...] >= 1), f"{path}: unwritten iteration counts"
+        assert g["t"][-1] == a["t_end"] or abs(g["t"][-1] - a["t_end"]) < 1e-9 * a["t_end"], path
+
+
+def snapshot(paths: list[Path]) -> dict[str, tuple[int, int]]:
+    """(inode, mtime_ns of zarr.json) per store: an untouched store keeps both."""
+    return {str(p): (p.stat().st_ino, (p / "zarr.json").stat().st_mtime_ns) for p in paths}
+
+
+# --------------------------------------------------------------------------- errors.csv
+def csv_rows(path: Path, drop: tuple[str, ...] = ("wall_s",)) -> list[list[str]]:
+    """errors.csv as its exact text fields, without the columns in ``drop`` (wall_s: a measured time)."""
+    rows = list(csv.reader(io.StringIO(path.read_text())))
+    keep = [i for i, name in enumerate(rows[0]) if name not in drop]
+    assert len(keep) == len(rows[0]) - len(drop), f"{path}: no column among {drop}"
+    return [[row[i] for i in keep] for row in rows]
+
+
+def csv_dicts(path: Path) -> list[dict]:
+    return list(csv.DictReader(io.StringIO(path.read_text())))
