@@ -13,7 +13,6 @@ if "studies" not in config:
 include: "workflow/rules/common.smk"
 include: "workflow/rules/solve.smk"
 include: "workflow/rules/aggregate.smk"
-include: "workflow/rules/plots.smk"
 # Hook for further study kinds (issue 6: work_precision, long_time).
 if os.path.exists(os.path.join(workflow.basedir, "workflow", "rules", "beyond.smk")):
 

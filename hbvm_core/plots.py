@@ -251,5 +251,9 @@ def study_plot(study: Study, errors_zarr: str, png: str, pdf: str) -> None:
         from .storage import open_trajectory
 
         convergence_plot(study, open_trajectory(errors_zarr).load(), png, pdf)
+    elif study.plot in ("work_precision", "long_time"):  # issue 6: the figures of hbvm_core.beyond
+        from .beyond import study_figure
+
+        study_figure(study, png, pdf)
     else:
         PLOTS[study.plot](study, png, pdf)

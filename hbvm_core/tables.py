@@ -46,6 +46,11 @@ class MissingStoreError(FileNotFoundError):
     """A run that the solve step should have produced is missing (deleted afterwards)."""
 
 
+def _manifest_of(job) -> str:
+    """results/<study>/solve.json of a job whose store is results/<study>/runs/<label>/h=....zarr"""
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(job.store))), "solve.json")
+
+
 def _load(job, cache: dict):
     """A job's trajectory (None if it failed), cached for its use as the next row's h/2 partner."""
     from .storage import load_trajectory, read_failure, store_status
@@ -62,7 +67,7 @@ def _load(job, cache: dict):
     else:
         raise MissingStoreError(
             f"{job.store}: run {job.id} of study {job.study!r} is {status}; "
-            "recompute it with: snakemake --cores N --forcerun solve"
+            f"recompute it with: snakemake --cores N --forcerun {_manifest_of(job)}"
         )
     if len(cache) > 8:  # keep memory bounded: rows are visited in order, partners are the next row
         for key in list(cache)[:4]:

@@ -1,5 +1,9 @@
-# Errors and rates per (method, h) of a solved study: errors.zarr (xarray over
-# method, h), errors.csv, and the tables table.md / table.tex.
+# Errors and rates per (method, h) of a solved study, and its figure, in one job
+# per study (one Python start-up instead of two): errors.zarr (xarray over
+# method, h), errors.csv, table.md / table.tex / table.html, and
+# <study>.png / <study>.pdf (a log-log convergence plot with reference slopes,
+# or the published fig1 / fig2 / fig3, by the study's `plot` key).
+from hbvm_core.cluster import rule_resources  # config resources.<rule> (issue 7)
 
 
 rule aggregate:
@@ -21,11 +25,17 @@ rule aggregate:
             category="{study}",
             labels={"study": "{study}", "output": "table"},
         ),
+        png=report(
+            f"{RESULTS}/{{study}}/{{study}}.png",
+            caption="../report/plot.rst",
+            category="{study}",
+            labels={"study": "{study}", "output": "figure"},
+        ),
+        pdf=f"{RESULTS}/{{study}}/{{study}}.pdf",
     params:
         study=study_params,
     resources:
-        mem_mb=2000,
-        runtime=30,
+        **rule_resources(config, "aggregate", mem_mb=2000, runtime=30),
     log:
         "logs/{study}/aggregate.log",
     script:

@@ -1,10 +1,12 @@
 # Config checks and study expansion, before any job runs: a bad key or value
 # stops the workflow here with a one-line message naming it.
+import json
 import os
 import re
 import sys
 
 from snakemake.exceptions import WorkflowError
+from snakemake.logging import logger
 from snakemake.utils import validate
 
 from hbvm_core.errors import ConfigError
@@ -55,3 +57,27 @@ def solve_threads(wildcards):
     if dask.get("address") or dask.get("scheduler_file") or dask.get("cluster") == "slurm":
         return 1
     return max(1, len(STUDIES[wildcards.study].jobs))
+
+
+def lost_runs(name):
+    """Runs that the study's manifest lists as done but whose store has gone (deleted by hand)."""
+    from hbvm_core.study import manifest_path
+
+    path = manifest_path(RESULTS, name)
+    try:
+        with open(path) as fh:
+            jobs = json.load(fh)["jobs"]
+    except (OSError, ValueError, KeyError):
+        return []
+    base = os.path.dirname(path)
+    return [j["id"] for j in jobs if j.get("status") == "ok" and not os.path.isdir(os.path.join(base, j["store"]))]
+
+
+for _name in SELECTED:
+    _lost = lost_runs(_name)
+    if _lost:
+        logger.warning(
+            f"study {_name}: {len(_lost)} run(s) listed in {RESULTS}/{_name}/solve.json have no store "
+            f"({', '.join(_lost[:3])}{', ...' if len(_lost) > 3 else ''}); recompute them with "
+            f"`snakemake --cores N --forcerun {RESULTS}/{_name}/solve.json`"
+        )

@@ -1,4 +1,5 @@
-"""Rule aggregate: errors and rates of one solved study -> errors.zarr, errors.csv, table.md/.tex/.html."""
+"""Rule aggregate: errors and rates of one solved study -> errors.zarr, errors.csv, table.md/.tex/.html,
+and the study's figure <study>.png/.pdf."""
 
 import logging
 import sys
@@ -6,6 +7,10 @@ import time
 
 
 def main(smk) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from hbvm_core.plots import study_plot
     from hbvm_core.study import expand_study
     from hbvm_core.tables import aggregate
 
@@ -22,7 +27,10 @@ def main(smk) -> None:
     out = smk.output
     rows = aggregate(study, out.zarr, out.csv, out.md, out.tex, out.html)
     failed = sum(r["status"] != "ok" for r in rows)
-    logging.info(f"aggregated {len(rows)} rows ({failed} not ok) in {time.perf_counter() - t0:.2f} s")
+    t1 = time.perf_counter()
+    logging.info(f"aggregated {len(rows)} rows ({failed} not ok) in {t1 - t0:.2f} s")
+    study_plot(study, out.zarr, out.png, out.pdf)
+    logging.info(f"{study.plot} plot written in {time.perf_counter() - t1:.2f} s")
 
 
 if __name__ == "__main__":
