@@ -6,7 +6,8 @@
   the resources of config.yaml's ``resources:`` and the rule's threads;
 - with ``dask: {cluster: slurm}``: the solve step's Dask workers are SLURM jobs started by
   dask-jobqueue's SLURMCluster, as many as the pending runs need up to ``dask.jobs``, and
-  cancelled at the end.
+  cancelled at the end; worker jobs that SLURM holds back are reported after ``dask.worker_timeout``
+  with their squeue state, and cancelled.
 
 errors.csv is compared as text, field by field, in every column except ``wall_s`` (a measured
 time). A thread polls ``squeue`` while the workflow runs; what it saw is printed, attached to
@@ -288,6 +289,24 @@ def test_dask_workers_run_as_slurm_jobs(tmp_path, local_errors, record_property)
     manifest = json.loads((tmp_path / "results" / "tiny" / "solve.json").read_text())
     assert len(manifest["computed"]) == RUNS
     assert_same_errors(tmp_path / "results" / "tiny" / "errors.csv", local_errors)
+
+
+@needs_slurm
+def test_workers_that_never_start_are_reported_and_cancelled(tmp_path, monkeypatch):
+    """Worker jobs held back by SLURM: the solve step's client fails after dask.worker_timeout, naming their state."""
+    from hbvm_core.cluster import dask_client
+    from hbvm_core.errors import HBVMError
+
+    monkeypatch.chdir(tmp_path)
+    cfg = {"cluster": "slurm", "memory": "200MB", "job_extra_directives": ["--begin=now+1hour"], "worker_timeout": 3}
+    with pytest.raises(HBVMError) as err, dask_client(cfg, tasks=2):
+        pytest.fail("a worker joined")  # pragma: no cover
+    msg = str(err.value)
+    assert "no Dask worker joined within dask.worker_timeout = 3 s" in msg
+    ids = re.findall(r"(\d+) PENDING BeginTime", msg)
+    assert len(ids) == 2, msg  # two pending runs: two worker jobs
+    states = {j["id"]: j["state"] for j in squeue_jobs("-j", ",".join(ids))}
+    assert states == dict.fromkeys(ids, "CANCELLED"), states  # closed: the held jobs are gone too
 
 
 def test_the_worker_job_script_is_on_loopback_and_runs_this_python(tmp_path, monkeypatch):
