@@ -1,5 +1,8 @@
 """Scale-out on a real SLURM cluster (issue 7): the same small study three ways, the same errors.csv.
 
+The study's problem is a user module (``slurm_user_problem:pendulum``) in the working directory,
+so the SLURM jobs and the Dask workers they start must import it from there.
+
 - locally (``snakemake --cores 2``, a Dask LocalCluster): the reference errors.csv;
 - through Snakemake's SLURM executor with the shipped profile
   (``--workflow-profile workflow/profiles/slurm``): solve and aggregate are sbatch jobs with
@@ -40,8 +43,15 @@ BIN = Path(sys.executable).parent
 PROFILE = ROOT / "workflow" / "profiles" / "slurm"
 #: wall-clock limit of one snakemake run (timeout -k 10 LIMIT); the plugin's status checks back off 1, 12, 33, 64 s
 LIMIT = 300
+#: a user problem module in the working directory: the SLURM jobs and the Dask workers must import it
+USER_MODULE = (
+    '"""The planar pendulum, given as a user problem (module:factory) from the working directory."""\n'
+    "import hbvm_core\n\n\n"
+    "def pendulum():\n"
+    '    return hbvm_core.get_problem("planar_pendulum")\n'
+)
 STUDY = {
-    "problem": "planar_pendulum",
+    "problem": "slurm_user_problem:pendulum",
     "backend": "numpy",
     "methods": [{"k": 1, "s": 1}, {"k": 2, "s": 2}],
     "t_end": 1,
@@ -80,6 +90,7 @@ def needs_slurm(test):
 # --------------------------------------------------------------------------- helpers
 def write_config(workdir: Path, **extra) -> Path:
     workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "slurm_user_problem.py").write_text(USER_MODULE)
     path = workdir / "config.yaml"
     path.write_text(yaml.safe_dump({"studies": {"tiny": STUDY}, **extra}, sort_keys=False))
     return path
