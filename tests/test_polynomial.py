@@ -16,8 +16,8 @@ def _state_error(problem, traj):
 @pytest.mark.parametrize("k", [1, 3, 6])
 def test_s1_is_the_constant_multiplier_method(planar, tethered, k):
     for problem, t_end in ((planar, 10.0), (tethered, 2.0)):
-        a = hc.integrate(problem, HBVM(k, 1), 0.1, t_end)
-        b = hc.integrate(problem, PolynomialHBVM(k, 1), 0.1, t_end)
+        a = hc.integrate(problem, HBVM(k, 1), 0.1, t_end, backend="numpy")
+        b = hc.integrate(problem, PolynomialHBVM(k, 1), 0.1, t_end, backend="numpy")
         scale = np.abs(a.q).max()
         assert np.abs(a.q - b.q).max() <= 4e-16 * scale and np.abs(a.p - b.p).max() <= 1e-15
         assert np.abs(a.lam - b.lam).max() <= 1e-14 * (1 + np.abs(a.lam).max())
@@ -31,14 +31,17 @@ PROJECTED = [(1, 2), (2, 4), (3, 6), (4, 8)]
 @pytest.mark.parametrize("s,order", PLAIN)
 def test_plain_order_is_2_ceil_s_over_2(planar, s, order):
     hs = [0.2, 0.1, 0.05, 0.025]
-    e = [_state_error(planar, hc.integrate(planar, PolynomialHBVM(s + 2, s), h, 2.0)) for h in hs]
+    e = [_state_error(planar, hc.integrate(planar, PolynomialHBVM(s + 2, s), h, 2.0, backend="numpy")) for h in hs]
     assert abs(fitted_order(hs, e) - order) < 0.3, e
 
 
 @pytest.mark.parametrize("s,order", PROJECTED)
 def test_projected_order_is_2s(planar, s, order):
     hs = {3: [0.4, 0.2, 0.1, 0.05], 4: [0.5, 0.25, 0.125]}.get(s, [0.2, 0.1, 0.05, 0.025])
-    e = [_state_error(planar, hc.integrate(planar, PolynomialHBVM(2 * s, s, projection=True), h, 2.0)) for h in hs]
+    e = [
+        _state_error(planar, hc.integrate(planar, PolynomialHBVM(2 * s, s, projection=True), h, 2.0, backend="numpy"))
+        for h in hs
+    ]
     assert min(e) > 1e-13  # above round-off, so the slope is the order
     assert abs(fitted_order(hs, e) - order) < 0.3, e
 
@@ -48,7 +51,7 @@ def test_lambda_reported_at_the_step_start(planar):
     hs = [0.2, 0.1, 0.05]
     e = []
     for h in hs:
-        traj = hc.integrate(planar, PolynomialHBVM(6, 3, projection=True), h, 2.0)
+        traj = hc.integrate(planar, PolynomialHBVM(6, 3, projection=True), h, 2.0, backend="numpy")
         e.append(np.abs(traj.lam - planar.exact(traj.tstep)[2]).max())
     assert fitted_order(hs, e) > 2.7
 
@@ -57,7 +60,7 @@ def test_lambda_reported_at_the_step_start(planar):
 def test_energy_and_constraints_at_roundoff(tethered, modified, projection):
     # tethered: quadratic g; modified: degree-6 polynomials, exact with k = 3s (METHOD.md 6)
     for problem, k, s in ((tethered, 6, 3), (modified, 9, 3)):
-        traj = hc.integrate(problem, PolynomialHBVM(k, s, projection=projection), 0.1, 5.0)
+        traj = hc.integrate(problem, PolynomialHBVM(k, s, projection=projection), 0.1, 5.0, backend="numpy")
         if problem is modified:
             assert traj.energy_error().max() <= 1e-14
         assert np.abs(traj.g()).max() <= 1e-13
@@ -89,3 +92,28 @@ def test_from_spec_entries():
     ]:
         with pytest.raises(hc.ConfigError, match=key):
             from_spec(spec)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["planar_pendulum", "tethered_satellites"])
+def test_compiled_loop_agrees_with_numpy(name):
+    """The numba loop (polynomial_kernel) does the numpy stepper's arithmetic: same points to round-off."""
+    problem = hc.get_problem(name)
+    for method in (PolynomialHBVM(6, 3, projection=True), PolynomialHBVM(4, 2)):
+        a = hc.integrate(problem, method, 0.1, 10.0, backend="numba", save_every=3, chunk=7)
+        b = hc.integrate(problem, method, 0.1, 10.0, backend="numpy", save_every=3, chunk=7)
+        assert a.attrs["backend"] == "numba" and b.attrs["backend"] == "numpy"
+        np.testing.assert_array_equal(a.t, b.t)
+        np.testing.assert_array_equal(a.tstep, b.tstep)
+        scale = 1.0 + np.abs(b.y()).max()
+        assert np.abs(a.y() - b.y()).max() <= 1e-14 * scale
+        assert np.abs(a.lam - b.lam).max() <= 1e-11 * (1.0 + np.abs(b.lam).max())
+        assert abs(a.attrs["mean_iterations"] - b.attrs["mean_iterations"]) <= 0.2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_diverging_iteration_is_reported_with_step_and_time(planar, backend):
+    with pytest.raises(hc.ConvergenceError, match="step 0 ") as err:
+        hc.integrate(planar, PolynomialHBVM(4, 2, projection=True), 20.0, 200.0, backend=backend)
+    assert err.value.step == 0 and err.value.t == 0.0

@@ -71,6 +71,15 @@ class PolynomialHBVM:
     def stepper(self, problem: Problem) -> PolynomialStepper:
         return PolynomialStepper(self, problem)
 
+    def compiled_runner(self, problem: Problem):
+        """The compiled (numba) time loop for problems with compiled callbacks, M = I and nu >= 1, else None."""
+        kernels = problem.kernels
+        if kernels is None or getattr(kernels, "G", None) is None or problem.M is not None or problem.nu == 0:
+            return None
+        from .polynomial_runner import PolynomialRunner
+
+        return PolynomialRunner(self, problem)
+
 
 class PolynomialStepper:
     """One step of the polynomial-multiplier HBVM(k, s) at a time; keeps the warm start between steps."""
