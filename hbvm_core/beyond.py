@@ -352,25 +352,33 @@ def _convention_note(study: Study) -> str:
     )
 
 
-def write_study(study: Study, errors_csv: str, png: str, pdf: str, md: str, out_csv: str) -> int:
-    """The figure and tables of one work_precision or long_time study; returns the number of runs used."""
+def study_figure(study: Study, png: str, pdf: str) -> None:
+    """The study's figure, results/<study>/<study>.png (called by the aggregate rule after errors.csv is written)."""
+    if study.kind == "work_precision":
+        rows = work_precision_rows(study, os.path.join(study.dir, "errors.csv"))
+        work_precision_plot([(study.title, rows)], png, pdf, accuracy_targets(study))
+    elif study.kind == "long_time":
+        long_time_plot([(study.title, list(long_time_runs(study)))], png, pdf)
+    else:
+        raise ValueError(f"study {study.name!r}: kind {study.kind!r} has no work-precision or long-time figure")
+
+
+def write_study(study: Study, errors_csv: str, md: str, out_csv: str) -> int:
+    """The tables of one work_precision or long_time study; returns the number of runs in them."""
     if study.kind == "work_precision":
         rows = work_precision_rows(study, errors_csv)
         targets = accuracy_targets(study)
         table = time_to_accuracy(rows, targets)
-        work_precision_plot([(f"{study.title}", rows)], png, pdf, targets)
         text = f"# {study.title}: time to accuracy\n\n{_convention_note(study)}\n\n"
         write_text(text + time_to_accuracy_markdown(table, targets), md)
         write_csv(table, out_csv, TTA_COLUMNS)
         return len(rows)
     if study.kind == "long_time":
-        runs = list(long_time_runs(study))
-        table = long_time_table(study, runs)
-        long_time_plot([(study.problem, runs)], png, pdf)
+        table = long_time_table(study, long_time_runs(study))
         write_text(f"# {study.title}: long-time drift\n\n" + long_time_markdown(table), md)
         write_csv(table, out_csv, LT_COLUMNS)
-        return len(runs)
-    raise ValueError(f"study {study.name!r}: kind {study.kind!r} has no beyond figure")
+        return len(table)
+    raise ValueError(f"study {study.name!r}: kind {study.kind!r} has no work-precision or long-time tables")
 
 
 def write_summary(kind: str, studies: list[Study], png: str, pdf: str, md: str, out_csv: str) -> None:

@@ -2,13 +2,14 @@
 #
 # A study with `kind: work_precision` or `kind: long_time` is solved by the same
 # `solve` rule (Dask, one Zarr store per run) and aggregated by the same
-# `aggregate` rule (errors.csv) as a convergence study; the rules below turn
-# its stores into results/<study>/work_precision.{png,pdf,md,csv} or
-# results/<study>/long_time.{png,pdf,md,csv}, and `rule beyond` adds the
-# summaries over all such studies in results/beyond/.
+# `aggregate` rule (errors.csv, and the figure results/<study>/<study>.png from
+# hbvm_core.beyond.study_figure) as a convergence study; the rules below write
+# its tables results/<study>/work_precision.{md,csv} or long_time.{md,csv}, and
+# `rule beyond` adds the figures and tables over all such studies in
+# results/beyond/{work_precision,long_time}.{png,pdf,md,csv}.
 #
 # They cost minutes, so they are opt-in:  snakemake --cores 2 beyond
-# (or `beyond: true` in the config, or naming them in `select:`, to put them
+# (or `beyond: true` in the config / `--config beyond=True`, or naming them in `select:`, to put them
 # in the default target).
 BEYOND_KINDS = ("work_precision", "long_time")
 
@@ -18,8 +19,9 @@ def beyond_names(kind):
 
 
 def beyond_study_targets(name):
+    """errors.csv and the figure <study>.png/.pdf (rule aggregate), the tables <kind>.md/.csv (below)."""
     d, kind = f"{RESULTS}/{name}", STUDIES[name].kind
-    return [f"{d}/errors.csv"] + [f"{d}/{kind}.{ext}" for ext in ("png", "pdf", "md", "csv")]
+    return [f"{d}/errors.csv", f"{d}/{name}.png", f"{d}/{name}.pdf", f"{d}/{kind}.md", f"{d}/{kind}.csv"]
 
 
 def beyond_summary_targets():
@@ -27,8 +29,10 @@ def beyond_summary_targets():
 
 
 def beyond_default_targets(name):
-    """In the default target only when asked for (config beyond: true, or the study named in select:)."""
-    if config.get("beyond", False) or name in (config.get("select") or []):
+    """In the default target only when asked for: config beyond: true (with the summaries), or named in select:."""
+    if config.get("beyond", False):
+        return beyond_study_targets(name) + beyond_summary_targets()
+    if name in (config.get("select") or []):
         return beyond_study_targets(name)
     return []
 
@@ -48,13 +52,6 @@ rule work_precision:
         manifest=f"{RESULTS}/{{study}}/solve.json",
         csv=f"{RESULTS}/{{study}}/errors.csv",
     output:
-        png=report(
-            f"{RESULTS}/{{study}}/work_precision.png",
-            caption="../report/plot.rst",
-            category="{study}",
-            labels={"study": "{study}", "output": "work precision"},
-        ),
-        pdf=f"{RESULTS}/{{study}}/work_precision.pdf",
         md=f"{RESULTS}/{{study}}/work_precision.md",
         csv=f"{RESULTS}/{{study}}/work_precision.csv",
     params:
@@ -73,13 +70,6 @@ rule long_time:
         manifest=f"{RESULTS}/{{study}}/solve.json",
         csv=f"{RESULTS}/{{study}}/errors.csv",
     output:
-        png=report(
-            f"{RESULTS}/{{study}}/long_time.png",
-            caption="../report/plot.rst",
-            category="{study}",
-            labels={"study": "{study}", "output": "long time"},
-        ),
-        pdf=f"{RESULTS}/{{study}}/long_time.pdf",
         md=f"{RESULTS}/{{study}}/long_time.md",
         csv=f"{RESULTS}/{{study}}/long_time.csv",
     params:

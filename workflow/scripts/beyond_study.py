@@ -1,4 +1,4 @@
-"""Rules work_precision and long_time: one study's figure and tables (hbvm_core.beyond)."""
+"""Rules work_precision and long_time: one study's tables (hbvm_core.beyond; its figure comes with aggregate)."""
 
 import logging
 import sys
@@ -6,9 +6,6 @@ import time
 
 
 def main(smk) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
     from hbvm_core import beyond
     from hbvm_core.study import expand_study
 
@@ -23,7 +20,7 @@ def main(smk) -> None:
     t0 = time.perf_counter()
     study = expand_study(name, config["studies"][name], results=config.get("results", "results"))
     out = smk.output
-    n = beyond.write_study(study, smk.input.csv, out.png, out.pdf, out.md, out.csv)
+    n = beyond.write_study(study, smk.input.csv, out.md, out.csv)
     logging.info(f"{study.kind}: {n} runs in the figure and tables, {time.perf_counter() - t0:.2f} s")
 
 
