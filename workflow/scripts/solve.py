@@ -95,6 +95,9 @@ def main(smk) -> None:
                 summary[job.id] = {k: res.get(k) for k in ("status", "steps", "wall_s", "mean_iterations", "error")}
                 summary[job.id]["computed"] = True
                 log.info(f"{done}/{len(todo)} {job.id}: {describe(res)}")
+        # every run has finished: what is left is a lost worker's partial store
+        for p in clean_temporaries(os.path.join(study.dir, "runs")):
+            log.info(f"removed the temporary {p} of a lost worker")
     if errors:
         raise RuntimeError(f"study {name}: {len(errors)} run(s) raised: " + "; ".join(errors))
 
