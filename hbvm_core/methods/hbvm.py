@@ -64,6 +64,14 @@ class HBVM:
     def stepper(self, problem: Problem) -> HBVMStepper:
         return HBVMStepper(self, problem)
 
+    def compiled_runner(self, problem: Problem):
+        """The compiled (numba) time loop when the problem has ``kernels``, else None (hbvm_core.kernels)."""
+        if problem.kernels is None:
+            return None
+        from ..kernels.runner import CompiledRunner
+
+        return CompiledRunner(self, problem)
+
 
 class HBVMStepper:
     """One HBVM(k, s) step at a time for one problem; keeps the warm start between steps."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import ellipj
 
+from ..kernels import builtin
 from ..problem import Problem
 
 #: Elliptic parameter m = k^2 = (E + 1)/2 with E = theta'(0)^2/2 - cos theta(0) = -1/2.
@@ -35,6 +36,7 @@ def planar_pendulum() -> Problem:
     """Planar pendulum, m = 2, nu = 1 (table1)."""
     return Problem(
         name="planar_pendulum",
+        kernels=builtin("planar_pendulum"),
         q0=[0.0, -1.0],
         p0=[1.0, 0.0],
         U=lambda Q: Q[:, 1].copy(),
@@ -55,6 +57,7 @@ def theta_pendulum() -> Problem:
 
     return Problem(
         name="theta_pendulum",
+        kernels=builtin("theta_pendulum"),
         q0=[0.0],
         p0=[1.0],
         U=lambda Q: -np.cos(Q[:, 0]),

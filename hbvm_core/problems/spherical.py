@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..kernels import builtin
 from ..problem import Problem
 
 R = 2.0**-0.5  #: radius and depth of the conical orbit
@@ -27,6 +28,7 @@ def conical_pendulum() -> Problem:
     """U = z, g = |q|^2 - 1 (table2, fig1, fig2)."""
     return Problem(
         name="conical_pendulum",
+        kernels=builtin("conical_pendulum"),
         q0=Q0,
         p0=P0,
         U=lambda Q: Q[:, 2].copy(),
@@ -61,6 +63,7 @@ def modified_pendulum() -> Problem:
 
     return Problem(
         name="modified_pendulum",
+        kernels=builtin("modified_pendulum"),
         q0=Q0,
         p0=P0,
         U=lambda Q: Q[:, 2] ** 4,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..kernels import builtin
 from ..problem import Problem
 
 PAIRS = ((0, 1), (1, 2), (2, 0))
@@ -58,4 +59,4 @@ def tethered_satellites() -> Problem:
     """m = 9, nu = 3 (table4, fig3); no closed form."""
     p0 = np.zeros(9)
     p0[6] = _speed()
-    return Problem(name="tethered_satellites", q0=Q0, p0=p0, U=U, grad_U=grad_U, g=g, G=G, d2g=d2g)
+    return Problem(name="tethered_satellites", q0=Q0, p0=p0, U=U, grad_U=grad_U, g=g, G=G, d2g=d2g, kernels=builtin("tethered_satellites"))

@@ -1,0 +1,584 @@
+"""Compiled HBVM(k, s) step and time loop (METHOD.md section 3): the template of every per-problem kernel module.
+
+This file is never jitted as it stands. ``hbvm_core.kernels.registry`` copies
+its source into a generated module that binds ``grad_U`` and ``G`` to a
+problem's numba callbacks (``grad_U(Q, out)``: Q (n, m), out (n, m);
+``G(Q, out)``: out (n, m, nu)), so numba compiles -- and caches on disk -- one
+loop per callback set.
+
+The arithmetic follows ``HBVMStepper.sweep`` and ``hbvm_core.blended`` term by
+term (same warm start, same stopping rule, same Kahan update), so the results
+agree with the numpy path to round-off. ``L`` is the lower Cholesky factor of
+M, or an empty (0, 0) array for M = I (then M^{-1} is skipped).
+
+Performance notes (measured, see benchmarks/README.md): the fixed-point sweep
+is written out inside ``run_chunk`` instead of calling helpers, and no arrays
+travel in tuples -- every array argument of a non-inlined call, and every
+array taken out of a tuple, costs numba reference-count calls, which made a
+helper-structured version of this loop 3-10x slower.
+"""
+
+import numpy as np
+from numba import njit
+
+CACHE = True  # the generator writes False for callbacks that cannot be imported by name
+# Bound by the generated module: the problem's compiled callbacks, and compile-time constants (numba freezes
+# globals) -- m, nu, whether M != I, and the solver -- so the small loops unroll and unused code is pruned.
+grad_U = None
+G = None
+M_SIZE = 0
+NU_SIZE = 0
+HAS_M = False
+SOLVER = 0
+
+# status codes of run_chunk (hbvm_core.kernels.runner turns them into errors), solver and warm-start codes
+OK, NO_CONVERGENCE, DIVERGED, SINGULAR, NON_FINITE_STATE = 0, 1, 2, 3, 4
+FIXED_POINT, BLENDED = 0, 1
+EXTRAPOLATE, PREVIOUS, P0 = 0, 1, 2
+CBRT_EPS = 6.055454452393343e-06  # eps^(1/3): the central-difference step of the Newton matrix
+
+
+@njit(cache=CACHE)
+def _minv(L, x):
+    """x <- M^{-1} x in place for a vector x, by the Cholesky factor M = L L^T (no-op for M = I)."""
+    m = L.shape[0]
+    if m == 0:
+        return
+    for a in range(m):
+        acc = x[a]
+        for c in range(a):
+            acc -= L[a, c] * x[c]
+        x[a] = acc / L[a, a]
+    for a in range(m - 1, -1, -1):
+        acc = x[a]
+        for c in range(a + 1, m):
+            acc -= L[c, a] * x[c]
+        x[a] = acc / L[a, a]
+
+
+@njit(cache=CACHE)
+def _lu(A, piv):
+    """LU factorisation with partial pivoting in place; False when a pivot is exactly zero (singular)."""
+    n = A.shape[0]
+    for c in range(n):
+        p = c
+        big = abs(A[c, c])
+        for r in range(c + 1, n):
+            if abs(A[r, c]) > big:
+                big = abs(A[r, c])
+                p = r
+        piv[c] = p
+        if big == 0.0:
+            return False
+        if p != c:
+            for j in range(n):
+                A[c, j], A[p, j] = A[p, j], A[c, j]
+        for r in range(c + 1, n):
+            f = A[r, c] / A[c, c]
+            A[r, c] = f
+            for j in range(c + 1, n):
+                A[r, j] -= f * A[c, j]
+    return True
+
+
+@njit(cache=CACHE)
+def _lu_solve(A, piv, x):
+    """Solve (LU) y = x in place with the factors of ``_lu``."""
+    n = A.shape[0]
+    for c in range(n):
+        p = piv[c]
+        if p != c:
+            x[c], x[p] = x[p], x[c]
+    for r in range(n):
+        acc = x[r]
+        for j in range(r):
+            acc -= A[r, j] * x[j]
+        x[r] = acc
+    for r in range(n - 1, -1, -1):
+        acc = x[r]
+        for j in range(r + 1, n):
+            acc -= A[r, j] * x[j]
+        x[r] = acc / A[r, r]
+
+
+@njit(cache=CACHE)
+def _hessians(q0, lam, L, Qfd, gfd, Gfd, K, Hg, col, delta):
+    """M^{-1} K0 with K0 = d/dq [grad U + G lam](q0), and Hg[c, a, n] = d G[c, n] / d q_a (q0), by central
+    differences of the callbacks at q0 +- delta_a e_a (hbvm_core.blended.hessians)."""
+    m = q0.shape[0]
+    nu = lam.shape[0]
+    for r in range(2 * m):
+        for a in range(m):
+            Qfd[r, a] = q0[a]
+    for a in range(m):
+        delta[a] = CBRT_EPS * max(1.0, abs(q0[a]))
+        Qfd[2 * a, a] += delta[a]
+        Qfd[2 * a + 1, a] -= delta[a]
+    grad_U(Qfd, gfd)
+    if nu > 0:
+        G(Qfd, Gfd)
+    for a in range(m):
+        for c in range(m):
+            fp = 0.0
+            fm = 0.0
+            for n in range(nu):
+                fp += Gfd[2 * a, c, n] * lam[n]
+                fm += Gfd[2 * a + 1, c, n] * lam[n]
+            col[c] = ((gfd[2 * a, c] + fp) - (gfd[2 * a + 1, c] + fm)) / (2.0 * delta[a])
+            for n in range(nu):
+                Hg[c, a, n] = (Gfd[2 * a, c, n] - Gfd[2 * a + 1, c, n]) / (2.0 * delta[a])
+        if HAS_M:
+            _minv(L, col)
+        for c in range(m):
+            K[c, a] = col[c]
+
+
+@njit(cache=CACHE)
+def _newton_matrix(h, X, X2, L, K, Hg, gamma, rho, J, HG, col):
+    """J of (B2) (hbvm_core.blended.newton_matrix) from M^{-1} K0, Hg and the first iterate's gamma, rho."""
+    s, m = gamma.shape
+    nu = rho.shape[2]
+    sm = s * m
+    for r in range(sm + nu):
+        for c in range(sm + nu):
+            J[r, c] = 0.0
+    for j in range(s):
+        for l in range(s):
+            f = h * h * X2[j, l]
+            for a in range(m):
+                for c in range(m):
+                    J[j * m + a, l * m + c] = f * K[a, c]
+        for a in range(m):
+            J[j * m + a, j * m + a] += 1.0
+    for n in range(nu):
+        for l in range(s):  # lam column: h X M^{-1} rho
+            for c in range(m):
+                col[c] = rho[l, c, n]
+            if HAS_M:
+                _minv(L, col)
+            for j in range(s):
+                for a in range(m):
+                    J[j * m + a, sm + n] += h * X[j, l] * col[a]
+        for j in range(s):  # HG[j, c, n] = (Hess g_n gamma_j)[c]
+            for c in range(m):
+                acc = 0.0
+                for a in range(m):
+                    acc += Hg[c, a, n] * gamma[j, a]
+                HG[j, c, n] = acc
+        for l in range(s):  # F2 row: rho_l^T + h sum_j X[j, l] (Hess g gamma_j)^T
+            for c in range(m):
+                acc = 0.0
+                for j in range(s):
+                    acc += X[j, l] * HG[j, c, n]
+                J[sm + n, l * m + c] = rho[l, c, n] + h * acc
+
+
+@njit(cache=CACHE)
+def _blended_step(
+    q0, Mp0, h, gamma, lam, Ihat, W, X, X2, L, rule, Q, gU, GQ, psi, rho, Mv, new, J, Jpiv, rhs, Qfd, gfd, Gfd, K,
+    Hg, HG, col, delta, out,
+):  # fmt: skip
+    """Simplified Newton on (gamma, lam) with the frozen matrix (B2) (hbvm_core.blended, eq. (B1)).
+
+    out = (status, iterations, last increment); gamma, lam and psi, rho (at the last iterate) are updated.
+    """
+    k, s = Ihat.shape
+    m = q0.shape[0]
+    nu = lam.shape[0]
+    sm = s * m
+    rtol, stall, max_iter = rule[0], rule[1], int(rule[2])
+    _hessians(q0, lam, L, Qfd, gfd, Gfd, K, Hg, col, delta)
+    d_prev = np.inf
+    d = np.nan
+    for it in range(1, max_iter + 1):
+        for i in range(k):
+            for a in range(m):
+                Mv[a] = 0.0
+            for j in range(s):
+                c = Ihat[i, j]
+                for a in range(m):
+                    Mv[a] += c * gamma[j, a]
+            for a in range(m):
+                Q[i, a] = q0[a] + h * Mv[a]
+        grad_U(Q, gU)
+        if nu > 0:
+            G(Q, GQ)
+        for j in range(s):
+            for a in range(m):
+                psi[j, a] = 0.0
+                for n in range(nu):
+                    rho[j, a, n] = 0.0
+            for i in range(k):
+                c = W[i, j]
+                for a in range(m):
+                    psi[j, a] += c * gU[i, a]
+                    for n in range(nu):
+                        rho[j, a, n] += c * GQ[i, a, n]
+        if it == 1:
+            _newton_matrix(h, X, X2, L, K, Hg, gamma, rho, J, HG, col)
+            finite = True
+            for r in range(sm + nu):
+                for c in range(sm + nu):
+                    if not np.isfinite(J[r, c]):
+                        finite = False
+            if not finite:
+                out[0], out[1], out[2] = DIVERGED, it, np.nan
+                return
+            if not _lu(J, Jpiv):
+                out[0], out[1], out[2] = SINGULAR, 0, np.nan
+                return
+        # residual: F1 = gamma - e0 Mp0 + h X M^{-1} (psi + rho lam), F2 = sum_j rho_j^T gamma_j; rhs = -F
+        for l in range(s):
+            for a in range(m):
+                acc = 0.0
+                for n in range(nu):
+                    acc += rho[l, a, n] * lam[n]
+                Mv[a] = psi[l, a] + acc
+            if HAS_M:
+                _minv(L, Mv)
+            for a in range(m):
+                new[l, a] = Mv[a]
+        for j in range(s):
+            for a in range(m):
+                acc = 0.0
+                for l in range(s):
+                    acc += X[j, l] * new[l, a]
+                rhs[j * m + a] = -(gamma[j, a] + h * acc)
+        for a in range(m):
+            rhs[a] += Mp0[a]
+        for n in range(nu):
+            acc = 0.0
+            for j in range(s):
+                for a in range(m):
+                    acc += rho[j, a, n] * gamma[j, a]
+            rhs[sm + n] = -acc
+        _lu_solve(J, Jpiv, rhs)
+        d = 0.0
+        scale = 1.0
+        bad = False
+        for j in range(s):
+            for a in range(m):
+                v = gamma[j, a] + rhs[j * m + a]
+                diff = abs(v - gamma[j, a])
+                if diff != diff:
+                    bad = True
+                elif diff > d:
+                    d = diff
+                scale = max(scale, abs(v))
+                gamma[j, a] = v
+        if bad or not np.isfinite(d):
+            out[0], out[1], out[2] = DIVERGED, it, np.nan if bad else d
+            return
+        for n in range(nu):
+            lam[n] += rhs[sm + n]
+        if d <= rtol * scale or (d <= stall * scale and d >= d_prev):
+            out[0], out[1], out[2] = OK, it, d
+            return
+        d_prev = d
+    out[0], out[1], out[2] = NO_CONVERGENCE, max_iter, d
+
+
+@njit(cache=CACHE)
+def run_chunk(
+    q, p, cq, cp, gamma_prev, lam_prev, state, h, N, save_every, warm, rule, Ihat, W, X, E, L,
+    pt_t, pt_q, pt_p, st_t, st_lam, st_it, info,
+):  # fmt: skip
+    """Steps n = state[0], ... until N, or until a point or step buffer is full, or a step fails.
+
+    state = [n, have_prev, points in pt_*, steps in st_*, total iterations, max iterations, compensated];
+    lam_prev holds the multiplier of the previous step (on entry at n = 0: the blended solver's lam0);
+    the pt_* (t, q, p) and st_* (t, lam, iterations) buffers have equal capacity. On failure info =
+    [status, step, iterations, increment] and gamma_prev holds the initial guess of the failed step.
+    Returns the status (OK when paused on a full buffer or finished).
+    """
+    k, s = Ihat.shape
+    m, nu = M_SIZE, NU_SIZE
+    cap = pt_t.shape[0]
+    rtol, stall, max_iter = rule[0], rule[1], int(rule[2])
+    Q = np.empty((k, m))
+    gU = np.empty((k, m))
+    GQ = np.zeros((k, m, nu))
+    psi = np.empty((s, m))
+    rho = np.zeros((s, m, nu))
+    Mpsi = np.empty((s, m))
+    Mrho = np.zeros((s, m, nu))
+    XMpsi = np.empty((s, m))
+    XMrho = np.zeros((s, m, nu))
+    A = np.empty((nu, nu))
+    gamma = np.empty((s, m))
+    new = np.empty((s, m))
+    lam = np.zeros(nu)
+    Mp0 = np.empty(m)
+    Mv = np.empty(m)
+    out = np.zeros(3)
+    nb = s * m + nu  # the blended iteration's work arrays
+    J = np.empty((nb, nb))
+    Jpiv = np.empty(nb, dtype=np.int64)
+    rhs = np.empty(nb)
+    Qfd = np.empty((2 * m, m))
+    gfd = np.empty((2 * m, m))
+    Gfd = np.zeros((2 * m, m, nu))
+    K = np.empty((m, m))
+    Hg = np.zeros((m, m, nu))
+    HG = np.zeros((s, m, nu))
+    col = np.empty(m)
+    delta = np.empty(m)
+    X2 = np.zeros((s, s))
+    for j in range(s):
+        for l in range(s):
+            for i in range(s):
+                X2[j, l] += X[j, i] * X[i, l]
+    compensated = state[6] != 0
+    n = state[0]
+    while n < N:
+        t = n * h
+        have_prev = state[1] != 0
+        for a in range(m):
+            Mp0[a] = p[a]
+        if HAS_M:
+            _minv(L, Mp0)
+        # warm start, exactly as HBVMStepper.initial_guess
+        if not have_prev or warm == P0:
+            for j in range(s):
+                for a in range(m):
+                    gamma[j, a] = 0.0
+            for a in range(m):
+                gamma[0, a] = Mp0[a]
+        elif warm == EXTRAPOLATE:
+            for j in range(s):
+                for a in range(m):
+                    acc = 0.0
+                    for i in range(s):
+                        acc += E[j, i] * gamma_prev[i, a]
+                    gamma[j, a] = acc
+        else:
+            for j in range(s):
+                for a in range(m):
+                    gamma[j, a] = gamma_prev[j, a]
+        if SOLVER == FIXED_POINT:  # fixed-point sweeps (METHOD.md 3); pruned from the blended module
+            status = NO_CONVERGENCE
+            it = max_iter
+            d = np.nan
+            d_prev = np.inf
+            for sweep in range(1, max_iter + 1):
+                # stage positions Q_i = q0 + h sum_j Ihat[i,j] gamma_j; psi_j, rho_j (inner loops over m, nu)
+                for i in range(k):
+                    for a in range(m):
+                        Mv[a] = 0.0
+                    for j in range(s):
+                        c = Ihat[i, j]
+                        for a in range(m):
+                            Mv[a] += c * gamma[j, a]
+                    for a in range(m):
+                        Q[i, a] = q[a] + h * Mv[a]
+                grad_U(Q, gU)
+                if nu > 0:
+                    G(Q, GQ)
+                for j in range(s):
+                    for a in range(m):
+                        psi[j, a] = 0.0
+                        for r in range(nu):
+                            rho[j, a, r] = 0.0
+                    for i in range(k):
+                        c = W[i, j]
+                        for a in range(m):
+                            psi[j, a] += c * gU[i, a]
+                            for r in range(nu):
+                                rho[j, a, r] += c * GQ[i, a, r]
+                if HAS_M:
+                    for j in range(s):
+                        for a in range(m):
+                            Mv[a] = psi[j, a]
+                        _minv(L, Mv)
+                        for a in range(m):
+                            Mpsi[j, a] = Mv[a]
+                        for r in range(nu):
+                            for a in range(m):
+                                Mv[a] = rho[j, a, r]
+                            _minv(L, Mv)
+                            for a in range(m):
+                                Mrho[j, a, r] = Mv[a]
+                else:
+                    for j in range(s):
+                        for a in range(m):
+                            Mpsi[j, a] = psi[j, a]
+                            for r in range(nu):
+                                Mrho[j, a, r] = rho[j, a, r]
+                for j in range(s):
+                    for a in range(m):
+                        XMpsi[j, a] = 0.0
+                        for r in range(nu):
+                            XMrho[j, a, r] = 0.0
+                    for l in range(s):
+                        c = X[j, l]
+                        if c != 0.0:  # X is tridiagonal
+                            for a in range(m):
+                                XMpsi[j, a] += c * Mpsi[l, a]
+                                for r in range(nu):
+                                    XMrho[j, a, r] += c * Mrho[l, a, r]
+                for j in range(s):
+                    for a in range(m):
+                        new[j, a] = -h * XMpsi[j, a]
+                for a in range(m):
+                    new[0, a] += Mp0[a]
+                if nu > 0:
+                    # A lam = b (METHOD.md 3), solved by Gaussian elimination with partial pivoting
+                    for r in range(nu):
+                        for c in range(nu):
+                            acc = 0.0
+                            for j in range(s):
+                                for a in range(m):
+                                    acc += rho[j, a, r] * XMrho[j, a, c]
+                            A[r, c] = h * acc
+                        acc0 = 0.0
+                        for a in range(m):
+                            acc0 += rho[0, a, r] * Mp0[a]
+                        acc = 0.0
+                        for j in range(s):
+                            for a in range(m):
+                                acc += rho[j, a, r] * XMpsi[j, a]
+                        lam[r] = acc0 - h * acc
+                    singular = False
+                    for c in range(nu):
+                        pr = c
+                        big = abs(A[c, c])
+                        for r in range(c + 1, nu):
+                            if abs(A[r, c]) > big:
+                                big = abs(A[r, c])
+                                pr = r
+                        if big == 0.0:
+                            singular = True
+                            break
+                        if pr != c:
+                            for j in range(nu):
+                                A[c, j], A[pr, j] = A[pr, j], A[c, j]
+                            lam[c], lam[pr] = lam[pr], lam[c]
+                        for r in range(c + 1, nu):
+                            f = A[r, c] / A[c, c]
+                            for j in range(c + 1, nu):
+                                A[r, j] -= f * A[c, j]
+                            lam[r] -= f * lam[c]
+                    if singular:
+                        status, it, d = SINGULAR, sweep, np.nan
+                        break
+                    for r in range(nu - 1, -1, -1):
+                        acc = lam[r]
+                        for j in range(r + 1, nu):
+                            acc -= A[r, j] * lam[j]
+                        lam[r] = acc / A[r, r]
+                    for j in range(s):
+                        for a in range(m):
+                            acc = 0.0
+                            for r in range(nu):
+                                acc += XMrho[j, a, r] * lam[r]
+                            new[j, a] -= h * acc
+                # stopping rule (solvers.StoppingRule): d = max|new - gamma|, scale = max(1, max|new|)
+                d = 0.0
+                scale = 1.0
+                bad = False
+                for j in range(s):
+                    for a in range(m):
+                        diff = abs(new[j, a] - gamma[j, a])
+                        if diff != diff:
+                            bad = True
+                        elif diff > d:
+                            d = diff
+                        scale = max(scale, abs(new[j, a]))
+                if bad or not np.isfinite(d):
+                    status, it, d = DIVERGED, sweep, np.nan if bad else d
+                    break
+                for j in range(s):
+                    for a in range(m):
+                        gamma[j, a] = new[j, a]
+                if d <= rtol * scale or (d <= stall * scale and d >= d_prev):
+                    status, it = OK, sweep
+                    break
+                d_prev = d
+        else:  # simplified Newton, from the previous step's multiplier (the runner's lam0 on the first step)
+            for r in range(nu):
+                lam[r] = lam_prev[r]
+            _blended_step(
+                q, Mp0, h, gamma, lam, Ihat, W, X, X2, L, rule, Q, gU, GQ, psi, rho, Mv, new, J, Jpiv, rhs,
+                Qfd, gfd, Gfd, K, Hg, HG, col, delta, out,
+            )  # fmt: skip
+            status, it, d = int(out[0]), int(out[1]), out[2]
+        if status != OK:
+            info[0], info[1], info[2], info[3] = status, n, it, d
+            if not have_prev or warm == P0:  # the failed step's initial guess, for naming a non-finite callback
+                for j in range(s):
+                    for a in range(m):
+                        gamma_prev[j, a] = 0.0
+                for a in range(m):
+                    gamma_prev[0, a] = Mp0[a]
+            elif warm == EXTRAPOLATE:
+                for j in range(s):
+                    for a in range(m):
+                        gamma[j, a] = gamma_prev[j, a]
+                for j in range(s):
+                    for a in range(m):
+                        acc = 0.0
+                        for i in range(s):
+                            acc += E[j, i] * gamma[i, a]
+                        gamma_prev[j, a] = acc
+            state[0] = n
+            return status
+        for j in range(s):
+            for a in range(m):
+                gamma_prev[j, a] = gamma[j, a]
+        for r in range(nu):
+            lam_prev[r] = lam[r]
+        state[1] = 1
+        # the update q1 = q0 + h gamma_0, p1 = p0 - h (psi_0 + rho_0 lam), Kahan-compensated
+        finite = True
+        for a in range(m):
+            dq = h * gamma[0, a]
+            force = psi[0, a]
+            if nu > 0:
+                acc = 0.0
+                for r in range(nu):
+                    acc += rho[0, a, r] * lam[r]
+                force = psi[0, a] + acc
+            dp = -h * force
+            if compensated:
+                y = dq - cq[a]
+                z = q[a] + y
+                cq[a] = (z - q[a]) - y
+                q[a] = z
+                y = dp - cp[a]
+                z = p[a] + y
+                cp[a] = (z - p[a]) - y
+                p[a] = z
+            else:
+                q[a] = q[a] + dq
+                p[a] = p[a] + dp
+            if not (np.isfinite(q[a]) and np.isfinite(p[a])):
+                finite = False
+        if not finite:
+            info[0], info[1], info[2], info[3] = NON_FINITE_STATE, n, it, np.nan
+            state[0] = n
+            return NON_FINITE_STATE
+        state[4] += it
+        if it > state[5]:
+            state[5] = it
+        full = False
+        if n % save_every == 0:
+            i = state[3]
+            st_t[i] = t
+            for r in range(nu):
+                st_lam[i, r] = lam[r]
+            st_it[i] = it
+            state[3] = i + 1
+            full = i + 1 == cap
+        n += 1
+        if n % save_every == 0 or n == N:
+            i = state[2]
+            pt_t[i] = n * h
+            for a in range(m):
+                pt_q[i, a] = q[a]
+                pt_p[i, a] = p[a]
+            state[2] = i + 1
+            full = full or i + 1 == cap
+        if full:
+            break
+    state[0] = n
+    return OK

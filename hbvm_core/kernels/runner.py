@@ -1,0 +1,112 @@
+"""The Python side of the compiled time loop: buffers, chunked emission to the sink, errors.
+
+Same contract as ``hbvm_core.integrate.python_runner``: points every
+``save_every`` steps (and the last), per-step (t, lam, iterations) every
+``save_every`` steps, emitted to the sink in blocks of ``chunk`` rows; the
+compiled ``run_chunk`` fills preallocated buffers and returns whenever one is
+full, so memory does not grow with the number of steps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..blended import initial_multiplier
+from ..errors import ConvergenceError, NonFiniteError
+from ..problem import Problem
+from .registry import loop_module
+
+SOLVER_CODES = {"fixed-point": 0, "blended": 1}
+WARM_CODES = {"extrapolate": 0, "previous": 1, "p0": 2}
+REASONS = {
+    1: "no convergence",
+    2: "non-finite increment (diverged)",
+    3: "singular multiplier system (Singular matrix)",
+    4: "non-finite state after the step",
+}
+
+
+def cholesky_factor(problem: Problem) -> np.ndarray:
+    """Lower Cholesky factor of M, or an empty (0, 0) array for M = I."""
+    if problem.M is None:
+        return np.zeros((0, 0))
+    return np.ascontiguousarray(np.linalg.cholesky(problem.M))
+
+
+class CompiledRunner:
+    """A compiled HBVM(k, s) runner for one (method, problem); call it like ``python_runner``."""
+
+    def __init__(self, method, problem: Problem):
+        self.L = cholesky_factor(problem)
+        self.solver = SOLVER_CODES[method.solver]
+        self.module = loop_module(problem.kernels, problem.m, problem.nu, self.L.size > 0, self.solver)
+        tab = method.tableau
+        self.tab = tuple(np.array(a, dtype=float, order="C") for a in (tab.Ihat, tab.W, tab.X, tab.E))
+        rule = method.rule
+        self.rule = np.array([rule.rtol, rule.stall_rtol, rule.max_iter], dtype=float)
+        self.warm = WARM_CODES[method.warm_start]
+
+    def __call__(self, problem, method, h, N, compensated, save_every, chunk, sink) -> dict:
+        m, nu, s = problem.m, problem.nu, self.tab[0].shape[1]
+        q, p = problem.q0.copy(), problem.p0.copy()
+        cq, cp = np.zeros(m), np.zeros(m)
+        gamma_prev = np.zeros((s, m))
+        lam_prev = initial_multiplier(problem) if self.solver == 1 else np.zeros(nu)
+        state = np.array([0, 0, 0, 0, 0, 0, int(bool(compensated))], dtype=np.int64)
+        info = np.zeros(4)
+        pts = (np.empty(chunk), np.empty((chunk, m)), np.empty((chunk, m)))
+        stp = (np.empty(chunk), np.empty((chunk, nu)), np.empty(chunk, dtype=np.int32))
+        starts = [0, 0]
+        pts[0][0], pts[1][0], pts[2][0] = 0.0, q, p
+        state[2] = 1
+
+        def emit(which: int, n: int) -> None:
+            if n:
+                bufs, out = (pts, sink.points) if which == 0 else (stp, sink.steps)
+                out(starts[which], *(a[:n] for a in bufs))
+                starts[which] += n
+                state[2 + which] = 0
+
+        if state[2] == chunk:
+            emit(0, chunk)
+        run = self.module.run_chunk
+        while True:
+            status = run(
+                q, p, cq, cp, gamma_prev, lam_prev, state, float(h), int(N), int(save_every),
+                self.warm, self.rule, *self.tab, self.L, *pts, *stp, info,
+            )  # fmt: skip
+            if status != 0:
+                self._fail(problem, q, h, gamma_prev, info)
+            full = False
+            for which in (0, 1):
+                if state[2 + which] == chunk:
+                    emit(which, chunk)
+                    full = True
+            if state[0] >= N:
+                break
+            if not full:
+                raise RuntimeError("compiled loop returned early without a full buffer")  # a bug, never expected
+        emit(0, int(state[2]))
+        emit(1, int(state[3]))
+        return {"iterations": int(state[4]), "max_iterations": int(state[5]), "backend": "numba"}
+
+    def _fail(self, problem: Problem, q0: np.ndarray, h: float, guess: np.ndarray, info: np.ndarray) -> None:
+        """Raise what the numpy stepper raises for the same failure (ConvergenceError, or NonFiniteError)."""
+        status, n, it, d = int(info[0]), int(info[1]), int(info[2]), float(info[3])
+        if status == 3:
+            it, d = 0, float("nan")
+        if status != 4:
+            Q = q0 + h * (self.tab[0] @ guess)
+            if np.all(np.isfinite(Q)):  # name the callback that returned NaN/inf, as the numpy stepper does
+                try:
+                    problem.check_finite(Q)
+                except NonFiniteError as exc:
+                    raise NonFiniteError(f"{exc} at step {n} (t = {n * h:.6g})") from None
+        raise ConvergenceError(n, n * h, d, it, REASONS[status])
+
+
+def compiled_runner(method, problem: Problem) -> CompiledRunner | None:
+    """A compiled runner when the problem carries compiled callbacks (``Problem.kernels``), else None."""
+    if problem.kernels is None:
+        return None
+    return CompiledRunner(method, problem)
