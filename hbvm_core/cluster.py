@@ -101,6 +101,14 @@ def dask_client(dask_cfg: dict | None, threads: int = 1, env: dict | None = None
             cluster.close()
 
 
+def forks_local_workers(dask_cfg: dict | None) -> bool:
+    """Whether the workers will be forked from this process (a local cluster with start_method fork)."""
+    cfg = dask_cfg or {}
+    if cfg.get("address") or cfg.get("scheduler_file") or cfg.get("cluster", "local") != "local":
+        return False
+    return (cfg.get("start_method") or default_start_method()) == "fork"
+
+
 def default_start_method() -> str:
     """fork where the platform has it (Linux), else spawn."""
     import multiprocessing

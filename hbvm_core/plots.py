@@ -19,26 +19,32 @@ from .study import Study
 
 #: curves longer than this are drawn as a max-envelope over this many bins (bounded memory and file size)
 MAX_POINTS = 20000
+#: the same for the stacked log panels of fig2 / fig3 (error maxima per bin: what a log plot shows anyway)
+PANEL_POINTS = 4000
 
 
-def _figure(nrows: int, ncols: int = 1, size=(7.0, 2.2)):
+def _figure(nrows: int, ncols: int = 1, size=(7.0, 2.2), sharex: bool = False):
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(size[0] * ncols / max(ncols, 1), size[1] * nrows + 0.6))
-    axes = fig.subplots(nrows, ncols, squeeze=False)
+    axes = fig.subplots(nrows, ncols, squeeze=False, sharex=sharex)
     return fig, axes
 
 
 def _plain_log_ticks(fig) -> None:
-    """Tick labels like 1e-06 on log axes (matplotlib's default labels go through mathtext, which is slow)."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+    """Plain tick labels (1e-06, 2e-16) on log axes, minor ones too where an axis spans few decades.
 
-    fmt = FuncFormatter(lambda v, _: f"{v:.0e}".replace("e-0", "e-").replace("e+0", "e"))
+    matplotlib's default log labels go through mathtext, which costs seconds per figure.
+    """
+    from matplotlib.ticker import LogFormatter, NullFormatter
+
     for ax in fig.axes:
-        for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
-            if scale == "log":
-                axis.set_major_formatter(fmt)
-                axis.set_minor_formatter(NullFormatter())
+        if ax.get_xscale() == "log":
+            ax.xaxis.set_major_formatter(LogFormatter(labelOnlyBase=False))
+            ax.xaxis.set_minor_formatter(NullFormatter())
+        if ax.get_yscale() == "log":
+            ax.yaxis.set_major_formatter(LogFormatter(labelOnlyBase=False))
+            ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1.0, 0.4)))
 
 
 def save(fig, png: str, pdf: str) -> None:
@@ -48,17 +54,23 @@ def save(fig, png: str, pdf: str) -> None:
     fig.savefig(pdf)
 
 
+#: errors below this (median over a method's rows) are round-off: no observed slope is drawn for them
+ROUNDOFF = 1e-12
+#: exact zeros (exact conservation) are drawn at this value on log axes, and the panel says so
+ZERO_FLOOR = 1e-18
+
+
 def _positive(x: np.ndarray) -> np.ndarray:
-    """Zeros (exact conservation) cannot sit on a log axis: leave them out of the curve."""
+    """x with exact zeros at ZERO_FLOOR (a log axis cannot show 0)."""
     x = np.asarray(x, dtype=float)
-    return np.where(x > 0, x, np.nan)
+    return np.where(x > 0, x, np.where(x == 0, ZERO_FLOOR, np.nan))
 
 
-def envelope(t: np.ndarray, y: np.ndarray, bins: int = MAX_POINTS // 2) -> tuple[np.ndarray, np.ndarray]:
-    """(t, max of y) per bin when there are more than MAX_POINTS points, else (t, y)."""
-    if len(t) <= MAX_POINTS:
+def envelope(t: np.ndarray, y: np.ndarray, max_points: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    """(t, max of y) over max_points / 2 bins when there are more than max_points points, else (t, y)."""
+    if len(t) <= max_points:
         return t, y
-    edges = np.linspace(0, len(t), bins + 1).astype(int)
+    edges = np.linspace(0, len(t), max_points // 2 + 1).astype(int)
     idx = edges[:-1]
     with np.errstate(all="ignore"):
         ymax = np.fmax.reduceat(np.nan_to_num(y, nan=-np.inf), idx)
@@ -99,11 +111,12 @@ def convergence_plot(study: Study, ds, png: str, pdf: str) -> None:
             ax.loglog(h[ok], e[ok], "o-", color=color, ms=4, label=str(sub.name.values))
             p = _slope(study.expected_rates.get(var), int(sub.s.values) or None)
             observed = p is None
-            if observed:
+            if observed:  # no slope for errors at round-off level (conserved quantities): it means nothing
                 r = sub[rate].values
                 r = r[np.isfinite(r)]
-                p = round(float(np.median(r)) * 2) / 2 if r.size else None
-            if p:
+                roundoff = float(np.median(e[ok])) < ROUNDOFF
+                p = round(float(np.median(r)) * 2) / 2 if r.size and not roundoff else None
+            if p and p > 0:
                 lines.append((h[ok], e[ok], p, observed, color))
         slopes = {(p, obs) for _, _, p, obs, _ in lines}
         if len(slopes) == 1 and len(lines) > 1:
@@ -122,7 +135,7 @@ def convergence_plot(study: Study, ds, png: str, pdf: str) -> None:
         ax.grid(True, which="both", alpha=0.3)
     if panels:
         axes[0][0].legend(fontsize=7)
-    fig.suptitle(f"{study.title}: {study.problem}", fontsize=10)
+    fig.suptitle(_suptitle(study), fontsize=10)
     save(fig, png, pdf)
 
 
@@ -173,7 +186,24 @@ def solution_error_plot(study: Study, png: str, pdf: str) -> None:
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    ax.set_title(f"{study.title}: {study.problem}", fontsize=10)
+    ax.set_title(_suptitle(study), fontsize=10)
+    save(fig, png, pdf)
+
+
+def _time_panels(study: Study, titles: list[str], curves, png: str, pdf: str) -> None:
+    """Stacked log-y panels against t (shared axis), one curve per run: curves(traj) -> [(t, y), ...]."""
+    fig, axes = _figure(len(titles), size=(7.0, 1.8), sharex=True)
+    zeros = [False] * len(titles)
+    for r, job, traj in _runs(study):
+        for i, (ax, (t, y)) in enumerate(zip(axes[:, 0], curves(traj))):
+            zeros[i] |= bool(np.any(np.asarray(y) == 0))
+            ax.semilogy(*envelope(t, _positive(y), PANEL_POINTS), lw=0.8, label=f"{job.name}, h = {_hlabel(study, r)}")
+    for ax, title, zero in zip(axes[:, 0], titles, zeros):
+        ax.set_title(title + (f"  (exact zeros drawn at {ZERO_FLOOR:g})" if zero else ""), fontsize=9)
+        ax.grid(True, alpha=0.3)
+    axes[-1, 0].set_xlabel("t")
+    axes[0, 0].legend(fontsize=7)
+    fig.suptitle(_suptitle(study), fontsize=10)
     save(fig, png, pdf)
 
 
@@ -181,50 +211,39 @@ def invariants_plot(study: Study, png: str, pdf: str) -> None:
     """fig2: lambda error, hidden constraint, H error, g error against t (log y)."""
     from .metrics import vector_norm
 
-    fig, axes = _figure(4, size=(7.0, 1.9))
-    titles = ["multiplier error |λ_n − λ(t_n)|", "hidden constraint ‖G(q_n)ᵀ M⁻¹ p_n‖"]
-    titles += ["energy error |H(y_n) − H(y_0)|", "constraint error ‖g(q_n)‖∞"]
-    for r, job, traj in _runs(study):
+    def curves(traj):
         _, _, lam_ref = _reference(study, traj, traj.tstep)
-        curves = [
+        return [
             (traj.tstep, vector_norm(traj.lam - lam_ref, "inf")),
-            (traj.t, vector_norm(traj.hidden(), _hc_norm(study))),
-            (traj.t, traj.energy_error()),
+            (traj.t[1:], vector_norm(traj.hidden()[1:], _hc_norm(study))),  # 0 at t = 0: consistent data
+            (traj.t[1:], traj.energy_error()[1:]),  # 0 at t = 0 by definition
             (traj.t, vector_norm(traj.g(), "inf")),
         ]
-        for ax, (t, y) in zip(axes[:, 0], curves):
-            ax.semilogy(*envelope(t, _positive(y)), lw=0.8, label=f"{job.name}, h = {_hlabel(study, r)}")
-    for ax, title in zip(axes[:, 0], titles):
-        ax.set_title(title, fontsize=9)
-        ax.grid(True, alpha=0.3)
-    axes[-1, 0].set_xlabel("t")
-    axes[0, 0].legend(fontsize=7)
-    fig.suptitle(f"{study.title}: {study.problem}", fontsize=10)
-    save(fig, png, pdf)
+
+    titles = ["multiplier error |λ_n − λ(t_n)|", "hidden constraint ‖G(q_n)ᵀ M⁻¹ p_n‖"]
+    titles += ["energy error |H(y_n) − H(y_0)|", "constraint error ‖g(q_n)‖∞"]
+    _time_panels(study, titles, curves, png, pdf)
 
 
 def constraint_panels_plot(study: Study, png: str, pdf: str) -> None:
     """fig3: hidden constraint, H error and each constraint |g_i| against t (log y)."""
     from .metrics import vector_norm
+    from .problems import get_problem
 
-    runs = list(_runs(study))
-    nu = max((traj.problem.nu for _, _, traj in runs), default=0)
-    fig, axes = _figure(2 + nu, size=(7.0, 1.7))
+    nu = get_problem(study.problem, **study.params).nu
+
+    def curves(traj):
+        g = traj.g()
+        out = [(traj.t[1:], vector_norm(traj.hidden()[1:], _hc_norm(study))), (traj.t[1:], traj.energy_error()[1:])]
+        return out + [(traj.t, np.abs(g[:, i])) for i in range(nu)]
+
     titles = ["hidden constraint ‖G(q_n)ᵀ M⁻¹ p_n‖", "energy error |H(y_n) − H(y_0)|"]
     titles += [f"constraint |g_{i + 1}(q_n)|" for i in range(nu)]
-    for r, job, traj in runs:
-        g = traj.g()
-        curves = [vector_norm(traj.hidden(), _hc_norm(study)), traj.energy_error()]
-        curves += [np.abs(g[:, i]) for i in range(nu)]
-        for ax, y in zip(axes[:, 0], curves):
-            ax.semilogy(*envelope(traj.t, _positive(y)), lw=0.8, label=f"{job.name}, h = {_hlabel(study, r)}")
-    for ax, title in zip(axes[:, 0], titles):
-        ax.set_title(title, fontsize=9)
-        ax.grid(True, alpha=0.3)
-    axes[-1, 0].set_xlabel("t")
-    axes[0, 0].legend(fontsize=7)
-    fig.suptitle(f"{study.title}: {study.problem}", fontsize=10)
-    save(fig, png, pdf)
+    _time_panels(study, titles, curves, png, pdf)
+
+
+def _suptitle(study: Study) -> str:
+    return study.title if study.title != study.name else f"{study.name}: {study.problem}"
 
 
 def _hc_norm(study: Study):

@@ -490,6 +490,32 @@ def solve_job(job: Job | dict) -> dict:
     return {"id": job.id, "hash": job.hash, "store": job.store, "worker": attrs["worker"], **summary}
 
 
+def warm_up(jobs) -> int:
+    """One step of each distinct (problem, method, backend) of ``jobs`` in this process.
+
+    Compiles (or loads from numba's cache) the kernels here, before a local
+    cluster forks its workers: they inherit them instead of each paying for
+    them. Returns how many were run; a step that fails is left to the real run.
+    """
+    from .errors import HBVMError
+    from .integrate import integrate
+    from .methods import from_spec
+    from .problems import get_problem
+
+    seen = set()
+    for job in jobs:
+        key = json.dumps([job.problem, job.params, job.method, job.backend, job.compensated], sort_keys=True)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            problem = get_problem(job.problem, **job.params)
+            integrate(problem, from_spec(job.method), job.h, job.h, compensated=job.compensated, backend=job.backend)
+        except (HBVMError, FloatingPointError):
+            pass
+    return len(seen)
+
+
 def _worker_address() -> str | None:
     """The Dask worker running this job (recorded in the store), None outside a worker."""
     try:

@@ -171,3 +171,12 @@ def test_a_user_problem_by_module_path(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     st = expand_study("u", small(problem="my_problems:pendulum"))
     assert st.problem == "my_problems:pendulum" and len(st.jobs) == 2
+
+
+def test_warm_up_runs_one_step_per_distinct_problem_and_method():
+    from hbvm_core.study import warm_up
+
+    st = expand_study("s", small(methods=[{"k": 1, "s": 1}, {"k": 2, "s": 2}], h=[0.1, 0.05, 0.025], backend="numpy"))
+    assert len(st.jobs) == 6 and warm_up(st.jobs.values()) == 2
+    diverging = expand_study("d", small(t_end=4, h=[2.0], backend="numpy"))
+    assert warm_up(diverging.jobs.values()) == 1  # a step that fails is left to the real run

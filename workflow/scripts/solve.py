@@ -39,10 +39,10 @@ def describe(res: dict) -> str:
 def main(smk) -> None:
     from distributed import as_completed
 
-    from hbvm_core.cluster import dask_client
+    from hbvm_core.cluster import dask_client, forks_local_workers
     from hbvm_core.cluster import describe as where
     from hbvm_core.storage import clean_temporaries, read_attrs, read_failure, store_status
-    from hbvm_core.study import expand_study, solve_job
+    from hbvm_core.study import expand_study, solve_job, warm_up
 
     config = smk.config
     name = smk.wildcards.study
@@ -70,6 +70,11 @@ def main(smk) -> None:
     if todo:
         dask_cfg = config.get("dask") or {}
         log.info(f"computing on {where(dask_cfg, smk.threads)}")
+        if forks_local_workers(dask_cfg):
+            t1 = time.perf_counter()
+            n = warm_up(todo)
+            dt = time.perf_counter() - t1
+            log.info(f"kernels of {n} (problem, method) pairs ready in {dt:.1f} s (the forked workers inherit them)")
         with dask_client(dask_cfg, threads=min(smk.threads, len(todo)), tasks=len(todo)) as client:
             order = sorted(todo, key=lambda j: -j.cost())
             futures = {
