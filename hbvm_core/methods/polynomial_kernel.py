@@ -2,7 +2,7 @@
 
 This file is never jitted as it stands: ``polynomial_runner`` writes its source
 into a generated module that binds ``grad_U`` and ``G`` to a problem's compiled
-callbacks (``grad_U(Q, out)``, ``G(Q, out)``, hbvm_core.kernels) by import, so
+callbacks (``grad_U(Q, out, params)``, ``G(Q, out, params)``, hbvm_core.kernels) by import, so
 numba inlines them and caches the loop on disk, once per callback set.
 
 The arithmetic is that of ``PolynomialStepper.sweep`` and ``step`` term by term
@@ -50,7 +50,7 @@ def _solve(A, b, n):
 
 
 @njit(cache=CACHE)
-def _sweep(q0, p0, h, gamma, Ihat, W, X, Bf, Q, gU, Gq, psi, XMpsi, RR, XMRR, A, lam, new, phi0):
+def _sweep(q0, p0, h, gamma, Ihat, W, X, Bf, params, Q, gU, Gq, psi, XMpsi, RR, XMRR, A, lam, new, phi0):
     """One fixed-point sweep gamma -> new; lam (s nu) and phi0 of the sweep, psi[0] = psi_0. False: singular."""
     k, s = Ihat.shape
     m = q0.shape[0]
@@ -61,8 +61,8 @@ def _sweep(q0, p0, h, gamma, Ihat, W, X, Bf, Q, gU, Gq, psi, XMpsi, RR, XMRR, A,
             for j in range(s):
                 acc += h * Ihat[l, j] * gamma[j, a]
             Q[l, a] = acc
-    grad_U(Q, gU)
-    G(Q, Gq)
+    grad_U(Q, gU, params)
+    G(Q, Gq, params)
     for j in range(s):
         for a in range(m):
             acc = 0.0
@@ -124,13 +124,13 @@ def _sweep(q0, p0, h, gamma, Ihat, W, X, Bf, Q, gU, Gq, psi, XMpsi, RR, XMRR, A,
 
 
 @njit(cache=CACHE)
-def _project(q1, p1, Q1, G1, B, mu):
+def _project(q1, p1, params, Q1, G1, B, mu):
     """Energy-preserving projection of p1 onto G(q1)^T p = 0 (METHOD.md 6, M = I), in place."""
     m = q1.shape[0]
     nu = G1.shape[2]
     for a in range(m):
         Q1[0, a] = q1[a]
-    G(Q1, G1)
+    G(Q1, G1, params)
     for i in range(nu):
         acc = 0.0
         for a in range(m):
@@ -160,7 +160,7 @@ def _project(q1, p1, Q1, G1, B, mu):
 
 @njit(cache=CACHE)
 def run_chunk(
-    q, p, cq, cp, gamma_prev, state, h, N, save_every, warm, rule, projection, Ihat, W, X, Bf, E, P0,
+    q, p, cq, cp, gamma_prev, state, h, N, save_every, warm, rule, projection, Ihat, W, X, Bf, E, P0, params,
     pt, pq, pp, st, slam, sit, info,
 ):  # fmt: skip
     """Advance from step state[0] until N or until a save buffer is full; returns the status.
@@ -195,7 +195,7 @@ def run_chunk(
         d_prev, d, it, done = np.inf, 0.0, 0, False
         while it < max_iter:
             it += 1
-            if not _sweep(q, p, h, gamma, Ihat, W, X, Bf, Q, gU, Gq, psi, XMpsi, RR, XMRR, A, lam, new, phi0):
+            if not _sweep(q, p, h, gamma, Ihat, W, X, Bf, params, Q, gU, Gq, psi, XMpsi, RR, XMRR, A, lam, new, phi0):
                 info[0], info[1], info[2], info[3] = SINGULAR, n, it, np.nan
                 return SINGULAR
             d, big = 0.0, 1.0
@@ -225,7 +225,7 @@ def run_chunk(
             for a in range(m):
                 Q1[0, a] = q[a] + dq[a]
                 p1[a] = p[a] + dp[a]
-            if not _project(Q1[0], p1, Q1, G1, B, mu):
+            if not _project(Q1[0], p1, params, Q1, G1, B, mu):
                 info[0], info[1], info[2], info[3] = SINGULAR, n, it, np.nan
                 return SINGULAR
             for a in range(m):

@@ -119,6 +119,7 @@ class PolynomialRunner:
         self.rule = np.array([rule.rtol, rule.stall_rtol, rule.max_iter], dtype=float)
         self.warm = WARM_CODES[method.warm_start]
         self.projection = bool(method.projection)
+        self.params = np.array(getattr(problem.kernels, "params", ()), dtype=float).reshape(-1)
 
     def __call__(self, problem, method, h, N, compensated, save_every, chunk, sink) -> dict:
         m, nu, s = problem.m, problem.nu, self.arrays[0].shape[1]
@@ -146,7 +147,7 @@ class PolynomialRunner:
         while True:
             status = run(
                 q, p, cq, cp, gamma_prev, state, float(h), int(N), int(save_every), self.warm, self.rule,
-                self.projection, *self.arrays, *pts, *stp, info,
+                self.projection, *self.arrays, self.params, *pts, *stp, info,
             )  # fmt: skip
             if status != 0:
                 self._fail(problem, q, h, info)
