@@ -29,6 +29,8 @@ from .study import Study
 TARGETS = (1e-6, 1e-10)
 #: floor for exact zeros on the log axes of the long-time figure (values at exact round-off 0)
 FLOOR = 1e-18
+#: the series' names in the Markdown tables (no '|' in a table cell)
+PLAIN = {"dH": "energy error H - H0", "g": "constraint g", "hc": "hidden constraint"}
 #: below this a long-time series is "at round-off" and gets no drift exponent
 ROUNDOFF = 1e-13
 SERIES = (("dH", r"$|H - H_0|$"), ("g", r"$\|g(q)\|_\infty$"), ("hc", r"$\|G^T M^{-1} p\|_\infty$"))
@@ -281,12 +283,11 @@ LT_COLUMNS = ["problem", "method", "h", "steps", "t_early", "t_end"] + [
 
 
 def long_time_markdown(rows: list[dict]) -> str:
-    """|H - H0|, ||g||, ||hc||: max up to t_early, max over the last decade, growth exponent of the running max."""
+    """|H - H0|, ||g||_inf, ||G^T M^-1 p||_inf: max up to t_early, over the last decade, and the growth exponent."""
     head = "| problem | method | h | steps |"
     sep = "|---|---|---|---|"
-    for _, title in SERIES:
-        plain = title.replace("$", "").replace("\\|", "||").replace("\\infty", "inf").replace("\\", "")
-        head += f" {plain} early | late | exponent |"
+    for key, _ in SERIES:
+        head += f" {PLAIN[key]} early | late | exponent |"
         sep += "---|---|---|"
     lines = [head, sep]
     for r in rows:
@@ -297,7 +298,8 @@ def long_time_markdown(rows: list[dict]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     t_early = rows[0]["t_early"] if rows else math.nan
     note = (
-        f"\nearly: max over t <= {t_early:g}; late: max over the last decade of [0, t_end]; exponent: slope of "
+        f"\nMaxima of |H - H0|, ||g||_inf and ||G^T M^-1 p||_inf. "
+        f"early: max over t <= {t_early:g}; late: max over the last decade of [0, t_end]; exponent: slope of "
         "log(running max) against log t over the last two decades (0: bounded, 1: linear drift); "
         f"round-off: the series stays below {ROUNDOFF:.0e}.\n"
     )
