@@ -10,29 +10,35 @@ step solves
 -- exactly the fixed point of the sweep (A lam = b is F2 = 0 at the updated
 gamma), so both iterations converge to the same solution. Since
 W^T Ihat = X (k >= s), d psi_j / d gamma_l = h X[j, l] Hess U at the stages.
-Freezing the Hessians at q0, and taking gamma and rho from the first iterate
-gamma^(0) (the warm start), gives the matrix, formed once per step,
+Freezing the second derivatives at q0 and keeping everything else current
+gives the Newton matrix at the iterate (gamma, rho = rho(gamma))
 
-    J = [[ I + h^2 X^2 (x) M^{-1} K0,   h X M^{-1} rho^(0) ],                   (B2)
-         [ row_l = rho_l^(0)T + h sum_j X[j, l] (Hg gamma_j^(0))^T,   0 ]]
+    J = [[ A11 = I + h^2 X^2 (x) M^{-1} K0,   h X M^{-1} rho ],                 (B2)
+         [ C_l = rho_l^T + h sum_j X[j, l] (Hg gamma_j)^T,   0 ]]
 
 with K0 = d/dq [grad U + G lam0](q0), (Hg v)[c, i] = sum_a d G[c, i]/d q_a (q0) v_a
 (the Hessians of g_i applied to v) and lam0 the previous step's multiplier (on
 the first step the exact lambda(q0, p0) of METHOD.md 1 where the problem has
-d2g, else 0: ``initial_multiplier``). K0 and Hg come from central
-differences of the problem's own grad_U and G at q0 +- delta e_a (delta =
-eps^(1/3) max(1, |q0_a|), 2m extra evaluation points per step), so no
-Hessians are needed from the problem. The iteration
+d2g, else 0: ``initial_multiplier``). K0 and Hg come from central differences
+of the problem's own grad_U and G at q0 +- delta e_a (delta = eps^(1/3)
+max(1, |q0_a|); 2m extra evaluation points per step), so the problem supplies
+no Hessians. The iteration
 
     J (dgamma, dlam) = -(F1, F2),   gamma += dgamma,   lam += dlam
 
 stops by the same rule as the fixed point (solvers.StoppingRule on
-max|dgamma|). Its error contracts by about O(h^3) per iteration where the fixed
-point contracts by O(h^2 |Hess|): it needs fewer iterations and converges for
-larger h (benchmarks/README.md). This is a direct LU of the (s m + nu) matrix
-instead of the authors' eigenvalue-based blending of X (which reduces the
-linear algebra to m-sized systems); for the sizes here (s m + nu <= ~50) the
-LU costs less than the function evaluations.
+max|dgamma|). The frozen block A11 is factorised once per step; the coupling
+blocks, which cost no extra evaluations (rho is in the residual), are
+refreshed every iteration -- freezing them too (a first version) made the
+iteration slower than the fixed point at large h, because the constraint
+geometry (G at the stages) turns by O(h) over a step. The compiled kernel
+solves (B2) by the Schur complement of A11 (nu + 1 solves with its LU per
+iteration); this module by a dense LU of J. Measured (benchmarks/README.md):
+fewer iterations than the fixed point at h = 0.1, and convergence at step
+sizes where the fixed point fails. This is a plain simplified Newton rather
+than the authors' eigenvalue-based blending of X (which reduces A11 to
+m-sized systems); for s m + nu <= ~50 the direct solve costs less than the
+function evaluations.
 """
 
 from __future__ import annotations
@@ -71,7 +77,7 @@ def hessians(stepper, q0: np.ndarray, lam: np.ndarray) -> tuple[np.ndarray, np.n
 
 
 def newton_matrix(stepper, h: float, K0: np.ndarray, Hg, gamma: np.ndarray, rho) -> np.ndarray:
-    """The frozen matrix J of (B2) from the Hessians at q0 and the first iterate's gamma and rho."""
+    """The matrix J of (B2) at the iterate (gamma, rho) with the Hessians K0, Hg frozen at q0."""
     pb, tab = stepper.problem, stepper.tab
     m, nu, s = pb.m, pb.nu, tab.s
     X = tab.X
@@ -114,12 +120,12 @@ def blended(stepper, q0, p0, Mp0, h, gamma, n=0, t=0.0):
     d_prev = np.inf
     for it in range(1, rule.max_iter + 1):
         F, (psi0, rho0, Q, rho) = residual(stepper, q0, Mp0, h, gamma, lam)
-        if it == 1:
-            lu = lu_factor(newton_matrix(stepper, h, K0, Hg, gamma, rho), check_finite=False)
-            if not np.all(np.isfinite(lu[0])):
-                raise ConvergenceError(n, t, float("nan"), it, "non-finite increment (diverged)")
-            if np.any(np.diag(lu[0]) == 0.0):
-                raise np.linalg.LinAlgError("Singular matrix")
+        J = newton_matrix(stepper, h, K0, Hg, gamma, rho)
+        if not np.all(np.isfinite(J)):
+            raise ConvergenceError(n, t, float("nan"), it, "non-finite increment (diverged)")
+        lu = lu_factor(J, check_finite=False)
+        if np.any(np.diag(lu[0]) == 0.0):
+            raise np.linalg.LinAlgError("Singular matrix")
         delta = -lu_solve(lu, F, check_finite=False)
         new = gamma + delta[: s * m].reshape(s, m)
         d = float(np.max(np.abs(new - gamma)))

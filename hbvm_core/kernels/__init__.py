@@ -3,8 +3,11 @@
 A problem opts in by setting ``Problem.kernels = Kernels(grad_U=..., G=...)``
 with numba-compiled callbacks that write into preallocated arrays:
 
-    grad_U(Q, out)   Q (n, m), out (n, m)       gradient of U at the rows of Q
-    G(Q, out)        Q (n, m), out (n, m, nu)   column i = gradient of g_i (omit when nu = 0)
+    grad_U(Q, out, params)   Q (n, m), out (n, m)       gradient of U at the rows of Q
+    G(Q, out, params)        Q (n, m), out (n, m, nu)   column i = gradient of g_i (omit when nu = 0)
+
+``params`` is ``Kernels.params`` as a float64 array (masses, lengths, ...), so
+one compiled loop serves every parameter value.
 
 Each may be an ``@numba.njit`` function or a ``"module.path:function"`` string
 (resolved lazily, so building a problem does not import numba). Callbacks that
@@ -23,10 +26,11 @@ BUILTIN_MODULE = "hbvm_core.kernels.problems"
 
 @dataclass(frozen=True)
 class Kernels:
-    """The compiled callbacks of a problem (njit functions or 'module:function' strings)."""
+    """The compiled callbacks of a problem (njit functions or 'module:function' strings) and their params."""
 
     grad_U: Any
     G: Any = None
+    params: tuple[float, ...] = ()
 
 
 #: Compiled callbacks of the built-in problems (names in hbvm_core.kernels.problems).

@@ -2,9 +2,9 @@
 
 This file is never jitted as it stands. ``hbvm_core.kernels.registry`` copies
 its source into a generated module that binds ``grad_U`` and ``G`` to a
-problem's numba callbacks (``grad_U(Q, out)``: Q (n, m), out (n, m);
-``G(Q, out)``: out (n, m, nu)), so numba compiles -- and caches on disk -- one
-loop per callback set.
+problem's numba callbacks (``grad_U(Q, out, P)``: Q (n, m), out (n, m);
+``G(Q, out, P)``: out (n, m, nu); P the float array ``Kernels.params``), so
+numba compiles -- and caches on disk -- one loop per callback set.
 
 The arithmetic follows ``HBVMStepper.sweep`` and ``hbvm_core.blended`` term by
 term (same warm start, same stopping rule, same Kahan update), so the results
@@ -102,7 +102,7 @@ def _lu_solve(A, piv, x):
 
 
 @njit(cache=CACHE)
-def _hessians(q0, lam, L, Qfd, gfd, Gfd, K, Hg, col, delta):
+def _hessians(q0, lam, L, P, Qfd, gfd, Gfd, K, Hg, col, delta):
     """M^{-1} K0 with K0 = d/dq [grad U + G lam](q0), and Hg[c, a, n] = d G[c, n] / d q_a (q0), by central
     differences of the callbacks at q0 +- delta_a e_a (hbvm_core.blended.hessians)."""
     m = q0.shape[0]
@@ -114,9 +114,9 @@ def _hessians(q0, lam, L, Qfd, gfd, Gfd, K, Hg, col, delta):
         delta[a] = CBRT_EPS * max(1.0, abs(q0[a]))
         Qfd[2 * a, a] += delta[a]
         Qfd[2 * a + 1, a] -= delta[a]
-    grad_U(Qfd, gfd)
+    grad_U(Qfd, gfd, P)
     if nu > 0:
-        G(Qfd, Gfd)
+        G(Qfd, Gfd, P)
     for a in range(m):
         for c in range(m):
             fp = 0.0
@@ -134,60 +134,111 @@ def _hessians(q0, lam, L, Qfd, gfd, Gfd, K, Hg, col, delta):
 
 
 @njit(cache=CACHE)
-def _newton_matrix(h, X, X2, L, K, Hg, gamma, rho, J, HG, col):
-    """J of (B2) (hbvm_core.blended.newton_matrix) from M^{-1} K0, Hg and the first iterate's gamma, rho."""
-    s, m = gamma.shape
-    nu = rho.shape[2]
-    sm = s * m
-    for r in range(sm + nu):
-        for c in range(sm + nu):
-            J[r, c] = 0.0
+def _frozen_block(h, X2, K, A11, piv11):
+    """A11 = I + h^2 X^2 (x) M^{-1} K0 (the block of (B2) with the frozen Hessians), LU-factorised in place."""
+    s = X2.shape[0]
+    m = K.shape[0]
     for j in range(s):
         for l in range(s):
             f = h * h * X2[j, l]
             for a in range(m):
                 for c in range(m):
-                    J[j * m + a, l * m + c] = f * K[a, c]
+                    A11[j * m + a, l * m + c] = f * K[a, c]
         for a in range(m):
-            J[j * m + a, j * m + a] += 1.0
+            A11[j * m + a, j * m + a] += 1.0
+    return _lu(A11, piv11)
+
+
+@njit(cache=CACHE)
+def _coupling(h, X, L, Hg, gamma, rho, Bc, Cr, HG, col):
+    """The blocks of (B2) refreshed every iteration: Bc = h X M^{-1} rho (s m, nu) and
+    Cr[n, l m + c] = rho_l[c, n] + h sum_j X[j, l] (Hess g_n gamma_j)[c] (nu, s m)."""
+    s, m = gamma.shape
+    nu = rho.shape[2]
     for n in range(nu):
-        for l in range(s):  # lam column: h X M^{-1} rho
+        for j in range(s):
+            for a in range(m):
+                Bc[j * m + a, n] = 0.0
+        for l in range(s):
             for c in range(m):
                 col[c] = rho[l, c, n]
             if HAS_M:
                 _minv(L, col)
             for j in range(s):
                 for a in range(m):
-                    J[j * m + a, sm + n] += h * X[j, l] * col[a]
-        for j in range(s):  # HG[j, c, n] = (Hess g_n gamma_j)[c]
+                    Bc[j * m + a, n] += h * X[j, l] * col[a]
+        for j in range(s):
             for c in range(m):
                 acc = 0.0
                 for a in range(m):
                     acc += Hg[c, a, n] * gamma[j, a]
                 HG[j, c, n] = acc
-        for l in range(s):  # F2 row: rho_l^T + h sum_j X[j, l] (Hess g gamma_j)^T
+        for l in range(s):
             for c in range(m):
                 acc = 0.0
                 for j in range(s):
                     acc += X[j, l] * HG[j, c, n]
-                J[sm + n, l * m + c] = rho[l, c, n] + h * acc
+                Cr[n, l * m + c] = rho[l, c, n] + h * acc
+
+
+@njit(cache=CACHE)
+def _newton_solve(A11, piv11, Bc, Cr, rhs, Y, S, Spiv, z):
+    """Solve [[A11, Bc], [Cr, 0]] x = rhs in place by the Schur complement S = Cr A11^{-1} Bc; False if singular."""
+    sm, nu = Bc.shape
+    _lu_solve(A11, piv11, rhs[:sm])
+    if nu == 0:
+        return True
+    for n in range(nu):
+        for r in range(sm):
+            z[r] = Bc[r, n]
+        _lu_solve(A11, piv11, z)
+        for r in range(sm):
+            Y[r, n] = z[r]
+    for n in range(nu):
+        for c in range(nu):
+            acc = 0.0
+            for r in range(sm):
+                acc += Cr[n, r] * Y[r, c]
+            S[n, c] = acc
+        acc = 0.0
+        for r in range(sm):
+            acc += Cr[n, r] * rhs[r]
+        rhs[sm + n] = acc - rhs[sm + n]
+    if not _lu(S, Spiv):
+        return False
+    _lu_solve(S, Spiv, rhs[sm:])
+    for r in range(sm):
+        acc = 0.0
+        for n in range(nu):
+            acc += Y[r, n] * rhs[sm + n]
+        rhs[r] -= acc
+    return True
 
 
 @njit(cache=CACHE)
 def _blended_step(
-    q0, Mp0, h, gamma, lam, Ihat, W, X, X2, L, rule, Q, gU, GQ, psi, rho, Mv, new, J, Jpiv, rhs, Qfd, gfd, Gfd, K,
-    Hg, HG, col, delta, out,
+    q0, Mp0, h, gamma, lam, Ihat, W, X, X2, L, P, rule, Q, gU, GQ, psi, rho, Mv, new, A11, piv11, Bc, Cr, Y, S,
+    Spiv, z, rhs, Qfd, gfd, Gfd, K, Hg, HG, col, delta, out,
 ):  # fmt: skip
-    """Simplified Newton on (gamma, lam) with the frozen matrix (B2) (hbvm_core.blended, eq. (B1)).
-
-    out = (status, iterations, last increment); gamma, lam and psi, rho (at the last iterate) are updated.
-    """
+    """Simplified Newton on (gamma, lam), eq. (B1), with the matrix (B2): Hessians frozen at q0, the rest current
+    (hbvm_core.blended). out = (status, iterations, last increment); gamma, lam and psi, rho (at the last
+    iterate) are updated."""
     k, s = Ihat.shape
     m = q0.shape[0]
     nu = lam.shape[0]
     sm = s * m
     rtol, stall, max_iter = rule[0], rule[1], int(rule[2])
-    _hessians(q0, lam, L, Qfd, gfd, Gfd, K, Hg, col, delta)
+    _hessians(q0, lam, L, P, Qfd, gfd, Gfd, K, Hg, col, delta)
+    finite = True
+    for r in range(m):
+        for c in range(m):
+            finite = finite and np.isfinite(K[r, c])
+    if not finite:
+        out[0], out[1], out[2] = DIVERGED, 0, np.nan
+        return
+    if not _frozen_block(h, X2, K, A11, piv11):
+        out[0], out[1], out[2] = SINGULAR, 0, np.nan
+        return
     d_prev = np.inf
     d = np.nan
     for it in range(1, max_iter + 1):
@@ -200,9 +251,9 @@ def _blended_step(
                     Mv[a] += c * gamma[j, a]
             for a in range(m):
                 Q[i, a] = q0[a] + h * Mv[a]
-        grad_U(Q, gU)
+        grad_U(Q, gU, P)
         if nu > 0:
-            G(Q, GQ)
+            G(Q, GQ, P)
         for j in range(s):
             for a in range(m):
                 psi[j, a] = 0.0
@@ -214,19 +265,8 @@ def _blended_step(
                     psi[j, a] += c * gU[i, a]
                     for n in range(nu):
                         rho[j, a, n] += c * GQ[i, a, n]
-        if it == 1:
-            _newton_matrix(h, X, X2, L, K, Hg, gamma, rho, J, HG, col)
-            finite = True
-            for r in range(sm + nu):
-                for c in range(sm + nu):
-                    if not np.isfinite(J[r, c]):
-                        finite = False
-            if not finite:
-                out[0], out[1], out[2] = DIVERGED, it, np.nan
-                return
-            if not _lu(J, Jpiv):
-                out[0], out[1], out[2] = SINGULAR, 0, np.nan
-                return
+        if nu > 0:
+            _coupling(h, X, L, Hg, gamma, rho, Bc, Cr, HG, col)
         # residual: F1 = gamma - e0 Mp0 + h X M^{-1} (psi + rho lam), F2 = sum_j rho_j^T gamma_j; rhs = -F
         for l in range(s):
             for a in range(m):
@@ -252,7 +292,9 @@ def _blended_step(
                 for a in range(m):
                     acc += rho[j, a, n] * gamma[j, a]
             rhs[sm + n] = -acc
-        _lu_solve(J, Jpiv, rhs)
+        if not _newton_solve(A11, piv11, Bc, Cr, rhs, Y, S, Spiv, z):
+            out[0], out[1], out[2] = SINGULAR, it, np.nan
+            return
         d = 0.0
         scale = 1.0
         bad = False
@@ -280,7 +322,7 @@ def _blended_step(
 
 @njit(cache=CACHE)
 def run_chunk(
-    q, p, cq, cp, gamma_prev, lam_prev, state, h, N, save_every, warm, rule, Ihat, W, X, E, L,
+    q, p, cq, cp, gamma_prev, lam_prev, state, h, N, save_every, warm, rule, Ihat, W, X, E, L, P,
     pt_t, pt_q, pt_p, st_t, st_lam, st_it, info,
 ):  # fmt: skip
     """Steps n = state[0], ... until N, or until a point or step buffer is full, or a step fails.
@@ -311,10 +353,16 @@ def run_chunk(
     Mp0 = np.empty(m)
     Mv = np.empty(m)
     out = np.zeros(3)
-    nb = s * m + nu  # the blended iteration's work arrays
-    J = np.empty((nb, nb))
-    Jpiv = np.empty(nb, dtype=np.int64)
-    rhs = np.empty(nb)
+    sm = s * m  # the blended iteration's work arrays
+    A11 = np.empty((sm, sm))
+    piv11 = np.empty(sm, dtype=np.int64)
+    Bc = np.zeros((sm, nu))
+    Cr = np.zeros((nu, sm))
+    Y = np.zeros((sm, nu))
+    S = np.zeros((nu, nu))
+    Spiv = np.zeros(nu, dtype=np.int64)
+    zw = np.empty(sm)
+    rhs = np.empty(sm + nu)
     Qfd = np.empty((2 * m, m))
     gfd = np.empty((2 * m, m))
     Gfd = np.zeros((2 * m, m, nu))
@@ -371,9 +419,9 @@ def run_chunk(
                             Mv[a] += c * gamma[j, a]
                     for a in range(m):
                         Q[i, a] = q[a] + h * Mv[a]
-                grad_U(Q, gU)
+                grad_U(Q, gU, P)
                 if nu > 0:
-                    G(Q, GQ)
+                    G(Q, GQ, P)
                 for j in range(s):
                     for a in range(m):
                         psi[j, a] = 0.0
@@ -498,8 +546,8 @@ def run_chunk(
             for r in range(nu):
                 lam[r] = lam_prev[r]
             _blended_step(
-                q, Mp0, h, gamma, lam, Ihat, W, X, X2, L, rule, Q, gU, GQ, psi, rho, Mv, new, J, Jpiv, rhs,
-                Qfd, gfd, Gfd, K, Hg, HG, col, delta, out,
+                q, Mp0, h, gamma, lam, Ihat, W, X, X2, L, P, rule, Q, gU, GQ, psi, rho, Mv, new, A11, piv11, Bc, Cr,
+                Y, S, Spiv, zw, rhs, Qfd, gfd, Gfd, K, Hg, HG, col, delta, out,
             )  # fmt: skip
             status, it, d = int(out[0]), int(out[1]), out[2]
         if status != OK:

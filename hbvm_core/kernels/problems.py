@@ -1,8 +1,9 @@
 """Compiled callbacks of the built-in problems (METHOD.md section 4), writing into preallocated arrays.
 
-Each ``grad_U(Q, out)`` fills out (n, m) with the gradient of U at the rows of
-Q (n, m); each ``G(Q, out)`` fills out (n, m, nu) with the constraint
-gradients. They mirror the numpy callbacks in ``hbvm_core.problems`` (integer
+Each ``grad_U(Q, out, params)`` fills out (n, m) with the gradient of U at the
+rows of Q (n, m); each ``G(Q, out, params)`` fills out (n, m, nu) with the
+constraint gradients (``params``: the problem's ``Kernels.params``, unused
+here). They mirror the numpy callbacks in ``hbvm_core.problems`` (integer
 powers as products rather than libm ``pow``, which costs ~30 ns a call), so
 both paths agree to round-off (a few ulp per evaluation).
 """
@@ -15,12 +16,12 @@ from numba import njit
 
 
 @njit(cache=True)
-def no_constraints(Q, out):
+def no_constraints(Q, out, params):
     """G for an unconstrained problem (nu = 0): nothing to write."""
 
 
 @njit(cache=True)
-def sphere_G(Q, out):
+def sphere_G(Q, out, params):
     """g = |q|^2 - 1: G = 2 q (planar and conical pendulum)."""
     for i in range(Q.shape[0]):
         for a in range(Q.shape[1]):
@@ -28,7 +29,7 @@ def sphere_G(Q, out):
 
 
 @njit(cache=True)
-def planar_grad_U(Q, out):
+def planar_grad_U(Q, out, params):
     """U = y."""
     for i in range(Q.shape[0]):
         out[i, 0] = 0.0
@@ -36,7 +37,7 @@ def planar_grad_U(Q, out):
 
 
 @njit(cache=True)
-def conical_grad_U(Q, out):
+def conical_grad_U(Q, out, params):
     """U = z."""
     for i in range(Q.shape[0]):
         out[i, 0] = 0.0
@@ -45,7 +46,7 @@ def conical_grad_U(Q, out):
 
 
 @njit(cache=True)
-def modified_grad_U(Q, out):
+def modified_grad_U(Q, out, params):
     """U = z^4."""
     for i in range(Q.shape[0]):
         out[i, 0] = 0.0
@@ -55,7 +56,7 @@ def modified_grad_U(Q, out):
 
 
 @njit(cache=True)
-def modified_G(Q, out):
+def modified_G(Q, out, params):
     """g = x^6 + y^4 + z^2 - 0.625: G = (6 x^5, 4 y^3, 2 z)."""
     for i in range(Q.shape[0]):
         x, y = Q[i, 0], Q[i, 1]
@@ -66,7 +67,7 @@ def modified_G(Q, out):
 
 
 @njit(cache=True)
-def tethered_grad_U(Q, out):
+def tethered_grad_U(Q, out, params):
     """U = -sum_i 1/|q_i|: grad = q_i / |q_i|^3 for the three bodies."""
     for i in range(Q.shape[0]):
         for b in range(3):
@@ -79,7 +80,7 @@ def tethered_grad_U(Q, out):
 
 
 @njit(cache=True)
-def tethered_G(Q, out):
+def tethered_G(Q, out, params):
     """g_c = |q_i - q_j|^2 - 1 for the pairs (1,2), (2,3), (3,1): columns +-2 (q_i - q_j)."""
     for i in range(Q.shape[0]):
         for a in range(9):
@@ -94,7 +95,7 @@ def tethered_G(Q, out):
 
 
 @njit(cache=True)
-def theta_grad_U(Q, out):
+def theta_grad_U(Q, out, params):
     """U = -cos(theta): grad = sin(theta)."""
     for i in range(Q.shape[0]):
         out[i, 0] = math.sin(Q[i, 0])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..blended import initial_multiplier
-from ..errors import ConvergenceError, NonFiniteError
+from ..errors import ConvergenceError, NonFiniteError, ProblemError
 from ..problem import Problem
 from .registry import loop_module
 
@@ -38,6 +38,7 @@ class CompiledRunner:
 
     def __init__(self, method, problem: Problem):
         self.L = cholesky_factor(problem)
+        self.params = np.array(problem.kernels.params, dtype=float).reshape(-1)
         self.solver = SOLVER_CODES[method.solver]
         self.module = loop_module(problem.kernels, problem.m, problem.nu, self.L.size > 0, self.solver)
         tab = method.tableau
@@ -45,6 +46,23 @@ class CompiledRunner:
         rule = method.rule
         self.rule = np.array([rule.rtol, rule.stall_rtol, rule.max_iter], dtype=float)
         self.warm = WARM_CODES[method.warm_start]
+        self._check_callbacks(problem)
+
+    def _check_callbacks(self, problem: Problem) -> None:
+        """The compiled callbacks must agree with the numpy ones (at q0 and a nearby point): a mismatch is an error."""
+        Q = np.stack([problem.q0, problem.q0 + 1e-3])
+        pairs = [("grad_U", problem.grad_U, self.module.grad_U, (2, problem.m))]
+        if problem.nu:
+            pairs.append(("G", problem.G, self.module.G, (2, problem.m, problem.nu)))
+        for key, f, kernel, shape in pairs:
+            ref = np.asarray(f(Q), dtype=float)
+            out = np.zeros(shape)
+            kernel(Q, out, self.params)
+            err = float(np.max(np.abs(out - ref))) if ref.shape == shape else np.inf
+            if not err <= 1e-12 * (1.0 + float(np.max(np.abs(ref)))):
+                raise ProblemError(
+                    f"{problem.name}: kernels.{key} disagrees with the numpy {key} near q0 (max difference {err:.3e})"
+                )
 
     def __call__(self, problem, method, h, N, compensated, save_every, chunk, sink) -> dict:
         m, nu, s = problem.m, problem.nu, self.tab[0].shape[1]
@@ -73,7 +91,7 @@ class CompiledRunner:
         while True:
             status = run(
                 q, p, cq, cp, gamma_prev, lam_prev, state, float(h), int(N), int(save_every),
-                self.warm, self.rule, *self.tab, self.L, *pts, *stp, info,
+                self.warm, self.rule, *self.tab, self.L, self.params, *pts, *stp, info,
             )  # fmt: skip
             if status != 0:
                 self._fail(problem, q, h, gamma_prev, info)

@@ -59,4 +59,14 @@ def tethered_satellites() -> Problem:
     """m = 9, nu = 3 (table4, fig3); no closed form."""
     p0 = np.zeros(9)
     p0[6] = _speed()
-    return Problem(name="tethered_satellites", q0=Q0, p0=p0, U=U, grad_U=grad_U, g=g, G=G, d2g=d2g, kernels=builtin("tethered_satellites"))
+    return Problem(
+        name="tethered_satellites",
+        q0=Q0,
+        p0=p0,
+        U=U,
+        grad_U=grad_U,
+        g=g,
+        G=G,
+        d2g=d2g,
+        kernels=builtin("tethered_satellites"),
+    )

@@ -1,0 +1,279 @@
+"""The compiled (numba) path against the numpy path (issue 4): same trajectories to round-off, same iterations,
+the same chunks and errors, the disk cache, and user problems with and without compiled callbacks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from numba import njit
+from user_problems import double_pendulum
+
+import hbvm_core as hc
+from hbvm_core.errors import ConfigError, ConvergenceError, NonFiniteError, ProblemError
+from hbvm_core.integrate import MemorySink
+from hbvm_core.kernels import Kernels
+from hbvm_core.solvers import StoppingRule
+
+#: (problem, k, s, h, steps) -- short runs, one compiled module per problem
+CASES = [
+    ("planar_pendulum", 2, 2, 0.05, 200),
+    ("conical_pendulum", 2, 2, None, 300),
+    ("modified_pendulum", 6, 2, 0.05, 200),
+    ("tethered_satellites", 6, 2, 0.1, 200),
+    ("theta_pendulum", 3, 2, 0.1, 100),
+]
+
+
+def run_both(pb, method, h, steps, **kw):
+    t_end = h * steps
+    a = hc.integrate(pb, method, h, t_end, backend="numpy", **kw)
+    b = hc.integrate(pb, method, h, t_end, backend="numba", **kw)
+    return a, b
+
+
+def assert_same(a, b, tol=1e-12):
+    """q, p, lam agree to tol relative to their size; same saved grid."""
+    np.testing.assert_array_equal(a.t, b.t)
+    np.testing.assert_array_equal(a.tstep, b.tstep)
+    for x, y in ((a.q, b.q), (a.p, b.p), (a.lam, b.lam)):
+        assert x.shape == y.shape
+        if x.size:
+            assert np.max(np.abs(x - y)) <= tol * max(1.0, np.max(np.abs(x)))
+
+
+def assert_iterations_match(a, b):
+    """Identical per-step counts except where round-off flips the stall test on a step: at most one sweep, rarely."""
+    diff = np.abs(a.iterations.astype(int) - b.iterations.astype(int))
+    assert diff.max() <= 1
+    assert np.count_nonzero(diff) <= max(2, len(diff) // 100)
+    assert abs(a.attrs["mean_iterations"] - b.attrs["mean_iterations"]) <= 0.02
+
+
+@pytest.mark.parametrize("name,k,s,h,steps", CASES, ids=[c[0] for c in CASES])
+def test_compiled_matches_numpy(name, k, s, h, steps):
+    pb = hc.get_problem(name)
+    h = pb.period / 100 if h is None else h
+    a, b = run_both(pb, hc.HBVM(k, s), h, steps)
+    assert a.attrs["backend"] == "numpy" and b.attrs["backend"] == "numba"
+    assert_same(a, b)
+    assert_iterations_match(a, b)
+
+
+def test_auto_backend_takes_the_compiled_path_for_builtins(conical):
+    traj = hc.integrate(conical, hc.HBVM(2, 2), conical.period / 100, conical.period / 10)
+    assert traj.attrs["backend"] == "numba"
+
+
+@pytest.mark.parametrize("warm_start", ["previous", "p0"])
+def test_warm_starts_match(warm_start, planar):
+    a, b = run_both(planar, hc.HBVM(2, 2, warm_start=warm_start), 0.05, 60)
+    assert_same(a, b)
+    assert_iterations_match(a, b)
+    assert a.attrs["mean_iterations"] > 5.3  # extrapolation needs 5.08 here: really a different path
+
+
+def test_uncompensated_and_saved_every_nth_step_match(planar):
+    a, b = run_both(planar, hc.HBVM(2, 2), 0.05, 203, compensated=False, save_every=10)
+    assert len(b.t) == 22 and b.t[-1] == pytest.approx(203 * 0.05)  # every 10th point and the last
+    assert len(b.tstep) == 21
+    assert_same(a, b)
+    np.testing.assert_array_equal(a.iterations, b.iterations)
+
+
+class RecordingSink(MemorySink):
+    """The in-memory sink, recording the (kind, start, rows) of every chunk it receives."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def points(self, start, t, q, p):
+        self.calls.append(("points", start, len(t)))
+        super().points(start, t, q, p)
+
+    def steps(self, start, t, lam, iterations):
+        self.calls.append(("steps", start, len(t)))
+        super().steps(start, t, lam, iterations)
+
+
+def test_chunked_emission_is_the_same_as_numpy(conical):
+    h = conical.period / 100
+    sinks = {}
+    for backend in ("numpy", "numba"):
+        sinks[backend] = RecordingSink()
+        hc.integrate(conical, hc.HBVM(2, 2), h, 50 * h, chunk=7, save_every=3, sink=sinks[backend], backend=backend)
+    a, b = sinks["numpy"], sinks["numba"]
+    assert sorted(a.calls) == sorted(b.calls)
+    assert max(rows for _, _, rows in b.calls) == 7
+    for kind in ("points", "steps"):  # contiguous chunks
+        starts = [(s0, r) for k, s0, r in b.calls if k == kind]
+        assert all(s1 == s0 + r for (s0, r), (s1, _) in zip(starts, starts[1:]))
+    xa, xb = a.arrays(3, 1), b.arrays(3, 1)
+    for key in xa:
+        assert np.max(np.abs(xa[key] - xb[key]), initial=0.0) <= 1e-12
+
+
+def test_convergence_error_is_the_same(planar):
+    method = hc.HBVM(2, 2, rule=StoppingRule(max_iter=4))
+    errs = []
+    for backend in ("numpy", "numba"):
+        with pytest.raises(ConvergenceError) as info:
+            hc.integrate(planar, method, 0.05, 5.0, backend=backend)
+        errs.append(info.value)
+    assert errs[0].step == errs[1].step and errs[0].t == errs[1].t
+    assert errs[0].reason == errs[1].reason == "no convergence"
+    assert errs[1].iterations == 4 and np.isfinite(errs[1].increment)
+
+
+def test_divergence_is_reported_not_hidden(planar):
+    """Far too large a step: the fixed point fails at the same step, for the same reason, on both paths."""
+    errs = []
+    for backend in ("numpy", "numba"):
+        with pytest.raises(ConvergenceError) as info:
+            hc.integrate(planar, hc.HBVM(2, 2), 2.5, 25.0, backend=backend)
+        errs.append(info.value)
+    assert (errs[0].step, errs[0].reason) == (errs[1].step, errs[1].reason)
+    assert errs[1].t == pytest.approx(2.5 * errs[1].step)
+
+
+# --- user problems -------------------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def dp_grad_U(Q, out, params):
+    for i in range(Q.shape[0]):
+        out[i, 0] = 0.0
+        out[i, 1] = params[0]
+        out[i, 2] = 0.0
+        out[i, 3] = params[1]
+
+
+@njit(cache=True)
+def dp_G(Q, out, params):
+    for i in range(Q.shape[0]):
+        for a in range(2):
+            d = Q[i, 2 + a] - Q[i, a]
+            out[i, a, 0] = 2.0 * Q[i, a]
+            out[i, 2 + a, 0] = 0.0
+            out[i, a, 1] = -2.0 * d
+            out[i, 2 + a, 1] = 2.0 * d
+
+
+def compiled_double_pendulum(m1=1.0, m2=2.0):
+    pb = double_pendulum(m1=m1, m2=m2)
+    pb.kernels = Kernels(grad_U=dp_grad_U, G=dp_G, params=(m1, m2))
+    return pb
+
+
+def test_user_problem_with_mass_matrix_and_params_takes_the_compiled_path():
+    """M = diag(m1, m1, m2, m2) != I (Cholesky in the kernel) and the masses passed as params."""
+    for m1, m2 in ((1.0, 2.0), (3.0, 0.5)):  # one compiled loop for both parameter sets
+        pb = compiled_double_pendulum(m1, m2)
+        a, b = run_both(pb, hc.HBVM(3, 2), 0.05, 100)
+        assert b.attrs["backend"] == "numba"
+        assert_same(a, b)
+        assert_iterations_match(a, b)
+
+
+def test_plain_numpy_user_problem_takes_the_numpy_path():
+    pb = double_pendulum()
+    traj = hc.integrate(pb, hc.HBVM(2, 2), 0.05, 1.0)
+    assert traj.attrs["backend"] == "numpy"
+    with pytest.raises(ConfigError, match="no compiled kernel"):
+        hc.integrate(pb, hc.HBVM(2, 2), 0.05, 1.0, backend="numba")
+
+
+def test_callbacks_in_a_closure_fall_back_to_an_uncached_module():
+    """Callbacks that cannot be imported by name still run compiled (in-memory module, compiled per process)."""
+    grad = planar_grad_closure()
+    pb = hc.get_problem("planar_pendulum")
+    pb.kernels = Kernels(grad_U=grad, G="hbvm_core.kernels.problems:sphere_G")
+    a, b = run_both(pb, hc.HBVM(1, 1), 0.1, 50)
+    assert_same(a, b)
+    from hbvm_core.kernels.runner import CompiledRunner
+
+    assert not hasattr(CompiledRunner(hc.HBVM(1, 1), pb).module, "__file__")
+
+
+def planar_grad_closure():
+    one = 1.0
+
+    @njit
+    def grad(Q, out, params):
+        for i in range(Q.shape[0]):
+            out[i, 0] = 0.0
+            out[i, 1] = one
+
+    return grad
+
+
+def test_wrong_compiled_callbacks_are_refused():
+    pb = hc.get_problem("planar_pendulum")
+    pb.kernels = Kernels(grad_U="hbvm_core.kernels.problems:theta_grad_U", G="hbvm_core.kernels.problems:sphere_G")
+    with pytest.raises(ProblemError, match="kernels.grad_U disagrees"):
+        hc.integrate(pb, hc.HBVM(1, 1), 0.1, 1.0, backend="numba")
+    pb.kernels = Kernels(grad_U="hbvm_core.kernels.problems:planar_grad_U")
+    with pytest.raises(ProblemError, match="kernels.G is missing"):
+        hc.integrate(pb, hc.HBVM(1, 1), 0.1, 1.0, backend="numba")
+    pb.kernels = Kernels(grad_U="hbvm_core.kernels.problems:no_such_function", G="hbvm_core.kernels.problems:sphere_G")
+    with pytest.raises(ConfigError, match="kernels.grad_U"):
+        hc.integrate(pb, hc.HBVM(1, 1), 0.1, 1.0, backend="numba")
+    pb.kernels = Kernels(grad_U=np.sin, G="hbvm_core.kernels.problems:sphere_G")
+    with pytest.raises(ConfigError, match="expected a numba @njit function"):
+        hc.integrate(pb, hc.HBVM(1, 1), 0.1, 1.0, backend="numba")
+
+
+def test_non_finite_callback_is_named():
+    """A compiled problem whose gradient is NaN away from q0: the error names the numpy callback, as numpy does."""
+    pb = hc.get_problem("theta_pendulum")
+    grad = pb.grad_U
+    pb.grad_U = lambda Q: np.where(np.abs(Q) > 0.5, np.nan, grad(Q))
+    pb.kernels = Kernels(grad_U=nan_grad)
+    messages = []
+    for backend in ("numpy", "numba"):
+        with pytest.raises(NonFiniteError, match="callback grad_U") as info:
+            hc.integrate(pb, hc.HBVM(2, 2), 0.1, 10.0, backend=backend)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]
+
+
+@njit(cache=True)
+def nan_grad(Q, out, params):
+    for i in range(Q.shape[0]):
+        out[i, 0] = np.nan if abs(Q[i, 0]) > 0.5 else np.sin(Q[i, 0])
+
+
+CACHE_SCRIPT = textwrap.dedent(
+    """
+    import json, time
+    import hbvm_core as hc
+    from hbvm_core.kernels.runner import CompiledRunner
+    pb = hc.get_problem("conical_pendulum")
+    method = hc.HBVM(2, 2)
+    runner = CompiledRunner(method, pb)
+    t0 = time.perf_counter()
+    traj = hc.integrate(pb, method, pb.period / 100, pb.period, backend="numba")
+    stats = runner.module.run_chunk.stats
+    print(json.dumps({"hits": sum(stats.cache_hits.values()), "misses": sum(stats.cache_misses.values()),
+                      "seconds": time.perf_counter() - t0, "file": runner.module.__file__}))
+    """
+)
+
+
+def test_second_process_loads_the_compiled_loop_from_the_disk_cache():
+    """A fresh process finds the generated module's compiled loop in numba's cache: no compilation."""
+    runs = []
+    for _ in range(2):
+        out = subprocess.run(
+            [sys.executable, "-c", CACHE_SCRIPT], capture_output=True, text=True, check=True, env=dict(os.environ)
+        )
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert runs[0]["file"] == runs[1]["file"]
+    assert runs[1]["misses"] == 0 and runs[1]["hits"] >= 1
+    assert runs[1]["seconds"] < 5.0  # loading, not compiling (a compile takes ~10 s here)
