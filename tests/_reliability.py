@@ -87,24 +87,29 @@ def wait_until(pred: Callable[[], bool], proc: subprocess.Popen | None, timeout:
         time.sleep(0.01)
 
 
-def descendants(pid: int) -> list[psutil.Process]:
-    try:
-        return psutil.Process(pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
+def group_members(pgid: int) -> list[psutil.Process]:
+    """Live (not zombie) processes of the process group ``pgid``."""
+    out = []
+    for p in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            continue
+    return out
 
 
-def kill_group(proc: subprocess.Popen) -> list[psutil.Process]:
-    """SIGKILL the process group of ``proc`` (a session leader) and wait until every member is gone."""
-    procs = descendants(proc.pid)
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the process group of ``proc`` (a session leader) at once, then wait until every member is gone."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
     proc.wait(30)
-    _, alive = psutil.wait_procs(procs, timeout=30)
-    assert not alive, f"processes survived SIGKILL of their group: {alive}"
-    return procs
+    t0 = time.monotonic()
+    while group_members(proc.pid):
+        assert time.monotonic() - t0 < 30, f"processes survived SIGKILL of their group: {group_members(proc.pid)}"
+        time.sleep(0.05)
 
 
 def processes_in(workdir: Path) -> list[psutil.Process]:

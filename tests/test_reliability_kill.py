@@ -136,13 +136,13 @@ def test_killed_at_four_points_and_resumed(reference, tmp_path):
             assert refused.returncode != 0 and "IncompleteFilesException" in refused.stdout, refused.stdout[-3000:]
             assert re.search(r"Incomplete files:\n(.*\n)*results/kill/errors\.csv", refused.stdout)
         proc = start(tmp_path, "--cores", "2", *(RESUME if i else []), log=tmp_path / f"run{i}.log")
-        if reached is None:
-            assert proc.wait(TIMEOUT) == 0, log(i)[-5000:]
-        else:
-            try:
+        try:
+            if reached is None:
+                assert proc.wait(TIMEOUT) == 0, log(i)[-5000:]
+            else:
                 wait_until(reached, proc, TIMEOUT, what)
-            finally:
-                kill_group(proc)
+        finally:
+            kill_group(proc)  # at once once the point is reached; on any failure, too
         assert not processes_in(tmp_path), f"left running after the kill at {what}"
 
         # this run reused every store the previous kill left, untouched
