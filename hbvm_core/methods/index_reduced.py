@@ -126,7 +126,7 @@ class DOP853Stepper:
         q1, p1 = y1[: pb.m], y1[pb.m :]
         if self.method.projection and pb.nu:
             q1 = project_position(pb, q1, self.method.rule, n, t)
-            p1 = project_momentum(pb, q1, p1, preserve_kinetic=False)
+            p1 = project_momentum(pb, q1, p1)
             self.first_step = float(self.solver.h_abs) if np.isfinite(self.solver.h_abs) else None
         lam = pb.multiplier(q0[None, :], p0[None, :])[0] if pb.nu else np.zeros(0)
         self.y_out = np.concatenate([q1, p1])

@@ -9,7 +9,8 @@ phi_j = sum_i R_ji lambda_i and X the tridiagonal X_s of section 2:
 
 ``projection=True`` adds the energy-preserving projection of p1 onto the hidden
 constraint after each step: mu = (G1^T M^{-1} G1)^{-1} G1^T M^{-1} p1, pp = p1 - G1 mu,
-p1 <- sqrt(T(p1) / T(pp)) pp (T the kinetic energy, G1 = G(q1)).
+p1 <- sqrt(T(p1) / T(pp)) pp (T the kinetic energy, G1 = G(q1)), computed as an
+increment to p0 (``projected_increment``).
 """
 
 from __future__ import annotations
@@ -153,21 +154,34 @@ class PolynomialStepper:
         dq = h * gamma[0]
         dp = -h * (psi0 + phi0)
         if self.method.projection and pb.nu:
-            p1 = project_momentum(pb, q0 + dq, p0 + dp, preserve_kinetic=True)
-            dp = p1 - p0
+            dp = projected_increment(pb, q0 + dq, p0, dp)
         return dq, dp, self.P0 @ lam, iters
 
 
-def project_momentum(problem: Problem, q1: np.ndarray, p1: np.ndarray, preserve_kinetic: bool) -> np.ndarray:
-    """p1 - G1 mu with G1^T M^{-1} (p1 - G1 mu) = 0; rescaled to the kinetic energy of p1 if asked (METHOD.md 6)."""
+def project_momentum(problem: Problem, q1: np.ndarray, p1: np.ndarray) -> np.ndarray:
+    """p1 - G1 mu with G1^T M^{-1} (p1 - G1 mu) = 0, G1 = G(q1): the M^{-1}-orthogonal projection."""
     G1 = problem.G(q1[None, :])[0]
-    MG = problem.minv(G1)
+    mu = solve_small(G1.T @ problem.minv(G1), G1.T @ problem.minv(p1))
+    return p1 - G1 @ mu
+
+
+def projected_increment(problem: Problem, q1: np.ndarray, p0: np.ndarray, dp: np.ndarray) -> np.ndarray:
+    """The increment to p0 of the energy-preserving projection of p1 = p0 + dp (METHOD.md 6).
+
+    p0 + result = f (p1 - G1 mu) with mu from G1^T M^{-1} (p1 - G1 mu) = 0 and f = sqrt(T(p1) / T(p1 - G1 mu)).
+    Written as (f - 1) p0 + f (dp - G1 mu) with f - 1 = (1 - x)^(-1/2) - 1 from expm1/log1p,
+    x = (2 mu^T G1^T M^{-1} p1 - T(G1 mu)) / T(p1) (T(v) = v^T M^{-1} v), so that the increment is
+    accurate to round-off of its own size: rounding p0 + dp would cost an ulp of p per step, and a
+    linear drift of H at round-off level over long runs.
+    """
+    G1 = problem.G(q1[None, :])[0]
+    p1 = p0 + dp
     Mp = problem.minv(p1)
-    mu = solve_small(G1.T @ MG, G1.T @ Mp)
-    pp = p1 - G1 @ mu
-    if not preserve_kinetic:
-        return pp
-    Tpp = pp @ problem.minv(pp)
-    if Tpp <= 0.0:
-        return pp
-    return np.sqrt((p1 @ Mp) / Tpp) * pp
+    mu = solve_small(G1.T @ problem.minv(G1), G1.T @ Mp)
+    Gmu = G1 @ mu
+    T1 = p1 @ Mp
+    if not T1 > 0.0:
+        return dp - Gmu
+    x = (2.0 * (Gmu @ Mp) - Gmu @ problem.minv(Gmu)) / T1
+    fm1 = float(np.expm1(-0.5 * np.log1p(-x))) if x < 1.0 else 0.0
+    return fm1 * p0 + (1.0 + fm1) * (dp - Gmu)

@@ -124,12 +124,13 @@ def _sweep(q0, p0, h, gamma, Ihat, W, X, Bf, params, Q, gU, Gq, psi, XMpsi, RR, 
 
 
 @njit(cache=CACHE)
-def _project(q1, p1, params, Q1, G1, B, mu):
-    """Energy-preserving projection of p1 onto G(q1)^T p = 0 (METHOD.md 6, M = I), in place."""
+def _project(q1, p0, dp, params, Q1, G1, B, mu, p1):
+    """dp <- the increment of the energy-preserving projection of p0 + dp (``projected_increment``, M = I)."""
     m = q1.shape[0]
     nu = G1.shape[2]
     for a in range(m):
         Q1[0, a] = q1[a]
+        p1[a] = p0[a] + dp[a]
     G(Q1, G1, params)
     for i in range(nu):
         acc = 0.0
@@ -143,18 +144,20 @@ def _project(q1, p1, params, Q1, G1, B, mu):
             B[i, j] = acc
     if not _solve(B, mu, nu):
         return False
-    T1, Tpp = 0.0, 0.0
+    T1, GmuP, GmuGmu = 0.0, 0.0, 0.0
     for a in range(m):
-        acc = 0.0
+        Gmu = 0.0
         for i in range(nu):
-            acc += G1[0, a, i] * mu[i]
+            Gmu += G1[0, a, i] * mu[i]
         T1 += p1[a] * p1[a]
-        p1[a] -= acc
-        Tpp += p1[a] * p1[a]
-    if Tpp > 0.0:
-        f = np.sqrt(T1 / Tpp)
+        GmuP += Gmu * p1[a]
+        GmuGmu += Gmu * Gmu
+        dp[a] -= Gmu
+    if T1 > 0.0:
+        x = (2.0 * GmuP - GmuGmu) / T1
+        fm1 = np.expm1(-0.5 * np.log1p(-x)) if x < 1.0 else 0.0
         for a in range(m):
-            p1[a] *= f
+            dp[a] = fm1 * p0[a] + (1.0 + fm1) * dp[a]
     return True
 
 
@@ -177,7 +180,7 @@ def run_chunk(
     RR, XMRR, A = np.empty((s * m, s * nu)), np.empty((s * m, s * nu)), np.empty((s * nu, s * nu))
     lam, new, gamma, phi0 = np.empty(s * nu), np.empty((s, m)), np.empty((s, m)), np.empty(m)
     Q1, G1, B, mu = np.empty((1, m)), np.empty((1, m, nu)), np.empty((nu, nu)), np.empty(nu)
-    dq, dp, p1 = np.empty(m), np.empty(m), np.empty(m)
+    dq, dp, p1, q1 = np.empty(m), np.empty(m), np.empty(m), np.empty(m)
     cap = pt.shape[0]
     while state[0] < N:
         n = state[0]
@@ -223,13 +226,10 @@ def run_chunk(
             dp[a] = -h * (psi[0, a] + phi0[a])
         if projection:
             for a in range(m):
-                Q1[0, a] = q[a] + dq[a]
-                p1[a] = p[a] + dp[a]
-            if not _project(Q1[0], p1, params, Q1, G1, B, mu):
+                q1[a] = q[a] + dq[a]
+            if not _project(q1, p, dp, params, Q1, G1, B, mu, p1):
                 info[0], info[1], info[2], info[3] = SINGULAR, n, it, np.nan
                 return SINGULAR
-            for a in range(m):
-                dp[a] = p1[a] - p[a]
         if n % save_every == 0:
             r = state[3]
             st[r] = n * h
