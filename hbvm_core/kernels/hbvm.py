@@ -11,11 +11,14 @@ term (same warm start, same stopping rule, same Kahan update), so the results
 agree with the numpy path to round-off. ``L`` is the lower Cholesky factor of
 M, or an empty (0, 0) array for M = I (then M^{-1} is skipped).
 
-Performance notes (measured, see benchmarks/README.md): the fixed-point sweep
-is written out inside ``run_chunk`` instead of calling helpers, and no arrays
+Performance notes (measured, see benchmarks/README.md): both iterations are
+written out inside ``run_chunk`` instead of calling helpers, and no arrays
 travel in tuples -- every array argument of a non-inlined call, and every
 array taken out of a tuple, costs numba reference-count calls, which made a
-helper-structured version of this loop 3-10x slower.
+helper-structured version of this loop 3-10x slower. m, nu, M != I and the
+solver are compile-time constants of the generated module (another 2x: the
+loops over m and nu unroll); k and s stay run-time values (no gain measured
+from fixing them), so one compiled loop serves every HBVM(k, s).
 """
 
 import numpy as np
@@ -57,270 +60,6 @@ def _minv(L, x):
 
 
 @njit(cache=CACHE)
-def _lu(A, piv):
-    """LU factorisation with partial pivoting in place; False when a pivot is exactly zero (singular)."""
-    n = A.shape[0]
-    for c in range(n):
-        p = c
-        big = abs(A[c, c])
-        for r in range(c + 1, n):
-            if abs(A[r, c]) > big:
-                big = abs(A[r, c])
-                p = r
-        piv[c] = p
-        if big == 0.0:
-            return False
-        if p != c:
-            for j in range(n):
-                A[c, j], A[p, j] = A[p, j], A[c, j]
-        for r in range(c + 1, n):
-            f = A[r, c] / A[c, c]
-            A[r, c] = f
-            for j in range(c + 1, n):
-                A[r, j] -= f * A[c, j]
-    return True
-
-
-@njit(cache=CACHE)
-def _lu_solve(A, piv, x):
-    """Solve (LU) y = x in place with the factors of ``_lu``."""
-    n = A.shape[0]
-    for c in range(n):
-        p = piv[c]
-        if p != c:
-            x[c], x[p] = x[p], x[c]
-    for r in range(n):
-        acc = x[r]
-        for j in range(r):
-            acc -= A[r, j] * x[j]
-        x[r] = acc
-    for r in range(n - 1, -1, -1):
-        acc = x[r]
-        for j in range(r + 1, n):
-            acc -= A[r, j] * x[j]
-        x[r] = acc / A[r, r]
-
-
-@njit(cache=CACHE)
-def _hessians(q0, lam, L, P, Qfd, gfd, Gfd, K, Hg, col, delta):
-    """M^{-1} K0 with K0 = d/dq [grad U + G lam](q0), and Hg[c, a, n] = d G[c, n] / d q_a (q0), by central
-    differences of the callbacks at q0 +- delta_a e_a (hbvm_core.blended.hessians)."""
-    m = q0.shape[0]
-    nu = lam.shape[0]
-    for r in range(2 * m):
-        for a in range(m):
-            Qfd[r, a] = q0[a]
-    for a in range(m):
-        delta[a] = CBRT_EPS * max(1.0, abs(q0[a]))
-        Qfd[2 * a, a] += delta[a]
-        Qfd[2 * a + 1, a] -= delta[a]
-    grad_U(Qfd, gfd, P)
-    if nu > 0:
-        G(Qfd, Gfd, P)
-    for a in range(m):
-        for c in range(m):
-            fp = 0.0
-            fm = 0.0
-            for n in range(nu):
-                fp += Gfd[2 * a, c, n] * lam[n]
-                fm += Gfd[2 * a + 1, c, n] * lam[n]
-            col[c] = ((gfd[2 * a, c] + fp) - (gfd[2 * a + 1, c] + fm)) / (2.0 * delta[a])
-            for n in range(nu):
-                Hg[c, a, n] = (Gfd[2 * a, c, n] - Gfd[2 * a + 1, c, n]) / (2.0 * delta[a])
-        if HAS_M:
-            _minv(L, col)
-        for c in range(m):
-            K[c, a] = col[c]
-
-
-@njit(cache=CACHE)
-def _frozen_block(h, X2, K, A11, piv11):
-    """A11 = I + h^2 X^2 (x) M^{-1} K0 (the block of (B2) with the frozen Hessians), LU-factorised in place."""
-    s = X2.shape[0]
-    m = K.shape[0]
-    for j in range(s):
-        for l in range(s):
-            f = h * h * X2[j, l]
-            for a in range(m):
-                for c in range(m):
-                    A11[j * m + a, l * m + c] = f * K[a, c]
-        for a in range(m):
-            A11[j * m + a, j * m + a] += 1.0
-    return _lu(A11, piv11)
-
-
-@njit(cache=CACHE)
-def _coupling(h, X, L, Hg, gamma, rho, Bc, Cr, HG, col):
-    """The blocks of (B2) refreshed every iteration: Bc = h X M^{-1} rho (s m, nu) and
-    Cr[n, l m + c] = rho_l[c, n] + h sum_j X[j, l] (Hess g_n gamma_j)[c] (nu, s m)."""
-    s, m = gamma.shape
-    nu = rho.shape[2]
-    for n in range(nu):
-        for j in range(s):
-            for a in range(m):
-                Bc[j * m + a, n] = 0.0
-        for l in range(s):
-            for c in range(m):
-                col[c] = rho[l, c, n]
-            if HAS_M:
-                _minv(L, col)
-            for j in range(s):
-                for a in range(m):
-                    Bc[j * m + a, n] += h * X[j, l] * col[a]
-        for j in range(s):
-            for c in range(m):
-                acc = 0.0
-                for a in range(m):
-                    acc += Hg[c, a, n] * gamma[j, a]
-                HG[j, c, n] = acc
-        for l in range(s):
-            for c in range(m):
-                acc = 0.0
-                for j in range(s):
-                    acc += X[j, l] * HG[j, c, n]
-                Cr[n, l * m + c] = rho[l, c, n] + h * acc
-
-
-@njit(cache=CACHE)
-def _newton_solve(A11, piv11, Bc, Cr, rhs, Y, S, Spiv, z):
-    """Solve [[A11, Bc], [Cr, 0]] x = rhs in place by the Schur complement S = Cr A11^{-1} Bc; False if singular."""
-    sm, nu = Bc.shape
-    _lu_solve(A11, piv11, rhs[:sm])
-    if nu == 0:
-        return True
-    for n in range(nu):
-        for r in range(sm):
-            z[r] = Bc[r, n]
-        _lu_solve(A11, piv11, z)
-        for r in range(sm):
-            Y[r, n] = z[r]
-    for n in range(nu):
-        for c in range(nu):
-            acc = 0.0
-            for r in range(sm):
-                acc += Cr[n, r] * Y[r, c]
-            S[n, c] = acc
-        acc = 0.0
-        for r in range(sm):
-            acc += Cr[n, r] * rhs[r]
-        rhs[sm + n] = acc - rhs[sm + n]
-    if not _lu(S, Spiv):
-        return False
-    _lu_solve(S, Spiv, rhs[sm:])
-    for r in range(sm):
-        acc = 0.0
-        for n in range(nu):
-            acc += Y[r, n] * rhs[sm + n]
-        rhs[r] -= acc
-    return True
-
-
-@njit(cache=CACHE)
-def _blended_step(
-    q0, Mp0, h, gamma, lam, Ihat, W, X, X2, L, P, rule, Q, gU, GQ, psi, rho, Mv, new, A11, piv11, Bc, Cr, Y, S,
-    Spiv, z, rhs, Qfd, gfd, Gfd, K, Hg, HG, col, delta, out,
-):  # fmt: skip
-    """Simplified Newton on (gamma, lam), eq. (B1), with the matrix (B2): Hessians frozen at q0, the rest current
-    (hbvm_core.blended). out = (status, iterations, last increment); gamma, lam and psi, rho (at the last
-    iterate) are updated."""
-    k, s = Ihat.shape
-    m = q0.shape[0]
-    nu = lam.shape[0]
-    sm = s * m
-    rtol, stall, max_iter = rule[0], rule[1], int(rule[2])
-    _hessians(q0, lam, L, P, Qfd, gfd, Gfd, K, Hg, col, delta)
-    finite = True
-    for r in range(m):
-        for c in range(m):
-            finite = finite and np.isfinite(K[r, c])
-    if not finite:
-        out[0], out[1], out[2] = DIVERGED, 0, np.nan
-        return
-    if not _frozen_block(h, X2, K, A11, piv11):
-        out[0], out[1], out[2] = SINGULAR, 0, np.nan
-        return
-    d_prev = np.inf
-    d = np.nan
-    for it in range(1, max_iter + 1):
-        for i in range(k):
-            for a in range(m):
-                Mv[a] = 0.0
-            for j in range(s):
-                c = Ihat[i, j]
-                for a in range(m):
-                    Mv[a] += c * gamma[j, a]
-            for a in range(m):
-                Q[i, a] = q0[a] + h * Mv[a]
-        grad_U(Q, gU, P)
-        if nu > 0:
-            G(Q, GQ, P)
-        for j in range(s):
-            for a in range(m):
-                psi[j, a] = 0.0
-                for n in range(nu):
-                    rho[j, a, n] = 0.0
-            for i in range(k):
-                c = W[i, j]
-                for a in range(m):
-                    psi[j, a] += c * gU[i, a]
-                    for n in range(nu):
-                        rho[j, a, n] += c * GQ[i, a, n]
-        if nu > 0:
-            _coupling(h, X, L, Hg, gamma, rho, Bc, Cr, HG, col)
-        # residual: F1 = gamma - e0 Mp0 + h X M^{-1} (psi + rho lam), F2 = sum_j rho_j^T gamma_j; rhs = -F
-        for l in range(s):
-            for a in range(m):
-                acc = 0.0
-                for n in range(nu):
-                    acc += rho[l, a, n] * lam[n]
-                Mv[a] = psi[l, a] + acc
-            if HAS_M:
-                _minv(L, Mv)
-            for a in range(m):
-                new[l, a] = Mv[a]
-        for j in range(s):
-            for a in range(m):
-                acc = 0.0
-                for l in range(s):
-                    acc += X[j, l] * new[l, a]
-                rhs[j * m + a] = -(gamma[j, a] + h * acc)
-        for a in range(m):
-            rhs[a] += Mp0[a]
-        for n in range(nu):
-            acc = 0.0
-            for j in range(s):
-                for a in range(m):
-                    acc += rho[j, a, n] * gamma[j, a]
-            rhs[sm + n] = -acc
-        if not _newton_solve(A11, piv11, Bc, Cr, rhs, Y, S, Spiv, z):
-            out[0], out[1], out[2] = SINGULAR, it, np.nan
-            return
-        d = 0.0
-        scale = 1.0
-        bad = False
-        for j in range(s):
-            for a in range(m):
-                v = gamma[j, a] + rhs[j * m + a]
-                diff = abs(v - gamma[j, a])
-                if diff != diff:
-                    bad = True
-                elif diff > d:
-                    d = diff
-                scale = max(scale, abs(v))
-                gamma[j, a] = v
-        if bad or not np.isfinite(d):
-            out[0], out[1], out[2] = DIVERGED, it, np.nan if bad else d
-            return
-        for n in range(nu):
-            lam[n] += rhs[sm + n]
-        if d <= rtol * scale or (d <= stall * scale and d >= d_prev):
-            out[0], out[1], out[2] = OK, it, d
-            return
-        d_prev = d
-    out[0], out[1], out[2] = NO_CONVERGENCE, max_iter, d
-
-
-@njit(cache=CACHE)
 def run_chunk(
     q, p, cq, cp, gamma_prev, lam_prev, state, h, N, save_every, warm, rule, Ihat, W, X, E, L, P,
     pt_t, pt_q, pt_p, st_t, st_lam, st_it, info,
@@ -352,7 +91,6 @@ def run_chunk(
     lam = np.zeros(nu)
     Mp0 = np.empty(m)
     Mv = np.empty(m)
-    out = np.zeros(3)
     sm = s * m  # the blended iteration's work arrays
     A11 = np.empty((sm, sm))
     piv11 = np.empty(sm, dtype=np.int64)
@@ -360,7 +98,7 @@ def run_chunk(
     Cr = np.zeros((nu, sm))
     Y = np.zeros((sm, nu))
     S = np.zeros((nu, nu))
-    Spiv = np.zeros(nu, dtype=np.int64)
+    lam_new = np.zeros(nu)
     zw = np.empty(sm)
     rhs = np.empty(sm + nu)
     Qfd = np.empty((2 * m, m))
@@ -369,7 +107,6 @@ def run_chunk(
     K = np.empty((m, m))
     Hg = np.zeros((m, m, nu))
     HG = np.zeros((s, m, nu))
-    col = np.empty(m)
     delta = np.empty(m)
     X2 = np.zeros((s, s))
     for j in range(s):
@@ -542,14 +279,245 @@ def run_chunk(
                     status, it = OK, sweep
                     break
                 d_prev = d
-        else:  # simplified Newton, from the previous step's multiplier (the runner's lam0 on the first step)
+        else:  # simplified Newton (hbvm_core.blended), from the previous step's multiplier (lam0 on the first step)
             for r in range(nu):
                 lam[r] = lam_prev[r]
-            _blended_step(
-                q, Mp0, h, gamma, lam, Ihat, W, X, X2, L, P, rule, Q, gU, GQ, psi, rho, Mv, new, A11, piv11, Bc, Cr,
-                Y, S, Spiv, zw, rhs, Qfd, gfd, Gfd, K, Hg, HG, col, delta, out,
-            )  # fmt: skip
-            status, it, d = int(out[0]), int(out[1]), out[2]
+            # M^{-1} K0 = M^{-1} d/dq [grad U + G lam](q0) and Hg[c, a, r] = d G[c, r] / d q_a, central differences
+            for i in range(2 * m):
+                for a in range(m):
+                    Qfd[i, a] = q[a]
+            for a in range(m):
+                delta[a] = CBRT_EPS * max(1.0, abs(q[a]))
+                Qfd[2 * a, a] += delta[a]
+                Qfd[2 * a + 1, a] -= delta[a]
+            grad_U(Qfd, gfd, P)
+            if nu > 0:
+                G(Qfd, Gfd, P)
+            usable = True
+            for a in range(m):
+                for c in range(m):
+                    fp = 0.0
+                    fm = 0.0
+                    for r in range(nu):
+                        fp += Gfd[2 * a, c, r] * lam[r]
+                        fm += Gfd[2 * a + 1, c, r] * lam[r]
+                    Mv[c] = ((gfd[2 * a, c] + fp) - (gfd[2 * a + 1, c] + fm)) / (2.0 * delta[a])
+                    for r in range(nu):
+                        Hg[c, a, r] = (Gfd[2 * a, c, r] - Gfd[2 * a + 1, c, r]) / (2.0 * delta[a])
+                if HAS_M:
+                    _minv(L, Mv)
+                for c in range(m):
+                    K[c, a] = Mv[c]
+                    usable = usable and np.isfinite(Mv[c])
+            # A11 = I + h^2 X^2 (x) M^{-1} K0, factorised once per step (LU, partial pivoting, in place)
+            for j in range(s):
+                for l in range(s):
+                    f = h * h * X2[j, l]
+                    for a in range(m):
+                        for c in range(m):
+                            A11[j * m + a, l * m + c] = f * K[a, c]
+                for a in range(m):
+                    A11[j * m + a, j * m + a] += 1.0
+            status, it, d = OK, 0, np.nan
+            if not usable:
+                status = DIVERGED
+            else:
+                for c in range(sm):
+                    pr = c
+                    big = abs(A11[c, c])
+                    for r in range(c + 1, sm):
+                        if abs(A11[r, c]) > big:
+                            big = abs(A11[r, c])
+                            pr = r
+                    piv11[c] = pr
+                    if big == 0.0:
+                        status = SINGULAR
+                        break
+                    if pr != c:
+                        for j in range(sm):
+                            A11[c, j], A11[pr, j] = A11[pr, j], A11[c, j]
+                    for r in range(c + 1, sm):
+                        f = A11[r, c] / A11[c, c]
+                        A11[r, c] = f
+                        for j in range(c + 1, sm):
+                            A11[r, j] -= f * A11[c, j]
+            d_prev = np.inf
+            for newton in range(1, max_iter + 1 if status == OK else 1):
+                # stage positions, psi_j, rho_j at the iterate
+                for i in range(k):
+                    for a in range(m):
+                        Mv[a] = 0.0
+                    for j in range(s):
+                        c = Ihat[i, j]
+                        for a in range(m):
+                            Mv[a] += c * gamma[j, a]
+                    for a in range(m):
+                        Q[i, a] = q[a] + h * Mv[a]
+                grad_U(Q, gU, P)
+                if nu > 0:
+                    G(Q, GQ, P)
+                for j in range(s):
+                    for a in range(m):
+                        psi[j, a] = 0.0
+                        for r in range(nu):
+                            rho[j, a, r] = 0.0
+                    for i in range(k):
+                        c = W[i, j]
+                        for a in range(m):
+                            psi[j, a] += c * gU[i, a]
+                            for r in range(nu):
+                                rho[j, a, r] += c * GQ[i, a, r]
+                # the coupling blocks of (B2) at the iterate:
+                # Bc = h X M^{-1} rho, Cr_l = rho_l^T + h sum_j X[j, l] (Hg gamma_j)^T
+                for r in range(nu):
+                    for j in range(s):
+                        for a in range(m):
+                            Bc[j * m + a, r] = 0.0
+                    for l in range(s):
+                        for c in range(m):
+                            Mv[c] = rho[l, c, r]
+                        if HAS_M:
+                            _minv(L, Mv)
+                        for j in range(s):
+                            f = h * X[j, l]
+                            if f != 0.0:
+                                for a in range(m):
+                                    Bc[j * m + a, r] += f * Mv[a]
+                    for j in range(s):
+                        for c in range(m):
+                            acc = 0.0
+                            for a in range(m):
+                                acc += Hg[c, a, r] * gamma[j, a]
+                            HG[j, c, r] = acc
+                    for l in range(s):
+                        for c in range(m):
+                            acc = 0.0
+                            for j in range(s):
+                                acc += X[j, l] * HG[j, c, r]
+                            Cr[r, l * m + c] = rho[l, c, r] + h * acc
+                # residual (B1): rhs = -(F1, F2),
+                # F1 = gamma - e0 Mp0 + h X M^{-1} (psi + rho lam), F2 = sum_j rho_j^T gamma_j
+                for l in range(s):
+                    for a in range(m):
+                        acc = 0.0
+                        for r in range(nu):
+                            acc += rho[l, a, r] * lam[r]
+                        Mv[a] = psi[l, a] + acc
+                    if HAS_M:
+                        _minv(L, Mv)
+                    for a in range(m):
+                        new[l, a] = Mv[a]
+                for j in range(s):
+                    for a in range(m):
+                        acc = 0.0
+                        for l in range(s):
+                            acc += X[j, l] * new[l, a]
+                        rhs[j * m + a] = -(gamma[j, a] + h * acc)
+                for a in range(m):
+                    rhs[a] += Mp0[a]
+                for r in range(nu):
+                    acc = 0.0
+                    for j in range(s):
+                        for a in range(m):
+                            acc += rho[j, a, r] * gamma[j, a]
+                    rhs[sm + r] = -acc
+                # solve (B2) by the Schur complement of A11: z = A11^{-1} f1, Y = A11^{-1} Bc,
+                # (Cr Y) dlam = Cr z - f2, dgamma = z - Y dlam
+                for rc in range(nu + 1):
+                    if rc < nu:
+                        for i in range(sm):
+                            zw[i] = Bc[i, rc]
+                    else:
+                        for i in range(sm):
+                            zw[i] = rhs[i]
+                    for c in range(sm):
+                        pr = piv11[c]
+                        if pr != c:
+                            zw[c], zw[pr] = zw[pr], zw[c]
+                    for i in range(sm):
+                        acc = zw[i]
+                        for j in range(i):
+                            acc -= A11[i, j] * zw[j]
+                        zw[i] = acc
+                    for i in range(sm - 1, -1, -1):
+                        acc = zw[i]
+                        for j in range(i + 1, sm):
+                            acc -= A11[i, j] * zw[j]
+                        zw[i] = acc / A11[i, i]
+                    if rc < nu:
+                        for i in range(sm):
+                            Y[i, rc] = zw[i]
+                    else:
+                        for i in range(sm):
+                            rhs[i] = zw[i]
+                if nu > 0:
+                    for r in range(nu):
+                        for c in range(nu):
+                            acc = 0.0
+                            for i in range(sm):
+                                acc += Cr[r, i] * Y[i, c]
+                            S[r, c] = acc
+                        acc = 0.0
+                        for i in range(sm):
+                            acc += Cr[r, i] * rhs[i]
+                        lam_new[r] = acc - rhs[sm + r]
+                    singular = False
+                    for c in range(nu):
+                        pr = c
+                        big = abs(S[c, c])
+                        for r in range(c + 1, nu):
+                            if abs(S[r, c]) > big:
+                                big = abs(S[r, c])
+                                pr = r
+                        if big == 0.0:
+                            singular = True
+                            break
+                        if pr != c:
+                            for j in range(nu):
+                                S[c, j], S[pr, j] = S[pr, j], S[c, j]
+                            lam_new[c], lam_new[pr] = lam_new[pr], lam_new[c]
+                        for r in range(c + 1, nu):
+                            f = S[r, c] / S[c, c]
+                            for j in range(c + 1, nu):
+                                S[r, j] -= f * S[c, j]
+                            lam_new[r] -= f * lam_new[c]
+                    if singular:
+                        status, it, d = SINGULAR, newton, np.nan
+                        break
+                    for r in range(nu - 1, -1, -1):
+                        acc = lam_new[r]
+                        for j in range(r + 1, nu):
+                            acc -= S[r, j] * lam_new[j]
+                        lam_new[r] = acc / S[r, r]
+                    for i in range(sm):
+                        acc = 0.0
+                        for r in range(nu):
+                            acc += Y[i, r] * lam_new[r]
+                        rhs[i] -= acc
+                # update and the stopping rule on max|dgamma|
+                d = 0.0
+                scale = 1.0
+                bad = False
+                for j in range(s):
+                    for a in range(m):
+                        v = gamma[j, a] + rhs[j * m + a]
+                        diff = abs(v - gamma[j, a])
+                        if diff != diff:
+                            bad = True
+                        elif diff > d:
+                            d = diff
+                        scale = max(scale, abs(v))
+                        gamma[j, a] = v
+                if bad or not np.isfinite(d):
+                    status, it, d = DIVERGED, newton, np.nan if bad else d
+                    break
+                for r in range(nu):
+                    lam[r] += lam_new[r]
+                if d <= rtol * scale or (d <= stall * scale and d >= d_prev):
+                    status, it = OK, newton
+                    break
+                d_prev = d
+                status, it = NO_CONVERGENCE, newton
         if status != OK:
             info[0], info[1], info[2], info[3] = status, n, it, d
             if not have_prev or warm == P0:  # the failed step's initial guess, for naming a non-finite callback

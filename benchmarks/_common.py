@@ -1,0 +1,51 @@
+"""Shared helpers of the benchmarks: the machine, a sink that keeps nothing, timing."""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+
+
+class NullSink:
+    """Receives the chunks and drops them: times the step and the loop, not the storage."""
+
+    def points(self, start, t, q, p) -> None:
+        pass
+
+    def steps(self, start, t, lam, iterations) -> None:
+        pass
+
+
+def machine() -> dict:
+    """What the numbers were measured on (and how busy it was)."""
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            names = [line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+    import numba
+    import numpy
+
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "numpy": numpy.__version__,
+        "numba": numba.__version__,
+        "load_average_1min": round(load[0], 2),
+    }
+
+
+def best_of(fn, repeats: int) -> tuple[float, float]:
+    """(min wall seconds, min thread-CPU seconds) of ``repeats`` calls of fn()."""
+    walls, cpus = [], []
+    for _ in range(repeats):
+        w0, c0 = time.perf_counter(), time.thread_time()
+        fn()
+        walls.append(time.perf_counter() - w0)
+        cpus.append(time.thread_time() - c0)
+    return min(walls), min(cpus)

@@ -1,0 +1,159 @@
+"""Wall time of the published study through Snakemake, and the 1-vs-2-worker scaling of a study of equal jobs.
+
+    python -m benchmarks.study [--json] [--skip-published] [--skip-scaling] [--cold] [--jobs 20]
+
+published: ``snakemake --cores 2`` on the seven published studies (table1-4,
+fig1-3) in a fresh working directory (a clean results folder), timed from
+start to finish. With the kernel cache warm (the default: the shipped
+problems' loops compiled once, e.g. by ``python -m hbvm_core.kernels warm``,
+which this runs first, untimed) -- or, with --cold, with empty numba and
+kernel caches (NUMBA_CACHE_DIR, HBVM_KERNEL_CACHE in a temporary folder), so
+that the compiles are part of the time.
+
+scaling: ``--jobs`` equal runs (HBVM(6,2), tethered satellites, h = 0.1,
+2 * 10^5 steps, every 10th point stored) through ``hbvm_core.study.solve_job``
+on a LocalCluster (``hbvm_core.cluster.dask_client``) of 1 and of 2 worker
+processes; each store is written by its worker. Timed from the first submit to
+the last result (the cluster start is reported apart); the kernel is compiled
+or loaded before the workers fork, as the workflow's solve rule does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ._common import machine
+
+REPO = Path(__file__).resolve().parents[1]
+PUBLISHED = ["table1", "table2", "table3", "table4", "fig1", "fig2", "fig3"]
+
+
+def published(cold: bool = False) -> dict:
+    env = dict(os.environ)
+    with tempfile.TemporaryDirectory() as tmp:
+        if cold:
+            env["NUMBA_CACHE_DIR"] = os.path.join(tmp, "numba-cache")
+            env["HBVM_KERNEL_CACHE"] = os.path.join(tmp, "kernel-cache")
+        else:
+            subprocess.run([sys.executable, "-m", "hbvm_core.kernels", "warm"], check=True, env=env)
+        work = os.path.join(tmp, "work")
+        os.makedirs(work)
+        cmd = [
+            sys.executable, "-m", "snakemake", "--cores", "2", "--snakefile", str(REPO / "Snakefile"),
+            "--directory", work, "--config", f"select=[{','.join(PUBLISHED)}]", "--quiet", "all",
+        ]  # fmt: skip
+        t0 = time.perf_counter()
+        res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        if res.returncode != 0:
+            raise RuntimeError(f"snakemake failed ({res.returncode}):\n{res.stderr[-3000:]}")
+        outputs = sorted(str(p.relative_to(work)) for p in Path(work, "results").glob("*/table.md"))
+        figures = sorted(str(p.relative_to(work)) for p in Path(work, "results").glob("*/*.png"))
+    return {
+        "benchmark": "published_study",
+        "command": " ".join(cmd[1:]).replace(str(REPO) + "/", ""),
+        "kernel_cache": "cold" if cold else "warm",
+        "wall_s": wall,
+        "tables": outputs,
+        "figures": figures,
+    }
+
+
+def _job_list(n: int, folder: str):
+    from hbvm_core.study import Job
+
+    return [
+        Job(
+            study="scaling",
+            label=f"job{i}",
+            name="HBVM(6,2)",
+            problem="tethered_satellites",
+            params={},
+            method={"k": 6, "s": 2},
+            h=0.1,
+            t_end=20_000.0,
+            save_every=10,
+            store=os.path.join(folder, f"job{i}.zarr"),
+        )
+        for i in range(n)
+    ]
+
+
+def scaling(n_jobs: int = 20) -> dict:
+    from distributed import wait
+
+    from hbvm_core.cluster import dask_client
+    from hbvm_core.study import solve_job, warm_up
+
+    rows = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for workers in (1, 2):
+            jobs = _job_list(n_jobs, os.path.join(tmp, f"w{workers}"))
+            warm_up(jobs)
+            t0 = time.perf_counter()
+            with dask_client({"n_workers": workers}, threads=workers) as client:
+                start = time.perf_counter() - t0
+                t1 = time.perf_counter()
+                futures = [client.submit(solve_job, job.as_dict(), pure=False) for job in jobs]
+                wait(futures)
+                results = client.gather(futures)
+                wall = time.perf_counter() - t1
+            bad = [r for r in results if r["status"] != "ok"]
+            if bad:
+                raise RuntimeError(f"{len(bad)} scaling jobs failed: {bad[0]}")
+            rows[workers] = {
+                "wall_s": wall,
+                "cluster_start_s": start,
+                "job_wall_s_mean": sum(r["wall_s"] for r in results) / len(results),
+                "workers_used": len({r["worker"] for r in results}),
+            }
+    return {
+        "benchmark": "scaling",
+        "jobs": n_jobs,
+        "job": "tethered_satellites HBVM(6,2) h=0.1, 2e5 steps, save_every=10, Zarr store per job",
+        "one_worker_s": rows[1]["wall_s"],
+        "two_workers_s": rows[2]["wall_s"],
+        "speedup": rows[1]["wall_s"] / rows[2]["wall_s"],
+        "detail": rows,
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--skip-published", action="store_true")
+    ap.add_argument("--skip-scaling", action="store_true")
+    ap.add_argument("--cold", action="store_true", help="time the published study with empty kernel caches too")
+    ap.add_argument("--jobs", type=int, default=20)
+    args = ap.parse_args(argv)
+    rows = []
+    if not args.skip_published:
+        rows.append(published(cold=False))
+        if args.cold:
+            rows.append(published(cold=True))
+    if not args.skip_scaling:
+        rows.append(scaling(args.jobs))
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    print(f"machine: {machine()}")
+    for r in rows:
+        if r["benchmark"] == "published_study":
+            print(f"published study ({r['kernel_cache']} kernel cache): {r['wall_s']:.1f} s  [{r['command']}]")
+        else:
+            print(
+                f"{r['jobs']} equal jobs: 1 worker {r['one_worker_s']:.1f} s, 2 workers {r['two_workers_s']:.1f} s, "
+                f"speedup {r['speedup']:.2f}  ({r['job']})"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
