@@ -163,9 +163,7 @@ class Problem:
         for key, val in results.items():
             shape = np.shape(val)
             if shape != expected[key]:
-                raise ProblemError(
-                    f"{self.name}: callback {key} returned shape {shape}, expected {expected[key]}"
-                )
+                raise ProblemError(f"{self.name}: callback {key} returned shape {shape}, expected {expected[key]}")
             if not np.all(np.isfinite(val)):
                 raise NonFiniteError(f"{self.name}: callback {key} returned non-finite values at q0")
         if not (np.all(np.isfinite(self.q0)) and np.all(np.isfinite(self.p0))):
