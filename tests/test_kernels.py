@@ -189,28 +189,48 @@ def test_plain_numpy_user_problem_takes_the_numpy_path():
         hc.integrate(pb, hc.HBVM(2, 2), 0.05, 1.0, backend="numba")
 
 
-def test_callbacks_in_a_closure_fall_back_to_an_uncached_module():
-    """Callbacks that cannot be imported by name still run compiled (in-memory module, compiled per process)."""
-    grad = planar_grad_closure()
-    pb = hc.get_problem("planar_pendulum")
-    pb.kernels = Kernels(grad_U=grad, G="hbvm_core.kernels.problems:sphere_G")
-    a, b = run_both(pb, hc.HBVM(1, 1), 0.1, 50)
-    assert_same(a, b)
-    from hbvm_core.kernels.runner import CompiledRunner
-
-    assert not hasattr(CompiledRunner(hc.HBVM(1, 1), pb).module, "__file__")
-
-
-def planar_grad_closure():
-    one = 1.0
+def nan_beyond(limit: float):
+    """A gradient of U = -cos(theta) that is NaN for |theta| > limit, defined in a closure (not importable)."""
 
     @njit
     def grad(Q, out, params):
         for i in range(Q.shape[0]):
-            out[i, 0] = 0.0
-            out[i, 1] = one
+            out[i, 0] = np.nan if abs(Q[i, 0]) > limit else np.sin(Q[i, 0])
 
     return grad
+
+
+NAN_GRAD = nan_beyond(0.5)  # one closure for both tests below: one in-memory compile
+
+
+def nan_theta_pendulum():
+    pb = hc.get_problem("theta_pendulum")
+    grad = pb.grad_U
+    pb.grad_U = lambda Q: np.where(np.abs(Q) > 0.5, np.nan, grad(Q))
+    pb.kernels = Kernels(grad_U=NAN_GRAD)
+    return pb
+
+
+def test_callbacks_in_a_closure_fall_back_to_an_uncached_module():
+    """Callbacks that cannot be imported by name still run compiled (in-memory module, compiled per process)."""
+    from hbvm_core.kernels.runner import CompiledRunner
+
+    pb = nan_theta_pendulum()
+    assert not hasattr(CompiledRunner(hc.HBVM(2, 2), pb).module, "__file__")
+    a, b = run_both(pb, hc.HBVM(2, 2), 0.1, 4)  # theta stays below 0.5
+    assert b.attrs["backend"] == "numba"
+    assert_same(a, b)
+
+
+def test_non_finite_callback_is_named():
+    """A gradient that is NaN away from q0: both paths raise NonFiniteError naming the numpy callback."""
+    pb = nan_theta_pendulum()
+    messages = []
+    for backend in ("numpy", "numba"):
+        with pytest.raises(NonFiniteError, match="callback grad_U") as info:
+            hc.integrate(pb, hc.HBVM(2, 2), 0.1, 10.0, backend=backend)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]
 
 
 def test_wrong_compiled_callbacks_are_refused():
@@ -227,26 +247,6 @@ def test_wrong_compiled_callbacks_are_refused():
     pb.kernels = Kernels(grad_U=np.sin, G="hbvm_core.kernels.problems:sphere_G")
     with pytest.raises(ConfigError, match="expected a numba @njit function"):
         hc.integrate(pb, hc.HBVM(1, 1), 0.1, 1.0, backend="numba")
-
-
-def test_non_finite_callback_is_named():
-    """A compiled problem whose gradient is NaN away from q0: the error names the numpy callback, as numpy does."""
-    pb = hc.get_problem("theta_pendulum")
-    grad = pb.grad_U
-    pb.grad_U = lambda Q: np.where(np.abs(Q) > 0.5, np.nan, grad(Q))
-    pb.kernels = Kernels(grad_U=nan_grad)
-    messages = []
-    for backend in ("numpy", "numba"):
-        with pytest.raises(NonFiniteError, match="callback grad_U") as info:
-            hc.integrate(pb, hc.HBVM(2, 2), 0.1, 10.0, backend=backend)
-        messages.append(str(info.value))
-    assert messages[0] == messages[1]
-
-
-@njit(cache=True)
-def nan_grad(Q, out, params):
-    for i in range(Q.shape[0]):
-        out[i, 0] = np.nan if abs(Q[i, 0]) > 0.5 else np.sin(Q[i, 0])
 
 
 CACHE_SCRIPT = textwrap.dedent(
