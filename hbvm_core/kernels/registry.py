@@ -32,6 +32,7 @@ from . import BUILTIN_MODULE, Kernels
 
 TEMPLATE = Path(__file__).with_name("hbvm.py")
 _MODULES: dict[str, types.ModuleType] = {}
+_BY_KEY: dict[tuple, types.ModuleType] = {}  # (kernels, m, nu, has_M, solver) -> module: skips the hashing
 
 
 def cache_dir() -> Path:
@@ -88,6 +89,19 @@ def loop_module(kernels: Kernels, m: int, nu: int, has_M: bool = False, solver: 
     """The module whose ``run_chunk`` is the compiled HBVM loop for these callbacks, sizes and solver."""
     if not isinstance(kernels, Kernels):
         raise ConfigError(f"kernels = {kernels!r}: expected hbvm_core.kernels.Kernels(grad_U=..., G=...)")
+    key = (kernels.grad_U, kernels.G, int(m), int(nu), bool(has_M), int(solver))
+    try:
+        if key in _BY_KEY:
+            return _BY_KEY[key]
+    except TypeError:  # unhashable callbacks: no shortcut
+        key = None
+    module = _loop_module(kernels, m, nu, has_M, solver)
+    if key is not None:
+        _BY_KEY[key] = module
+    return module
+
+
+def _loop_module(kernels: Kernels, m: int, nu: int, has_M: bool, solver: int) -> types.ModuleType:
     G = kernels.G
     if G is None:
         if nu > 0:
