@@ -42,7 +42,8 @@ def published(cold: bool = False) -> dict:
             env["NUMBA_CACHE_DIR"] = os.path.join(tmp, "numba-cache")
             env["HBVM_KERNEL_CACHE"] = os.path.join(tmp, "kernel-cache")
         else:
-            subprocess.run([sys.executable, "-m", "hbvm_core.kernels", "warm"], check=True, env=env)
+            warm = [sys.executable, "-m", "hbvm_core.kernels", "warm"]
+            subprocess.run(warm, check=True, env=env, capture_output=True)
         work = os.path.join(tmp, "work")
         os.makedirs(work)
         cmd = [
@@ -58,6 +59,7 @@ def published(cold: bool = False) -> dict:
         figures = sorted(str(p.relative_to(work)) for p in Path(work, "results").glob("*/*.png"))
     return {
         "benchmark": "published_study",
+        "load_average_after": os.getloadavg()[0],
         "command": " ".join(cmd[1:]).replace(str(REPO) + "/", ""),
         "kernel_cache": "cold" if cold else "warm",
         "wall_s": wall,
@@ -86,11 +88,20 @@ def _job_list(n: int, folder: str):
     ]
 
 
+def timed_solve(job: dict) -> dict:
+    """solve_job, plus the CPU time the worker spent on it (to tell lack of cores from lack of scaling)."""
+    from hbvm_core.study import solve_job
+
+    c0 = time.process_time()
+    res = solve_job(job)
+    return {**res, "cpu_s": time.process_time() - c0}
+
+
 def scaling(n_jobs: int = 20) -> dict:
     from distributed import wait
 
     from hbvm_core.cluster import dask_client
-    from hbvm_core.study import solve_job, warm_up
+    from hbvm_core.study import warm_up
 
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -101,7 +112,8 @@ def scaling(n_jobs: int = 20) -> dict:
             with dask_client({"n_workers": workers}, threads=workers) as client:
                 start = time.perf_counter() - t0
                 t1 = time.perf_counter()
-                futures = [client.submit(solve_job, job.as_dict(), pure=False) for job in jobs]
+                load0 = os.getloadavg()[0]
+                futures = [client.submit(timed_solve, job.as_dict(), pure=False) for job in jobs]
                 wait(futures)
                 results = client.gather(futures)
                 wall = time.perf_counter() - t1
@@ -112,7 +124,10 @@ def scaling(n_jobs: int = 20) -> dict:
                 "wall_s": wall,
                 "cluster_start_s": start,
                 "job_wall_s_mean": sum(r["wall_s"] for r in results) / len(results),
+                "job_cpu_s_mean": sum(r["cpu_s"] for r in results) / len(results),
                 "workers_used": len({r["worker"] for r in results}),
+                "load_average_before": load0,
+                "load_average_after": os.getloadavg()[0],
             }
     return {
         "benchmark": "scaling",
@@ -121,6 +136,8 @@ def scaling(n_jobs: int = 20) -> dict:
         "one_worker_s": rows[1]["wall_s"],
         "two_workers_s": rows[2]["wall_s"],
         "speedup": rows[1]["wall_s"] / rows[2]["wall_s"],
+        # how much CPU the workers got: sum of job CPU time over (workers x wall); 1 = every worker had a core
+        "cpu_share": {w: n_jobs * r["job_cpu_s_mean"] / (w * r["wall_s"]) for w, r in rows.items()},
         "detail": rows,
     }
 
@@ -150,7 +167,8 @@ def main(argv=None) -> int:
         else:
             print(
                 f"{r['jobs']} equal jobs: 1 worker {r['one_worker_s']:.1f} s, 2 workers {r['two_workers_s']:.1f} s, "
-                f"speedup {r['speedup']:.2f}  ({r['job']})"
+                f"speedup {r['speedup']:.2f}; CPU share per worker {r['cpu_share'][1]:.2f} (1 worker), "
+                f"{r['cpu_share'][2]:.2f} (2 workers)  ({r['job']})"
             )
     return 0
 
