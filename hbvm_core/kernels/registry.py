@@ -7,10 +7,14 @@ loop is specialised by code generation instead: the source of ``kernels/hbvm.py`
 is written to ``<cache dir>/hbvm_kernel_<hash>.py`` with ``grad_U`` and ``G``
 bound to the problem's callbacks by import, and numba caches that module like
 any other (``__pycache__`` next to it). The hash covers the template, the
-callbacks' names and source, and the numba version, so a changed callback gets
-a new module; an existing file is never rewritten (that would invalidate its
-cache). Callbacks that cannot be imported by name (``__main__``, closures) get
-an in-memory module compiled without the disk cache.
+callbacks' names and source, the constants (m, nu, M != I, solver) and the
+numba version, so a changed callback gets a new module; an existing file is
+never rewritten (that would invalidate its cache). It does not cover what a
+callback uses from elsewhere -- a helper it calls, a module-level constant
+(numba freezes globals into the compiled code): after changing such a thing,
+``python -m hbvm_core.kernels clear``. Callbacks that cannot be imported by
+name (``__main__``, closures) get an in-memory module, compiled in every
+process.
 
 Cache directory: ``$HBVM_KERNEL_CACHE``, else ``~/.cache/hbvm/kernels``.
 """
@@ -105,7 +109,7 @@ def _loop_module(kernels: Kernels, m: int, nu: int, has_M: bool, solver: int) ->
     G = kernels.G
     if G is None:
         if nu > 0:
-            raise ProblemError(f"kernels.G is missing for a problem with nu = {nu} constraints")
+            raise ProblemError(f"kernels.G is missing: the problem has nu = {nu} constraints")
         G = f"{BUILTIN_MODULE}:no_constraints"
     callbacks = {"grad_U": _resolve("grad_U", kernels.grad_U), "G": _resolve("G", G)}
     import numba

@@ -121,10 +121,3 @@ class CompiledRunner:
                 except NonFiniteError as exc:
                     raise NonFiniteError(f"{exc} at step {n} (t = {n * h:.6g})") from None
         raise ConvergenceError(n, n * h, d, it, REASONS[status])
-
-
-def compiled_runner(method, problem: Problem) -> CompiledRunner | None:
-    """A compiled runner when the problem carries compiled callbacks (``Problem.kernels``), else None."""
-    if problem.kernels is None:
-        return None
-    return CompiledRunner(method, problem)
