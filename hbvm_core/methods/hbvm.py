@@ -73,6 +73,16 @@ class HBVM:
         return CompiledRunner(self, problem)
 
 
+def initial_gamma(tab: Tableau, warm_start: str, previous: np.ndarray | None, Mp0: np.ndarray) -> np.ndarray:
+    """The iteration's start (METHOD.md 3): gamma_0 = M^{-1} p0, gamma_j = 0 on the first step or with
+    warm_start "p0"; else the previous step's polynomial extrapolated (E @ gamma) or its coefficients."""
+    if previous is None or warm_start == "p0":
+        gamma = np.zeros((tab.s, Mp0.size))
+        gamma[0] = Mp0
+        return gamma
+    return tab.E @ previous if warm_start == "extrapolate" else previous.copy()
+
+
 class HBVMStepper:
     """One HBVM(k, s) step at a time for one problem; keeps the warm start between steps."""
 
@@ -102,13 +112,7 @@ class HBVMStepper:
         return new, (lam, psi[0], rho[0], Q)
 
     def initial_guess(self, Mp0: np.ndarray) -> np.ndarray:
-        if self.gamma is None or self.method.warm_start == "p0":
-            gamma = np.zeros((self.tab.s, self.problem.m))
-            gamma[0] = Mp0
-            return gamma
-        if self.method.warm_start == "extrapolate":
-            return self.tab.E @ self.gamma
-        return self.gamma.copy()
+        return initial_gamma(self.tab, self.method.warm_start, self.gamma, Mp0)
 
     def step(self, q0: np.ndarray, p0: np.ndarray, h: float, n: int = 0, t: float = 0.0):
         """Advance (q0, p0) by h; returns (dq, dp, lam, iterations) with q1 = q0 + dq, p1 = p0 + dp."""

@@ -24,8 +24,7 @@ from ..legendre import Tableau, shifted_legendre, tableau
 from ..problem import Problem
 from ..solvers import StoppingRule, fixed_point
 from ._small import solve_small
-
-WARM_STARTS = ("extrapolate", "previous", "p0")
+from .hbvm import WARM_STARTS, initial_gamma
 
 
 @dataclass(frozen=True)
@@ -127,12 +126,7 @@ class PolynomialStepper:
         return new, (lam.reshape(s, nu), psi[0], phi0)
 
     def initial_guess(self, Mp0: np.ndarray) -> np.ndarray:
-        warm = self.method.warm_start
-        if self.gamma is None or warm == "p0":
-            gamma = np.zeros((self.tab.s, self.problem.m))
-            gamma[0] = Mp0
-            return gamma
-        return self.tab.E @ self.gamma if warm == "extrapolate" else self.gamma.copy()
+        return initial_gamma(self.tab, self.method.warm_start, self.gamma, Mp0)
 
     def step(self, q0: np.ndarray, p0: np.ndarray, h: float, n: int = 0, t: float = 0.0):
         """Advance (q0, p0) by h; returns (dq, dp, lambda(t_n), iterations); dp includes the projection."""
