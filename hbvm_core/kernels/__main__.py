@@ -58,7 +58,7 @@ def main(argv=None) -> int:
         mods = sorted(folder.glob("hbvm_kernel_*.py"))
         print(f"{folder}: {len(mods)} generated loop modules")
         for mod in mods:
-            keys = ("grad_U = ", "G = ", "M_SIZE = ", "NU_SIZE = ", "HAS_M = ", "SOLVER = ")
+            keys = ("grad_U_original = ", "G_original = ", "M_SIZE = ", "NU_SIZE = ", "HAS_M = ", "SOLVER = ")
             bound = [line for line in mod.read_text().splitlines()[-12:] if line.startswith(keys)]
             print(f"  {mod.name}: {', '.join(bound)}")
     else:

@@ -51,9 +51,9 @@ class CompiledRunner:
     def _check_callbacks(self, problem: Problem) -> None:
         """The compiled callbacks must agree with the numpy ones (at q0 and a nearby point): a mismatch is an error."""
         Q = np.stack([problem.q0, problem.q0 + 1e-3])
-        pairs = [("grad_U", problem.grad_U, self.module.grad_U, (2, problem.m))]
+        pairs = [("grad_U", problem.grad_U, self.module.grad_U_original, (2, problem.m))]
         if problem.nu:
-            pairs.append(("G", problem.G, self.module.G, (2, problem.m, problem.nu)))
+            pairs.append(("G", problem.G, self.module.G_original, (2, problem.m, problem.nu)))
         for key, f, kernel, shape in pairs:
             ref = np.asarray(f(Q), dtype=float)
             out = np.zeros(shape)
