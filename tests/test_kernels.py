@@ -65,6 +65,18 @@ def test_compiled_matches_numpy(name, k, s, h, steps):
     assert_iterations_match(a, b)
 
 
+def test_loop_specialised_on_k_and_s_matches(conical, monkeypatch):
+    """HBVM_SPECIALISE_KS=1: a loop compiled for HBVM(2,2) only (its own module), same trajectory."""
+    from hbvm_core.kernels.runner import CompiledRunner
+
+    monkeypatch.setenv("HBVM_SPECIALISE_KS", "1")
+    runner = CompiledRunner(hc.HBVM(2, 2), conical)
+    assert (runner.module.K_SIZE, runner.module.S_SIZE) == (2, 2)
+    a, b = run_both(conical, hc.HBVM(2, 2), conical.period / 100, 200)
+    assert_same(a, b)
+    assert_iterations_match(a, b)
+
+
 def test_auto_backend_takes_the_compiled_path_for_builtins(conical):
     traj = hc.integrate(conical, hc.HBVM(2, 2), conical.period / 100, conical.period / 10)
     assert traj.attrs["backend"] == "numba"

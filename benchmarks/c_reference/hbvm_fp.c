@@ -1,6 +1,7 @@
 /* Plain C reference of the HBVM(k,s) fixed-point step loop (METHOD.md 3), to measure the C limit on the
  * machine at hand: same warm start (extrapolation), same stopping rule, Kahan update, every point stored.
- * Build: cc -O2 -DTETHERED (or -DCONICAL) hbvm_fp.c -lm.  Run: ./a.out k s h N tableau.txt
+ * Build: cc -O2 -DTETHERED (or -DCONICAL) hbvm_fp.c -lm, optionally -O3 -march=native -DKK=6 -DSS=2 (k, s fixed).
+ * Run: ./a.out k s h N tableau.txt
  * tableau.txt (written by benchmarks/step.py): Ihat (k*s), W (k*s), X (s*s), E (s*s), row-major.
  * Prints: us_per_step mean_iterations q_N[0]. */
 #include <math.h>
@@ -53,7 +54,12 @@ static const double p_init[M] = {0, 0.8408964152537145, 0};
 #define SMAX 16
 
 int main(int argc, char **argv) {
+#ifdef KK /* k and s fixed at compile time (cc -DKK=2 -DSS=2): the loops over them unroll too */
+    const int k = KK, s = SS;
+    if (atoi(argv[1]) != k || atoi(argv[2]) != s) return 3;
+#else
     int k = atoi(argv[1]), s = atoi(argv[2]);
+#endif
     double h = atof(argv[3]);
     long N = atol(argv[4]);
     double Ihat[KMAX * SMAX], W[KMAX * SMAX], X[SMAX * SMAX], E[SMAX * SMAX];

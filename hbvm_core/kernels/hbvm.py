@@ -32,6 +32,8 @@ grad_U = grad_U_original = None
 G = G_original = None
 M_SIZE = 0
 NU_SIZE = 0
+K_SIZE = 0  # > 0: k and s are compile-time constants too (else run-time: one loop for every HBVM(k, s))
+S_SIZE = 0
 HAS_M = False
 SOLVER = 0
 
@@ -73,7 +75,10 @@ def run_chunk(
     [status, step, iterations, increment] and gamma_prev holds the initial guess of the failed step.
     Returns the status (OK when paused on a full buffer or finished).
     """
-    k, s = Ihat.shape
+    if K_SIZE > 0:  # k, s fixed in this module (HBVM_SPECIALISE_KS=1): the loops over them unroll too
+        k, s = K_SIZE, S_SIZE
+    else:
+        k, s = Ihat.shape
     m, nu = M_SIZE, NU_SIZE
     cap = pt_t.shape[0]
     rtol, stall, max_iter = rule[0], rule[1], int(rule[2])

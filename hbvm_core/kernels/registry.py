@@ -90,23 +90,28 @@ def _source(f) -> str:
         return ""
 
 
-def loop_module(kernels: Kernels, m: int, nu: int, has_M: bool = False, solver: int = 0) -> types.ModuleType:
-    """The module whose ``run_chunk`` is the compiled HBVM loop for these callbacks, sizes and solver."""
+def loop_module(
+    kernels: Kernels, m: int, nu: int, has_M: bool = False, solver: int = 0, ks: tuple[int, int] | None = None
+) -> types.ModuleType:
+    """The module whose ``run_chunk`` is the compiled HBVM loop for these callbacks, sizes and solver.
+
+    ``ks = (k, s)`` fixes k and s in the module as well (one compile per HBVM(k, s); faster loops)."""
     if not isinstance(kernels, Kernels):
         raise ConfigError(f"kernels = {kernels!r}: expected hbvm_core.kernels.Kernels(grad_U=..., G=...)")
-    key = (kernels.grad_U, kernels.G, int(m), int(nu), bool(has_M), int(solver))
+    ks = (0, 0) if ks is None else (int(ks[0]), int(ks[1]))
+    key = (kernels.grad_U, kernels.G, int(m), int(nu), bool(has_M), int(solver), ks)
     try:
         if key in _BY_KEY:
             return _BY_KEY[key]
     except TypeError:  # unhashable callbacks: no shortcut
         key = None
-    module = _loop_module(kernels, m, nu, has_M, solver)
+    module = _loop_module(kernels, m, nu, has_M, solver, ks)
     if key is not None:
         _BY_KEY[key] = module
     return module
 
 
-def _loop_module(kernels: Kernels, m: int, nu: int, has_M: bool, solver: int) -> types.ModuleType:
+def _loop_module(kernels: Kernels, m: int, nu: int, has_M: bool, solver: int, ks: tuple) -> types.ModuleType:
     G = kernels.G
     if G is None:
         if nu > 0:
@@ -121,6 +126,8 @@ def _loop_module(kernels: Kernels, m: int, nu: int, has_M: bool, solver: int) ->
     for key, (f, name) in callbacks.items():
         digest.update(f"{key}={name or id(f)}\n{_source(f)}".encode())
     constants = {"M_SIZE": int(m), "NU_SIZE": int(nu), "HAS_M": bool(has_M), "SOLVER": int(solver)}
+    if ks != (0, 0):
+        constants |= {"K_SIZE": ks[0], "S_SIZE": ks[1]}
     digest.update(repr(sorted(constants.items())).encode())
     tag = digest.hexdigest()[:20]
     if tag in _MODULES:

@@ -9,6 +9,8 @@ full, so memory does not grow with the number of steps.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from ..blended import initial_multiplier
@@ -26,6 +28,12 @@ REASONS = {
 }
 
 
+def specialise_ks() -> bool:
+    """HBVM_SPECIALISE_KS=1: compile a loop per HBVM(k, s), with k and s fixed (about 1.35x faster on the conical
+    pendulum, at one compile per (problem, k, s, solver) instead of per (problem, solver))."""
+    return os.environ.get("HBVM_SPECIALISE_KS", "") not in ("", "0")
+
+
 def cholesky_factor(problem: Problem) -> np.ndarray:
     """Lower Cholesky factor of M, or an empty (0, 0) array for M = I."""
     if problem.M is None:
@@ -40,8 +48,9 @@ class CompiledRunner:
         self.L = cholesky_factor(problem)
         self.params = np.array(problem.kernels.params, dtype=float).reshape(-1)
         self.solver = SOLVER_CODES[method.solver]
-        self.module = loop_module(problem.kernels, problem.m, problem.nu, self.L.size > 0, self.solver)
         tab = method.tableau
+        ks = (tab.k, tab.s) if specialise_ks() else None
+        self.module = loop_module(problem.kernels, problem.m, problem.nu, self.L.size > 0, self.solver, ks)
         self.tab = tuple(np.array(a, dtype=float, order="C") for a in (tab.Ihat, tab.W, tab.X, tab.E))
         rule = method.rule
         self.rule = np.array([rule.rtol, rule.stall_rtol, rule.max_iter], dtype=float)
