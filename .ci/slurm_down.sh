@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Stop the single-node SLURM cluster started by .ci/slurm_up.sh:
-# slurmd, slurmctld, munged -- by the PIDs in /run/hbvm-slurm/*.pid.
+# slurmd, slurmctld, munged -- by the PIDs in /run/hbvm-slurm/*.pid -- and
+# remove the slurm.conf it wrote.
 # Idempotent: daemons that are not running are skipped.
 # Jobs still queued/running are cancelled first (so no slurmstepd/job
 # processes outlive the cluster); set HBVM_SLURM_KEEP_JOBS=1 to skip that.
@@ -65,6 +66,14 @@ stop_pid_file slurmd
 stop_pid_file slurmctld
 stop_pid_file munged
 rm -f /run/munge/munged.pid
+# Take our slurm.conf away with the daemons: with a config and no controller,
+# every `scontrol`/`sbatch` (and so every Snakemake start, whose SLURM executor
+# plugin asks `scontrol show config` at import) waits ~9 s for the controller.
+CONF=/etc/slurm/slurm.conf
+if [ -f "$CONF" ] && head -n 1 "$CONF" | grep -q '^# Written by .ci/slurm_up.sh'; then
+    rm -f "$CONF"
+    echo "[slurm_down] removed $CONF"
+fi
 if command -v pgrep >/dev/null 2>&1; then
     stray=$(pgrep -x slurmstepd | tr '\n' ' ')
     [ -n "$stray" ] && echo "[slurm_down] warning: slurmstepd still running: $stray" >&2
