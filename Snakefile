@@ -10,6 +10,7 @@ if "studies" not in config:
     configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 
 
+include: "workflow/rules/recover.smk"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/solve.smk"
 include: "workflow/rules/aggregate.smk"

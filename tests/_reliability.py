@@ -24,11 +24,9 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
-#: the command a user types (README, "Reliability: failures, resuming, determinism"), run in the working folder
+#: the command a user types (README, "Reliability: failures, resuming, determinism"), run in the working folder;
+#: after an interruption the user types the same command again, nothing else
 SNAKEMAKE = [str(BIN / "snakemake"), "-s", str(ROOT / "Snakefile"), "--configfile", "config.yaml"]
-#: what a user types after an interruption: unlock, then the same command with --rerun-incomplete
-UNLOCK = ["--unlock"]
-RESUME = ["--rerun-incomplete"]
 
 
 def env() -> dict:

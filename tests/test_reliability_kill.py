@@ -7,18 +7,21 @@ is built once uninterrupted (the reference, 2 local Dask workers). Then:
   the job scripts, the Dask workers) SIGKILLed at four points -- early (the first
   runs are being computed, no store yet), middle (some runs stored, others
   running), at the start of the aggregation, and during the plot (errors.csv
-  written, the figure not yet) -- each time resumed with the documented commands
-  (README, "Reliability: failures, resuming, determinism")::
+  written, the figure not yet) -- each time resumed with the same command as the
+  first run, nothing else (README, "Reliability: failures, resuming, determinism")::
 
-      snakemake --unlock
-      snakemake --cores 2 --rerun-incomplete
+      snakemake --cores 2
 
   After every kill: no process survives, every store at a final path verifies
-  (complete, every row written), everything unfinished is a ``.tmp-`` temporary.
-  Each resume reuses every store the kill left (same inode and mtime) and
-  computes only the missing runs. The plain command without ``--unlock`` /
-  ``--rerun-incomplete`` is refused by Snakemake (checked once each), and the
-  killed aggregation's errors.csv is not trusted.
+  (complete, every row written), everything unfinished is a ``.tmp-`` temporary,
+  and .snakemake/hbvm-owner.json names the killed Snakemake. Each resume says it
+  removed that process's stale lock (and what it left half-written), reuses every
+  store the kill left (same inode and mtime) and computes only the missing runs;
+  the killed aggregation's errors.csv is not trusted (removed and rewritten). A
+  dry run after a kill only says what a run would remove, and removes nothing.
+- a live owner: while a run waits for Dask workers (an external scheduler that has
+  none yet) it holds the lock, and the same command started in the same folder is
+  refused by Snakemake (LockException) and touches nothing.
 - lost worker: with an external ``dask scheduler`` and two ``dask worker``
   processes on 127.0.0.1, one worker (its nanny and process) is SIGKILLed while
   it computes a run; the run is recomputed on the other worker and the study
@@ -43,8 +46,6 @@ import numpy as np
 import pytest
 from _reliability import (
     BIN,
-    RESUME,
-    UNLOCK,
     csv_dicts,
     csv_rows,
     env,
@@ -76,6 +77,8 @@ STUDY = {
 NAME = "kill"
 RUNS = 8
 TIMEOUT = 240
+#: two local workers, whatever the solve step would size for so small a study
+DASK = {"n_workers": 2}
 
 
 def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
@@ -103,14 +106,20 @@ def same_results(workdir: Path, reference: Path) -> None:
 def reference(tmp_path_factory) -> Path:
     """The study built in one go with `snakemake --cores 2` (2 local Dask workers)."""
     workdir = tmp_path_factory.mktemp("reference")
-    write_config(workdir, {NAME: STUDY})
+    write_config(workdir, {NAME: STUDY}, dask=DASK)
     ok(snakemake(workdir, "--cores", "2"))
     assert len({read_attrs(str(p))["worker"] for p in final_stores(workdir, NAME)}) == 2
     return workdir
 
 
+def owner_pid(workdir: Path) -> int | None:
+    """The Snakemake process that .snakemake/hbvm-owner.json names as the owner of the lock."""
+    path = workdir / ".snakemake" / "hbvm-owner.json"
+    return json.loads(path.read_text())["pid"] if path.exists() else None
+
+
 def test_killed_at_four_points_and_resumed(reference, tmp_path):
-    write_config(tmp_path, {NAME: STUDY})
+    write_config(tmp_path, {NAME: STUDY}, dask=DASK)
     res = tmp_path / "results" / NAME
     runs = lambda: final_stores(tmp_path, NAME)  # noqa: E731
     log = lambda i: (tmp_path / f"run{i}.log").read_text()  # noqa: E731
@@ -128,14 +137,10 @@ def test_killed_at_four_points_and_resumed(reference, tmp_path):
     ]
     kept: dict[str, tuple[int, int]] = {}  # the stores the last kill left
     manifest_before = None
+    killed = None  # pid of the Snakemake the last kill hit
     for i, (what, reached) in enumerate(points + [("finished", None)]):
-        if i:
-            ok(snakemake(tmp_path, *UNLOCK))
-        if i == 4:  # the killed aggregation's outputs are not trusted: without --rerun-incomplete it is refused
-            refused = snakemake(tmp_path, "--cores", "2")
-            assert refused.returncode != 0 and "IncompleteFilesException" in refused.stdout, refused.stdout[-3000:]
-            assert re.search(r"Incomplete files:\n(.*\n)*results/kill/errors\.csv", refused.stdout)
-        proc = start(tmp_path, "--cores", "2", *(RESUME if i else []), log=tmp_path / f"run{i}.log")
+        # every run is the same command: the first, and each resume after a kill
+        proc = start(tmp_path, "--cores", "2", log=tmp_path / f"run{i}.log")
         try:
             if reached is None:
                 assert proc.wait(TIMEOUT) == 0, log(i)[-5000:]
@@ -144,6 +149,9 @@ def test_killed_at_four_points_and_resumed(reference, tmp_path):
         finally:
             kill_group(proc)  # at once once the point is reached; on any failure, too
         assert not processes_in(tmp_path), f"left running after the kill at {what}"
+        if i:  # it found the lock of the Snakemake the last kill hit, dead, and removed it
+            assert f"removed the stale lock of snakemake pid {killed} (not running): " in log(i), log(i)[-3000:]
+        assert "LockException" not in log(i) and "IncompleteFilesException" not in log(i)
 
         # this run reused every store the previous kill left, untouched
         now = snapshot(runs())
@@ -172,17 +180,27 @@ def test_killed_at_four_points_and_resumed(reference, tmp_path):
             4: (RUNS, True, True, True),
         }
         assert state == expected[i] and (i != 1 or 2 <= state[0] < RUNS), state
+        if i < 4:  # the killed Snakemake had recorded itself as the owner of its lock
+            killed = proc.pid
+            assert owner_pid(tmp_path) == killed
+        else:  # a run that ends normally takes its record with it
+            assert owner_pid(tmp_path) is None
         if i == 3:
             killed_csv = (res / "errors.csv").stat().st_mtime_ns
-        if i == 4:
-            assert (res / "errors.csv").stat().st_mtime_ns != killed_csv  # rewritten, not trusted
+            # a dry run says what the run would remove, and removes nothing: Snakemake still sees the
+            # half-written outputs (and refuses, as a dry run always did)
+            locks = sorted((tmp_path / ".snakemake" / "locks").iterdir())
+            dry = snakemake(tmp_path, "-n", "--cores", "2")
+            by = f"by snakemake pid {killed} (not running)"
+            assert f"would remove results/{NAME}/errors.csv, left incomplete {by}" in dry.stdout, dry.stdout[-3000:]
+            assert f"would remove the stale lock of snakemake pid {killed} (not running)" in dry.stdout
+            assert sorted((tmp_path / ".snakemake" / "locks").iterdir()) == locks and owner_pid(tmp_path) == killed
+            assert (res / "errors.csv").stat().st_mtime_ns == killed_csv
+        if i == 4:  # the killed aggregation's outputs were not trusted: removed, then rewritten
+            assert f"removed results/{NAME}/errors.csv, left incomplete by snakemake pid {killed}" in log(i)
+            assert (res / "errors.csv").stat().st_mtime_ns != killed_csv
         if (res / "solve.json").exists():
             manifest_before = (res / "solve.json").stat().st_mtime_ns
-
-        if i == 0:  # after a kill Snakemake's lock remains: the plain command is refused until --unlock
-            refused = snakemake(tmp_path, "--cores", "2")
-            assert refused.returncode != 0 and "LockException" in refused.stdout and "--unlock" in refused.stdout
-            assert snapshot(runs()) == kept
     assert len(kept) == RUNS
     same_results(tmp_path, reference)
 
@@ -214,23 +232,57 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait(30)
 
 
-def test_a_worker_killed_mid_run_costs_nothing(reference, tmp_path):
-    """SIGKILL one of two external `dask worker` processes (nanny and worker) while it computes a run."""
-    from distributed import Client
-
+def _scheduler(tmp_path: Path, procs: list) -> str:
+    """Start `dask scheduler` on 127.0.0.1 (appended to procs); its address."""
     sched_file = tmp_path / "scheduler.json"
-    procs = [
+    procs.append(
         _session(
             [str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard"]
             + ["--dashboard-address", "127.0.0.1:0", "--scheduler-file", str(sched_file)],
             tmp_path / "scheduler.log",
         )
-    ]
+    )
+    wait_until(lambda: sched_file.exists() and sched_file.stat().st_size > 0, procs[-1], 60, "the scheduler")
+    address = json.loads(sched_file.read_text())["address"]
+    assert address.startswith("tcp://127.0.0.1:")
+    return address
+
+
+def test_a_live_run_keeps_its_lock(tmp_path):
+    """The same command started while a run is alive (its solve step waits for Dask workers) is refused."""
+    procs: list = []
+    try:
+        address = _scheduler(tmp_path, procs)  # no worker joins: the run waits, holding the lock
+        write_config(tmp_path, {NAME: STUDY}, dask={"address": address})
+        run = start(tmp_path, "--cores", "2", log=tmp_path / "run.log")
+        procs.append(run)
+        solve_log = tmp_path / "logs" / NAME / "solve.log"
+
+        def waiting() -> bool:  # the run recorded itself as the lock's owner; its solve step waits for workers
+            return solve_log.exists() and f"computing on scheduler {address}" in solve_log.read_text()
+
+        wait_until(lambda: owner_pid(tmp_path) == run.pid and waiting(), run, TIMEOUT, "the run waiting for workers")
+        lock = tmp_path / ".snakemake" / "locks"
+        before = sorted((p.name, p.stat().st_mtime_ns) for p in lock.iterdir())
+        second = snakemake(tmp_path, "--cores", "2")
+        assert second.returncode != 0 and "LockException" in second.stdout, second.stdout[-3000:]
+        assert "stale lock of" not in second.stdout and "left incomplete" not in second.stdout
+        assert sorted((p.name, p.stat().st_mtime_ns) for p in lock.iterdir()) == before
+        assert run.poll() is None and owner_pid(tmp_path) == run.pid and not final_stores(tmp_path, NAME)
+        assert len(list((tmp_path / ".snakemake" / "incomplete").rglob("*"))) == 1  # the run's solve.json
+    finally:
+        for p in reversed(procs):
+            _stop(p)
+
+
+def test_a_worker_killed_mid_run_costs_nothing(reference, tmp_path):
+    """SIGKILL one of two external `dask worker` processes (nanny and worker) while it computes a run."""
+    from distributed import Client
+
+    procs: list = []
     client = None
     try:
-        wait_until(lambda: sched_file.exists() and sched_file.stat().st_size > 0, procs[0], 60, "the scheduler")
-        address = json.loads(sched_file.read_text())["address"]
-        assert address.startswith("tcp://127.0.0.1:")
+        address = _scheduler(tmp_path, procs)
         for i in range(2):
             procs.append(
                 _session(
