@@ -11,8 +11,9 @@
   exponent of the running maximum, fitted on log-spaced times over the last two
   decades (about 0 for bounded errors, 1 for a linear drift).
 
-The numbers come from the stores and errors.csv the workflow writes
-(``hbvm_core.storage``, ``hbvm_core.tables``); nothing is recomputed here.
+The numbers come from the stores, errors.csv (the errors) and timings.csv (the
+measured wall times) the workflow writes (``hbvm_core.storage``,
+``hbvm_core.tables``); nothing is recomputed here.
 """
 
 from __future__ import annotations
@@ -48,16 +49,25 @@ def _number(v: str) -> float:
     return float(v) if v not in ("", None) else math.nan
 
 
-def work_precision_rows(study: Study, errors_csv: str) -> list[dict]:
-    """The study's runs from errors.csv: family, name, h, rtol, e_s, wall_s, steps, mean_iterations, status."""
+def _read_csv(path: str) -> list[dict]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def work_precision_rows(study: Study, errors_csv: str, timings_csv: str | None = None) -> list[dict]:
+    """The study's runs: family, name, h, rtol, e_s, steps, mean_iterations, status from errors.csv, and
+    wall_s, the run's measured wall time, from timings.csv (by default next to errors.csv)."""
     specs = {m.label: m for m in study.methods}
-    with open(errors_csv, newline="") as fh:
-        raw = list(csv.DictReader(fh))
+    raw = _read_csv(errors_csv)
+    timings = _read_csv(timings_csv or os.path.join(os.path.dirname(errors_csv), "timings.csv"))
+    wall = {(t["method"], t["h"]): t["wall_s"] for t in timings}
     rows = []
     for r in raw:
         spec = specs.get(r["method"])
         if spec is None:
             continue
+        if (r["method"], r["h"]) not in wall:
+            raise ValueError(f"{errors_csv}: run {r['method']}/h={r['h']} has no row in its timings.csv")
         rows.append(
             {
                 "problem": study.problem,
@@ -68,7 +78,7 @@ def work_precision_rows(study: Study, errors_csv: str) -> list[dict]:
                 "h": _number(r["h"]),
                 "rtol": spec.entry.get("rtol", math.nan),
                 "e_s": _number(r["e_s"]),
-                "wall_s": _number(r["wall_s"]),
+                "wall_s": _number(wall[(r["method"], r["h"])]),
                 "steps": int(_number(r["steps"])) if r["steps"] else 0,
                 "mean_iterations": _number(r["mean_iterations"]),
                 "status": r["status"],

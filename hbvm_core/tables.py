@@ -5,6 +5,10 @@ Every number comes from ``hbvm_core.metrics.errors`` and ``metrics.rates``
 consecutive rows of a method. A failed run (or a failed h/2 partner for
 reference: self) is a row with status "failed" and no numbers; the aggregation
 still completes, and the tables print "failed", never a NaN as a number.
+
+errors.csv holds only what the runs determine, so it is bit-identical however
+the study ran (workers, resumes); what was measured -- each run's wall time,
+backend and Dask worker -- goes to timings.csv (and wall_s to errors.zarr).
 """
 
 from __future__ import annotations
@@ -34,9 +38,10 @@ COLUMNS = (
     "rate_hc",
     "steps",
     "mean_iterations",
-    "wall_s",
 )
 EXTRA = ("study", "method", "name", "n", "t_end", "status", "error")
+#: timings.csv: one row per run (methods in config order, h decreasing), what was measured when it ran
+TIMINGS = ("study", "method", "name", "h", "steps", "wall_s", "backend", "worker", "status")
 NUMERIC = ("e_s", "rate_s", "e_lambda", "rate_lambda", "e_H", "e_g", "e_hc", "rate_hc", "steps", "mean_iterations")
 STATUS = {"ok": 0, "failed": 1, "partner failed": 2}
 RATES = {"rate_s": "e_s", "rate_lambda": "e_lambda", "rate_hc": "e_hc"}
@@ -131,6 +136,35 @@ def study_rows(study: Study) -> list[dict]:
     return out
 
 
+def run_timings(study: Study) -> list[dict]:
+    """One dict per run (keys TIMINGS), methods in config order and h decreasing (h/2 partners included):
+    the wall time, backend and Dask worker its store (or failure marker: time to the failure) recorded."""
+    from .storage import read_attrs, read_failure
+
+    out = []
+    for spec in study.methods:
+        for job in sorted((j for j in study.jobs.values() if j.label == spec.label), key=lambda j: -j.h):
+            attrs = read_attrs(job.store)
+            status = "ok"
+            if attrs is None or attrs.get("complete") is not True:
+                attrs, status = read_failure(job.store) or {}, "failed"
+            wall = attrs.get("wall_s")
+            out.append(
+                {
+                    "study": study.name,
+                    "method": spec.label,
+                    "name": spec.name,
+                    "h": job.h,
+                    "steps": job.steps,
+                    "wall_s": math.nan if wall is None else float(wall),
+                    "backend": attrs.get("backend", ""),
+                    "worker": attrs.get("worker") or "",
+                    "status": status,
+                }
+            )
+    return out
+
+
 def _short(err: dict) -> str:
     if not err:
         return "failed"
@@ -151,14 +185,15 @@ def _csv_value(v) -> str:
     return str(v)
 
 
-def write_csv(rows: list[dict], path: str) -> None:
-    """errors.csv: COLUMNS then EXTRA; missing numbers (failed runs, first-row rates) are empty fields."""
+def write_csv(rows: list[dict], path: str, columns: tuple[str, ...] = COLUMNS + EXTRA) -> None:
+    """errors.csv (COLUMNS then EXTRA) or timings.csv (TIMINGS), written atomically; missing numbers
+    (failed runs, first-row rates) are empty fields."""
     tmp = path + ".tmp"
     with open(tmp, "w", newline="") as fh:
         w = csv.writer(fh, lineterminator="\n")
-        w.writerow(COLUMNS + EXTRA)
+        w.writerow(columns)
         for row in rows:
-            w.writerow([_csv_value(row.get(c)) for c in COLUMNS + EXTRA])
+            w.writerow([_csv_value(row.get(c)) for c in columns])
     os.replace(tmp, path)
 
 
@@ -323,14 +358,22 @@ def html_table(study: Study, rows: list[dict]) -> str:
 
 
 def aggregate(
-    study: Study, out_zarr: str, out_csv: str, out_md: str, out_tex: str, out_html: str | None = None
+    study: Study,
+    out_zarr: str,
+    out_csv: str,
+    out_md: str,
+    out_tex: str,
+    out_html: str | None = None,
+    out_timings: str | None = None,
 ) -> list[dict]:
-    """Compute the rows and write errors.zarr, errors.csv, table.md, table.tex (and table.html)."""
+    """Compute the rows and write errors.zarr, errors.csv, table.md, table.tex (and table.html, and
+    timings.csv: by default next to errors.csv)."""
     from .storage import write_dataset
 
     rows = study_rows(study)
     write_dataset(errors_dataset(study, rows), out_zarr)
     write_csv(rows, out_csv)
+    write_csv(run_timings(study), out_timings or os.path.join(os.path.dirname(out_csv), "timings.csv"), TIMINGS)
     texts = [(out_md, markdown_table(study, rows)), (out_tex, latex_table(study, rows))]
     if out_html:
         texts.append((out_html, html_table(study, rows)))

@@ -1,6 +1,7 @@
 """Work-precision and long-time tables (hbvm_core.beyond): time to accuracy, drift exponents, families."""
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -74,3 +75,37 @@ def test_series_at_roundoff_get_no_exponent():
     assert math.isnan(st["dH_exponent"]) and st["g_exponent"] == pytest.approx(1.0, abs=0.02)
     md = beyond.long_time_markdown([{"problem": "p", "method": "M", "h": 0.1, "steps": 10000, **st}])
     assert md.count("round-off") >= 2 and "| 1.00 |" in md
+
+
+def test_work_precision_rows_take_the_measured_wall_time_from_timings_csv(tmp_path):
+    """errors.csv holds no timing (it is bit-identical however the study ran); wall_s comes from timings.csv."""
+    from hbvm_core import tables
+    from hbvm_core.study import expand_study
+
+    cfg = {
+        "kind": "work_precision",
+        "problem": "planar_pendulum",
+        "t_end": 1,
+        "h": [0.1, 0.05],
+        "methods": [{"k": 2, "s": 2}, {"k": 1, "s": 1}],
+        "errors": {"reference": "exact", "norm": 1, "sample": "all"},
+    }
+    study = expand_study("wp", cfg, results=str(tmp_path))
+    errors = [
+        {"method": m.label, "name": m.name, "h": r.h, "e_s": 10.0 ** -(i + 4), "steps": round(1 / r.h), "status": "ok"}
+        for m in study.methods
+        for i, r in enumerate(m.rows)
+    ]
+    timings = [{"method": e["method"], "h": e["h"], "wall_s": 0.25 * (i + 1)} for i, e in enumerate(errors)]
+    os.makedirs(study.dir)
+    csv_path = os.path.join(study.dir, "errors.csv")
+    tables.write_csv(errors, csv_path)
+    tables.write_csv(timings, os.path.join(study.dir, "timings.csv"), tables.TIMINGS)
+    assert "wall_s" not in open(csv_path).readline().split(",")
+    rows = beyond.work_precision_rows(study, csv_path)
+    assert [(r["label"], r["h"], r["e_s"], r["wall_s"]) for r in rows] == [
+        (e["method"], e["h"], e["e_s"], t["wall_s"]) for e, t in zip(errors, timings)
+    ]
+    tables.write_csv(timings[:-1], os.path.join(study.dir, "timings.csv"), tables.TIMINGS)
+    with pytest.raises(ValueError, match="run hbvm_k1_s1/h=0.05 has no row in its timings.csv"):
+        beyond.work_precision_rows(study, csv_path)

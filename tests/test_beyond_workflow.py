@@ -92,6 +92,10 @@ def test_snakemake_beyond_builds_the_tables_and_figures(tiny):
     assert tta[("RATTLE", 1e-8)]["run"] == "" and tta[("HBVM(2,2)", 1e-8)]["run"] == ""
     assert tta[("DOP853", 1e-8)]["run"] == "rtol=1e-11, h_out=0.5"
     assert float(tta[("DOP853", 1e-8)]["wall_s"]) > 0
+    # the wall times are the measured ones of timings.csv (errors.csv holds none: it is deterministic)
+    timings = {(t["method"], t["h"]): t["wall_s"] for t in _rows(res / "wp_tiny" / "timings.csv")}
+    assert len(timings) == 8 and "wall_s" not in _rows(res / "wp_tiny" / "errors.csv")[0]
+    assert tta[("DOP853", 1e-8)]["wall_s"] == timings[("dop853_rtol1e-11", "0.5")]
     assert "not reached" in (res / "beyond" / "work_precision.md").read_text()
 
     drift = {r["method"]: r for r in _rows(res / "beyond" / "long_time.csv")}

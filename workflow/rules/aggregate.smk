@@ -1,8 +1,10 @@
 # Errors and rates per (method, h) of a solved study, and its figure, in one job
 # per study (one Python start-up instead of two): errors.zarr (xarray over
-# method, h), errors.csv, table.md / table.tex / table.html, and
-# <study>.png / <study>.pdf (a log-log convergence plot with reference slopes,
-# or the published fig1 / fig2 / fig3, by the study's `plot` key).
+# method, h), errors.csv (only what the runs determine: bit-identical however the
+# study ran), timings.csv (what was measured: each run's wall time, backend and
+# Dask worker), table.md / table.tex / table.html, and <study>.png / <study>.pdf
+# (a log-log convergence plot with reference slopes, or the published fig1 /
+# fig2 / fig3, by the study's `plot` key).
 from hbvm_core.cluster import rule_resources  # config resources.<rule> (issue 7)
 
 
@@ -17,6 +19,7 @@ rule aggregate:
             category="{study}",
             labels={"study": "{study}", "output": "errors.csv"},
         ),
+        timings=f"{RESULTS}/{{study}}/timings.csv",
         md=f"{RESULTS}/{{study}}/table.md",
         tex=f"{RESULTS}/{{study}}/table.tex",
         html=report(

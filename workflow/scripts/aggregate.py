@@ -1,5 +1,5 @@
 """Rule aggregate: errors and rates of one solved study -> errors.zarr, errors.csv, table.md/.tex/.html,
-and the study's figure <study>.png/.pdf."""
+timings.csv (each run's wall time, backend, worker), and the study's figure <study>.png/.pdf."""
 
 import logging
 import sys
@@ -25,7 +25,7 @@ def main(smk) -> None:
     t0 = time.perf_counter()
     study = expand_study(name, config["studies"][name], results=config.get("results", "results"))
     out = smk.output
-    rows = aggregate(study, out.zarr, out.csv, out.md, out.tex, out.html)
+    rows = aggregate(study, out.zarr, out.csv, out.md, out.tex, out.html, out.timings)
     failed = sum(r["status"] != "ok" for r in rows)
     t1 = time.perf_counter()
     logging.info(f"aggregated {len(rows)} rows ({failed} not ok) in {t1 - t0:.2f} s")
