@@ -156,14 +156,6 @@ def snapshot(paths: list[Path]) -> dict[str, tuple[int, int]]:
     return {str(p): (p.stat().st_ino, (p / "zarr.json").stat().st_mtime_ns) for p in paths}
 
 
-# --------------------------------------------------------------------------- errors.csv
-def csv_rows(path: Path, drop: tuple[str, ...] = ("wall_s",)) -> list[list[str]]:
-    """errors.csv as its exact text fields, without the columns in ``drop`` (wall_s: a measured time)."""
-    rows = list(csv.reader(io.StringIO(path.read_text())))
-    keep = [i for i, name in enumerate(rows[0]) if name not in drop]
-    assert len(keep) == len(rows[0]) - len(drop), f"{path}: no column among {drop}"
-    return [[row[i] for i in keep] for row in rows]
-
-
+# --------------------------------------------------------------------------- errors.csv, timings.csv
 def csv_dicts(path: Path) -> list[dict]:
     return list(csv.DictReader(io.StringIO(path.read_text())))

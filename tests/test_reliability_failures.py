@@ -48,7 +48,7 @@ NAN = {
     "h": [0.1, 0.05],
     "errors": {"reference": "none"},
 }
-NUMBERS = ("e_s", "rate_s", "e_lambda", "rate_lambda", "e_H", "e_g", "e_hc", "rate_hc", "mean_iterations", "wall_s")
+NUMBERS = ("e_s", "rate_s", "e_lambda", "rate_lambda", "e_H", "e_g", "e_hc", "rate_hc", "mean_iterations")
 
 
 def core_failure(problem, k: int, s: int, h: float, t_end: float) -> Exception:
@@ -102,15 +102,24 @@ def test_diverging_and_stalling_runs_are_failed_rows(solved):
         assert row["steps"] == str(round(10 / h))
 
     for i in (1, 2, 4, 5):  # the others are numbers; rates only between two finished rows
-        assert all(math.isfinite(float(rows[i][c])) for c in ("e_s", "e_lambda", "e_H", "e_g", "e_hc", "wall_s"))
+        assert all(math.isfinite(float(rows[i][c])) for c in ("e_s", "e_lambda", "e_H", "e_g", "e_hc"))
     assert rows[1]["rate_s"] == rows[4]["rate_s"] == ""  # not taken across the failed row above
     for i in (2, 5):
         assert abs(float(rows[i]["rate_s"]) - 2) < 0.2 and abs(float(rows[i]["rate_lambda"]) - 1) < 0.2
 
+    # timings.csv: the same runs in the same order; a failed run's wall time is its time to the failure
+    assert "wall_s" not in (res / "errors.csv").read_text().splitlines()[0].split(",")
+    timings = csv_dicts(res / "timings.csv")
+    assert [(t["method"], t["h"], t["steps"], t["status"]) for t in timings] == [
+        (r["method"], r["h"], r["steps"], r["status"]) for r in rows
+    ]
+    assert all(float(t["wall_s"]) > 0 and t["worker"].startswith("tcp://127.0.0.1:") for t in timings)
+    assert [t["backend"] for t in timings] == ["", "numpy", "numpy", "", "numpy", "numpy"]
+
     md = (res / "table.md").read_text()
     assert "| 2.5 | failed | — |" in md and "| 5 | failed | — |" in md
     assert "Failures:" in md and f"h = 2.5: failed: {rows[0]['error']}" in md
-    for name in ("errors.csv", "table.md", "table.tex", "table.html"):
+    for name in ("errors.csv", "timings.csv", "table.md", "table.tex", "table.html"):
         assert "nan" not in (res / name).read_text().lower(), name
     ds = xr.open_zarr(res / "errors.zarr")
     # flags over (method, h = 5, 2.5, 0.1, 0.05): 1 failed (NaN e_s there), 0 ok, -1 not run
