@@ -78,105 +78,120 @@ def jsonable(value: Any) -> Any:
 
 
 def versions() -> dict[str, str]:
-    import xarray
-    import zarr
+    """The versions a store was written with (from the installed distributions: importing xarray costs a second)."""
+    from importlib.metadata import PackageNotFoundError, version
 
     from . import __version__
 
-    return {
-        "hbvm": __version__,
-        "numpy": np.__version__,
-        "zarr": zarr.__version__,
-        "xarray": xarray.__version__,
-        "python": platform.python_version(),
-    }
+    found = {"hbvm": __version__, "numpy": np.__version__}
+    for dist in ("zarr", "xarray"):
+        try:
+            found[dist] = version(dist)
+        except PackageNotFoundError:
+            found[dist] = "not installed"
+    return found | {"python": platform.python_version()}
 
 
 # --------------------------------------------------------------------------- writing
+def _sync(coro):
+    """Run a coroutine on zarr's own event loop (what zarr's synchronous API does for each call)."""
+    from zarr.core.sync import sync
+
+    return sync(coro)
+
+
+async def _gather(*aws) -> list:
+    import asyncio
+
+    return list(await asyncio.gather(*aws))
+
+
 class ZarrSink:
     """A sink for ``integrate``: writes each chunk of points and steps into a Zarr group at ``path``.
 
     Memory stays bounded by one chunk; H, g and the hidden constraint are computed
     per chunk from the problem. ``finish`` checks that every row was written.
+
+    Zarr's synchronous API makes one round trip to its event loop per call (some
+    milliseconds each); the sink goes through the asynchronous API instead, so
+    creating the nine arrays, writing one chunk of them and finishing the store are
+    one round trip each, their files written concurrently.
     """
 
-    def __init__(self, path: str | os.PathLike, problem, N: int, save_every: int = 1, chunk: int = 65536):
-        import zarr
+    #: name: (dims, dtype, fill value, long_name, description)
+    SPEC = {
+        "t": (("t",), "f8", np.nan, "time", "saved times"),
+        "q": (("t", "dof"), "f8", np.nan, "position", "q_n"),
+        "p": (("t", "dof"), "f8", np.nan, "momentum", "p_n"),
+        "H": (("t",), "f8", np.nan, "Hamiltonian", "H(q_n, p_n)"),
+        "g": (("t", "constraint"), "f8", np.nan, "constraint", "g(q_n)"),
+        "hc": (("t", "constraint"), "f8", np.nan, "hidden constraint", "G(q_n)^T M^-1 p_n"),
+        "tstep": (("tstep",), "f8", np.nan, "step start time", "t_n of each saved step"),
+        "lam": (("tstep", "constraint"), "f8", np.nan, "multiplier", "lambda_n, constant on [t_n, t_n + h]"),
+        "iterations": (("tstep",), "i4", -1, "iterations", "nonlinear iterations of step n"),
+    }
 
+    def __init__(self, path: str | os.PathLike, problem, N: int, save_every: int = 1, chunk: int = 65536):
         self.path = str(path)
         self.problem = problem
         self.N, self.save_every = int(N), int(save_every)
         self.n_points, self.n_steps = saved_rows(self.N, self.save_every)
         self.written = {"points": 0, "steps": 0}
-        m, nu = problem.m, problem.nu
-        self.group = zarr.open_group(self.path, mode="w", zarr_format=3)
-        cp, cs = max(1, min(chunk, self.n_points)), max(1, min(chunk, self.n_steps))
-        f8 = {"dtype": "f8", "fill_value": np.nan}
-        spec = {
-            "t": ((self.n_points,), ("t",), f8),
-            "q": ((self.n_points, m), ("t", "dof"), f8),
-            "p": ((self.n_points, m), ("t", "dof"), f8),
-            "H": ((self.n_points,), ("t",), f8),
-            "g": ((self.n_points, nu), ("t", "constraint"), f8),
-            "hc": ((self.n_points, nu), ("t", "constraint"), f8),
-            "tstep": ((self.n_steps,), ("tstep",), f8),
-            "lam": ((self.n_steps, nu), ("tstep", "constraint"), f8),
-            "iterations": ((self.n_steps,), ("tstep",), {"dtype": "i4", "fill_value": -1}),
-        }
-        meta = {
-            "t": ("time", "saved times"),
-            "q": ("position", "q_n"),
-            "p": ("momentum", "p_n"),
-            "H": ("Hamiltonian", "H(q_n, p_n)"),
-            "g": ("constraint", "g(q_n)"),
-            "hc": ("hidden constraint", "G(q_n)^T M^-1 p_n"),
-            "tstep": ("step start time", "t_n of each saved step"),
-            "lam": ("multiplier", "lambda_n, constant on [t_n, t_n + h]"),
-            "iterations": ("iterations", "nonlinear iterations of step n"),
-        }
-        self.arrays = {}
-        for name, (shape, dims, kw) in spec.items():
-            rows = cp if dims[0] == "t" else cs
-            chunks = (rows,) + tuple(max(1, s) for s in shape[1:])
-            arr = self.group.create_array(name, shape=shape, chunks=chunks, dimension_names=dims, **kw)
-            arr.attrs.update({"long_name": meta[name][0], "description": meta[name][1]})
-            self.arrays[name] = arr
+        size = {"t": self.n_points, "tstep": self.n_steps, "dof": problem.m, "constraint": problem.nu}
+        rows = {"t": max(1, min(chunk, self.n_points)), "tstep": max(1, min(chunk, self.n_steps))}
+        self.group, self.arrays = _sync(self._create(size, rows))
+
+    async def _create(self, size: dict, rows: dict):
+        import zarr.api.asynchronous as za
+
+        group = await za.open_group(store=self.path, mode="w", zarr_format=3)
+
+        def array(name, dims, dtype, fill, long_name, description):
+            shape = tuple(size[d] for d in dims)
+            chunks = (rows[dims[0]],) + tuple(max(1, n) for n in shape[1:])
+            attrs = {"long_name": long_name, "description": description}
+            return group.create_array(
+                name, shape=shape, chunks=chunks, dtype=dtype, fill_value=fill, dimension_names=dims, attributes=attrs
+            )
+
+        arrays = await _gather(*(array(name, *spec) for name, spec in self.SPEC.items()))
+        return group, dict(zip(self.SPEC, arrays))
+
+    def _write(self, start: int, values: dict) -> None:
+        sel = slice(start, start + len(next(iter(values.values()))))
+        _sync(_gather(*(self.arrays[name].setitem(sel, np.asarray(v)) for name, v in values.items())))
 
     def points(self, start: int, t: np.ndarray, q: np.ndarray, p: np.ndarray) -> None:
-        stop = start + len(t)
         pb = self.problem
-        a = self.arrays
-        a["t"][start:stop] = t
-        a["q"][start:stop] = q
-        a["p"][start:stop] = p
-        a["H"][start:stop] = pb.hamiltonian(q, p)
+        values = {"t": t, "q": q, "p": p, "H": pb.hamiltonian(q, p)}
         if pb.nu:
-            a["g"][start:stop] = pb.constraint(q)
-            a["hc"][start:stop] = pb.hidden_constraint(q, p)
+            values |= {"g": pb.constraint(q), "hc": pb.hidden_constraint(q, p)}
+        self._write(start, values)
         self.written["points"] += len(t)
 
     def steps(self, start: int, t: np.ndarray, lam: np.ndarray, iterations: np.ndarray) -> None:
-        stop = start + len(t)
-        a = self.arrays
-        a["tstep"][start:stop] = t
+        values = {"tstep": t, "iterations": iterations}
         if self.problem.nu:
-            a["lam"][start:stop] = lam
-        a["iterations"][start:stop] = iterations
+            values["lam"] = lam
+        self._write(start, values)
         self.written["steps"] += len(t)
 
     def finish(self, attrs: dict) -> None:
-        """Verify that every row was written, then record ``attrs`` with complete = True."""
-        import zarr
-
+        """Verify that every row was written, then record ``attrs`` and complete = True; consolidate the metadata."""
         if self.written["points"] != self.n_points or self.written["steps"] != self.n_steps:
             raise RuntimeError(
                 f"store {self.path}: wrote {self.written['points']}/{self.n_points} points and "
                 f"{self.written['steps']}/{self.n_steps} steps"
             )
-        self.group.attrs.update(jsonable({**attrs, "points": self.n_points, "step_rows": self.n_steps}))
-        self.group.attrs["complete"] = True
+        attrs = jsonable({**attrs, "points": self.n_points, "step_rows": self.n_steps, "complete": True})
         with quiet_zarr():
-            zarr.consolidate_metadata(self.path)
+            _sync(self._finish(attrs))
+
+    async def _finish(self, attrs: dict) -> None:
+        import zarr.api.asynchronous as za
+
+        await self.group.update_attributes(attrs)
+        await za.consolidate_metadata(self.path)
 
 
 def publish(tmp: str, final: str) -> None:
@@ -343,8 +358,6 @@ def open_trajectory(path: str):
 
 def load_trajectory(path: str, problem=None):
     """The store as an in-memory ``hbvm_core.Trajectory`` (problem and method rebuilt from the attrs)."""
-    import zarr
-
     from .methods import from_spec
     from .problems import get_problem
     from .trajectory import Trajectory
@@ -355,12 +368,21 @@ def load_trajectory(path: str, problem=None):
     if problem is None:
         problem = get_problem(attrs["problem_spec"], **attrs.get("problem_params", {}))
     method = from_spec(attrs["method_entry"]) if "method_entry" in attrs else None
+    names = ("t", "q", "p", "tstep", "lam", "iterations")
     with quiet_zarr():
-        g = zarr.open_group(path, mode="r")
-        arr = {name: g[name][...] for name in ("t", "q", "p", "tstep", "lam", "iterations")}
+        arr = dict(zip(names, _sync(_read_arrays(path, names))))
     keys = ("steps", "h", "t_end", "save_every", "compensated", "wall_s", "mean_iterations", "max_iterations")
     tattrs = {k: attrs[k] for k in keys if k in attrs} | {"backend": attrs.get("backend")}
     return Trajectory(problem=problem, method=method, h=float(attrs["h"]), attrs=tattrs, **arr)
+
+
+async def _read_arrays(path: str, names) -> list:
+    """Every array ``names`` of the store at ``path`` in full, read concurrently (one event-loop round trip)."""
+    import zarr.api.asynchronous as za
+
+    group = await za.open_group(store=path, mode="r")
+    arrays = await _gather(*(group.getitem(name) for name in names))
+    return await _gather(*(a.getitem(...) for a in arrays))
 
 
 def write_dataset(ds, path: str) -> None:
