@@ -4,7 +4,6 @@ The method (``methods``), the problem (``problem``, ``problems``) and the time
 loop (``integrate``) are separate; METHOD.md is the contract for every formula.
 """
 
-from . import metrics, references
 from .errors import ConfigError, ConvergenceError, HBVMError, NonFiniteError, ProblemError
 from .integrate import integrate
 from .legendre import tableau
@@ -14,6 +13,16 @@ from .problems import get_problem
 from .trajectory import Trajectory
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """``hbvm_core.metrics`` and ``hbvm_core.references`` on first use (they bring in scipy.integrate)."""
+    if name in ("metrics", "references"):
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "HBVM",

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.integrate import solve_ivp
 
 from .errors import ConfigError
 from .problem import Problem
@@ -71,6 +70,8 @@ def index_reduced_solution(problem: Problem, times, rtol: float = 1e-13, atol: f
     if t_max <= 0:
         Y = np.repeat(y0[None], times.size, axis=0)
     else:
+        from scipy.integrate import solve_ivp  # here: scipy.integrate costs a second to import
+
         sol = solve_ivp(
             problem.index_reduced_rhs,
             (0.0, t_max),

@@ -20,7 +20,6 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.integrate import DOP853 as _DOP853
 
 from ..errors import ConfigError, ConvergenceError
 from ..problem import Problem
@@ -87,7 +86,9 @@ class DOP853Stepper:
     def _start(self, t: float, y: np.ndarray, t_bound: float) -> None:
         rtol, atol = self.method.tolerances
         first = None if self.first_step is None else min(self.first_step, t_bound - t)
-        self.solver = _DOP853(self.problem.index_reduced_rhs, t, y, t_bound, rtol=rtol, atol=atol, first_step=first)
+        from scipy.integrate import DOP853  # here: scipy.integrate costs a second to import
+
+        self.solver = DOP853(self.problem.index_reduced_rhs, t, y, t_bound, rtol=rtol, atol=atol, first_step=first)
         self.dense = None
 
     def _advance(self, T: float, n: int, t: float) -> np.ndarray:
