@@ -87,6 +87,14 @@ def _describe(error) -> str:
 
 
 # --------------------------------------------------------------------------- jobs and rows
+#: Job.estimated_seconds: per run (the store), and per step and quadrature node (compiled, numpy)
+RUN_OVERHEAD_S = 0.1
+STEP_NODE_S = 1e-6
+NUMPY_STEP_NODE_S = 1e-4
+#: solve_workers: the least work (s) that pays for a second worker process of a study's solve job
+WORK_PER_WORKER_S = 5.0
+
+
 @dataclass
 class Job:
     """One trajectory: a problem, a method entry and a step size on [0, t_end]."""
@@ -137,6 +145,36 @@ class Job:
     def cost(self) -> float:
         """Relative cost (steps x quadrature nodes), for scheduling the longest jobs first."""
         return self.steps * max(1, int(self.method.get("k", 1)))
+
+    def estimated_seconds(self) -> float:
+        """A rough wall time of the run on one core, for sizing a solve job (``solve_workers``).
+
+        Compiled loops run built-in problems' HBVM at about a microsecond per step and
+        quadrature node (benchmarks/README.md: 0.63 us for HBVM(2,2), 5.2 us for HBVM(6,2));
+        the numpy path, a user's problem and the baselines cost some hundred times more.
+        """
+        from .problems import BUILTIN
+
+        compiled = self.backend != "numpy" and self.method.get("method", "hbvm") == "hbvm" and self.problem in BUILTIN
+        return RUN_OVERHEAD_S + self.cost() * (STEP_NODE_S if compiled else NUMPY_STEP_NODE_S)
+
+
+def solve_workers(jobs, cores: int, share: float = 1.0) -> int:
+    """Worker processes for a solve job of ``jobs`` given ``cores`` (Snakemake's --cores).
+
+    ``share``: the study's part of the estimated work of every study in the run. A
+    study gets at least one worker, and one more for each WORK_PER_WORKER_S of its
+    estimated work, up to its share of the cores and its number of runs: a study of
+    seconds of work takes one core and leaves the others to the other studies' jobs
+    (each job pays a Python start-up and a cluster), while a long one takes them all.
+    """
+    jobs = list(jobs)
+    if not jobs:
+        return 1
+    work = sum(j.estimated_seconds() for j in jobs)
+    by_work = math.ceil(work / WORK_PER_WORKER_S)
+    by_share = math.ceil(max(1, int(cores)) * min(1.0, max(0.0, share)))
+    return max(1, min(len(jobs), by_work, by_share))
 
 
 @dataclass
@@ -493,10 +531,12 @@ def solve_job(job: Job | dict) -> dict:
 def warm_up(jobs) -> int:
     """One step of each distinct (problem, method, backend) of ``jobs`` in this process.
 
-    Compiles (or loads from numba's cache) the kernels here, before a local
-    cluster forks its workers: they inherit them instead of each paying for
-    them. Returns how many were run; a step that fails is left to the real run.
+    Compiles (or loads from numba's cache) the kernels here, and imports what
+    ``solve_job`` needs, before a local cluster forks its workers: they inherit
+    them instead of each paying for them. Returns how many were run; a step that fails is left to the real run.
     """
+    import zarr.api.asynchronous  # noqa: F401  (what the workers' solve_job imports: they inherit it too)
+
     from .errors import HBVMError
     from .integrate import integrate
     from .methods import from_spec

@@ -180,3 +180,27 @@ def test_warm_up_runs_one_step_per_distinct_problem_and_method():
     assert len(st.jobs) == 6 and warm_up(st.jobs.values()) == 2
     diverging = expand_study("d", small(t_end=4, h=[2.0], backend="numpy"))
     assert warm_up(diverging.jobs.values()) == 1  # a step that fails is left to the real run
+
+
+def test_solve_workers_size_a_solve_job_by_its_estimated_work(published):
+    """Seconds of work: one worker (the other cores go to other studies' jobs); hours: every core it may have."""
+    from hbvm_core.study import NUMPY_STEP_NODE_S, RUN_OVERHEAD_S, STEP_NODE_S, WORK_PER_WORKER_S, Job, solve_workers
+
+    table1 = published["table1"].jobs.values()
+    assert sum(j.estimated_seconds() for j in table1) < WORK_PER_WORKER_S
+    assert solve_workers(table1, cores=16) == 1
+
+    def job(i, steps, problem="tethered_satellites", **method):
+        return Job("big", f"m{i}", "HBVM(6,2)", problem, {}, method or {"k": 6, "s": 2}, 0.1, steps * 0.1)
+
+    hour = round(3600 / (6 * STEP_NODE_S))  # steps of an hour's compiled HBVM(6,2)
+    big = [job(i, hour) for i in range(40)]
+    assert solve_workers(big, cores=16) == 16  # capped by the cores
+    assert solve_workers(big[:3], cores=16) == 3  # by the runs
+    assert solve_workers(big, cores=16, share=0.25) == 4  # by its share of the selected studies' work
+    # the numpy path (a user's problem, a baseline) costs ~100x the compiled loop per step
+    user = [job(i, 20_000, problem="tests.user_problems:double_pendulum") for i in range(8)]
+    assert solve_workers(user, cores=8) == 8 and solve_workers(user[:1], cores=8) == 1
+    assert job(0, 20_000, method="rattle").estimated_seconds() == RUN_OVERHEAD_S + 20_000 * NUMPY_STEP_NODE_S
+    assert job(0, 20_000).estimated_seconds() == RUN_OVERHEAD_S + 20_000 * 6 * STEP_NODE_S
+    assert solve_workers([], cores=4) == 1

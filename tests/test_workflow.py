@@ -132,7 +132,8 @@ def check_outputs(workdir: Path, study: str, cfg: dict, n_runs: int) -> list[dic
 
 def test_small_study_end_to_end_with_a_local_cluster(tmp_path):
     studies = {"tiny": PLANAR, "tinyself": SELF}
-    write_config(tmp_path, studies)
+    # two workers whatever the study's size (by default a study of seconds of work gets one: see solve_workers)
+    write_config(tmp_path, studies, dask={"n_workers": 2})
     proc = ok(snakemake(tmp_path, "--cores", "2"))
     rows = check_outputs(tmp_path, "tiny", PLANAR, 6)
     # the observed orders of METHOD.md: 2 in y and the hidden constraint, 1 in lambda

@@ -10,7 +10,7 @@ from snakemake.logging import logger
 from snakemake.utils import validate
 
 from hbvm_core.errors import ConfigError
-from hbvm_core.study import load_studies, validate_config
+from hbvm_core.study import load_studies, solve_workers, validate_config
 
 # User problems given as module.path:factory may live in the working directory.
 if os.getcwd() not in sys.path:
@@ -52,11 +52,22 @@ def study_params(wildcards):
 
 
 def solve_threads(wildcards):
-    """One worker per run up to --cores; one thread when an external scheduler does the work."""
+    """Local workers of a study's solve job (hbvm_core.study.solve_workers: by its estimated work and its
+    share of the selected studies' work, up to --cores); dask.n_workers fixes them; one thread when an
+    external scheduler does the work."""
     dask = config.get("dask") or {}
     if dask.get("address") or dask.get("scheduler_file") or dask.get("cluster") == "slurm":
         return 1
-    return max(1, len(STUDIES[wildcards.study].jobs))
+    if dask.get("n_workers"):
+        return int(dask["n_workers"])
+    work = {name: sum(j.estimated_seconds() for j in STUDIES[name].jobs.values()) for name in SELECTED}
+    name = wildcards.study
+    share = work.get(name, 0.0) / max(sum(work.values()), 1e-9) if name in work else 1.0
+    try:
+        cores = workflow.cores
+    except WorkflowError:  # no --cores (a dry run, --jobs with an executor): Snakemake caps the threads
+        cores = os.cpu_count() or 1
+    return solve_workers(STUDIES[name].jobs.values(), cores, share)
 
 
 def lost_runs(name):
