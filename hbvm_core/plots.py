@@ -47,9 +47,35 @@ def _plain_log_ticks(fig) -> None:
             ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1.0, 0.4)))
 
 
+#: fixed margins (inches) of the figures' grids: room for tick labels, axis labels and titles
+MARGINS = {"left": 0.85, "right": 0.2, "bottom": 0.55, "top": 0.45, "suptitle": 0.3, "wspace": 0.6, "hspace": 0.5}
+
+
+def fixed_layout(fig) -> None:
+    """Place the figure's grid of axes with the fixed MARGINS (in inches).
+
+    What tight_layout would find for these figures, without the two extra draws
+    it costs (a second or more per figure, the most of a study's aggregation).
+    """
+    W, H = fig.get_size_inches()
+    nrows, ncols = fig.axes[0].get_subplotspec().get_gridspec().get_geometry()
+    m = MARGINS
+    top = m["top"] + (m["suptitle"] if fig.get_suptitle() else 0.0)
+    axes_w = (W - m["left"] - m["right"] - (ncols - 1) * m["wspace"]) / ncols
+    axes_h = (H - m["bottom"] - top - (nrows - 1) * m["hspace"]) / nrows
+    fig.subplots_adjust(
+        left=m["left"] / W,
+        right=1 - m["right"] / W,
+        bottom=m["bottom"] / H,
+        top=1 - top / H,
+        wspace=m["wspace"] / axes_w,
+        hspace=m["hspace"] / axes_h,
+    )
+
+
 def save(fig, png: str, pdf: str) -> None:
     _plain_log_ticks(fig)
-    fig.tight_layout()
+    fixed_layout(fig)
     fig.savefig(png, dpi=150)
     fig.savefig(pdf)
 
