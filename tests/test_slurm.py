@@ -61,6 +61,8 @@ STUDY = {
     "errors": {"reference": "exact", "norm": 1, "sample": "all"},
 }
 RUNS = 4  # 2 methods x 2 step sizes
+#: local Dask workers of the solve job run as one SLURM job (its threads, so its --cpus-per-task)
+WORKERS = 2
 #: resources of the SLURM executor's jobs, from config.yaml (small enough for a 2-core CI node)
 RESOURCES = {"solve": {"mem_mb": 700, "runtime": 7}, "aggregate": {"mem_mb": 600, "runtime": 6}}
 
@@ -205,7 +207,7 @@ def workers_of(workdir: Path) -> set[str]:
 @needs_slurm
 def test_the_rules_run_as_slurm_jobs_with_the_shipped_profile(tmp_path, local_errors, record_property):
     """snakemake --workflow-profile workflow/profiles/slurm: solve and aggregate are sbatch jobs; same errors.csv."""
-    write_config(tmp_path, resources=RESOURCES)
+    write_config(tmp_path, resources=RESOURCES, dask={"n_workers": WORKERS})
     watch = SqueueWatch()
     watch.start()
     t0 = time.monotonic()
@@ -229,13 +231,13 @@ def test_the_rules_run_as_slurm_jobs_with_the_shipped_profile(tmp_path, local_er
         assert job["mem"] == f"{RESOURCES[rule]['mem_mb']}M"  # config resources.<rule>.mem_mb -> --mem
         assert job["time"] == f"{RESOURCES[rule]['runtime']}:00"  # runtime (minutes) -> -t
         assert "RUNNING" in job["states"] and job["states"][-1] == "COMPLETED"
-    assert jobs[submitted["solve"]]["cpus"] == str(RUNS)  # threads: one per run -> --cpus-per-task
+    assert jobs[submitted["solve"]]["cpus"] == str(WORKERS)  # threads (dask.n_workers) -> --cpus-per-task
     assert jobs[submitted["aggregate"]]["cpus"] == "1"
     assert "localrule all" in out  # only the target rule ran here
 
     # the runs were computed inside the solve job, on its LocalCluster on loopback; the numbers are the local ones
     assert all(w.startswith("tcp://127.0.0.1:") for w in workers_of(tmp_path))
-    assert "LocalCluster" in (tmp_path / "logs" / "tiny" / "solve.log").read_text()
+    assert f"LocalCluster ({WORKERS} worker processes" in (tmp_path / "logs" / "tiny" / "solve.log").read_text()
     assert_same_errors(tmp_path / "results" / "tiny" / "errors.csv", local_errors)
 
 
