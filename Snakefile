@@ -12,12 +12,15 @@ if "studies" not in config:
 
 include: "workflow/rules/recover.smk"
 include: "workflow/rules/common.smk"
-include: "workflow/rules/solve.smk"
-include: "workflow/rules/aggregate.smk"
-# Hook for further study kinds (issue 6: work_precision, long_time).
+# Hook for further study kinds (issue 6: work_precision, long_time); before the solve and aggregate
+# rules, which build the default target's studies (with these kinds' targets registered) together.
 if os.path.exists(os.path.join(workflow.basedir, "workflow", "rules", "beyond.smk")):
 
     include: "workflow/rules/beyond.smk"
+
+
+include: "workflow/rules/solve.smk"
+include: "workflow/rules/aggregate.smk"
 
 
 report: "workflow/report/workflow.rst"

@@ -220,14 +220,15 @@ def test_the_rules_run_as_slurm_jobs_with_the_shipped_profile(tmp_path, local_er
     record(watch, tmp_path, record_property, f"squeue during `snakemake --workflow-profile slurm` ({wall:.0f} s):")
     out = proc.stdout + proc.stderr
 
-    # each rule with an action was one sbatch job, and squeue saw it with the rule's resources
-    submitted = dict(re.findall(r"rule_(\w+?)/tiny/(\d+)\.log", out))
+    # each rule with an action was one sbatch job (one for all the default target's studies: no wildcards),
+    # and squeue saw it with the rule's resources
+    submitted = dict(re.findall(r"slurm_logs/rule_(\w+?)/(\d+)\.log", out))
     assert sorted(submitted) == ["aggregate", "solve"], out[-3000:]
     jobs = watch.jobs()
     for rule, jobid in submitted.items():
         assert jobid in jobs, f"squeue never showed the {rule} job {jobid}:\n{watch.report()}"
         job = jobs[jobid]
-        assert job["comment"] == f"rule_{rule}_wildcards_tiny"
+        assert job["comment"] == f"rule_{rule}"
         assert job["mem"] == f"{RESOURCES[rule]['mem_mb']}M"  # config resources.<rule>.mem_mb -> --mem
         assert job["time"] == f"{RESOURCES[rule]['runtime']}:00"  # runtime (minutes) -> -t
         assert "RUNNING" in job["states"] and job["states"][-1] == "COMPLETED"

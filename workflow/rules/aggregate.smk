@@ -1,42 +1,65 @@
-# Errors and rates per (method, h) of a solved study, and its figure, in one job
-# per study (one Python start-up instead of two): errors.zarr (xarray over
-# method, h), errors.csv (only what the runs determine: bit-identical however the
-# study ran), timings.csv (what was measured: each run's wall time, backend and
-# Dask worker), table.md / table.tex / table.html, and <study>.png / <study>.pdf
-# (a log-log convergence plot with reference slopes, or the published fig1 /
-# fig2 / fig3, by the study's `plot` key).
+# Errors and rates per (method, h) of solved studies, and their figures:
+# results/<study>/errors.zarr (xarray over method, h), errors.csv (only what the
+# runs determine: bit-identical however the study ran), timings.csv (what was
+# measured: each run's wall time, backend and Dask worker), table.md / table.tex
+# / table.html, and <study>.png / <study>.pdf (a log-log convergence plot with
+# reference slopes, or the published fig1 / fig2 / fig3, by the study's `plot` key).
+#
+# - rule aggregate: one job for all the studies of the default target (their
+#   imports paid once; the studies aggregated side by side in forked processes);
+# - rule aggregate_study: one job for each other study asked for by name.
 from hbvm_core.cluster import rule_resources  # config resources.<rule> (issue 7)
 
 
-rule aggregate:
+def aggregate_outputs(names):
+    """The outputs of the studies ``names`` (names, or the wildcard "{study}"), a list per kind of output."""
+
+    def shown(path, caption, name, output):
+        return report(path, caption=caption, category=name, labels={"study": name, "output": output})
+
+    out = {
+        "zarr": [directory(f"{RESULTS}/{n}/errors.zarr") for n in names],
+        "csv": [shown(f"{RESULTS}/{n}/errors.csv", "../report/errors.rst", n, "errors.csv") for n in names],
+        "timings": [f"{RESULTS}/{n}/timings.csv" for n in names],
+        "md": [f"{RESULTS}/{n}/table.md" for n in names],
+        "tex": [f"{RESULTS}/{n}/table.tex" for n in names],
+        "html": [shown(f"{RESULTS}/{n}/table.html", "../report/table.rst", n, "table") for n in names],
+        "png": [shown(f"{RESULTS}/{n}/{n}.png", "../report/plot.rst", n, "figure") for n in names],
+        "pdf": [f"{RESULTS}/{n}/{n}.pdf" for n in names],
+    }
+    return out
+
+
+if DEFAULT_STUDIES:
+
+    rule aggregate:
+        input:
+            manifest=[f"{RESULTS}/{name}/solve.json" for name in DEFAULT_STUDIES],
+        output:
+            **aggregate_outputs(DEFAULT_STUDIES),
+        params:
+            studies=DEFAULT_STUDIES,
+            # everything that defines the studies' tables and plots: a change reruns them
+            cfg={name: STUDIES[name].cfg for name in DEFAULT_STUDIES},
+        threads: len(DEFAULT_STUDIES)
+        resources:
+            **rule_resources(config, "aggregate", mem_mb=2000, runtime=30),
+        log:
+            [f"logs/{name}/aggregate.log" for name in DEFAULT_STUDIES],
+        script:
+            "../scripts/aggregate.py"
+
+
+rule aggregate_study:
     input:
         manifest=f"{RESULTS}/{{study}}/solve.json",
     output:
-        zarr=directory(f"{RESULTS}/{{study}}/errors.zarr"),
-        csv=report(
-            f"{RESULTS}/{{study}}/errors.csv",
-            caption="../report/errors.rst",
-            category="{study}",
-            labels={"study": "{study}", "output": "errors.csv"},
-        ),
-        timings=f"{RESULTS}/{{study}}/timings.csv",
-        md=f"{RESULTS}/{{study}}/table.md",
-        tex=f"{RESULTS}/{{study}}/table.tex",
-        html=report(
-            f"{RESULTS}/{{study}}/table.html",
-            caption="../report/table.rst",
-            category="{study}",
-            labels={"study": "{study}", "output": "table"},
-        ),
-        png=report(
-            f"{RESULTS}/{{study}}/{{study}}.png",
-            caption="../report/plot.rst",
-            category="{study}",
-            labels={"study": "{study}", "output": "figure"},
-        ),
-        pdf=f"{RESULTS}/{{study}}/{{study}}.pdf",
+        **aggregate_outputs(["{study}"]),
+    wildcard_constraints:
+        study=study_regex([n for n in STUDIES if n not in DEFAULT_STUDIES]),
     params:
-        study=study_params,
+        studies=lambda wc: [wc.study],
+        cfg=lambda wc: {wc.study: STUDIES[wc.study].cfg},
     resources:
         **rule_resources(config, "aggregate", mem_mb=2000, runtime=30),
     log:

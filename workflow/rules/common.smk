@@ -46,28 +46,50 @@ def all_targets():
     return [t for name in SELECTED for t in STUDY_TARGETS[STUDIES[name].kind](name)]
 
 
+def default_studies():
+    """The studies of the default target, in config order: rules solve and aggregate build them together,
+    one job each for all of them (one Python start-up, one Dask cluster); other studies asked for by name
+    (`snakemake beyond`, a file of a study not selected) get one solve_study / aggregate_study job each."""
+    return [name for name in SELECTED if STUDY_TARGETS[STUDIES[name].kind](name)]
+
+
+def study_regex(names):
+    """A wildcard constraint matching exactly ``names`` (nothing when there are none)."""
+    return "|".join(re.escape(n) for n in names) if names else "(?!)"
+
+
+def as_list(paths):
+    """A Snakemake named input/output/log as a list (a single path is a str)."""
+    return [paths] if isinstance(paths, str) else list(paths)
+
+
 def study_params(wildcards):
     """Everything that defines a study's tables and plot: a change reruns them."""
     return STUDIES[wildcards.study].cfg
 
 
-def solve_threads(wildcards):
-    """Local workers of a study's solve job (hbvm_core.study.solve_workers: by its estimated work and its
-    share of the selected studies' work, up to --cores); dask.n_workers fixes them; one thread when an
-    external scheduler does the work."""
+def solve_threads(names, share=1.0):
+    """Local workers of the solve job of the studies ``names`` (hbvm_core.study.solve_workers: by their
+    estimated work, and ``share`` of --cores); dask.n_workers fixes them; one thread when an external
+    scheduler does the work."""
     dask = config.get("dask") or {}
     if dask.get("address") or dask.get("scheduler_file") or dask.get("cluster") == "slurm":
         return 1
     if dask.get("n_workers"):
         return int(dask["n_workers"])
-    work = {name: sum(j.estimated_seconds() for j in STUDIES[name].jobs.values()) for name in SELECTED}
-    name = wildcards.study
-    share = work.get(name, 0.0) / max(sum(work.values()), 1e-9) if name in work else 1.0
     try:
         cores = workflow.cores
     except WorkflowError:  # no --cores (a dry run, --jobs with an executor): Snakemake caps the threads
         cores = os.cpu_count() or 1
-    return solve_workers(STUDIES[name].jobs.values(), cores, share)
+    return solve_workers([j for name in names for j in STUDIES[name].jobs.values()], cores, share)
+
+
+def study_solve_threads(wildcards):
+    """solve_study: one study's share of the work of the studies asked for by name (all but the default ones)."""
+    others = [n for n in STUDIES if n not in default_studies()]
+    work = {n: sum(j.estimated_seconds() for j in STUDIES[n].jobs.values()) for n in others}
+    share = work.get(wildcards.study, 0.0) / max(sum(work.values()), 1e-9)
+    return solve_threads([wildcards.study], share)
 
 
 def lost_runs(name):

@@ -1,18 +1,48 @@
-# The solve step: one Snakemake job per study. It fans the study's (problem, k,
-# s, h) runs out on one Dask cluster and writes each run as its own Zarr store
-# under results/<study>/runs/. Runs whose store is complete (same parameter
-# hash) are reused, so adding one h to a study computes exactly one new run and
-# an unchanged rerun computes nothing. The manifest solve.json lists every run.
+# The solve step. It fans the (problem, k, s, h) runs of studies out on one Dask
+# cluster and writes each run as its own Zarr store under results/<study>/runs/.
+# Runs whose store is complete (same parameter hash) are reused, so adding one h
+# to a study computes exactly one new run and an unchanged rerun computes
+# nothing. Each study's manifest results/<study>/solve.json lists its runs.
+#
+# - rule solve: one job for all the studies of the default target (the published
+#   study: seven studies, 103 runs, one Python start-up and one cluster);
+# - rule solve_study: one job for each other study asked for by name.
 from hbvm_core.cluster import rule_resources  # config resources.<rule> (issue 7)
 
+DEFAULT_STUDIES = default_studies()
 
-rule solve:
+
+def solve_jobs(names):
+    """{study: [[id, hash], ...]}: a Snakemake param, so a changed study reruns the solve step."""
+    return {name: STUDIES[name].job_hashes() for name in names}
+
+
+if DEFAULT_STUDIES:
+
+    rule solve:
+        output:
+            manifest=[f"{RESULTS}/{name}/solve.json" for name in DEFAULT_STUDIES],
+        params:
+            studies=DEFAULT_STUDIES,
+            jobs=solve_jobs(DEFAULT_STUDIES),
+        threads: solve_threads(DEFAULT_STUDIES)
+        resources:
+            **rule_resources(config, "solve", mem_mb=2000, runtime=60),
+        log:
+            [f"logs/{name}/solve.log" for name in DEFAULT_STUDIES],
+        script:
+            "../scripts/solve.py"
+
+
+rule solve_study:
     output:
         manifest=f"{RESULTS}/{{study}}/solve.json",
+    wildcard_constraints:
+        study=study_regex([n for n in STUDIES if n not in DEFAULT_STUDIES]),
     params:
-        # (id, hash) of every run: a changed study (new h, method, interval) reruns this step
-        jobs=lambda wc: STUDIES[wc.study].job_hashes(),
-    threads: solve_threads
+        studies=lambda wc: [wc.study],
+        jobs=lambda wc: solve_jobs([wc.study]),
+    threads: study_solve_threads
     resources:
         **rule_resources(config, "solve", mem_mb=2000, runtime=60),
     log:

@@ -1,36 +1,85 @@
-"""Rule aggregate: errors and rates of one solved study -> errors.zarr, errors.csv, table.md/.tex/.html,
-timings.csv (each run's wall time, backend, worker), and the study's figure <study>.png/.pdf."""
+"""Rules aggregate / aggregate_study: errors and rates of solved studies -> errors.zarr, errors.csv,
+table.md/.tex/.html, timings.csv (each run's wall time, backend, worker), and each study's figure
+<study>.png/.pdf.
+
+The imports (matplotlib, xarray, zarr, scipy: seconds) are paid once; with more
+than one study and thread, the studies are aggregated side by side in processes
+forked from this one (each logs to logs/<study>/aggregate.log).
+"""
 
 import logging
 import sys
 import time
+
+#: the outputs of one study, by their names in the rule (aggregate_outputs in workflow/rules/aggregate.smk)
+OUTPUTS = ("zarr", "csv", "timings", "md", "tex", "html", "png", "pdf")
+
+
+def as_list(paths) -> list[str]:
+    return [paths] if isinstance(paths, str) else list(paths)
+
+
+def aggregate_study(name: str, cfg: dict, results: str, out: dict, log_path: str) -> str:
+    """Tables and figure of one study; returns a one-line summary (also logged)."""
+    from hbvm_core.plots import study_plot
+    from hbvm_core.study import expand_study
+    from hbvm_core.tables import aggregate
+
+    log = logging.getLogger(f"hbvm.aggregate.{name}")
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    fmt = logging.Formatter(f"%(asctime)s [{name}] %(message)s", "%H:%M:%S")
+    for handler in (logging.FileHandler(log_path, mode="w"), logging.StreamHandler(sys.stderr)):
+        handler.setFormatter(fmt)
+        log.addHandler(handler)
+    t0 = time.perf_counter()
+    study = expand_study(name, cfg, results=results)
+    rows = aggregate(study, out["zarr"], out["csv"], out["md"], out["tex"], out["html"], out["timings"])
+    failed = sum(r["status"] != "ok" for r in rows)
+    t1 = time.perf_counter()
+    log.info(f"aggregated {len(rows)} rows ({failed} not ok) in {t1 - t0:.2f} s")
+    study_plot(study, out["zarr"], out["png"], out["pdf"])
+    log.info(f"{study.plot} plot written in {time.perf_counter() - t1:.2f} s")
+    return f"{name}: {len(rows)} rows, {failed} not ok"
 
 
 def main(smk) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    from hbvm_core.plots import study_plot
-    from hbvm_core.study import expand_study
-    from hbvm_core.tables import aggregate
+    import xarray  # noqa: F401
 
-    config = smk.config
-    name = smk.wildcards.study
-    logging.basicConfig(
-        level=logging.INFO,
-        format=f"%(asctime)s [{name}] %(message)s",
-        datefmt="%H:%M:%S",
-        handlers=[logging.FileHandler(smk.log[0], mode="w"), logging.StreamHandler(sys.stderr)],
-    )
-    t0 = time.perf_counter()
-    study = expand_study(name, config["studies"][name], results=config.get("results", "results"))
-    out = smk.output
-    rows = aggregate(study, out.zarr, out.csv, out.md, out.tex, out.html, out.timings)
-    failed = sum(r["status"] != "ok" for r in rows)
-    t1 = time.perf_counter()
-    logging.info(f"aggregated {len(rows)} rows ({failed} not ok) in {t1 - t0:.2f} s")
-    study_plot(study, out.zarr, out.png, out.pdf)
-    logging.info(f"{study.plot} plot written in {time.perf_counter() - t1:.2f} s")
+    import hbvm_core.plots  # noqa: F401  (the imports, here, before the studies' processes fork)
+    import hbvm_core.tables  # noqa: F401
+    from hbvm_core.cluster import default_start_method
+
+    names = list(smk.params.studies)
+    outs = {key: as_list(getattr(smk.output, key)) for key in OUTPUTS}
+    args = [
+        (name, smk.params.cfg[name], smk.config.get("results", "results"), {k: outs[k][i] for k in OUTPUTS}, log)
+        for i, (name, log) in enumerate(zip(names, as_list(smk.log)))
+    ]
+    workers = min(len(args), max(1, int(smk.threads)))
+    if workers == 1:
+        for a in args:
+            aggregate_study(*a)
+        return
+
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # zarr's event loop thread must not exist yet when the processes fork: nothing above has started it
+    ctx = multiprocessing.get_context(default_start_method())
+    errors = []
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        futures = {pool.submit(aggregate_study, *a): a[0] for a in args}
+        for fut, name in futures.items():
+            try:
+                fut.result()
+            except Exception as exc:  # every study is tried; all failures are reported
+                errors.append(f"{name}: {type(exc).__name__}: {exc}")
+    if errors:
+        raise RuntimeError(f"{len(errors)} of {len(args)} studies failed to aggregate: " + "; ".join(errors))
 
 
 if __name__ == "__main__":

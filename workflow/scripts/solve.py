@@ -1,8 +1,10 @@
-"""Rule solve: compute the missing runs of one study on a Dask cluster, then write its manifest.
+"""Rules solve / solve_study: compute the missing runs of the studies on one Dask cluster, then write their manifests.
 
 A run whose store is complete for the same parameter hash (or that failed
-before, unless retry_failed) is reused; every other run is submitted to Dask
-(longest first, retried on worker loss) and written atomically by the worker.
+before, unless retry_failed) is reused; every other run of every study is
+submitted to the one cluster (longest first, retried on worker loss) and
+written atomically by the worker. Each study logs to its own file
+(logs/<study>/solve.log) and gets its own manifest results/<study>/solve.json.
 """
 
 import json
@@ -16,9 +18,14 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMB
     os.environ[_var] = "1"
 
 
+def as_list(paths) -> list[str]:
+    return [paths] if isinstance(paths, str) else list(paths)
+
+
 def setup_logging(path: str, study: str) -> logging.Logger:
     log = logging.getLogger(f"hbvm.solve.{study}")
     log.setLevel(logging.INFO)
+    log.propagate = False
     fmt = logging.Formatter(f"%(asctime)s [{study}] %(message)s", "%H:%M:%S")
     for handler in (logging.FileHandler(path, mode="w"), logging.StreamHandler(sys.stderr)):
         handler.setFormatter(fmt)
@@ -36,23 +43,12 @@ def describe(res: dict) -> str:
     return f"FAILED: {err.get('message', err)}"
 
 
-def main(smk) -> None:
-    from distributed import as_completed
-
-    from hbvm_core.cluster import dask_client, forks_local_workers
-    from hbvm_core.cluster import describe as where
+def reuse(study, retry_failed: bool, log: logging.Logger) -> tuple[list, dict]:
+    """(runs to compute, summary of the reused ones by job id) of one study."""
     from hbvm_core.storage import clean_temporaries, read_attrs, read_failure, store_status
-    from hbvm_core.study import expand_study, solve_job, warm_up
 
-    config = smk.config
-    name = smk.wildcards.study
-    study = expand_study(name, config["studies"][name], results=config.get("results", "results"))
-    log = setup_logging(smk.log[0], name)
-    t0 = time.perf_counter()
     for p in clean_temporaries(os.path.join(study.dir, "runs")):
         log.info(f"removed the leftover temporary {p}")
-
-    retry_failed = bool(config.get("retry_failed", False))
     todo, summary = [], {}
     for job in study.jobs.values():
         status = store_status(job.store, job.hash)
@@ -65,50 +61,65 @@ def main(smk) -> None:
         else:
             todo.append(job)
     log.info(f"{len(study.jobs)} runs: {len(summary)} reused, {len(todo)} to compute")
+    return todo, summary
 
+
+def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: dict, threads: int) -> list[str]:
+    """Every run of ``todo`` on one cluster; results into ``summaries``; returns the runs that raised."""
+    from distributed import as_completed
+
+    from hbvm_core.cluster import dask_client, forks_local_workers
+    from hbvm_core.cluster import describe as where
+    from hbvm_core.storage import clean_temporaries
+    from hbvm_core.study import solve_job, warm_up
+
+    here = where(dask_cfg, threads)
+    for name in {j.study for j in todo}:
+        logs[name].info(f"computing on {here}")
+    if forks_local_workers(dask_cfg):
+        t1 = time.perf_counter()
+        n = warm_up(todo)
+        dt = time.perf_counter() - t1
+        for name in {j.study for j in todo}:
+            logs[name].info(f"kernels of {n} (problem, method) pairs ready in {dt:.1f} s (the forked workers inherit)")
     errors = []
-    if todo:
-        dask_cfg = config.get("dask") or {}
-        log.info(f"computing on {where(dask_cfg, smk.threads)}")
-        if forks_local_workers(dask_cfg):
-            t1 = time.perf_counter()
-            n = warm_up(todo)
-            dt = time.perf_counter() - t1
-            log.info(f"kernels of {n} (problem, method) pairs ready in {dt:.1f} s (the forked workers inherit them)")
-        with dask_client(dask_cfg, threads=min(smk.threads, len(todo)), tasks=len(todo)) as client:
-            order = sorted(todo, key=lambda j: -j.cost())
-            futures = {
-                client.submit(
-                    solve_job,
-                    job.as_dict() | {"store": os.path.abspath(job.store)},
-                    key=f"solve-{name}-{job.label}-h{job.h!r}-{job.hash}",
-                    retries=int(dask_cfg.get("retries", 2)),
-                    pure=False,
-                ): job
-                for job in order
-            }
-            done = 0
-            for fut in as_completed(futures):
-                job = futures[fut]
-                done += 1
-                try:
-                    res = fut.result()
-                except Exception as exc:  # a bug or a lost worker after the retries: report every one
-                    errors.append(f"{job.id}: {type(exc).__name__}: {exc}")
-                    log.error(f"{done}/{len(todo)} {job.id}: ERROR {type(exc).__name__}: {exc}")
-                    continue
-                summary[job.id] = {k: res.get(k) for k in ("status", "steps", "wall_s", "mean_iterations", "error")}
-                summary[job.id]["computed"] = True
-                log.info(f"{done}/{len(todo)} {job.id}: {describe(res)}")
-        # every run has finished: what is left is a lost worker's partial store
+    count = {name: 0 for name in studies}
+    total = {name: sum(j.study == name for j in todo) for name in studies}
+    with dask_client(dask_cfg, threads=min(threads, len(todo)), tasks=len(todo)) as client:
+        futures = {
+            client.submit(
+                solve_job,
+                job.as_dict() | {"store": os.path.abspath(job.store)},
+                key=f"solve-{job.study}-{job.label}-h{job.h!r}-{job.hash}",
+                retries=int(dask_cfg.get("retries", 2)),
+                pure=False,
+            ): job
+            for job in sorted(todo, key=lambda j: -j.cost())
+        }
+        for fut in as_completed(futures):
+            job = futures[fut]
+            log = logs[job.study]
+            count[job.study] += 1
+            done = f"{count[job.study]}/{total[job.study]}"
+            try:
+                res = fut.result()
+            except Exception as exc:  # a bug or a lost worker after the retries: report every one
+                errors.append(f"{job.study}: {job.id}: {type(exc).__name__}: {exc}")
+                log.error(f"{done} {job.id}: ERROR {type(exc).__name__}: {exc}")
+                continue
+            summary = {k: res.get(k) for k in ("status", "steps", "wall_s", "mean_iterations", "error")}
+            summaries[job.study][job.id] = summary | {"computed": True}
+            log.info(f"{done} {job.id}: {describe(res)}")
+    # every run has finished: what is left is a lost worker's partial store
+    for name, study in studies.items():
         for p in clean_temporaries(os.path.join(study.dir, "runs")):
-            log.info(f"removed the temporary {p} of a lost worker")
-    if errors:
-        raise RuntimeError(f"study {name}: {len(errors)} run(s) raised: " + "; ".join(errors))
+            logs[name].info(f"removed the temporary {p} of a lost worker")
+    return errors
 
+
+def write_manifest(study, summary: dict, path: str) -> dict:
     jobs = []
     for job in study.jobs.values():
-        s = summary[job.id]
         jobs.append(
             {
                 "id": job.id,
@@ -118,21 +129,46 @@ def main(smk) -> None:
                 "t_end": job.t_end,
                 "store": os.path.relpath(job.store, study.dir),
                 "hash": job.hash,
-                **s,
+                **summary[job.id],
             }
         )
     computed = [j["id"] for j in jobs if j["computed"]]
     failed = [j["id"] for j in jobs if j["status"] == "failed"]
-    manifest = {"study": name, "jobs": jobs, "computed": computed, "failed": failed}
-    tmp = smk.output.manifest + ".tmp"
+    manifest = {"study": study.name, "jobs": jobs, "computed": computed, "failed": failed}
+    tmp = path + ".tmp"
     with open(tmp, "w") as fh:
         json.dump(manifest, fh, indent=1)
         fh.write("\n")
-    os.replace(tmp, smk.output.manifest)
-    log.info(
-        f"done in {time.perf_counter() - t0:.1f} s: {len(computed)} computed, "
-        f"{len(jobs) - len(computed)} reused, {len(failed)} failed"
-    )
+    os.replace(tmp, path)
+    return manifest
+
+
+def main(smk) -> None:
+    from hbvm_core.study import expand_study
+
+    config = smk.config
+    names = list(smk.params.studies)
+    manifests = dict(zip(names, as_list(smk.output.manifest)))
+    logs = {name: setup_logging(path, name) for name, path in zip(names, as_list(smk.log))}
+    t0 = time.perf_counter()
+    results = config.get("results", "results")
+    studies = {name: expand_study(name, config["studies"][name], results=results) for name in names}
+
+    retry_failed = bool(config.get("retry_failed", False))
+    todo, summaries = [], {}
+    for name, study in studies.items():
+        pending, summaries[name] = reuse(study, retry_failed, logs[name])
+        todo += pending
+    errors = compute(todo, studies, logs, summaries, config.get("dask") or {}, smk.threads) if todo else []
+    if errors:
+        raise RuntimeError(f"{len(errors)} run(s) raised: " + "; ".join(errors))
+
+    for name, study in studies.items():
+        m = write_manifest(study, summaries[name], manifests[name])
+        logs[name].info(
+            f"done in {time.perf_counter() - t0:.1f} s: {len(m['computed'])} computed, "
+            f"{len(m['jobs']) - len(m['computed'])} reused, {len(m['failed'])} failed"
+        )
 
 
 if __name__ == "__main__":
