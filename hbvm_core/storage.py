@@ -329,12 +329,17 @@ def store_status(path: str, job_hash: str | None = None) -> str:
     return "missing" if attrs is None else "stale"
 
 
-def clean_temporaries(folder: str) -> list[str]:
-    """Remove temporaries left by killed runs under ``folder`` (call only while nothing writes there)."""
+def clean_temporaries(folder: str, recursive: bool = True) -> list[str]:
+    """Remove temporaries left by killed runs under ``folder`` (only in it when not ``recursive``).
+
+    Call only while nothing writes there.
+    """
     removed = []
     if not os.path.isdir(folder):
         return removed
     for root, dirs, files in os.walk(folder):
+        if not recursive and root != folder:
+            break
         for name in list(dirs) + files:
             if TMP in name or OLD in name:
                 p = os.path.join(root, name)

@@ -129,3 +129,14 @@ def test_load_trajectory_rebuilds_problem_and_method(tmp_path, planar):
     np.testing.assert_array_equal(traj.lam, mem.lam)
     ds = open_trajectory(path)
     assert float(ds.H.max() - ds.H.min()) < 1e-14
+
+
+def test_clean_temporaries_only_at_the_top_when_not_recursive(tmp_path):
+    """The aggregation cleans its own leftovers (errors.zarr.tmp-*) without walking the runs' stores."""
+    (tmp_path / "errors.zarr.tmp-abcd1234" / "q").mkdir(parents=True)
+    (tmp_path / "errors.csv").write_text("kept\n")
+    run_tmp = tmp_path / "runs" / "m" / "h=0.1.zarr.tmp-1234abcd"
+    run_tmp.mkdir(parents=True)
+    assert clean_temporaries(str(tmp_path), recursive=False) == [str(tmp_path / "errors.zarr.tmp-abcd1234")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["errors.csv", "runs"] and run_tmp.is_dir()
+    assert clean_temporaries(str(tmp_path)) == [str(run_tmp)] and not run_tmp.exists()

@@ -22,6 +22,7 @@ def as_list(paths) -> list[str]:
 def aggregate_study(name: str, cfg: dict, results: str, out: dict, log_path: str) -> str:
     """Tables and figure of one study; returns a one-line summary (also logged)."""
     from hbvm_core.plots import study_plot
+    from hbvm_core.storage import clean_temporaries
     from hbvm_core.study import expand_study
     from hbvm_core.tables import aggregate
 
@@ -34,6 +35,8 @@ def aggregate_study(name: str, cfg: dict, results: str, out: dict, log_path: str
         log.addHandler(handler)
     t0 = time.perf_counter()
     study = expand_study(name, cfg, results=results)
+    for p in clean_temporaries(study.dir, recursive=False):  # e.g. errors.zarr.tmp-* of a killed aggregation
+        log.info(f"removed the leftover temporary {p}")
     rows = aggregate(study, out["zarr"], out["csv"], out["md"], out["tex"], out["html"], out["timings"])
     failed = sum(r["status"] != "ok" for r in rows)
     t1 = time.perf_counter()
