@@ -58,11 +58,6 @@ def study_regex(names):
     return "|".join(re.escape(n) for n in names) if names else "(?!)"
 
 
-def as_list(paths):
-    """A Snakemake named input/output/log as a list (a single path is a str)."""
-    return [paths] if isinstance(paths, str) else list(paths)
-
-
 def study_params(wildcards):
     """Everything that defines a study's tables and plot: a change reruns them."""
     return STUDIES[wildcards.study].cfg

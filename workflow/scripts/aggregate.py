@@ -7,32 +7,21 @@ than one study and thread, the studies are aggregated side by side in processes
 forked from this one (each logs to logs/<study>/aggregate.log).
 """
 
-import logging
-import sys
 import time
 
 #: the outputs of one study, by their names in the rule (aggregate_outputs in workflow/rules/aggregate.smk)
 OUTPUTS = ("zarr", "csv", "timings", "md", "tex", "html", "png", "pdf")
 
 
-def as_list(paths) -> list[str]:
-    return [paths] if isinstance(paths, str) else list(paths)
-
-
 def aggregate_study(name: str, cfg: dict, results: str, out: dict, log_path: str) -> str:
     """Tables and figure of one study; returns a one-line summary (also logged)."""
+    from hbvm_core.jobs import study_logger
     from hbvm_core.plots import study_plot
     from hbvm_core.storage import clean_temporaries
     from hbvm_core.study import expand_study
     from hbvm_core.tables import aggregate
 
-    log = logging.getLogger(f"hbvm.aggregate.{name}")
-    log.setLevel(logging.INFO)
-    log.propagate = False
-    fmt = logging.Formatter(f"%(asctime)s [{name}] %(message)s", "%H:%M:%S")
-    for handler in (logging.FileHandler(log_path, mode="w"), logging.StreamHandler(sys.stderr)):
-        handler.setFormatter(fmt)
-        log.addHandler(handler)
+    log = study_logger("aggregate", name, log_path)
     t0 = time.perf_counter()
     study = expand_study(name, cfg, results=results)
     for p in clean_temporaries(study.dir, recursive=False):  # e.g. errors.zarr.tmp-* of a killed aggregation
@@ -55,6 +44,7 @@ def main(smk) -> None:
     import hbvm_core.plots  # noqa: F401  (the imports, here, before the studies' processes fork)
     import hbvm_core.tables  # noqa: F401
     from hbvm_core.cluster import default_start_method
+    from hbvm_core.jobs import as_list
 
     names = list(smk.params.studies)
     outs = {key: as_list(getattr(smk.output, key)) for key in OUTPUTS}

@@ -10,27 +10,11 @@ written atomically by the worker. Each study logs to its own file
 import json
 import logging
 import os
-import sys
 import time
 
 # One BLAS/OpenMP thread here and in the (forked) workers: the workers are the parallelism.
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
     os.environ[_var] = "1"
-
-
-def as_list(paths) -> list[str]:
-    return [paths] if isinstance(paths, str) else list(paths)
-
-
-def setup_logging(path: str, study: str) -> logging.Logger:
-    log = logging.getLogger(f"hbvm.solve.{study}")
-    log.setLevel(logging.INFO)
-    log.propagate = False
-    fmt = logging.Formatter(f"%(asctime)s [{study}] %(message)s", "%H:%M:%S")
-    for handler in (logging.FileHandler(path, mode="w"), logging.StreamHandler(sys.stderr)):
-        handler.setFormatter(fmt)
-        log.addHandler(handler)
-    return log
 
 
 def describe(res: dict) -> str:
@@ -144,12 +128,13 @@ def write_manifest(study, summary: dict, path: str) -> dict:
 
 
 def main(smk) -> None:
+    from hbvm_core.jobs import as_list, study_logger
     from hbvm_core.study import expand_study
 
     config = smk.config
     names = list(smk.params.studies)
     manifests = dict(zip(names, as_list(smk.output.manifest)))
-    logs = {name: setup_logging(path, name) for name, path in zip(names, as_list(smk.log))}
+    logs = {name: study_logger("solve", name, path) for name, path in zip(names, as_list(smk.log))}
     t0 = time.perf_counter()
     results = config.get("results", "results")
     studies = {name: expand_study(name, config["studies"][name], results=results) for name in names}
