@@ -528,32 +528,77 @@ def solve_job(job: Job | dict) -> dict:
     return {"id": job.id, "hash": job.hash, "store": job.store, "worker": attrs["worker"], **summary}
 
 
-def warm_up(jobs) -> int:
+def warm_up(jobs, processes: int = 1) -> int:
     """One step of each distinct (problem, method, backend) of ``jobs`` in this process.
 
     Compiles (or loads from numba's cache) the kernels here, and imports what
     ``solve_job`` needs, before a local cluster forks its workers: they inherit
-    them instead of each paying for them. Returns how many were run; a step that fails is left to the real run.
+    them instead of each paying for them. With ``processes`` > 1, the compiled
+    loops that are not in the disk cache yet (a first run: some 15 s each) are
+    compiled first in that many processes side by side, and only loaded here.
+    Returns how many were run; a step that fails is left to the real run.
     """
     import zarr.api.asynchronous  # noqa: F401  (what the workers' solve_job imports: they inherit it too)
 
+    distinct = {}
+    for job in jobs:
+        key = json.dumps([job.problem, job.params, job.method, job.backend, job.compensated], sort_keys=True)
+        distinct.setdefault(key, job)
+    cold = _uncached_loops(distinct.values()) if processes > 1 else []
+    if len(cold) > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        from .cluster import default_start_method
+
+        ctx = multiprocessing.get_context(default_start_method())
+        with ProcessPoolExecutor(max_workers=min(processes, len(cold)), mp_context=ctx) as pool:
+            list(pool.map(_one_step, [job.as_dict() for job in cold]))
+    for job in distinct.values():
+        _one_step(job)
+    return len(distinct)
+
+
+def _one_step(job: Job | dict) -> None:
+    """One step of the job's problem and method (compiles or loads its loop); a failure is left to the real run."""
     from .errors import HBVMError
     from .integrate import integrate
     from .methods import from_spec
     from .problems import get_problem
 
-    seen = set()
+    job = job if isinstance(job, Job) else Job(**job)
+    try:
+        problem = get_problem(job.problem, **job.params)
+        integrate(problem, from_spec(job.method), job.h, job.h, compensated=job.compensated, backend=job.backend)
+    except (HBVMError, FloatingPointError):
+        pass
+
+
+def _uncached_loops(jobs) -> list[Job]:
+    """One job for each distinct compiled loop of ``jobs`` that numba's disk cache does not hold yet.
+
+    Looks for the cache index of the loop's ``run_chunk`` (numba's own file); where
+    that cannot be told, the loop counts as cached (it is then compiled here, as before).
+    """
+    from .errors import HBVMError
+    from .methods import from_spec
+    from .problems import get_problem
+
+    cold: dict[str, Job] = {}
     for job in jobs:
-        key = json.dumps([job.problem, job.params, job.method, job.backend, job.compensated], sort_keys=True)
-        if key in seen:
+        if job.backend == "numpy":
             continue
-        seen.add(key)
         try:
-            problem = get_problem(job.problem, **job.params)
-            integrate(problem, from_spec(job.method), job.h, job.h, compensated=job.compensated, backend=job.backend)
-        except (HBVMError, FloatingPointError):
-            pass
-    return len(seen)
+            method = from_spec(job.method)
+            make = getattr(method, "compiled_runner", None)
+            runner = make(get_problem(job.problem, **job.params)) if make else None
+            module = getattr(runner, "module", None)
+            index = module.run_chunk._cache._cache_file._index_path  # numba internals: guarded below
+        except (HBVMError, AttributeError, TypeError):
+            continue
+        if not os.path.exists(index):
+            cold.setdefault(module.__name__, job)
+    return list(cold.values())
 
 
 def _worker_address() -> str | None:

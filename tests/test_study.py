@@ -204,3 +204,37 @@ def test_solve_workers_size_a_solve_job_by_its_estimated_work(published):
     assert job(0, 20_000, method="rattle").estimated_seconds() == RUN_OVERHEAD_S + 20_000 * NUMPY_STEP_NODE_S
     assert job(0, 20_000).estimated_seconds() == RUN_OVERHEAD_S + 20_000 * 6 * STEP_NODE_S
     assert solve_workers([], cores=4) == 1
+
+
+WARM_SCRIPT = """
+import json
+from hbvm_core.study import Job, _uncached_loops, warm_up
+
+def job(problem, k, s, h):
+    return Job("w", f"k{k}s{s}", f"HBVM({k},{s})", problem, {}, {"k": k, "s": s}, h, 10 * h)
+
+jobs = [job("planar_pendulum", 1, 1, 0.1), job("planar_pendulum", 2, 2, 0.1), job("tethered_satellites", 6, 2, 0.1)]
+cold = sorted(j.problem for j in _uncached_loops(jobs))
+n = warm_up(jobs, processes=2)
+from hbvm_core.methods import from_spec
+from hbvm_core.problems import get_problem
+loops = [from_spec(j.method).compiled_runner(get_problem(j.problem)).module.run_chunk for j in jobs]
+stats = [(len(f.stats.cache_hits), len(f.stats.cache_misses)) for f in loops]
+print(json.dumps({"cold": cold, "n": n, "after": len(_uncached_loops(jobs)), "stats": stats}))
+"""
+
+
+@pytest.mark.slow
+def test_warm_up_compiles_the_uncached_loops_side_by_side_and_loads_them(tmp_path):
+    """A cold cache: one loop per problem is compiled in a forked process each; this process only loads them."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, HBVM_KERNEL_CACHE=str(tmp_path / "kernels"), NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+    out = subprocess.run([sys.executable, "-c", WARM_SCRIPT], capture_output=True, text=True, env=env, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["cold"] == ["planar_pendulum", "tethered_satellites"]  # HBVM(1,1) and (2,2) share one loop
+    assert got["n"] == 3 and got["after"] == 0
+    assert all(hits >= 1 and misses == 0 for hits, misses in got["stats"])  # loaded from disk, not compiled here

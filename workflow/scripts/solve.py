@@ -62,7 +62,7 @@ def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: di
         logs[name].info(f"computing on {here}")
     if forks_local_workers(dask_cfg):
         t1 = time.perf_counter()
-        n = warm_up(todo)
+        n = warm_up(todo, processes=threads)
         dt = time.perf_counter() - t1
         for name in {j.study for j in todo}:
             logs[name].info(f"kernels of {n} (problem, method) pairs ready in {dt:.1f} s (the forked workers inherit)")
