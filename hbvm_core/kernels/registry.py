@@ -55,7 +55,7 @@ def cache_dir() -> Path:
     return path
 
 
-def _resolve(key: str, value) -> tuple[object, str | None]:
+def resolve_callback(key: str, value) -> tuple[object, str | None]:
     """(dispatcher, 'module:qualname' if it can be imported by that name, else None)."""
     if isinstance(value, str):
         module, _, attr = value.partition(":")
@@ -83,7 +83,8 @@ def _resolve(key: str, value) -> tuple[object, str | None]:
     return value, name
 
 
-def _source(f) -> str:
+def callback_source(f) -> str:
+    """The source of a numba dispatcher's Python function ('' where there is none to read)."""
     try:
         return inspect.getsource(f.py_func)
     except (OSError, TypeError):
@@ -117,14 +118,14 @@ def _loop_module(kernels: Kernels, m: int, nu: int, has_M: bool, solver: int, ks
         if nu > 0:
             raise ProblemError(f"kernels.G is missing: the problem has nu = {nu} constraints")
         G = f"{BUILTIN_MODULE}:no_constraints"
-    callbacks = {"grad_U": _resolve("grad_U", kernels.grad_U), "G": _resolve("G", G)}
+    callbacks = {"grad_U": resolve_callback("grad_U", kernels.grad_U), "G": resolve_callback("G", G)}
     import numba
 
     template = TEMPLATE.read_text()
     digest = hashlib.sha256(template.encode())
     digest.update(numba.__version__.encode())
     for key, (f, name) in callbacks.items():
-        digest.update(f"{key}={name or id(f)}\n{_source(f)}".encode())
+        digest.update(f"{key}={name or id(f)}\n{callback_source(f)}".encode())
     constants = {"M_SIZE": int(m), "NU_SIZE": int(nu), "HAS_M": bool(has_M), "SOLVER": int(solver)}
     if ks != (0, 0):
         constants |= {"K_SIZE": ks[0], "S_SIZE": ks[1]}

@@ -18,14 +18,13 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
-import inspect
 import sys
 import types
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError, ConvergenceError, NonFiniteError
+from ..errors import ConvergenceError, NonFiniteError
 from ..legendre import shifted_legendre
 
 TEMPLATE = Path(__file__).with_name("polynomial_kernel.py")
@@ -39,41 +38,17 @@ REASONS = {
 _MODULES: dict[str, types.ModuleType] = {}
 
 
-def _callback(key: str, value) -> tuple[object, str | None]:
-    """(dispatcher, 'module:qualname' when importable by that name, else None)."""
-    if isinstance(value, str):
-        module, _, attr = value.partition(":")
-        try:
-            obj = importlib.import_module(module)
-            for part in attr.split("."):
-                obj = getattr(obj, part)
-        except (ImportError, AttributeError) as exc:
-            raise ConfigError(f"kernels.{key} = {value!r}: cannot import it ({exc})") from None
-        return obj, value
-    py_func = getattr(value, "py_func", None)
-    if py_func is None:
-        raise ConfigError(f"kernels.{key} = {value!r}: expected a numba @njit function or a 'module:function' string")
-    module, qual = py_func.__module__, py_func.__qualname__
-    if module == "__main__" or "<locals>" in qual:
-        return value, None
-    return value, f"{module}:{qual}"
-
-
 def loop_module(kernels) -> types.ModuleType:
     """The generated (and disk-cached) loop module for a problem's compiled callbacks."""
     import numba
 
-    from ..kernels.registry import cache_dir
+    from ..kernels.registry import cache_dir, callback_source, resolve_callback
 
-    (gu, gu_name), (g, g_name) = _callback("grad_U", kernels.grad_U), _callback("G", kernels.G)
+    (gu, gu_name), (g, g_name) = resolve_callback("grad_U", kernels.grad_U), resolve_callback("G", kernels.G)
     template = TEMPLATE.read_text()
     named = gu_name is not None and g_name is not None
     parts = [template, numba.__version__, gu_name or repr(gu), g_name or repr(g)]
-    for f in (gu, g):
-        try:
-            parts.append(inspect.getsource(f.py_func))
-        except (OSError, TypeError):
-            pass
+    parts += [callback_source(f) for f in (gu, g)]
     digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
     if digest in _MODULES:
         return _MODULES[digest]
