@@ -150,7 +150,16 @@ def _from_file(tag: str, template: str, names: dict[str, str], constants: dict) 
         lines.append(f"{key} = _inline({key}_original)")
     lines += [f"{key} = {val!r}" for key, val in constants.items()]
     text = "\n".join(lines) + "\n"
-    path = cache_dir() / f"hbvm_kernel_{tag}.py"
+    return import_generated(f"hbvm_kernel_{tag}", f"_hbvm_kernel_{tag}", text)
+
+
+def import_generated(stem: str, name: str, text: str) -> types.ModuleType:
+    """Write the generated module ``text`` as <cache>/<stem>.py (atomically) and import it from there as ``name``.
+
+    Importing it from a file is what lets numba cache its jitted functions on disk (and numba's cache
+    refers to the module by ``name``: keep it stable).
+    """
+    path = cache_dir() / f"{stem}.py"
     if not path.exists() or path.read_text() != text:
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
         with os.fdopen(fd, "w") as fh:
@@ -165,7 +174,6 @@ def _from_file(tag: str, template: str, names: dict[str, str], constants: dict) 
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-    name = f"_hbvm_kernel_{tag}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module

@@ -16,9 +16,6 @@ every ``save_every`` steps, emitted to the sink in blocks of ``chunk`` rows.
 from __future__ import annotations
 
 import hashlib
-import importlib
-import importlib.util
-import sys
 import types
 from pathlib import Path
 
@@ -42,7 +39,7 @@ def loop_module(kernels) -> types.ModuleType:
     """The generated (and disk-cached) loop module for a problem's compiled callbacks."""
     import numba
 
-    from ..kernels.registry import cache_dir, callback_source, resolve_callback
+    from ..kernels.registry import callback_source, import_generated, resolve_callback
 
     (gu, gu_name), (g, g_name) = resolve_callback("grad_U", kernels.grad_U), resolve_callback("G", kernels.G)
     template = TEMPLATE.read_text()
@@ -58,17 +55,7 @@ def loop_module(kernels) -> types.ModuleType:
             for name, alias in ((gu_name, "_grad_U_cb"), (g_name, "_G_cb"))
         )
         source = template.replace("grad_U = None", "grad_U = _grad_U_cb").replace("G = None", "G = _G_cb")
-        source = header + source
-        path = cache_dir() / f"poly_kernel_{digest}.py"
-        if not path.exists():
-            tmp = path.with_suffix(f".tmp{id(path)}")
-            tmp.write_text(source)
-            tmp.replace(path)
-        name = f"hbvm_poly_kernel_{digest}"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
+        module = import_generated(f"poly_kernel_{digest}", f"hbvm_poly_kernel_{digest}", header + source)
     else:
         source = template.replace("CACHE = True", "CACHE = False")
         module = types.ModuleType(f"hbvm_poly_kernel_{digest}")
