@@ -12,7 +12,7 @@ if "studies" not in config:
 
 include: "workflow/rules/recover.smk"
 include: "workflow/rules/common.smk"
-# Hook for further study kinds (issue 6: work_precision, long_time); before the solve and aggregate
+# Hook for further study kinds (work_precision, long_time); before the solve and aggregate
 # rules, which build the default target's studies (with these kinds' targets registered) together.
 if os.path.exists(os.path.join(workflow.basedir, "workflow", "rules", "beyond.smk")):
 

@@ -1,4 +1,4 @@
-"""Helpers of the reliability tests (issue 5): run the real Snakefile in a temporary folder, kill it, check stores.
+"""Helpers of the reliability tests: run the real Snakefile in a temporary folder, kill it, check stores.
 
 Every process these helpers start runs in its own session (process group), so a
 test can SIGKILL the whole group -- Snakemake, its job scripts and their Dask
@@ -136,7 +136,7 @@ def verify_store(path: Path) -> None:
     """A store at its final path is complete: attrs say so, every row has the step count and holds numbers."""
     import zarr
 
-    from hbvm_core.storage import quiet_zarr, read_attrs, saved_rows
+    from hbvm_workflow.storage import quiet_zarr, read_attrs, saved_rows
 
     a = read_attrs(str(path))
     assert a is not None and a.get("complete") is True, f"{path}: at the final path but not complete ({a})"

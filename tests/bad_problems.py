@@ -1,8 +1,8 @@
-"""User problem factories that are wrong on purpose (reliability tests, issue 5).
+"""User problem factories that are wrong on purpose (the reliability tests).
 
 Written only against the public API, like a user's module: the workflow finds
 them as ``bad_problems:<factory>`` when tests/ is on PYTHONPATH. Each is the
-planar pendulum (METHOD.md 4.1) with one defect.
+planar pendulum (docs/method.md 4.1) with one defect.
 """
 
 from __future__ import annotations

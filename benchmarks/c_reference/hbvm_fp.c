@@ -1,4 +1,4 @@
-/* Plain C reference of the HBVM(k,s) fixed-point step loop (METHOD.md 3), to measure the C limit on the
+/* Plain C reference of the HBVM(k,s) fixed-point step loop (docs/method.md 3), to measure the C limit on the
  * machine at hand: same warm start (extrapolation), same stopping rule, Kahan update, every point stored.
  * Build: cc -O2 -DTETHERED (or -DCONICAL) hbvm_fp.c -lm, optionally -O3 -march=native -DKK=6 -DSS=2 (k, s fixed).
  * Run: ./a.out k s h N tableau.txt

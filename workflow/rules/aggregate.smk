@@ -8,7 +8,7 @@
 # - rule aggregate: one job for all the studies of the default target (their
 #   imports paid once; the studies aggregated side by side in forked processes);
 # - rule aggregate_study: one job for each other study asked for by name.
-from hbvm_core.cluster import rule_resources  # config resources.<rule> (issue 7)
+from hbvm_workflow.cluster import rule_resources  # config resources.<rule>
 
 
 def aggregate_outputs(names):

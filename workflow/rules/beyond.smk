@@ -1,9 +1,9 @@
-# Beyond the paper (issue 6): work-precision and long-time studies.
+# Beyond the paper: work-precision and long-time studies.
 #
 # A study with `kind: work_precision` or `kind: long_time` is solved by the same
 # `solve` rule (Dask, one Zarr store per run) and aggregated by the same
 # `aggregate` rule (errors.csv, and the figure results/<study>/<study>.png from
-# hbvm_core.beyond.study_figure) as a convergence study; the rules below write
+# hbvm_workflow.beyond.study_figure) as a convergence study; the rules below write
 # its tables results/<study>/work_precision.{md,csv} or long_time.{md,csv}, and
 # `rule beyond` adds the figures and tables over all such studies in
 # results/beyond/{work_precision,long_time}.{png,pdf,md,csv}.

@@ -10,16 +10,16 @@ from snakemake.logging import logger
 from snakemake.utils import validate
 
 from hbvm_core.errors import ConfigError
-from hbvm_core.study import load_studies, solve_workers, validate_config
+from hbvm_workflow.study import load_studies, solve_workers, validate_config
 
 # User problems given as module.path:factory may live in the working directory.
 if os.getcwd() not in sys.path:
     sys.path.insert(0, os.getcwd())
 
-SCHEMA = os.path.join(workflow.basedir, "config", "schema.yaml")
+from hbvm_workflow.study import SCHEMA
 try:
     validate_config(config, SCHEMA)  # one line naming the key
-    validate(config, SCHEMA)  # snakemake.utils.validate: the same schema, fills defaults
+    validate(config, str(SCHEMA))  # snakemake.utils.validate: the same schema, fills defaults
     STUDIES = load_studies(config, check_schema=False)
 except ConfigError as exc:
     raise WorkflowError(f"bad config: {exc}") from None
@@ -38,7 +38,7 @@ def convergence_targets(name):
     return tables + [f"{d}/{name}.png", f"{d}/{name}.pdf"]
 
 
-# Targets of each study kind; further kinds register theirs here (issue 6).
+# Targets of each study kind; further kinds register theirs here.
 STUDY_TARGETS = {"convergence": convergence_targets}
 
 
@@ -64,7 +64,7 @@ def study_params(wildcards):
 
 
 def solve_threads(names, share=1.0):
-    """Local workers of the solve job of the studies ``names`` (hbvm_core.study.solve_workers: by their
+    """Local workers of the solve job of the studies ``names`` (hbvm_workflow.study.solve_workers: by their
     estimated work, and ``share`` of --cores); dask.n_workers fixes them; one thread when an external
     scheduler does the work."""
     dask = config.get("dask") or {}
@@ -89,7 +89,7 @@ def study_solve_threads(wildcards):
 
 def lost_runs(name):
     """Runs that the study's manifest lists as done but whose store has gone (deleted by hand)."""
-    from hbvm_core.study import manifest_path
+    from hbvm_workflow.layout import manifest_path
 
     path = manifest_path(RESULTS, name)
     try:

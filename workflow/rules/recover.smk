@@ -1,4 +1,4 @@
-# Resume after a kill with the same command (issue 5; hbvm_core/recover.py). Included first, so
+# Resume after a kill with the same command (hbvm_workflow/recover.py). Included first, so
 # that it runs at parse time, before Snakemake checks its lock and incomplete markers:
 #
 # - here, in the main process of a run that executes the workflow (not a job subprocess of an
@@ -11,12 +11,12 @@
 # - onsuccess / onerror: remove that record again.
 #
 # Snakemake keeps one handler of each kind: a later onstart/onsuccess/onerror replaces these
-# (call hbvm_core.recover.record_owner / release_owner from it then).
+# (call hbvm_workflow.recover.record_owner / release_owner from it then).
 import os
 
 from snakemake.logging import logger
 
-from hbvm_core import recover as hbvm_recover
+from hbvm_workflow import recover as hbvm_recover
 
 _args = hbvm_recover.cli_args()
 HBVM_RECOVER_MODE = hbvm_recover.mode(_args, workflow.is_main_process)

@@ -7,7 +7,7 @@
 # - rule solve: one job for all the studies of the default target (the published
 #   study: seven studies, 103 runs, one Python start-up and one cluster);
 # - rule solve_study: one job for each other study asked for by name.
-from hbvm_core.cluster import rule_resources  # config resources.<rule> (issue 7)
+from hbvm_workflow.cluster import rule_resources  # config resources.<rule>
 
 DEFAULT_STUDIES = default_studies()
 

@@ -15,11 +15,11 @@ OUTPUTS = ("zarr", "csv", "timings", "md", "tex", "html", "png", "pdf")
 
 def aggregate_study(name: str, cfg: dict, results: str, out: dict, log_path: str) -> str:
     """Tables and figure of one study; returns a one-line summary (also logged)."""
-    from hbvm_core.jobs import study_logger
-    from hbvm_core.plots import study_plot
-    from hbvm_core.storage import clean_temporaries
-    from hbvm_core.study import expand_study
-    from hbvm_core.tables import aggregate
+    from hbvm_workflow.figures import study_plot
+    from hbvm_workflow.jobs import study_logger
+    from hbvm_workflow.storage import clean_temporaries
+    from hbvm_workflow.study import expand_study
+    from hbvm_workflow.tables import aggregate
 
     log = study_logger("aggregate", name, log_path)
     t0 = time.perf_counter()
@@ -41,10 +41,10 @@ def main(smk) -> None:
     matplotlib.use("Agg")
     import xarray  # noqa: F401
 
-    import hbvm_core.plots  # noqa: F401  (the imports, here, before the studies' processes fork)
-    import hbvm_core.tables  # noqa: F401
-    from hbvm_core.cluster import default_start_method
-    from hbvm_core.jobs import as_list
+    import hbvm_workflow.plots  # noqa: F401  (the imports, here, before the studies' processes fork)
+    import hbvm_workflow.tables  # noqa: F401
+    from hbvm_workflow.cluster import default_start_method
+    from hbvm_workflow.jobs import as_list
 
     names = list(smk.params.studies)
     outs = {key: as_list(getattr(smk.output, key)) for key in OUTPUTS}

@@ -1,4 +1,4 @@
-"""Rules work_precision and long_time: one study's tables (hbvm_core.beyond; its figure comes with aggregate)."""
+"""Rules work_precision and long_time: one study's tables (hbvm_workflow.beyond; its figure comes with aggregate)."""
 
 import logging
 import sys
@@ -6,8 +6,8 @@ import time
 
 
 def main(smk) -> None:
-    from hbvm_core import beyond
-    from hbvm_core.study import expand_study
+    from hbvm_workflow import beyond
+    from hbvm_workflow.study import expand_study
 
     config = smk.config
     name = smk.wildcards.study

@@ -9,8 +9,8 @@ def main(smk) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    from hbvm_core import beyond
-    from hbvm_core.study import expand_study
+    from hbvm_workflow import beyond
+    from hbvm_workflow.study import expand_study
 
     config = smk.config
     kind = smk.wildcards.kind

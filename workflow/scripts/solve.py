@@ -29,7 +29,7 @@ def describe(res: dict) -> str:
 
 def reuse(study, retry_failed: bool, log: logging.Logger) -> tuple[list, dict]:
     """(runs to compute, summary of the reused ones by job id) of one study."""
-    from hbvm_core.storage import clean_temporaries, read_attrs, read_failure, store_status
+    from hbvm_workflow.storage import clean_temporaries, read_attrs, read_failure, store_status
 
     for p in clean_temporaries(os.path.join(study.dir, "runs")):
         log.info(f"removed the leftover temporary {p}")
@@ -52,10 +52,10 @@ def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: di
     """Every run of ``todo`` on one cluster; results into ``summaries``; returns the runs that raised."""
     from distributed import as_completed
 
-    from hbvm_core.cluster import dask_client, forks_local_workers
-    from hbvm_core.cluster import describe as where
-    from hbvm_core.storage import clean_temporaries
-    from hbvm_core.study import solve_job, warm_up
+    from hbvm_workflow.cluster import dask_client, forks_local_workers
+    from hbvm_workflow.cluster import describe as where
+    from hbvm_workflow.runner import solve_job, warm_up
+    from hbvm_workflow.storage import clean_temporaries
 
     here = where(dask_cfg, threads)
     for name in {j.study for j in todo}:
@@ -128,8 +128,8 @@ def write_manifest(study, summary: dict, path: str) -> dict:
 
 
 def main(smk) -> None:
-    from hbvm_core.jobs import as_list, study_logger
-    from hbvm_core.study import expand_study
+    from hbvm_workflow.jobs import as_list, study_logger
+    from hbvm_workflow.study import expand_study
 
     config = smk.config
     names = list(smk.params.studies)

@@ -1,4 +1,4 @@
-"""HBVM(s,s) is the s-stage Gauss collocation method (METHOD.md section 3, properties)."""
+"""HBVM(s,s) is the s-stage Gauss collocation method (docs/method.md section 3, properties)."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""The polynomial-multiplier HBVM (METHOD.md 6): measured orders, s = 1 equals HBVM(k,1), conservation."""
+"""The polynomial-multiplier HBVM (docs/method.md 6): measured orders, s = 1 equals HBVM(k,1), conservation."""
 
 import numpy as np
 import pytest
@@ -23,7 +23,7 @@ def test_s1_is_the_constant_multiplier_method(planar, tethered, k):
         assert np.abs(a.lam - b.lam).max() <= 1e-14 * (1 + np.abs(a.lam).max())
 
 
-#: (s, expected order, step sizes): plain order 2 ceil(s/2), projected order 2s (METHOD.md 6).
+#: (s, expected order, step sizes): plain order 2 ceil(s/2), projected order 2s (docs/method.md 6).
 PLAIN = [(1, 2), (2, 2), (3, 4), (4, 4)]
 PROJECTED = [(1, 2), (2, 4), (3, 6), (4, 8)]
 
@@ -58,7 +58,7 @@ def test_lambda_reported_at_the_step_start(planar):
 
 @pytest.mark.parametrize("projection", [False, True])
 def test_energy_and_constraints_at_roundoff(tethered, modified, projection):
-    # tethered: quadratic g; modified: degree-6 polynomials, exact with k = 3s (METHOD.md 6)
+    # tethered: quadratic g; modified: degree-6 polynomials, exact with k = 3s (docs/method.md 6)
     for problem, k, s in ((tethered, 6, 3), (modified, 9, 3)):
         traj = hc.integrate(problem, PolynomialHBVM(k, s, projection=projection), 0.1, 5.0, backend="numpy")
         if problem is modified:

@@ -30,12 +30,12 @@ import yaml
 from hbvm_core import get_problem, integrate
 from hbvm_core.methods import from_spec
 from hbvm_core.metrics import ErrorConvention, errors
-from hbvm_core.storage import open_study, read_attrs, select_run
-from hbvm_core.tables import COLUMNS
+from hbvm_workflow.storage import open_study, read_attrs, select_run
+from hbvm_workflow.tables import COLUMNS
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 PLANAR = {
     "problem": "planar_pendulum",
@@ -136,7 +136,7 @@ def test_small_study_end_to_end_with_a_local_cluster(tmp_path):
     write_config(tmp_path, studies, dask={"n_workers": 2})
     proc = ok(snakemake(tmp_path, "--cores", "2"))
     rows = check_outputs(tmp_path, "tiny", PLANAR, 6)
-    # the observed orders of METHOD.md: 2 in y and the hidden constraint, 1 in lambda
+    # the observed orders of docs/method.md: 2 in y and the hidden constraint, 1 in lambda
     for row in rows:
         if row["rate_s"]:
             assert abs(float(row["rate_s"]) - 2) < 0.1 and abs(float(row["rate_hc"]) - 2) < 0.1

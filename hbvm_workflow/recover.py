@@ -1,4 +1,4 @@
-"""Resume after a killed Snakemake run with the same command (issue 5): break the lock of a provably dead owner.
+"""Resume after a killed Snakemake run with the same command: break the lock of a provably dead owner.
 
 A SIGKILLed Snakemake leaves its working-directory lock (``.snakemake/locks/<i>.input.lock``,
 ``<i>.output.lock``: one path per line) and the incomplete markers of the jobs it was running

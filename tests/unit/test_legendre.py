@@ -1,4 +1,4 @@
-"""METHOD.md section 2: the Legendre/Gauss machinery."""
+"""docs/method.md section 2: the Legendre/Gauss machinery."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Scale-out on a real SLURM cluster (issue 7): the same small study three ways, the same errors.csv.
+"""Scale-out on a real SLURM cluster: the same small study three ways, the same errors.csv.
 
 The study's problem is a user module (``slurm_user_problem:pendulum``) in the working directory,
 so the SLURM jobs and the Dask workers they start must import it from there.
@@ -18,7 +18,7 @@ the test report (``record_property``) and written to ``squeue.txt`` in the test'
 
 The tests marked ``slurm`` need a running SLURM whose node is up (``.ci/slurm_up.sh`` starts a
 single-node one on 127.0.0.1, as CI does); elsewhere they skip and say why. Every address is on
-127.0.0.1: SLURM's (slurm.conf), the Dask scheduler's and the workers' (hbvm_core.cluster).
+127.0.0.1: SLURM's (slurm.conf), the Dask scheduler's and the workers' (hbvm_workflow.cluster).
 The job-script test at the end needs no SLURM and always runs.
 """
 
@@ -39,7 +39,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 PROFILE = ROOT / "workflow" / "profiles" / "slurm"
 #: wall-clock limit of one snakemake run (timeout -k 10 LIMIT); the plugin's status checks back off 1, 12, 33, 64 s
@@ -196,7 +196,7 @@ def local_errors(tmp_path_factory) -> Path:
 
 def workers_of(workdir: Path) -> set[str]:
     """The Dask worker that computed each run (recorded in its store)."""
-    from hbvm_core.storage import read_attrs
+    from hbvm_workflow.storage import read_attrs
 
     stores = sorted((workdir / "results" / "tiny" / "runs").glob("*/h=*.zarr"))
     assert len(stores) == RUNS
@@ -302,8 +302,8 @@ def test_dask_workers_run_as_slurm_jobs(tmp_path, local_errors, record_property)
 @needs_slurm
 def test_workers_that_never_start_are_reported_and_cancelled(tmp_path, monkeypatch):
     """Worker jobs held back by SLURM: the solve step's client fails after dask.worker_timeout, naming their state."""
-    from hbvm_core.cluster import dask_client
     from hbvm_core.errors import HBVMError
+    from hbvm_workflow.cluster import dask_client
 
     monkeypatch.chdir(tmp_path)
     cfg = {"cluster": "slurm", "memory": "200MB", "job_extra_directives": ["--begin=now+1hour"], "worker_timeout": 3}
@@ -321,8 +321,8 @@ def test_the_worker_job_script_is_on_loopback_and_runs_this_python(tmp_path, mon
     """The SLURMCluster built from a config: its sbatch script (no SLURM needed to write it)."""
     from dask_jobqueue import SLURMCluster
 
-    from hbvm_core.cluster import slurm_jobs, slurm_options
     from hbvm_core.errors import ConfigError
+    from hbvm_workflow.cluster import slurm_jobs, slurm_options
 
     monkeypatch.chdir(tmp_path)
     cfg = {"cluster": "slurm", "cores": 2, "memory": "2GB", "walltime": "01:00:00", "queue": "short"}

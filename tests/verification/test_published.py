@@ -1,4 +1,4 @@
-"""The published check values of METHOD.md section 5 and the orders the paper reports."""
+"""The published check values of docs/method.md section 5 and the orders the paper reports."""
 
 import numpy as np
 import pytest

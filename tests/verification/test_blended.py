@@ -1,4 +1,4 @@
-"""The blended (simplified-Newton) iteration (issue 4): the same trajectory as the fixed point to round-off, on
+"""The blended (simplified-Newton) iteration: the same trajectory as the fixed point to round-off, on
 the numpy and the compiled path, and convergence at step sizes where the fixed point fails."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The study figures (METHOD.md section 5), written as PNG and PDF.
+"""The study figures (docs/method.md section 5), written as PNG and PDF.
 
 - ``convergence``: log-log e_s, e_lambda, e_hc against h per method, with dashed
   reference slopes (the study's ``expected_rates``, else the observed median rate);
@@ -183,7 +183,7 @@ def _runs(study: Study):
 
 
 def _reference(study: Study, traj, times):
-    from .references import reference_solution
+    from hbvm_core.references import reference_solution
 
     conv = study.convention
     kind = "exact" if study.reference == "exact" else getattr(conv, "reference_kind", "auto")
@@ -196,7 +196,7 @@ def _norm(study: Study):
 
 def solution_error_plot(study: Study, png: str, pdf: str) -> None:
     """fig1: ||y_n - y(t_n)|| against t / T (or t)."""
-    from .metrics import vector_norm
+    from hbvm_core.metrics import vector_norm
 
     fig, axes = _figure(1, size=(7.0, 3.6))
     ax = axes[0][0]
@@ -235,7 +235,7 @@ def _time_panels(study: Study, titles: list[str], curves, png: str, pdf: str) ->
 
 def invariants_plot(study: Study, png: str, pdf: str) -> None:
     """fig2: lambda error, hidden constraint, H error, g error against t (log y)."""
-    from .metrics import vector_norm
+    from hbvm_core.metrics import vector_norm
 
     def curves(traj):
         _, _, lam_ref = _reference(study, traj, traj.tstep)
@@ -253,8 +253,8 @@ def invariants_plot(study: Study, png: str, pdf: str) -> None:
 
 def constraint_panels_plot(study: Study, png: str, pdf: str) -> None:
     """fig3: hidden constraint, H error and each constraint |g_i| against t (log y)."""
-    from .metrics import vector_norm
-    from .problems import get_problem
+    from hbvm_core.metrics import vector_norm
+    from hbvm_core.problems import get_problem
 
     nu = get_problem(study.problem, **study.params).nu
 
@@ -288,17 +288,3 @@ PLOTS = {
     "invariants": invariants_plot,
     "constraint_panels": constraint_panels_plot,
 }
-
-
-def study_plot(study: Study, errors_zarr: str, png: str, pdf: str) -> None:
-    """The study's figure (its ``plot`` key) as PNG and PDF."""
-    if study.plot == "convergence":
-        from .storage import open_trajectory
-
-        convergence_plot(study, open_trajectory(errors_zarr).load(), png, pdf)
-    elif study.plot in ("work_precision", "long_time"):  # issue 6: the figures of hbvm_core.beyond
-        from .beyond import study_figure
-
-        study_figure(study, png, pdf)
-    else:
-        PLOTS[study.plot](study, png, pdf)

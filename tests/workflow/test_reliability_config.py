@@ -1,4 +1,4 @@
-"""Bad workflow configs fail before any job runs, with one line naming the key and what was expected (issue 5).
+"""Bad workflow configs fail before any job runs, with one line naming the key and what was expected.
 
 Each case below is a real ``snakemake --cores 2`` on the repository's Snakefile in
 its own temporary folder (tests/ on PYTHONPATH, so ``bad_problems:<factory>``
@@ -216,7 +216,7 @@ def test_the_table_is_large_and_its_messages_distinct():
 def test_bad_config_message_in_process(case):
     """Every case through validate_config + load_studies, as workflow/rules/common.smk calls them."""
     from hbvm_core.errors import ConfigError
-    from hbvm_core.study import load_studies, validate_config
+    from hbvm_workflow.study import load_studies, validate_config
 
     name, config, fragment = case
     config = yaml.safe_load(config) if isinstance(config, str) else config
@@ -229,7 +229,7 @@ def test_bad_config_message_in_process(case):
 
 def test_the_good_study_runs_its_checks_cleanly():
     """The control: the study every case starts from passes every check the cases trip."""
-    from hbvm_core.study import load_studies
+    from hbvm_workflow.study import load_studies
 
     assert list(load_studies(cfg())) == ["bad"]
 

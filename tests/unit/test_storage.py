@@ -1,4 +1,4 @@
-"""Trajectory stores (hbvm_core.storage): chunked Zarr writing, atomic publication, failure markers, reading back."""
+"""Trajectory stores (hbvm_workflow.storage): chunked Zarr writing, atomic publication, failure markers, reading."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import pytest
 import xarray as xr
 
 from hbvm_core import HBVM, get_problem, integrate
-from hbvm_core.storage import (
+from hbvm_workflow.runner import run_to_store
+from hbvm_workflow.storage import (
     ZarrSink,
     clean_temporaries,
     load_trajectory,
     open_trajectory,
     read_attrs,
     read_failure,
-    run_to_store,
     saved_rows,
     store_status,
 )

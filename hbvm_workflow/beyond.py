@@ -12,8 +12,8 @@
   decades (about 0 for bounded errors, 1 for a linear drift).
 
 The numbers come from the stores, errors.csv (the errors) and timings.csv (the
-measured wall times) the workflow writes (``hbvm_core.storage``,
-``hbvm_core.tables``); nothing is recomputed here.
+measured wall times) the workflow writes (``hbvm_workflow.storage``,
+``hbvm_workflow.tables``); nothing is recomputed here.
 """
 
 from __future__ import annotations

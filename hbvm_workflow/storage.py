@@ -8,7 +8,7 @@ Layout of a store (xarray names; ``xr.open_zarr(path)`` opens it)::
     g          (t, constraint)     g(q_n)
     hc         (t, constraint)     hidden constraint G(q_n)^T M^-1 p_n
     tstep      (tstep)             start time of each saved step
-    lam        (tstep, constraint) multiplier used on [tstep, tstep + h] (METHOD.md 3)
+    lam        (tstep, constraint) multiplier used on [tstep, tstep + h] (docs/method.md 3)
     iterations (tstep)             nonlinear iterations of the step
 
 and attrs with every parameter (problem, method entry, h, t_end, solver
@@ -29,15 +29,12 @@ import math
 import os
 import platform
 import shutil
-import time
 import uuid
 import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from .errors import ConvergenceError, NonFiniteError
 
 FORMAT = "hbvm-trajectory/1"
 TMP = ".tmp-"
@@ -81,7 +78,7 @@ def versions() -> dict[str, str]:
     """The versions a store was written with (from the installed distributions: importing xarray costs a second)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from . import __version__
+    from hbvm_core import __version__
 
     found = {"hbvm": __version__, "numpy": np.__version__}
     for dist in ("zarr", "xarray"):
@@ -206,95 +203,13 @@ def publish(tmp: str, final: str) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _write_json_atomic(path: str, payload: dict) -> None:
+def write_json_atomic(path: str, payload: dict) -> None:
     tmp = f"{path}{TMP}{uuid.uuid4().hex[:8]}"
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(tmp, "w") as fh:
         json.dump(jsonable(payload), fh, indent=1, sort_keys=True)
         fh.write("\n")
     os.replace(tmp, path)
-
-
-def run_to_store(
-    path: str,
-    problem,
-    method,
-    h: float,
-    t_end: float,
-    *,
-    attrs: dict | None = None,
-    save_every: int = 1,
-    chunk: int = 65536,
-    compensated: bool = True,
-    backend: str = "auto",
-) -> dict:
-    """Integrate into a new store at ``path`` (atomically), or write a failure marker if the run diverges.
-
-    Returns {"status": "ok" | "failed", "steps", "mean_iterations", "max_iterations", "wall_s",
-    "backend", "error"}.
-    """
-    from .integrate import integrate, number_of_steps
-
-    N = number_of_steps(h, t_end)
-    tmp = f"{path}{TMP}{uuid.uuid4().hex[:8]}"
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    base = {
-        "format": FORMAT,
-        **(attrs or {}),
-        "problem": problem.name,
-        "m": problem.m,
-        "nu": problem.nu,
-        "period": problem.period,
-        "params": problem.params,
-        "method": getattr(method, "name", str(method)),
-        "method_attrs": method.attrs() if hasattr(method, "attrs") else {},
-        "h": float(h),
-        "t_end": float(t_end),
-        "steps": N,
-        "save_every": int(save_every),
-        "chunk": int(chunk),
-        "compensated": bool(compensated),
-        "backend_requested": backend,
-        "versions": versions(),
-        "host": platform.node(),
-    }
-    t0 = time.perf_counter()
-    try:
-        sink = ZarrSink(tmp, problem, N, save_every=save_every, chunk=chunk)
-        traj = integrate(
-            problem,
-            method,
-            h,
-            t_end,
-            compensated=compensated,
-            save_every=save_every,
-            chunk=chunk,
-            sink=sink,
-            backend=backend,
-        )
-        a = traj.attrs
-        run = {
-            "wall_s": float(a["wall_s"]),
-            "mean_iterations": float(a["mean_iterations"]),
-            "max_iterations": int(a["max_iterations"]),
-            "backend": a.get("backend", "numpy"),
-        }
-        sink.finish({**base, **run, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-        publish(tmp, path)
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(path + FAILED)
-        return {"status": "ok", "steps": N, **run, "error": None}
-    except (ConvergenceError, NonFiniteError, FloatingPointError) as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        wall = time.perf_counter() - t0
-        error = exc.as_dict() if isinstance(exc, ConvergenceError) else {"reason": str(exc)}
-        error["message"] = str(exc)
-        error["type"] = type(exc).__name__
-        _write_json_atomic(path + FAILED, {**base, "complete": False, "failed": True, "error": error, "wall_s": wall})
-        return {"status": "failed", "steps": N, "wall_s": wall, "mean_iterations": None, "error": error}
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 # --------------------------------------------------------------------------- reading
@@ -363,9 +278,9 @@ def open_trajectory(path: str):
 
 def load_trajectory(path: str, problem=None):
     """The store as an in-memory ``hbvm_core.Trajectory`` (problem and method rebuilt from the attrs)."""
-    from .methods import from_spec
-    from .problems import get_problem
-    from .trajectory import Trajectory
+    from hbvm_core.methods import from_spec
+    from hbvm_core.problems import get_problem
+    from hbvm_core.trajectory import Trajectory
 
     attrs = read_attrs(path)
     if attrs is None or attrs.get("complete") is not True:

@@ -1,4 +1,4 @@
-"""Symmetry, conservation and iteration counts (METHOD.md section 3, properties)."""
+"""Symmetry, conservation and iteration counts (docs/method.md section 3, properties)."""
 
 import numpy as np
 import pytest
@@ -59,7 +59,7 @@ def test_hidden_constraint_is_second_order(planar):
 
 
 def test_iterations_per_step_match_method_md(tethered, conical):
-    """METHOD.md: about 6 sweeps per step for the tethered problem at h = 0.1, 6-12 for the conical one."""
+    """docs/method.md: about 6 sweeps per step for the tethered problem at h = 0.1, 6-12 for the conical one."""
     traj = hc.integrate(tethered, hc.HBVM(6, 2), 0.1, 10.0)
     assert 4 <= traj.attrs["mean_iterations"] <= 8
     assert traj.iterations.shape == (100,) and traj.iterations.min() >= 1

@@ -1,7 +1,7 @@
 """Aggregation of a solved study: errors and rates per (method, h), as Zarr, CSV, Markdown and LaTeX.
 
 Every number comes from ``hbvm_core.metrics.errors`` and ``metrics.rates``
-(METHOD.md section 5): one row per method and step size, rates between
+(docs/method.md section 5): one row per method and step size, rates between
 consecutive rows of a method. A failed run (or a failed h/2 partner for
 reference: self) is a row with status "failed" and no numbers; the aggregation
 still completes, and the tables print "failed", never a NaN as a number.
@@ -20,6 +20,7 @@ import os
 
 import numpy as np
 
+from .layout import manifest_of_store
 from .study import Study
 
 #: errors.csv starts with exactly these columns (then EXTRA)
@@ -51,11 +52,6 @@ class MissingStoreError(FileNotFoundError):
     """A run that the solve step should have produced is missing (deleted afterwards)."""
 
 
-def _manifest_of(job) -> str:
-    """results/<study>/solve.json of a job whose store is results/<study>/runs/<label>/h=....zarr"""
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(job.store))), "solve.json")
-
-
 def _load(job, cache: dict):
     """A job's trajectory (None if it failed), cached for its use as the next row's h/2 partner."""
     from .storage import load_trajectory, read_failure, store_status
@@ -72,7 +68,7 @@ def _load(job, cache: dict):
     else:
         raise MissingStoreError(
             f"{job.store}: run {job.id} of study {job.study!r} is {status}; "
-            f"recompute it with: snakemake --cores N --forcerun {_manifest_of(job)}"
+            f"recompute it with: snakemake --cores N --forcerun {manifest_of_store(job.store)}"
         )
     if len(cache) > 8:  # keep memory bounded: rows are visited in order, partners are the next row
         for key in list(cache)[:4]:
@@ -83,7 +79,7 @@ def _load(job, cache: dict):
 
 def study_rows(study: Study) -> list[dict]:
     """One dict per table row (keys COLUMNS + EXTRA), methods in config order, h decreasing."""
-    from .metrics import errors, rates
+    from hbvm_core.metrics import errors, rates
 
     out: list[dict] = []
     for spec in study.methods:

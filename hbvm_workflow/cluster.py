@@ -29,7 +29,7 @@ from collections.abc import Iterator
 
 import dask
 
-from .errors import ConfigError, HBVMError
+from hbvm_core.errors import ConfigError, HBVMError
 
 #: one BLAS/OpenMP thread per worker process: the workers are the parallelism
 THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}

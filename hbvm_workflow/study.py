@@ -2,7 +2,7 @@
 
 A study (config ``studies: <name>:``) names a problem, a list of method entries
 (each passed to ``hbvm_core.methods.from_spec``), an interval (``t_end`` or
-``periods``), a step-size rule and an error convention (METHOD.md section 5).
+``periods``), a step-size rule and an error convention (docs/method.md section 5).
 ``expand_study`` checks all of it and returns a ``Study`` whose ``rows`` are the
 table rows and whose ``jobs`` are the trajectories to compute: the rows' runs
 plus, for ``errors.reference: self``, the h/2 partner runs.
@@ -24,15 +24,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, NonFiniteError, ProblemError
+from hbvm_core.errors import ConfigError, NonFiniteError, ProblemError
+
+from .layout import manifest_path, store_path  # noqa: F401  (re-exported)
 
 STEP_KEYS = ("h", "h0", "halvings", "period_divisions")
 METHOD_META_KEYS = (*STEP_KEYS, "label")
 REFERENCES = ("exact", "reference", "self", "none")
-#: Study kinds and the plots each may use; issue 6 registers work_precision, long_time.
+#: Study kinds and the plots each may use; beyond.smk registers work_precision, long_time.
 KINDS: dict[str, tuple[str, ...]] = {
     "convergence": ("convergence", "solution_error", "invariants", "constraint_panels"),
-    "work_precision": ("work_precision",),  # issue 6: hbvm_core.beyond, workflow/rules/beyond.smk
+    "work_precision": ("work_precision",),  # hbvm_workflow.beyond, workflow/rules/beyond.smk
     "long_time": ("long_time",),
 }
 STUDY_DEFAULTS: dict[str, Any] = {
@@ -45,8 +47,8 @@ STUDY_DEFAULTS: dict[str, Any] = {
     "backend": "auto",
     "plot": "convergence",
 }
-#: The repository's schema (absent in a non-editable install: then only the semantic checks run).
-SCHEMA = Path(__file__).resolve().parent.parent / "config" / "schema.yaml"
+#: The config schema, shipped inside the package.
+SCHEMA = Path(__file__).resolve().parent / "schema.yaml"
 
 
 # --------------------------------------------------------------------------- config checks
@@ -153,7 +155,7 @@ class Job:
         quadrature node (benchmarks/README.md: 0.63 us for HBVM(2,2), 5.2 us for HBVM(6,2));
         the numpy path, a user's problem and the baselines cost some hundred times more.
         """
-        from .problems import BUILTIN
+        from hbvm_core.problems import BUILTIN
 
         compiled = self.backend != "numpy" and self.method.get("method", "hbvm") == "hbvm" and self.problem in BUILTIN
         return RUN_OVERHEAD_S + self.cost() * (STEP_NODE_S if compiled else NUMPY_STEP_NODE_S)
@@ -256,10 +258,10 @@ def load_studies(config: dict, schema: str | os.PathLike | None = None, check_sc
 
 def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
     """Check one study entry and expand it into methods, rows and jobs (see the module docstring)."""
-    from .integrate import number_of_steps
-    from .methods import from_spec
-    from .metrics import ErrorConvention
-    from .problems import get_problem
+    from hbvm_core.integrate import number_of_steps
+    from hbvm_core.methods import from_spec
+    from hbvm_core.metrics import ErrorConvention
+    from hbvm_core.problems import get_problem
 
     where = f"studies.{name}"
     cfg = {**STUDY_DEFAULTS, "plot": KINDS.get(cfg.get("kind", "convergence"), ("convergence",))[0], **cfg}
@@ -477,135 +479,3 @@ def method_label(entry: dict) -> str:
     for key in sorted(set(entry) - known):
         parts.append(f"{key}-{entry[key]}")
     return "_".join(str(p) for p in parts).replace("/", "-").replace(" ", "")
-
-
-def store_path(results: str, study: str, label: str, h: float) -> str:
-    """results/<study>/runs/<label>/h=<repr(h)>.zarr"""
-    return os.path.join(results, study, "runs", label, f"h={h!r}.zarr")
-
-
-def manifest_path(results: str, study: str) -> str:
-    return os.path.join(results, study, "solve.json")
-
-
-# --------------------------------------------------------------------------- running one job
-def solve_job(job: Job | dict) -> dict:
-    """Integrate one job into its Zarr store (atomically); runs on a Dask worker.
-
-    Returns a summary dict: id, hash, store, status ("ok" | "failed"), steps,
-    mean_iterations, wall_s, and for a failure the error (step, t, increment).
-    """
-    from .methods import from_spec
-    from .problems import get_problem
-    from .storage import run_to_store
-
-    job = job if isinstance(job, Job) else Job(**job)
-    problem = get_problem(job.problem, **job.params)
-    method = from_spec(job.method)
-    attrs = {
-        "study": job.study,
-        "job_id": job.id,
-        "job_hash": job.hash,
-        "label": job.label,
-        "method_name": job.name,
-        "problem_spec": job.problem,
-        "problem_params": job.params,
-        "method_entry": job.method,
-        "worker": _worker_address(),
-    }
-    summary = run_to_store(
-        job.store,
-        problem,
-        method,
-        job.h,
-        job.t_end,
-        attrs=attrs,
-        save_every=job.save_every,
-        chunk=job.chunk,
-        compensated=job.compensated,
-        backend=job.backend,
-    )
-    return {"id": job.id, "hash": job.hash, "store": job.store, "worker": attrs["worker"], **summary}
-
-
-def warm_up(jobs, processes: int = 1) -> int:
-    """One step of each distinct (problem, method, backend) of ``jobs`` in this process.
-
-    Compiles (or loads from numba's cache) the kernels here, and imports what
-    ``solve_job`` needs, before a local cluster forks its workers: they inherit
-    them instead of each paying for them. With ``processes`` > 1, the compiled
-    loops that are not in the disk cache yet (a first run: some 15 s each) are
-    compiled first in that many processes side by side, and only loaded here.
-    Returns how many were run; a step that fails is left to the real run.
-    """
-    import zarr.api.asynchronous  # noqa: F401  (what the workers' solve_job imports: they inherit it too)
-
-    distinct = {}
-    for job in jobs:
-        key = json.dumps([job.problem, job.params, job.method, job.backend, job.compensated], sort_keys=True)
-        distinct.setdefault(key, job)
-    cold = _uncached_loops(distinct.values()) if processes > 1 else []
-    if len(cold) > 1:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        from .cluster import default_start_method
-
-        ctx = multiprocessing.get_context(default_start_method())
-        with ProcessPoolExecutor(max_workers=min(processes, len(cold)), mp_context=ctx) as pool:
-            list(pool.map(_one_step, [job.as_dict() for job in cold]))
-    for job in distinct.values():
-        _one_step(job)
-    return len(distinct)
-
-
-def _one_step(job: Job | dict) -> None:
-    """One step of the job's problem and method (compiles or loads its loop); a failure is left to the real run."""
-    from .errors import HBVMError
-    from .integrate import integrate
-    from .methods import from_spec
-    from .problems import get_problem
-
-    job = job if isinstance(job, Job) else Job(**job)
-    try:
-        problem = get_problem(job.problem, **job.params)
-        integrate(problem, from_spec(job.method), job.h, job.h, compensated=job.compensated, backend=job.backend)
-    except (HBVMError, FloatingPointError):
-        pass
-
-
-def _uncached_loops(jobs) -> list[Job]:
-    """One job for each distinct compiled loop of ``jobs`` that numba's disk cache does not hold yet.
-
-    Looks for the cache index of the loop's ``run_chunk`` (numba's own file); where
-    that cannot be told, the loop counts as cached (it is then compiled here, as before).
-    """
-    from .errors import HBVMError
-    from .methods import from_spec
-    from .problems import get_problem
-
-    cold: dict[str, Job] = {}
-    for job in jobs:
-        if job.backend == "numpy":
-            continue
-        try:
-            method = from_spec(job.method)
-            make = getattr(method, "compiled_runner", None)
-            runner = make(get_problem(job.problem, **job.params)) if make else None
-            module = getattr(runner, "module", None)
-            index = module.run_chunk._cache._cache_file._index_path  # numba internals: guarded below
-        except (HBVMError, AttributeError, TypeError):
-            continue
-        if not os.path.exists(index):
-            cold.setdefault(module.__name__, job)
-    return list(cold.values())
-
-
-def _worker_address() -> str | None:
-    """The Dask worker running this job (recorded in the store), None outside a worker."""
-    try:
-        from distributed import get_worker
-
-        return get_worker().address
-    except (ImportError, ValueError):
-        return None

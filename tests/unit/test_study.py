@@ -1,4 +1,4 @@
-"""Study expansion (hbvm_core.study): the published config, step-size rules, partners, labels, hashes, bad input."""
+"""Study expansion (hbvm_workflow.study): the published config, step-size rules, partners, labels, hashes, bad input."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ import yaml
 
 from hbvm_core.errors import ConfigError
 from hbvm_core.problems.spherical import PERIOD
-from hbvm_core.study import expand_study, load_studies, method_label, step_sizes, validate_config
+from hbvm_workflow.study import SCHEMA, expand_study, load_studies, method_label, step_sizes, validate_config
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
 
 
 @pytest.fixture(scope="module")
 def published():
-    return load_studies(copy.deepcopy(CONFIG), schema=ROOT / "config" / "schema.yaml")
+    return load_studies(copy.deepcopy(CONFIG), schema=SCHEMA)
 
 
 def small(**over):
@@ -154,14 +154,14 @@ def test_schema_errors_are_one_line_and_name_the_key(mutate, message):
     cfg = copy.deepcopy(CONFIG)
     mutate(cfg)
     with pytest.raises(ConfigError, match=message) as err:
-        validate_config(cfg, ROOT / "config" / "schema.yaml")
+        validate_config(cfg, SCHEMA)
     assert "\n" not in str(err.value)
 
 
 def test_select_names_existing_studies():
     cfg = copy.deepcopy(CONFIG) | {"select": ["table1", "tabel2"]}
     with pytest.raises(ConfigError, match="select: unknown study 'tabel2'"):
-        load_studies(cfg, schema=ROOT / "config" / "schema.yaml")
+        load_studies(cfg, schema=SCHEMA)
 
 
 def test_a_user_problem_by_module_path(tmp_path, monkeypatch):
@@ -174,7 +174,7 @@ def test_a_user_problem_by_module_path(tmp_path, monkeypatch):
 
 
 def test_warm_up_runs_one_step_per_distinct_problem_and_method():
-    from hbvm_core.study import warm_up
+    from hbvm_workflow.runner import warm_up
 
     st = expand_study("s", small(methods=[{"k": 1, "s": 1}, {"k": 2, "s": 2}], h=[0.1, 0.05, 0.025], backend="numpy"))
     assert len(st.jobs) == 6 and warm_up(st.jobs.values()) == 2
@@ -184,7 +184,14 @@ def test_warm_up_runs_one_step_per_distinct_problem_and_method():
 
 def test_solve_workers_size_a_solve_job_by_its_estimated_work(published):
     """Seconds of work: one worker (the other cores go to other studies' jobs); hours: every core it may have."""
-    from hbvm_core.study import NUMPY_STEP_NODE_S, RUN_OVERHEAD_S, STEP_NODE_S, WORK_PER_WORKER_S, Job, solve_workers
+    from hbvm_workflow.study import (
+        NUMPY_STEP_NODE_S,
+        RUN_OVERHEAD_S,
+        STEP_NODE_S,
+        WORK_PER_WORKER_S,
+        Job,
+        solve_workers,
+    )
 
     table1 = published["table1"].jobs.values()
     assert sum(j.estimated_seconds() for j in table1) < WORK_PER_WORKER_S
@@ -208,7 +215,8 @@ def test_solve_workers_size_a_solve_job_by_its_estimated_work(published):
 
 WARM_SCRIPT = """
 import json
-from hbvm_core.study import Job, _uncached_loops, warm_up
+from hbvm_workflow.runner import _uncached_loops, warm_up
+from hbvm_workflow.study import Job
 
 def job(problem, k, s, h):
     return Job("w", f"k{k}s{s}", f"HBVM({k},{s})", problem, {}, {"k": k, "s": s}, h, 10 * h)

@@ -1,4 +1,4 @@
-"""A user-defined problem through the public API: conservation and order (issue 2)."""
+"""A user-defined problem through the public API: conservation and order."""
 
 import numpy as np
 import pytest

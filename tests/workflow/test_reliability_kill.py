@@ -1,4 +1,4 @@
-"""Interrupted runs and lost workers cost no data; the numbers do not depend on how the study ran (issue 5).
+"""Interrupted runs and lost workers cost no data; the numbers do not depend on how the study ran.
 
 A small study (planar pendulum, HBVM(1,1) and HBVM(2,2), 8 runs of 50-400 steps)
 is built once uninterrupted (the reference, 2 local Dask workers). Then:
@@ -62,7 +62,7 @@ from _reliability import (
     write_config,
 )
 
-from hbvm_core.storage import read_attrs
+from hbvm_workflow.storage import read_attrs
 
 pytestmark = pytest.mark.slow
 

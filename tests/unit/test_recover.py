@@ -1,4 +1,4 @@
-"""hbvm_core.recover: the stale lock of a dead Snakemake is broken, every other lock is left alone (issue 5).
+"""hbvm_workflow.recover: the stale lock of a dead Snakemake is broken, every other lock is left alone.
 
 The lock files and incomplete markers are written by Snakemake's own FilePersistence (the
 format the workflow meets after a kill); the owners are real processes: a child that has
@@ -17,7 +17,7 @@ import pytest
 from snakemake.cli import get_argument_parser
 from snakemake.persistence.file import FilePersistence
 
-from hbvm_core import recover
+from hbvm_workflow import recover
 
 OUT = "results/s/errors.csv"
 ZARR = "results/s/errors.zarr"

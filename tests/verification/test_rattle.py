@@ -26,7 +26,7 @@ def test_rattle_is_second_order_with_constraints_at_roundoff(planar):
         assert np.abs(traj.g()).max() <= 1e-15
         assert np.abs(traj.hidden()).max() <= 1e-15
     assert abs(fitted_order(hs, e_s) - 2.0) < 0.1
-    # lam is the position multiplier in METHOD.md's convention p' = -grad U - G lambda: first order in lambda(t_n)
+    # lam is the position multiplier in docs/method.md's convention p' = -grad U - G lambda: first order in lambda(t_n)
     assert abs(fitted_order(hs, e_lam) - 1.0) < 0.2
     assert e_lam[0] < 0.05
 

@@ -1,4 +1,4 @@
-"""Work-precision and long-time tables (hbvm_core.beyond): time to accuracy, drift exponents, families."""
+"""Work-precision and long-time tables (hbvm_workflow.beyond): time to accuracy, drift exponents, families."""
 
 import math
 import os
@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from hbvm_core import beyond
+from hbvm_workflow import beyond
 
 
 def _row(family, e_s, wall_s, h=0.1, rtol=math.nan, status="ok"):
@@ -79,8 +79,8 @@ def test_series_at_roundoff_get_no_exponent():
 
 def test_work_precision_rows_take_the_measured_wall_time_from_timings_csv(tmp_path):
     """errors.csv holds no timing (it is bit-identical however the study ran); wall_s comes from timings.csv."""
-    from hbvm_core import tables
-    from hbvm_core.study import expand_study
+    from hbvm_workflow import tables
+    from hbvm_workflow.study import expand_study
 
     cfg = {
         "kind": "work_precision",

@@ -1,4 +1,4 @@
-"""A run whose nonlinear iteration diverges or stalls, or whose callback turns NaN, is a failed row (issue 5).
+"""A run whose nonlinear iteration diverges or stalls, or whose callback turns NaN, is a failed row.
 
 One real ``snakemake --cores 2`` builds two studies:
 

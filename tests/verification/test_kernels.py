@@ -1,4 +1,4 @@
-"""The compiled (numba) path against the numpy path (issue 4): same trajectories to round-off, same iterations,
+"""The compiled (numba) path against the numpy path: same trajectories to round-off, same iterations,
 the same chunks and errors, the disk cache, and user problems with and without compiled callbacks."""
 
 from __future__ import annotations

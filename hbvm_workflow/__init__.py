@@ -1,0 +1,11 @@
+"""hbvm_workflow: the convergence-study workflow around ``hbvm_core``.
+
+The config model and study expansion (``study``), the results layout (``layout``),
+trajectory stores (``storage``), the job runner (``runner``), the Dask cluster
+(``cluster``), tables, plots and the beyond-the-paper studies, and the recovery of
+killed runs. It imports the numerics core; the core never imports it.
+"""
+
+from .storage import load_trajectory, open_study, open_trajectory, select_run
+
+__all__ = ["load_trajectory", "open_study", "open_trajectory", "select_run"]

@@ -1,0 +1,22 @@
+"""A study's figure by its ``plot`` key: the convergence and published figures (``plots``) or a
+beyond-the-paper figure (``beyond``)."""
+
+from __future__ import annotations
+
+from .study import Study
+
+
+def study_plot(study: Study, errors_zarr: str, png: str, pdf: str) -> None:
+    """The study's figure (its ``plot`` key) as PNG and PDF."""
+    from . import plots
+
+    if study.plot == "convergence":
+        from .storage import open_trajectory
+
+        plots.convergence_plot(study, open_trajectory(errors_zarr).load(), png, pdf)
+    elif study.plot in ("work_precision", "long_time"):
+        from .beyond import study_figure
+
+        study_figure(study, png, pdf)
+    else:
+        plots.PLOTS[study.plot](study, png, pdf)

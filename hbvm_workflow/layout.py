@@ -1,0 +1,67 @@
+"""The results layout: every path the workflow reads or writes, defined once.
+
+<results>/<study>/runs/<label>/<run>.zarr          one trajectory store per run
+<results>/<study>/runs/<label>/<run>.zarr.failed.json   a run whose iteration diverged
+<results>/<study>/solve.json                        the manifest of the solve step
+<results>/<study>/errors.zarr, errors.csv, timings.csv, table.{md,tex,html}, <study>.{png,pdf}
+<results>/beyond/<kind>.{png,pdf,md,csv}            the beyond-the-paper summaries
+logs/<study>/<step>.log                             one log per study and step
+"""
+
+from __future__ import annotations
+
+import os
+
+#: the outputs of the aggregate step of one study, by their names in the rule
+TABLES = ("md", "tex", "html")
+FIGURES = ("png", "pdf")
+
+
+def study_dir(results: str, study: str) -> str:
+    return os.path.join(results, study)
+
+
+def runs_dir(results: str, study: str) -> str:
+    return os.path.join(results, study, "runs")
+
+
+def run_name(h: float) -> str:
+    """The file name of a run's store in its method's folder."""
+    return f"h={h!r}.zarr"
+
+
+def store_path(results: str, study: str, label: str, h: float) -> str:
+    """<results>/<study>/runs/<label>/<run_name(h)>"""
+    return os.path.join(runs_dir(results, study), label, run_name(h))
+
+
+def manifest_path(results: str, study: str) -> str:
+    return os.path.join(results, study, "solve.json")
+
+
+def manifest_of_store(store: str) -> str:
+    """The manifest of the study a run store belongs to (<study>/runs/<label>/<run> -> <study>/solve.json)."""
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(store))), "solve.json")
+
+
+def aggregate_outputs(results: str, study: str) -> dict[str, str]:
+    """The aggregate step's outputs of one study, by kind (zarr, csv, timings, md, tex, html, png, pdf)."""
+    d = study_dir(results, study)
+    out = {"zarr": f"{d}/errors.zarr", "csv": f"{d}/errors.csv", "timings": f"{d}/timings.csv"}
+    out |= {ext: f"{d}/table.{ext}" for ext in TABLES}
+    out |= {ext: f"{d}/{study}.{ext}" for ext in FIGURES}
+    return out
+
+
+def beyond_table(results: str, study: str, kind: str, ext: str) -> str:
+    """<results>/<study>/<kind>.<ext> (kind: work_precision or long_time; ext: md or csv)."""
+    return os.path.join(results, study, f"{kind}.{ext}")
+
+
+def beyond_summary(results: str, kind: str, ext: str) -> str:
+    return os.path.join(results, "beyond", f"{kind}.{ext}")
+
+
+def log_path(study: str, step: str) -> str:
+    """logs/<study>/<step>.log (relative to the working directory, as Snakemake writes it)."""
+    return os.path.join("logs", study, f"{step}.log")

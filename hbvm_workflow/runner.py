@@ -1,0 +1,225 @@
+"""The job runner: one run of a study, from its Job to a published store.
+
+It owns the run: builds the problem and the method from the job, integrates into
+a ``storage.ZarrSink`` (bounded memory, written under a temporary path), and
+publishes the store atomically -- or writes a failure marker when the nonlinear
+iteration diverges. Storage only writes and reads stores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+from hbvm_core.errors import ConvergenceError, NonFiniteError
+from hbvm_core.integrate import integrate, number_of_steps
+
+from .storage import FAILED, FORMAT, TMP, ZarrSink, publish, versions, write_json_atomic
+from .study import Job
+
+
+def solve_job(job: Job | dict) -> dict:
+    """Integrate one job into its Zarr store (atomically); runs on a Dask worker.
+
+    Returns a summary dict: id, hash, store, status ("ok" | "failed"), steps,
+    mean_iterations, wall_s, and for a failure the error (step, t, increment).
+    """
+    from hbvm_core.methods import from_spec
+    from hbvm_core.problems import get_problem
+
+    job = job if isinstance(job, Job) else Job(**job)
+    problem = get_problem(job.problem, **job.params)
+    method = from_spec(job.method)
+    attrs = {
+        "study": job.study,
+        "job_id": job.id,
+        "job_hash": job.hash,
+        "label": job.label,
+        "method_name": job.name,
+        "problem_spec": job.problem,
+        "problem_params": job.params,
+        "method_entry": job.method,
+        "worker": _worker_address(),
+    }
+    summary = run_to_store(
+        job.store,
+        problem,
+        method,
+        job.h,
+        job.t_end,
+        attrs=attrs,
+        save_every=job.save_every,
+        chunk=job.chunk,
+        compensated=job.compensated,
+        backend=job.backend,
+    )
+    return {"id": job.id, "hash": job.hash, "store": job.store, "worker": attrs["worker"], **summary}
+
+
+def warm_up(jobs, processes: int = 1) -> int:
+    """One step of each distinct (problem, method, backend) of ``jobs`` in this process.
+
+    Compiles (or loads from numba's cache) the kernels here, and imports what
+    ``solve_job`` needs, before a local cluster forks its workers: they inherit
+    them instead of each paying for them. With ``processes`` > 1, the compiled
+    loops that are not in the disk cache yet (a first run: some 15 s each) are
+    compiled first in that many processes side by side, and only loaded here.
+    Returns how many were run; a step that fails is left to the real run.
+    """
+    import zarr.api.asynchronous  # noqa: F401  (what the workers' solve_job imports: they inherit it too)
+
+    distinct = {}
+    for job in jobs:
+        key = json.dumps([job.problem, job.params, job.method, job.backend, job.compensated], sort_keys=True)
+        distinct.setdefault(key, job)
+    cold = _uncached_loops(distinct.values()) if processes > 1 else []
+    if len(cold) > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        from .cluster import default_start_method
+
+        ctx = multiprocessing.get_context(default_start_method())
+        with ProcessPoolExecutor(max_workers=min(processes, len(cold)), mp_context=ctx) as pool:
+            list(pool.map(_one_step, [job.as_dict() for job in cold]))
+    for job in distinct.values():
+        _one_step(job)
+    return len(distinct)
+
+
+def _one_step(job: Job | dict) -> None:
+    """One step of the job's problem and method (compiles or loads its loop); a failure is left to the real run."""
+    from hbvm_core.errors import HBVMError
+    from hbvm_core.integrate import integrate
+    from hbvm_core.methods import from_spec
+    from hbvm_core.problems import get_problem
+
+    job = job if isinstance(job, Job) else Job(**job)
+    try:
+        problem = get_problem(job.problem, **job.params)
+        integrate(problem, from_spec(job.method), job.h, job.h, compensated=job.compensated, backend=job.backend)
+    except (HBVMError, FloatingPointError):
+        pass
+
+
+def _uncached_loops(jobs) -> list[Job]:
+    """One job for each distinct compiled loop of ``jobs`` that numba's disk cache does not hold yet.
+
+    Looks for the cache index of the loop's ``run_chunk`` (numba's own file); where
+    that cannot be told, the loop counts as cached (it is then compiled here, as before).
+    """
+    from hbvm_core.errors import HBVMError
+    from hbvm_core.methods import from_spec
+    from hbvm_core.problems import get_problem
+
+    cold: dict[str, Job] = {}
+    for job in jobs:
+        if job.backend == "numpy":
+            continue
+        try:
+            method = from_spec(job.method)
+            make = getattr(method, "compiled_runner", None)
+            runner = make(get_problem(job.problem, **job.params)) if make else None
+            module = getattr(runner, "module", None)
+            index = module.run_chunk._cache._cache_file._index_path  # numba internals: guarded below
+        except (HBVMError, AttributeError, TypeError):
+            continue
+        if not os.path.exists(index):
+            cold.setdefault(module.__name__, job)
+    return list(cold.values())
+
+
+def _worker_address() -> str | None:
+    """The Dask worker running this job (recorded in the store), None outside a worker."""
+    try:
+        from distributed import get_worker
+
+        return get_worker().address
+    except (ImportError, ValueError):
+        return None
+
+
+def run_to_store(
+    path: str,
+    problem,
+    method,
+    h: float,
+    t_end: float,
+    *,
+    attrs: dict | None = None,
+    save_every: int = 1,
+    chunk: int = 65536,
+    compensated: bool = True,
+    backend: str = "auto",
+) -> dict:
+    """Integrate into a new store at ``path`` (atomically), or write a failure marker if the run diverges.
+
+    Returns {"status": "ok" | "failed", "steps", "mean_iterations", "max_iterations", "wall_s",
+    "backend", "error"}.
+    """
+    N = number_of_steps(h, t_end)
+    tmp = f"{path}{TMP}{uuid.uuid4().hex[:8]}"
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    base = {
+        "format": FORMAT,
+        **(attrs or {}),
+        "problem": problem.name,
+        "m": problem.m,
+        "nu": problem.nu,
+        "period": problem.period,
+        "params": problem.params,
+        "method": getattr(method, "name", str(method)),
+        "method_attrs": method.attrs() if hasattr(method, "attrs") else {},
+        "h": float(h),
+        "t_end": float(t_end),
+        "steps": N,
+        "save_every": int(save_every),
+        "chunk": int(chunk),
+        "compensated": bool(compensated),
+        "backend_requested": backend,
+        "versions": versions(),
+        "host": platform.node(),
+    }
+    t0 = time.perf_counter()
+    try:
+        sink = ZarrSink(tmp, problem, N, save_every=save_every, chunk=chunk)
+        traj = integrate(
+            problem,
+            method,
+            h,
+            t_end,
+            compensated=compensated,
+            save_every=save_every,
+            chunk=chunk,
+            sink=sink,
+            backend=backend,
+        )
+        a = traj.attrs
+        run = {
+            "wall_s": float(a["wall_s"]),
+            "mean_iterations": float(a["mean_iterations"]),
+            "max_iterations": int(a["max_iterations"]),
+            "backend": a.get("backend", "numpy"),
+        }
+        sink.finish({**base, **run, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        publish(tmp, path)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path + FAILED)
+        return {"status": "ok", "steps": N, **run, "error": None}
+    except (ConvergenceError, NonFiniteError, FloatingPointError) as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        wall = time.perf_counter() - t0
+        error = exc.as_dict() if isinstance(exc, ConvergenceError) else {"reason": str(exc)}
+        error["message"] = str(exc)
+        error["type"] = type(exc).__name__
+        write_json_atomic(path + FAILED, {**base, "complete": False, "failed": True, "error": error, "wall_s": wall})
+        return {"status": "failed", "steps": N, "wall_s": wall, "mean_iterations": None, "error": error}
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
