@@ -26,7 +26,7 @@ from typing import Any
 
 from hbvm_core.errors import ConfigError, NonFiniteError, ProblemError
 
-from .layout import manifest_path, store_path  # noqa: F401  (re-exported)
+from .layout import manifest_path, run_stem, store_path  # noqa: F401  (re-exported)
 
 STEP_KEYS = ("h", "h0", "halvings", "period_divisions")
 METHOD_META_KEYS = (*STEP_KEYS, "label")
@@ -114,11 +114,12 @@ class Job:
     backend: str = "auto"
     chunk: int = 65536
     store: str = ""
+    run: str = ""
 
     @property
     def id(self) -> str:
-        """Stable id: method label and step size (repr of h is exact and round-trips)."""
-        return f"{self.label}/h={self.h!r}"
+        """Stable id: method label and run name (``layout.run_stem``: n=24, h=0.1)."""
+        return f"{self.label}/{self.run or run_stem(self.h)}"
 
     @property
     def steps(self) -> int:
@@ -334,9 +335,11 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
         spec = MethodSpec(label, method.name, entry, entry.get("k"), entry.get("s"))
         rule = {k: raw[k] for k in STEP_KEYS if k in raw} or study_rule
         steps = step_sizes(rule, period, mwhere if rule is not study_rule else where)
+        names: dict[str, float] = {}  # run name -> h: names must identify the runs
         for n, h, half in steps:
             row = Row(label=label, n=n, h=h, job="")
-            for hh, role in ((h, "row"), (half, "partner")):
+            half_n = None if n is None else (n + 1 if "halvings" in rule else 2 * n)
+            for hh, nn, role in ((h, n, "row"), (half, half_n, "partner")):
                 if role == "partner" and reference != "self":
                     continue
                 try:
@@ -358,7 +361,13 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
                     backend=cfg["backend"],
                     chunk=int(cfg["chunk"]),
                 )
-                job.store = store_path(results, name, label, hh)
+                job.run = run_stem(hh, nn)
+                job.store = store_path(results, name, label, hh, nn)
+                if names.setdefault(job.run, hh) != hh:
+                    raise ConfigError(
+                        f"{mwhere}: step sizes {names[job.run]!r} and {hh!r} get the same run name {job.run!r}; "
+                        "give step sizes that differ in their first 12 digits"
+                    )
                 jobs.setdefault(job.id, job)
                 if role == "row":
                     row.job = job.id
