@@ -76,13 +76,24 @@ class ErrorConvention:
     def as_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
-    def check_problem(self, problem) -> None:
-        """Fail early where the convention cannot apply to the problem."""
+    def check_problem(self, problem, name: str | None = None) -> None:
+        """Fail early, naming the missing callback, where the convention cannot apply to the problem
+        (``name``: the problem as the config gives it, default ``problem.name``)."""
+        name = problem.name if name is None else name
         if self.reference == "exact" and problem.exact is None:
-            raise ConfigError(f"errors.reference = 'exact': problem {problem.name!r} has no closed-form solution")
+            raise ConfigError(
+                f"errors.reference = 'exact': problem {name!r} has no closed-form solution (no exact=); "
+                "use reference: reference or self"
+            )
+        ode = self.reference_kind == "ode" or (self.reference_kind == "auto" and problem.exact is None)
+        if self.reference == "reference" and ode and problem.nu and problem.d2g is None:
+            raise ConfigError(
+                f"errors.reference = 'reference': problem {name!r} has no d2g "
+                "(needed for lambda(q, p) and the index-reduced reference ODE)"
+            )
         for key in ("sample", "lambda_sample"):
             if getattr(self, key) == "periods" and problem.period is None:
-                raise ConfigError(f"errors.{key} = 'periods': problem {problem.name!r} has no period")
+                raise ConfigError(f"errors.{key} = 'periods': problem {name!r} has no period (no period=)")
 
 
 def vector_norm(x: np.ndarray, norm) -> np.ndarray:

@@ -289,7 +289,9 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
         raise ConfigError(f"{where}: give exactly one of t_end or periods")
     if "periods" in cfg:
         if period is None:
-            raise ConfigError(f"{where}.periods: problem {cfg['problem']!r} has no period; give t_end")
+            raise ConfigError(
+                f"{where}.periods: problem {cfg['problem']!r} has no period; give t_end (or period= in the problem)"
+            )
         t_end = float(cfg["periods"]) * period
     else:
         t_end = float(cfg["t_end"])
@@ -304,7 +306,7 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
         conv = dict(errs, reference="self") if reference == "none" else errs
         convention = ErrorConvention.from_config(conv)
         if reference != "none":
-            convention.check_problem(problem)
+            convention.check_problem(problem, cfg["problem"])
     except ConfigError as exc:
         raise ConfigError(f"{where}.{exc}") from None
 
@@ -415,7 +417,7 @@ def step_sizes(rule: dict, period: float | None, where: str) -> list[tuple[int |
         return [(n, h0 * 2.0**-n, h0 * 2.0 ** -(n + 1)) for n in range(m + 1)]
     if keys == {"period_divisions"}:
         if period is None:
-            raise ConfigError(f"{where}.period_divisions: the problem has no period")
+            raise ConfigError(f"{where}.period_divisions: the problem has no period (no period=)")
         ns = _divisions(rule["period_divisions"], f"{where}.period_divisions")
         return [(n, period / n, period / (2 * n)) for n in ns]
     raise ConfigError(
