@@ -234,8 +234,8 @@ def test_the_default_studies_share_one_job_and_a_study_asked_for_by_name_gets_it
     assert "Nothing to be done" in again.stdout + again.stderr and "rule " not in again.stderr
 
 
-def _start(cmd: list[str], log: Path) -> subprocess.Popen:
-    return subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+def _start(cmd: list[str], log: Path, **kw) -> subprocess.Popen:
+    return subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True, **kw)
 
 
 def _stop(proc: subprocess.Popen) -> None:

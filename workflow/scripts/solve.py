@@ -52,7 +52,7 @@ def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: di
     """Every run of ``todo`` on one cluster; results into ``summaries``; returns the runs that raised."""
     from distributed import as_completed
 
-    from hbvm_workflow.cluster import dask_client, forks_local_workers
+    from hbvm_workflow.cluster import dask_client, forks_local_workers, ship_problem_module
     from hbvm_workflow.cluster import describe as where
     from hbvm_workflow.jobs import FILE_ONLY, Progress
     from hbvm_workflow.runner import solve_job, warm_up
@@ -74,6 +74,11 @@ def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: di
         dask_client(dask_cfg, threads=min(threads, len(todo)), tasks=len(todo)) as client,
         Progress(len(todo)) as progress,
     ):
+        if not forks_local_workers(dask_cfg):  # forked workers inherit our sys.path
+            for spec in sorted({job.problem for job in todo}):
+                shipped = ship_problem_module(client, spec)
+                for name in {j.study for j in todo if j.problem == spec} if shipped else ():
+                    logs[name].info(f"problem module {shipped} uploaded to the workers")
         futures = {
             client.submit(
                 solve_job,
