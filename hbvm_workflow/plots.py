@@ -15,6 +15,8 @@ import math
 
 import numpy as np
 
+from hbvm_core.metrics import ROUNDOFF_ULPS
+
 from .study import Study
 
 #: curves longer than this are drawn as a max-envelope over this many bins (bounded memory and file size)
@@ -200,7 +202,8 @@ def convergence_plot(study: Study, ds, png: str, pdf: str) -> None:
             ax.text(
                 0.5,
                 0.5,
-                "every error at the round-off\nfloor: no rate",
+                f"every pair of {var} at the round-off floor\n"
+                f"(<= {ROUNDOFF_ULPS:g} eps x its scale):\nno rate, nothing to plot",
                 transform=ax.transAxes,
                 ha="center",
                 va="center",
@@ -210,6 +213,7 @@ def convergence_plot(study: Study, ds, png: str, pdf: str) -> None:
             ax.set_xlabel("h")
             ax.set_title(title, fontsize=10)
             ax.set_ylim(1e-17, 1e-12)
+            ax.yaxis.set_visible(False)  # no data on it
             ax.set_xlim(float(np.nanmin(ds.h.values)) / 1.2, float(np.nanmax(ds.h.values)) * 1.2)
             continue
         for i, label in enumerate(ds.scheme.values):
