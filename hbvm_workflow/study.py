@@ -12,6 +12,12 @@ Step-size rules (on the study, or on one method entry to override it):
 - ``h: [h_1, h_2, ...]``                      explicit step sizes (rows labelled by h)
 - ``h0: 0.1, halvings: 8``                    h_n = h0 2^-n, n = 0..halvings
 - ``period_divisions: [10, 20]`` or ``{start: 10, step: 10, stop: 100}``   h_n = T / n
+
+A run (and its job id ``<label>/<run>``) is named by the row label for the numbered
+rules (``n=3``; the h/2 partner of ``errors.reference: self`` by the n of the halved
+step: n + 1 for halvings, 2 n for period divisions) and by the step size as written
+otherwise (``h=0.1``; see ``layout.run_stem``). Two runs of a method with one name
+are a ConfigError.
 """
 
 from __future__ import annotations
