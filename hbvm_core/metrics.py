@@ -1,4 +1,4 @@
-"""Error metrics of a trajectory and observed rates (METHOD.md section 5).
+"""Error metrics of a trajectory and observed rates (docs/method.md section 5).
 
 e_s      = max over sample times of ||y_n - y_ref(t_n)||   (y = (q, p))
 e_lambda = max over sample step times of ||lam_n - lambda_ref(t_n)||
@@ -76,13 +76,24 @@ class ErrorConvention:
     def as_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
-    def check_problem(self, problem) -> None:
-        """Fail early where the convention cannot apply to the problem."""
+    def check_problem(self, problem, name: str | None = None) -> None:
+        """Fail early, naming the missing callback, where the convention cannot apply to the problem
+        (``name``: the problem as the config gives it, default ``problem.name``)."""
+        name = problem.name if name is None else name
         if self.reference == "exact" and problem.exact is None:
-            raise ConfigError(f"errors.reference = 'exact': problem {problem.name!r} has no closed-form solution")
+            raise ConfigError(
+                f"errors.reference = 'exact': problem {name!r} has no closed-form solution (no exact=); "
+                "use reference: reference or self"
+            )
+        ode = self.reference_kind == "ode" or (self.reference_kind == "auto" and problem.exact is None)
+        if self.reference == "reference" and ode and problem.nu and problem.d2g is None:
+            raise ConfigError(
+                f"errors.reference = 'reference': problem {name!r} has no d2g "
+                "(needed for lambda(q, p) and the index-reduced reference ODE)"
+            )
         for key in ("sample", "lambda_sample"):
             if getattr(self, key) == "periods" and problem.period is None:
-                raise ConfigError(f"errors.{key} = 'periods': problem {problem.name!r} has no period")
+                raise ConfigError(f"errors.{key} = 'periods': problem {name!r} has no period (no period=)")
 
 
 def vector_norm(x: np.ndarray, norm) -> np.ndarray:
@@ -169,7 +180,34 @@ def rates(h, e) -> np.ndarray:
     return out
 
 
-#: The paper's conventions (METHOD.md section 5).
+#: an error at most this many machine epsilons times its quantity's scale is round-off (see ``at_roundoff``)
+ROUNDOFF_ULPS = 1000.0
+
+
+def at_roundoff(e_prev: float, e: float, scale: float = 1.0) -> bool:
+    """True when both errors of a rate pair lie at the round-off floor: <= ROUNDOFF_ULPS eps ``scale``.
+
+    ``scale`` is the size of the measured quantity (``roundoff_scales``); the observed
+    "rate" between two such errors is noise, not an order, and is not reported.
+    The floor is 1000 eps (not 100): round-off accumulates over the thousands of
+    steps of a run (the conical pendulum's e_lambda sits at 1e-14 .. 6e-14).
+    """
+    floor = ROUNDOFF_ULPS * np.finfo(float).eps * float(scale)
+    vals = (float(e_prev), float(e))
+    return all(math.isfinite(v) and v <= floor for v in vals)
+
+
+def roundoff_scales(traj: Trajectory) -> dict[str, float]:
+    """The scale of each rated error of a run, for ``at_roundoff``: e_s: max(1, max |y_n|);
+    e_lambda: max(1, max |lam_n|) (1 for an O(1) multiplier); e_hc: the e_s scale squared
+    (G(q)^T M^-1 p is of the size |q| |p|)."""
+    y = np.abs(traj.y())
+    sy = max(1.0, float(np.max(y, initial=0.0)))
+    lam = np.abs(traj.lam) if traj.lam is not None else np.zeros(0)
+    return {"e_s": sy, "e_lambda": max(1.0, float(np.max(lam, initial=0.0))), "e_hc": sy * sy}
+
+
+#: The paper's conventions (docs/method.md section 5).
 PUBLISHED = {
     "table1": ErrorConvention(reference="exact", norm=1, sample="all"),
     "table2": ErrorConvention(reference="exact", norm="inf", sample="periods", lambda_sample="all"),

@@ -40,6 +40,16 @@ class Problem:
     ``period`` is optional (studies may then give ``periods`` instead of ``t_end``).
     ``params`` records anything that defines the problem, for the stores' attrs.
     ``kernels`` carries optional numba-compiled callbacks (see hbvm_core.kernels).
+    ``M`` is a scalar, a vector (the diagonal) or a full symmetric positive definite
+    matrix; None is the identity.
+
+    Callbacks and the features that need them: ``U``, ``grad_U`` (and ``g``, ``G`` for
+    a constrained system) are all the integrators need. ``d2g`` is needed for the
+    multiplier lambda(q, p) and the index-reduced reference ODE (``errors.reference:
+    reference`` without ``exact``, ``reference_kind: ode``). ``exact`` is needed for
+    ``errors.reference: exact``; ``period`` for ``periods``, ``period_divisions`` and
+    ``errors.sample: periods``. A study that asks for a feature whose callback is missing
+    fails before any run, naming it.
     """
 
     name: str
@@ -65,22 +75,42 @@ class Problem:
             raise ProblemError(f"{self.name}: p0 has {self.p0.size} entries, q0 has {m}")
         if (self.g is None) != (self.G is None):
             raise ProblemError(f"{self.name}: give both g and G, or neither")
-        if self.M is None:
-            self._chol = None
-        else:
-            M = np.array(self.M, dtype=float)
-            if M.shape != (m, m) or not np.allclose(M, M.T):
-                raise ProblemError(f"{self.name}: M must be a symmetric {m}x{m} matrix, got shape {M.shape}")
-            try:
-                self._chol = cho_factor(M)
-            except np.linalg.LinAlgError:
-                raise ProblemError(f"{self.name}: M is not positive definite") from None
-            self.M = M
+        self._chol, self._diag = None, None
+        if self.M is not None:
+            self._set_mass(m)
         self.nu = 0 if self.g is None else self._probe_nu()
         if self.check:
             self.validate()
 
     # --- sizes and linear algebra -------------------------------------------------
+    def _set_mass(self, m: int) -> None:
+        """M from a scalar, a vector (the diagonal) or a full SPD matrix.
+
+        A diagonal M keeps the diagonal for M^-1 (a division; ``M`` holds the full matrix for
+        the compiled kernels); M = I given as 1 or a vector of ones is M = None, exactly.
+        """
+        M = np.array(self.M, dtype=float)
+        if M.ndim == 0 or M.shape == (m,):
+            d = np.broadcast_to(M, (m,)).astype(float)
+            if not np.all(np.isfinite(d)) or np.any(d <= 0):
+                raise ProblemError(f"{self.name}: M is not positive definite (diagonal {d.tolist()})")
+            if np.all(d == 1.0):
+                self.M = None
+                return
+            self._diag = d
+            M = np.diag(d)
+        elif M.shape != (m, m) or not np.allclose(M, M.T):
+            what = f"shape {M.shape}" if M.shape != (m, m) else "a non-symmetric matrix"
+            raise ProblemError(
+                f"{self.name}: M must be a scalar, a vector of {m} diagonal entries or a symmetric {m}x{m} matrix, "
+                f"got {what}"
+            )
+        try:
+            self._chol = cho_factor(M)
+        except np.linalg.LinAlgError:
+            raise ProblemError(f"{self.name}: M is not positive definite") from None
+        self.M = M
+
     @property
     def m(self) -> int:
         return self.q0.size
@@ -89,12 +119,16 @@ class Problem:
         """M^{-1} x for x of shape (m,) or (m, r), by the Cholesky factor (M^{-1} never formed)."""
         if self._chol is None:
             return x
+        if self._diag is not None:
+            return x / (self._diag if x.ndim == 1 else self._diag[:, None])
         return cho_solve(self._chol, x)
 
     def minv_rows(self, x: Array) -> Array:
         """M^{-1} applied along the axis of length m of x with shape (a, m) or (a, m, r)."""
         if self._chol is None:
             return x
+        if self._diag is not None:
+            return x / self._diag.reshape((1, self.m) + (1,) * (x.ndim - 2))
         a = x.shape[0]
         xt = np.moveaxis(x, 1, 0).reshape(self.m, -1)
         return np.moveaxis(cho_solve(self._chol, xt).reshape((self.m, a) + x.shape[2:]), 0, 1)

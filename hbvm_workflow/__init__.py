@@ -6,6 +6,6 @@ trajectory stores (``storage``), the job runner (``runner``), the Dask cluster
 killed runs. It imports the numerics core; the core never imports it.
 """
 
-from .storage import load_trajectory, open_study, open_trajectory, select_run
+from .storage import load_trajectory, open_errors, open_study, open_trajectory, select_run
 
-__all__ = ["load_trajectory", "open_study", "open_trajectory", "select_run"]
+__all__ = ["load_trajectory", "open_errors", "open_study", "open_trajectory", "select_run"]

@@ -233,3 +233,50 @@ def _pythonpath_env() -> dict:
     """Workers see the working directory (user problems given as module.path:factory live there)."""
     paths = [os.getcwd()] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     return {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
+
+
+def _problem_module(spec: str):
+    """(top-level module name, its file or package folder) of a ``module.path:factory`` problem that
+    is not installed in site-packages; None for a built-in problem or an installed module."""
+    import importlib.util
+    import sysconfig
+
+    from hbvm_core.problems import BUILTIN
+
+    if not isinstance(spec, str) or spec in BUILTIN or ":" not in spec:
+        return None
+    top = spec.partition(":")[0].split(".")[0]
+    if os.getcwd() not in sys.path:  # a module next to the config, as expand_study finds it
+        sys.path.insert(0, os.getcwd())
+    found = importlib.util.find_spec(top)
+    if found is None or not found.origin or found.origin in ("built-in", "frozen"):
+        return None
+    path = os.path.dirname(found.origin) if found.submodule_search_locations else found.origin
+    installed = {os.path.realpath(sysconfig.get_paths()[k]) for k in ("purelib", "platlib")}
+    if any(os.path.realpath(path).startswith(d + os.sep) for d in installed):
+        return None  # installed: the workers' environment has it like ours
+    return top, path
+
+
+def ship_problem_module(client, spec: str) -> str | None:
+    """Make the module of a ``module:factory`` problem importable on the client's workers.
+
+    Workers of an existing scheduler (``dask: {address: ...}``) or of a SLURMCluster may run
+    in another folder, without the config's folder on their path: the module's file (or its
+    top-level package folder) is uploaded to every worker, present and future, by a Dask
+    worker plugin (``UploadFile``; ``UploadDirectory`` for a package) that puts it on the
+    worker's ``sys.path``. Returns the shipped path (None: a built-in or installed module).
+    """
+    from distributed.diagnostics.plugin import UploadDirectory, UploadFile
+
+    found = _problem_module(spec)
+    if found is None:
+        return None
+    top, path = found
+    if os.path.isdir(path):
+        plugin = UploadDirectory(path, update_path=True, restart_workers=False)
+    else:
+        plugin = UploadFile(path)
+        plugin.name = f"hbvm-problem-{top}"  # one plugin per module (UploadFile's own name is shared)
+    client.register_plugin(plugin)
+    return path

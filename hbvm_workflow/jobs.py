@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
+import time
 
 
 def as_list(paths) -> list[str]:
@@ -17,7 +19,89 @@ def study_logger(step: str, study: str, path: str) -> logging.Logger:
     log.setLevel(logging.INFO)
     log.propagate = False
     fmt = logging.Formatter(f"%(asctime)s [{study}] %(message)s", "%H:%M:%S")
-    for handler in (logging.FileHandler(path, mode="w"), logging.StreamHandler(sys.stderr)):
+    console = logging.StreamHandler(sys.stderr)
+    console.addFilter(lambda record: not getattr(record, "file_only", False))
+    for handler in (logging.FileHandler(path, mode="w"), console):
         handler.setFormatter(fmt)
         log.addHandler(handler)
     return log
+
+
+#: log ``extra`` of a line for the log file only (a per-run line while a ``Progress`` shows the count)
+FILE_ONLY = {"file_only": True}
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+class Progress:
+    """The solve step's progress on stderr: runs done / total, failed, elapsed, estimated time left.
+
+    On a terminal one live line, redrawn at most once a second (a background thread keeps the
+    clock moving between runs); otherwise plain lines, at most every ``plain_every`` seconds or
+    each tenth of the runs, and the last one. Use as a context manager; ``update(failed)`` per run.
+    """
+
+    def __init__(self, total: int, label: str = "solve", stream=None, plain_every: float = 5.0):
+        self.total, self.label = int(total), label
+        self.stream = sys.stderr if stream is None else stream
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.plain_every = plain_every
+        self.done = self.failed = 0
+        self.t0 = time.monotonic()
+        self._last = -1.0
+        self._last_tenth = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._tick, daemon=True) if self.tty else None
+
+    def line(self) -> str:
+        elapsed = time.monotonic() - self.t0
+        text = f"{self.label}: {self.done}/{self.total} runs"
+        if self.failed:
+            text += f", {self.failed} failed"
+        text += f", {_clock(elapsed)} elapsed"
+        if 0 < self.done < self.total:
+            text += f", ~{_clock(elapsed / self.done * (self.total - self.done))} left"
+        return text
+
+    def _draw(self, force: bool = False) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if self.tty:
+                if force or now - self._last >= 1.0:
+                    self.stream.write("\r" + self.line() + "\x1b[K")
+                    self.stream.flush()
+                    self._last = now
+                return
+            tenth = self.done * 10 // max(1, self.total)
+            if force or tenth > self._last_tenth or now - self._last >= self.plain_every:
+                self.stream.write(self.line() + "\n")
+                self.stream.flush()
+                self._last, self._last_tenth = now, tenth
+
+    def _tick(self) -> None:
+        while not self._stop.wait(1.0):
+            self._draw()
+
+    def update(self, failed: bool = False) -> None:
+        self.done += 1
+        self.failed += bool(failed)
+        self._draw(force=self.done == self.total)
+
+    def __enter__(self) -> Progress:
+        self._last = time.monotonic() if not self.tty else -1.0
+        if self._thread is not None:
+            self._draw(force=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._draw(force=True)
+            self.stream.write("\n")
+            self.stream.flush()

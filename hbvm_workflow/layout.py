@@ -25,14 +25,32 @@ def runs_dir(results: str, study: str) -> str:
     return os.path.join(results, study, "runs")
 
 
-def run_name(h: float) -> str:
-    """The file name of a run's store in its method's folder."""
-    return f"h={h!r}.zarr"
+def short_h(h: float) -> str:
+    """A step size as the config writes it (``repr`` of the float read from YAML: 0.1, 5.0) when that
+    has at most 12 significant digits, else 12 digits: the h/2 partner of 0.1 -> '0.05', of a
+    computed step -> a short stable form (never 0.26417540005910617)."""
+    exact, short = repr(float(h)), f"{float(h):.12g}"
+    return exact if float(short) == float(h) else short
 
 
-def store_path(results: str, study: str, label: str, h: float) -> str:
-    """<results>/<study>/runs/<label>/<run_name(h)>"""
-    return os.path.join(runs_dir(results, study), label, run_name(h))
+def run_stem(h: float, n: int | None = None) -> str:
+    """A run's name in its method's folder (and in its job id), without .zarr.
+
+    ``n=<n>`` for a row of a numbered rule (``halvings``: h0 2^-n; ``period_divisions``:
+    T / n), its h/2 partner named by the n of the halved step (n + 1; 2 n); else
+    ``h=<h>`` as the config writes it (``short_h``).
+    """
+    return f"n={int(n)}" if n is not None else f"h={short_h(h)}"
+
+
+def run_name(h: float, n: int | None = None) -> str:
+    """The file name of a run's store in its method's folder: ``run_stem`` + '.zarr'."""
+    return run_stem(h, n) + ".zarr"
+
+
+def store_path(results: str, study: str, label: str, h: float, n: int | None = None) -> str:
+    """<results>/<study>/runs/<label>/<run_name(h, n)>"""
+    return os.path.join(runs_dir(results, study), label, run_name(h, n))
 
 
 def manifest_path(results: str, study: str) -> str:

@@ -15,6 +15,8 @@ import math
 
 import numpy as np
 
+from hbvm_core.metrics import ROUNDOFF_ULPS
+
 from .study import Study
 
 #: curves longer than this are drawn as a max-envelope over this many bins (bounded memory and file size)
@@ -31,27 +33,49 @@ def _figure(nrows: int, ncols: int = 1, size=(7.0, 2.2), sharex: bool = False):
     return fig, axes
 
 
-def _plain_log_ticks(fig) -> None:
-    """Plain tick labels (1e-06, 2e-16) on log axes, minor ones too where an axis spans few decades.
+def _tick_label(x, _pos=None) -> str:
+    return f"{x:g}"
 
-    matplotlib's default log labels go through mathtext, which costs seconds per figure.
+
+def log_locator(lo: float, hi: float):
+    """A major-tick locator for a log axis over [lo, hi] with at least three ticks: decades where the
+    range holds three, else 1, 2, 5 times the decades, else every integer multiple."""
+    from matplotlib.ticker import LogLocator
+
+    if not (np.isfinite(lo) and np.isfinite(hi) and 0 < lo < hi):
+        return LogLocator(base=10, numticks=8)
+    for subs in ((1.0,), (1.0, 2.0, 5.0), tuple(float(i) for i in range(1, 10))):
+        d0, d1 = math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1
+        ticks = [m * 10.0**d for d in range(d0, d1 + 1) for m in subs]
+        if sum(lo <= t <= hi for t in ticks) >= 3:
+            return LogLocator(base=10, subs=subs, numticks=12 if subs == (1.0,) else 40)
+    return LogLocator(base=10, subs=tuple(float(i) for i in range(1, 10)), numticks=40)
+
+
+def _plain_log_ticks(fig) -> None:
+    """At least three labelled ticks on every log axis, labelled plainly (0.05, 1e-06).
+
+    matplotlib's default log labels go through mathtext, which costs seconds per figure,
+    and label only the decades: one label on an axis spanning less than a decade.
     """
-    from matplotlib.ticker import LogFormatter, NullFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     for ax in fig.axes:
-        if ax.get_xscale() == "log":
-            ax.xaxis.set_major_formatter(LogFormatter(labelOnlyBase=False))
-            ax.xaxis.set_minor_formatter(NullFormatter())
-        if ax.get_yscale() == "log":
-            ax.yaxis.set_major_formatter(LogFormatter(labelOnlyBase=False))
-            ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1.0, 0.4)))
+        for axis, scale, lim in ((ax.xaxis, ax.get_xscale(), ax.get_xlim), (ax.yaxis, ax.get_yscale(), ax.get_ylim)):
+            if scale != "log":
+                continue
+            lo, hi = sorted(lim())
+            axis.set_major_locator(log_locator(lo, hi))
+            axis.set_major_formatter(FuncFormatter(_tick_label))
+            axis.set_minor_locator(LogLocator(base=10, subs="auto", numticks=40))
+            axis.set_minor_formatter(NullFormatter())
 
 
 #: fixed margins (inches) of the figures' grids: room for tick labels, axis labels and titles
-MARGINS = {"left": 0.85, "right": 0.2, "bottom": 0.55, "top": 0.45, "suptitle": 0.3, "wspace": 0.6, "hspace": 0.5}
+MARGINS = {"left": 0.85, "right": 0.2, "bottom": 0.55, "top": 0.45, "suptitle": 0.3, "wspace": 0.85, "hspace": 0.5}
 
 
-def fixed_layout(fig) -> None:
+def fixed_layout(fig, legend_rows: int = 0) -> None:
     """Place the figure's grid of axes with the fixed MARGINS (in inches).
 
     What tight_layout would find for these figures, without the two extra draws
@@ -61,29 +85,48 @@ def fixed_layout(fig) -> None:
     nrows, ncols = fig.axes[0].get_subplotspec().get_gridspec().get_geometry()
     m = MARGINS
     top = m["top"] + (m["suptitle"] if fig.get_suptitle() else 0.0)
+    bottom = m["bottom"] + LEGEND_ROW * legend_rows
     axes_w = (W - m["left"] - m["right"] - (ncols - 1) * m["wspace"]) / ncols
-    axes_h = (H - m["bottom"] - top - (nrows - 1) * m["hspace"]) / nrows
+    axes_h = (H - bottom - top - (nrows - 1) * m["hspace"]) / nrows
     fig.subplots_adjust(
         left=m["left"] / W,
         right=1 - m["right"] / W,
-        bottom=m["bottom"] / H,
+        bottom=bottom / H,
         top=1 - top / H,
         wspace=m["wspace"] / axes_w,
         hspace=m["hspace"] / axes_h,
     )
 
 
-def save(fig, png: str, pdf: str) -> None:
+#: inches below the axes per row of a figure legend
+LEGEND_ROW = 0.22
+
+
+def save(fig, png: str, pdf: str, legend_rows: int = 0) -> None:
     _plain_log_ticks(fig)
-    fixed_layout(fig)
+    fixed_layout(fig, legend_rows)
     fig.savefig(png, dpi=150)
     fig.savefig(pdf)
 
 
-#: errors below this (median over a method's rows) are round-off: no observed slope is drawn for them
-ROUNDOFF = 1e-12
 #: exact zeros (exact conservation) are drawn at this value on log axes, and the panel says so
 ZERO_FLOOR = 1e-18
+#: per method: marker, line style and marker size (decreasing, hollow: coinciding curves stay visible)
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+LINESTYLES = ("-", "--", "-.", (0, (5, 1, 1, 1, 1, 1)))
+
+
+def method_style(i: int) -> dict:
+    """Line keywords of the i-th method of a plot: its colour, marker and line style."""
+    return {
+        "color": f"C{i % 10}",
+        "marker": MARKERS[i % len(MARKERS)],
+        "ls": LINESTYLES[i % len(LINESTYLES)],
+        "ms": max(3.5, 8.0 - 1.5 * (i % 4)),
+        "mfc": "none",
+        "mew": 1.2,
+        "lw": 1.2,
+    }
 
 
 def _positive(x: np.ndarray) -> np.ndarray:
@@ -114,36 +157,86 @@ def _slope(rate, s) -> float | None:
 
 
 # --------------------------------------------------------------------------- convergence
-def convergence_plot(study: Study, ds, png: str, pdf: str) -> None:
-    """Log-log errors against h for each method, with dashed reference slopes C h^p.
+def _asymptotic(ds, sub, var: str, rate: str) -> np.ndarray:
+    """The rows of one method (``sub``) whose error is not at the round-off floor: a point is
+    round-off when a rate pair it belongs to is flagged (errors.zarr ``roundoff_*``)."""
+    flag = f"roundoff_{var.removeprefix('e_')}"
+    f = np.asarray(sub[flag].values, dtype=bool) if flag in ds else np.zeros(sub.sizes["h"], dtype=bool)
+    low = f.copy()
+    low[:-1] |= f[1:]  # the flag sits on the second row of its pair
+    return ~low
 
-    p is the study's expected rate (a number, or a multiple of s like "2s"), else the
-    observed median rate rounded to a half (labelled "obs."). A slope shared by every
-    method is drawn once, in grey, below the lowest curve; otherwise one per method.
+
+def _all_roundoff(ds, rate: str, flag: str) -> bool:
+    """Every rate pair of every method (rows with a rate or a round-off flag) is at the round-off floor."""
+    if flag not in ds:
+        return False
+    flags = np.asarray(ds[flag].values, dtype=bool)
+    pairs = np.isfinite(ds[rate].values) | flags
+    return bool(pairs.any() and flags[pairs].all())
+
+
+def convergence_plot(study: Study, ds, png: str, pdf: str) -> None:
+    """Log-log errors against h for each method, with dotted reference slopes C h^p.
+
+    Each method has its own colour, hollow marker and line style, so coinciding curves
+    stay visible; one legend below the panels covers every panel. p is the study's
+    expected rate (a number, or a multiple of s like "2s"), else the observed median rate
+    of the asymptotic part (the finer half of the rates, round-off pairs excluded),
+    rounded to a half and labelled "obs.". A panel whose every rate pair is at the
+    round-off floor says so instead of drawing the noise.
     """
     panels = [("e_s", "rate_s", "solution error e_s"), ("e_lambda", "rate_lambda", "multiplier error e_λ")]
     panels.append(("e_hc", "rate_hc", "hidden constraint e_hc"))
     panels = [p for p in panels if np.isfinite(ds[p[0]].values).any()]
     fig, axes = _figure(1, max(1, len(panels)), size=(4.0 * max(1, len(panels)), 3.6))
+    handles: dict[str, object] = {}
     for ax, (var, rate, title) in zip(axes[0], panels):
         lines = []  # (h, e, slope, observed, color) per method
-        for i, label in enumerate(ds.method.values):
-            sub = ds.sel({"method": label})
+        flag = f"roundoff_{var.removeprefix('e_')}"
+        all_roundoff = _all_roundoff(ds, rate, flag)
+        if all_roundoff:
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.loglog(ds.h.values, np.full(ds.sizes["h"], np.nan))
+            ax.text(
+                0.5,
+                0.5,
+                f"every pair of {var} at the round-off floor\n"
+                f"(<= {ROUNDOFF_ULPS:g} eps x its scale):\nno rate, nothing to plot",
+                transform=ax.transAxes,
+                ha="center",
+                va="center",
+                fontsize=9,
+                color="0.3",
+            )
+            ax.set_xlabel("h")
+            ax.set_title(title, fontsize=10)
+            ax.set_ylim(1e-17, 1e-12)
+            ax.yaxis.set_visible(False)  # no data on it
+            ax.set_xlim(float(np.nanmin(ds.h.values)) / 1.2, float(np.nanmax(ds.h.values)) * 1.2)
+            continue
+        for i, label in enumerate(ds.scheme.values):
+            sub = ds.isel(scheme=i)
             h, e = sub.h.values, sub[var].values
             ok = np.isfinite(e) & (e > 0)
             if not ok.any():
                 continue
-            color = f"C{i % 10}"
-            ax.loglog(h[ok], e[ok], "o-", color=color, ms=4, label=str(sub.name.values))
+            style = method_style(i)
+            (line,) = ax.loglog(h[ok], e[ok], **style)
+            handles.setdefault(str(label), (line, str(sub.name.values)))
+            asym = ok & _asymptotic(ds, sub, var, rate)
+            if not asym.any():
+                continue
             p = _slope(study.expected_rates.get(var), int(sub.s.values) or None)
             observed = p is None
-            if observed:  # no slope for errors at round-off level (conserved quantities): it means nothing
-                r = sub[rate].values
+            if observed:
+                r = sub[rate].values[asym]
                 r = r[np.isfinite(r)]
-                roundoff = float(np.median(e[ok])) < ROUNDOFF
-                p = round(float(np.median(r)) * 2) / 2 if r.size and not roundoff else None
+                r = r[len(r) // 2 :]  # the asymptotic part: the finer half of the rates
+                p = round(float(np.median(r)) * 2) / 2 if r.size else None
             if p and p > 0:
-                lines.append((h[ok], e[ok], p, observed, color))
+                lines.append((h[asym], e[asym], p, observed, style["color"]))
         slopes = {(p, obs) for _, _, p, obs, _ in lines}
         if len(slopes) == 1 and len(lines) > 1:
             p, obs = slopes.pop()
@@ -159,14 +252,24 @@ def convergence_plot(study: Study, ds, png: str, pdf: str) -> None:
         ax.set_xlabel("h")
         ax.set_title(title, fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
-    if panels:
-        axes[0][0].legend(fontsize=7)
+    ncol = max(1, min(len(handles), 4))
+    rows = math.ceil(len(handles) / ncol) if handles else 0
+    if handles:
+        fig.legend(
+            [hl for hl, _ in handles.values()],
+            [name for _, name in handles.values()],
+            loc="lower center",
+            ncol=ncol,
+            fontsize=8,
+            frameon=False,
+            bbox_to_anchor=(0.5, 0.0),
+        )
     fig.suptitle(_suptitle(study), fontsize=10)
-    save(fig, png, pdf)
+    save(fig, png, pdf, legend_rows=rows + 1 if rows else 0)
 
 
 def _reference_line(ax, h, y, p, observed: bool, color) -> None:
-    ax.loglog(h, y, "--", color=color, lw=1, alpha=0.8)
+    ax.loglog(h, y, ":", color=color, lw=1.2, alpha=0.9)
     text = f"slope {p:g}" + (" (obs.)" if observed else "")
     ax.annotate(text, (h[-1], y[-1]), fontsize=7, color=color, ha="left", va="top")
 

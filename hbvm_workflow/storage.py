@@ -318,12 +318,30 @@ def write_dataset(ds, path: str) -> None:
 
 
 # --------------------------------------------------------------------------- a whole study
+def open_errors(study: str, results: str = "results"):
+    """A study's errors and rates (``<results>/<study>/errors.zarr``), loaded into memory.
+
+    An ``xarray.Dataset`` over (scheme, h): ``scheme`` holds the method labels
+    (``hbvm_k2_s2``) with ``k``, ``s`` and ``name`` along it, so::
+
+        err = open_errors("table1")
+        err.e_s.sel(scheme="hbvm_k2_s2", h=0.025).item()
+        err.set_index(scheme=["k", "s"]).e_s.sel(k=2, s=2).to_series()
+    """
+    path = Path(results) / study / "errors.zarr"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no aggregated study {study!r} under {results!r} (run snakemake first)")
+    with open_trajectory(str(path)) as ds:
+        return ds.load()
+
+
 def open_study(study: str, results: str = "results"):
     """Open a study's results as one ``xarray.DataTree``.
 
-    The root holds ``errors.zarr`` (dims method, h: e_s, rate_s, ... per method and
-    step size); each child ``<label>`` (e.g. ``hbvm_k2_s2``) holds one lazily
-    opened trajectory Dataset per run, named ``h=<h>``. See ``select_run``.
+    The root holds ``errors.zarr`` loaded into memory (dims scheme, h: e_s, rate_s, ...
+    per method and step size, see ``open_errors``); each child ``<label>`` (e.g.
+    ``hbvm_k2_s2``) holds one lazily opened trajectory Dataset per run, named by the
+    run's store (``h=0.025``, ``n=20``; see ``layout.run_name``). See ``select_run``.
     """
     import xarray as xr
 
@@ -335,11 +353,11 @@ def open_study(study: str, results: str = "results"):
         jobs = json.load(fh)["jobs"]
     nodes: dict[str, Any] = {}
     errs = base / "errors.zarr"
-    nodes["/"] = open_trajectory(str(errs)) if errs.exists() else xr.Dataset()
+    nodes["/"] = open_errors(study, results) if errs.exists() else xr.Dataset()
     for job in jobs:
-        store = base / "runs" / job["label"] / f"h={job['h']!r}.zarr"
+        store = base / job["store"]
         if job["status"] == "ok" and store.exists():
-            nodes[f"/{job['label']}/h={job['h']!r}"] = open_trajectory(str(store))
+            nodes[f"/{job['label']}/{store.name.removesuffix('.zarr')}"] = open_trajectory(str(store))
     tree = xr.DataTree.from_dict(nodes)
     tree.attrs.update({"study": study, "results": str(results)})
     return tree

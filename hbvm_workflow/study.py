@@ -12,6 +12,12 @@ Step-size rules (on the study, or on one method entry to override it):
 - ``h: [h_1, h_2, ...]``                      explicit step sizes (rows labelled by h)
 - ``h0: 0.1, halvings: 8``                    h_n = h0 2^-n, n = 0..halvings
 - ``period_divisions: [10, 20]`` or ``{start: 10, step: 10, stop: 100}``   h_n = T / n
+
+A run (and its job id ``<label>/<run>``) is named by the row label for the numbered
+rules (``n=3``; the h/2 partner of ``errors.reference: self`` by the n of the halved
+step: n + 1 for halvings, 2 n for period divisions) and by the step size as written
+otherwise (``h=0.1``; see ``layout.run_stem``). Two runs of a method with one name
+are a ConfigError.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from typing import Any
 
 from hbvm_core.errors import ConfigError, NonFiniteError, ProblemError
 
-from .layout import manifest_path, store_path  # noqa: F401  (re-exported)
+from .layout import manifest_path, run_stem, store_path  # noqa: F401  (re-exported)
 
 STEP_KEYS = ("h", "h0", "halvings", "period_divisions")
 METHOD_META_KEYS = (*STEP_KEYS, "label")
@@ -114,11 +120,12 @@ class Job:
     backend: str = "auto"
     chunk: int = 65536
     store: str = ""
+    run: str = ""
 
     @property
     def id(self) -> str:
-        """Stable id: method label and step size (repr of h is exact and round-trips)."""
-        return f"{self.label}/h={self.h!r}"
+        """Stable id: method label and run name (``layout.run_stem``: n=24, h=0.1)."""
+        return f"{self.label}/{self.run or run_stem(self.h)}"
 
     @property
     def steps(self) -> int:
@@ -288,7 +295,9 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
         raise ConfigError(f"{where}: give exactly one of t_end or periods")
     if "periods" in cfg:
         if period is None:
-            raise ConfigError(f"{where}.periods: problem {cfg['problem']!r} has no period; give t_end")
+            raise ConfigError(
+                f"{where}.periods: problem {cfg['problem']!r} has no period; give t_end (or period= in the problem)"
+            )
         t_end = float(cfg["periods"]) * period
     else:
         t_end = float(cfg["t_end"])
@@ -303,7 +312,7 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
         conv = dict(errs, reference="self") if reference == "none" else errs
         convention = ErrorConvention.from_config(conv)
         if reference != "none":
-            convention.check_problem(problem)
+            convention.check_problem(problem, cfg["problem"])
     except ConfigError as exc:
         raise ConfigError(f"{where}.{exc}") from None
 
@@ -334,9 +343,11 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
         spec = MethodSpec(label, method.name, entry, entry.get("k"), entry.get("s"))
         rule = {k: raw[k] for k in STEP_KEYS if k in raw} or study_rule
         steps = step_sizes(rule, period, mwhere if rule is not study_rule else where)
+        names: dict[str, float] = {}  # run name -> h: names must identify the runs
         for n, h, half in steps:
             row = Row(label=label, n=n, h=h, job="")
-            for hh, role in ((h, "row"), (half, "partner")):
+            half_n = None if n is None else (n + 1 if "halvings" in rule else 2 * n)
+            for hh, nn, role in ((h, n, "row"), (half, half_n, "partner")):
                 if role == "partner" and reference != "self":
                     continue
                 try:
@@ -358,7 +369,13 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
                     backend=cfg["backend"],
                     chunk=int(cfg["chunk"]),
                 )
-                job.store = store_path(results, name, label, hh)
+                job.run = run_stem(hh, nn)
+                job.store = store_path(results, name, label, hh, nn)
+                if names.setdefault(job.run, hh) != hh:
+                    raise ConfigError(
+                        f"{mwhere}: step sizes {names[job.run]!r} and {hh!r} get the same run name {job.run!r}; "
+                        "give step sizes that differ in their first 12 digits"
+                    )
                 jobs.setdefault(job.id, job)
                 if role == "row":
                     row.job = job.id
@@ -406,7 +423,7 @@ def step_sizes(rule: dict, period: float | None, where: str) -> list[tuple[int |
         return [(n, h0 * 2.0**-n, h0 * 2.0 ** -(n + 1)) for n in range(m + 1)]
     if keys == {"period_divisions"}:
         if period is None:
-            raise ConfigError(f"{where}.period_divisions: the problem has no period")
+            raise ConfigError(f"{where}.period_divisions: the problem has no period (no period=)")
         ns = _divisions(rule["period_divisions"], f"{where}.period_divisions")
         return [(n, period / n, period / (2 * n)) for n in ns]
     raise ConfigError(

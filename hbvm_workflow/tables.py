@@ -1,4 +1,4 @@
-"""Aggregation of a solved study: errors and rates per (method, h), as Zarr, CSV, Markdown and LaTeX.
+"""Aggregation of a solved study: errors and rates per (scheme, h), as Zarr, CSV, Markdown and LaTeX.
 
 Every number comes from ``hbvm_core.metrics.errors`` and ``metrics.rates``
 (docs/method.md section 5): one row per method and step size, rates between
@@ -46,6 +46,8 @@ TIMINGS = ("study", "method", "name", "h", "steps", "wall_s", "backend", "worker
 NUMERIC = ("e_s", "rate_s", "e_lambda", "rate_lambda", "e_H", "e_g", "e_hc", "rate_hc", "steps", "mean_iterations")
 STATUS = {"ok": 0, "failed": 1, "partner failed": 2}
 RATES = {"rate_s": "e_s", "rate_lambda": "e_lambda", "rate_hc": "e_hc"}
+#: rate column -> the flag (errors.zarr only) of a pair of errors both at the round-off floor
+ROUNDOFF = {"rate_s": "roundoff_s", "rate_lambda": "roundoff_lambda", "rate_hc": "roundoff_hc"}
 
 
 class MissingStoreError(FileNotFoundError):
@@ -79,7 +81,7 @@ def _load(job, cache: dict):
 
 def study_rows(study: Study) -> list[dict]:
     """One dict per table row (keys COLUMNS + EXTRA), methods in config order, h decreasing."""
-    from hbvm_core.metrics import errors, rates
+    from hbvm_core.metrics import at_roundoff, errors, rates, roundoff_scales
 
     out: list[dict] = []
     for spec in study.methods:
@@ -120,14 +122,19 @@ def study_rows(study: Study) -> list[dict]:
                     e = errors(traj, study.convention, partner=partner)
                 row.update(e)
             if traj is not None:
+                row["scales"] = roundoff_scales(traj)
                 row["mean_iterations"] = float(traj.attrs.get("mean_iterations", math.nan))
                 row["wall_s"] = float(traj.attrs.get("wall_s", math.nan))
             rows.append(row)
         h = [row["h"] for row in rows]
         for rate, e in RATES.items():
             rs = rates(h, [row.get(e, math.nan) for row in rows])
-            for row, v in zip(rows, rs):
-                row[rate] = float(v)
+            for i, (row, v) in enumerate(zip(rows, rs)):
+                prev = rows[i - 1] if i else None
+                scale = max((r.get("scales", {}).get(e, 1.0) for r in (prev, row) if r), default=1.0)
+                floor = prev is not None and at_roundoff(prev.get(e, math.nan), row.get(e, math.nan), scale)
+                row[ROUNDOFF[rate]] = floor
+                row[rate] = math.nan if floor else float(v)  # no rate between two round-off errors
         out += rows
     return out
 
@@ -193,8 +200,34 @@ def write_csv(rows: list[dict], path: str, columns: tuple[str, ...] = COLUMNS + 
     os.replace(tmp, path)
 
 
+#: CF attributes (long_name, units) of errors.zarr's variables; errors and h are in the problem's
+#: (nondimensional) units: units "1", with the time unit of h said in its description
+VAR_ATTRS = {
+    "e_s": ("solution error max_n ||y_n - y_ref(t_n)||", "1"),
+    "rate_s": ("observed order of e_s, log(e_prev / e) / log(h_prev / h)", "1"),
+    "e_lambda": ("multiplier error max_n ||lam_n - lam_ref(t_n)||", "1"),
+    "rate_lambda": ("observed order of e_lambda", "1"),
+    "e_H": ("energy error max_n |H(y_n) - H(y_0)|", "1"),
+    "e_g": ("constraint error max_n ||g(q_n)||_inf", "1"),
+    "e_hc": ("hidden constraint error max_n ||G(q_n)^T M^-1 p_n||", "1"),
+    "rate_hc": ("observed order of e_hc", "1"),
+    "steps": ("number of steps", "1"),
+    "mean_iterations": ("mean nonlinear iterations per step", "1"),
+    "wall_s": ("wall time of the run", "s"),
+}
+
+
 def errors_dataset(study: Study, rows: list[dict]):
-    """An xarray Dataset over (method, h): the errors, rates and run statistics; NaN where not run."""
+    """An xarray Dataset over (scheme, h): the errors, rates and run statistics; NaN where not run.
+
+    The run dimension is ``scheme`` (not ``method``, which is a keyword of ``.sel``): its
+    values are the method labels (``hbvm_k2_s2``), with ``k``, ``s`` and ``name`` as
+    coordinates along it, so ``ds.sel(scheme="hbvm_k2_s2")`` or
+    ``ds.set_index(scheme=["k", "s"]).sel(k=2, s=2)`` pick one method and
+    ``ds.sel(h=0.025)`` (or ``method="nearest"``) one step size. ``roundoff_s``,
+    ``roundoff_lambda`` and ``roundoff_hc`` flag the rows whose rate is missing because both
+    errors of the pair lie at the round-off floor (``hbvm_core.metrics.at_roundoff``).
+    """
     import xarray as xr
 
     labels = [m.label for m in study.methods]
@@ -202,7 +235,9 @@ def errors_dataset(study: Study, rows: list[dict]):
     mi = {lab: i for i, lab in enumerate(labels)}
     hi = {h: j for j, h in enumerate(hs)}
     shape = (len(labels), len(hs))
+    dims = ("scheme", "h")
     data = {c: np.full(shape, np.nan) for c in NUMERIC + ("wall_s",)}
+    flags = {f: np.zeros(shape, dtype=bool) for f in ROUNDOFF.values()}
     status = np.full(shape, -1, dtype="i1")
     nval = np.full(shape, -1, dtype="i8")
     for row in rows:
@@ -210,31 +245,38 @@ def errors_dataset(study: Study, rows: list[dict]):
         for c in data:
             v = row.get(c)
             data[c][i, j] = np.nan if v is None else float(v)
+        for f in flags:
+            flags[f][i, j] = bool(row.get(f, False))
         status[i, j] = STATUS[row["status"]]
         nval[i, j] = -1 if row["n"] is None else int(row["n"])
     coords = {
-        "method": ("method", np.array(labels, dtype=object)),
+        "scheme": ("scheme", np.array(labels, dtype=object)),
         "h": ("h", np.array(hs, dtype=float)),
-        "name": ("method", np.array([m.name for m in study.methods], dtype=object)),
-        "k": ("method", np.array([m.k or 0 for m in study.methods], dtype="i8")),
-        "s": ("method", np.array([m.s or 0 for m in study.methods], dtype="i8")),
-        "n": (("method", "h"), nval),
+        "name": ("scheme", np.array([m.name for m in study.methods], dtype=object)),
+        "k": ("scheme", np.array([m.k or 0 for m in study.methods], dtype="i8")),
+        "s": ("scheme", np.array([m.s or 0 for m in study.methods], dtype="i8")),
+        "n": (dims, nval),
     }
-    ds = xr.Dataset({c: (("method", "h"), v) for c, v in data.items()}, coords=coords)
-    ds["status"] = (("method", "h"), status)
-    ds["status"].attrs.update({"flag_values": [-1, 0, 1, 2], "flag_meanings": "not_run ok failed partner_failed"})
-    for c, text in {
-        "e_s": "solution error max ||y_n - y_ref(t_n)||",
-        "e_lambda": "multiplier error max ||lam_n - lam_ref(t_n)||",
-        "e_H": "max |H(y_n) - H(y_0)|",
-        "e_g": "max ||g(q_n)||_inf",
-        "e_hc": "max ||G(q_n)^T M^-1 p_n||",
-        "wall_s": "wall time of the run (s)",
-    }.items():
-        ds[c].attrs["long_name"] = text
-    ds.coords["k"].attrs["description"] = "HBVM k (0: not an HBVM method)"
-    ds.coords["s"].attrs["description"] = "HBVM s (0: not an HBVM method)"
-    ds.coords["n"].attrs["description"] = "row label n of the step-size rule (-1: explicit h)"
+    ds = xr.Dataset({c: (dims, v) for c, v in data.items()}, coords=coords)
+    for c, (long_name, units) in VAR_ATTRS.items():
+        ds[c].attrs.update(long_name=long_name, units=units)
+    for f, e in zip(ROUNDOFF.values(), RATES.values()):
+        ds[f] = (dims, flags[f])
+        ds[f].attrs.update(long_name=f"{e} of this and the previous h both at the round-off floor (no rate)", units="1")
+    ds["status"] = (dims, status)
+    ds["status"].attrs.update(
+        long_name="run status", units="1", flag_values=[-1, 0, 1, 2], flag_meanings="not_run ok failed partner_failed"
+    )
+    coord_attrs = {
+        "scheme": ("method label", "1", "the study's method label, e.g. hbvm_k2_s2"),
+        "h": ("step size", "1", "in the problem's (nondimensional) time unit"),
+        "name": ("method name", "1", "display name, e.g. HBVM(2,2)"),
+        "k": ("HBVM k", "1", "0: not an HBVM method"),
+        "s": ("HBVM s", "1", "0: not an HBVM method"),
+        "n": ("row label n", "1", "n of the step-size rule (halvings, period_divisions); -1: explicit h or not run"),
+    }
+    for c, (long_name, units, description) in coord_attrs.items():
+        ds.coords[c].attrs.update(long_name=long_name, units=units, description=description)
     ds.attrs.update(
         {
             "study": study.name,
@@ -274,6 +316,9 @@ def _cells(row) -> list[str]:
     if row["status"] == "failed":
         return ["failed"] + ["—"] * (len(KEYS) - 1)
     cells = [(_fmt_r if k.startswith("rate") else _fmt_e)(row[k]) for k in KEYS]
+    for i, k in enumerate(KEYS):
+        if k in ROUNDOFF and row.get(ROUNDOFF[k]):
+            cells[i] = "round-off"
     if row["status"] == "partner failed":
         cells[0] = cells[2] = "failed (h/2)"
     return cells

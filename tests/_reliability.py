@@ -124,8 +124,8 @@ def processes_in(workdir: Path) -> list[psutil.Process]:
 
 # --------------------------------------------------------------------------- stores
 def final_stores(workdir: Path, study: str) -> list[Path]:
-    """Entries at the final path of a trajectory store (runs/<label>/h=<h>.zarr), complete or not."""
-    return sorted((workdir / "results" / study / "runs").glob("*/h=*.zarr"))
+    """Entries at the final path of a trajectory store (runs/<label>/h=<h>.zarr or n=<n>.zarr), complete or not."""
+    return sorted((workdir / "results" / study / "runs").glob("*/[hn]=*.zarr"))
 
 
 def temporaries(workdir: Path, study: str) -> list[Path]:

@@ -84,3 +84,16 @@ def bead_on_torus(R: float = 2.0, r: float = 0.5):
         G=G,
         d2g=d2g,
     )
+
+
+def pendulum_without_d2g():
+    """The planar pendulum with only U, grad_U, g, G: no d2g, no closed form, no period."""
+    return hc.Problem(
+        name="pendulum_without_d2g",
+        q0=[0.0, -1.0],
+        p0=[1.0, 0.0],
+        U=lambda Q: Q[:, 1].copy(),
+        grad_U=lambda Q: np.broadcast_to([0.0, 1.0], Q.shape).copy(),
+        g=lambda Q: (Q[:, 0] ** 2 + Q[:, 1] ** 2 - 1.0)[:, None],
+        G=lambda Q: 2.0 * Q[:, :, None],
+    )

@@ -39,7 +39,13 @@ PROBLEMS = [
         "nu = 2 constraints need nu < m = 2",
     ),
     ({"M": np.diag([1.0, -1.0])}, ProblemError, "M is not positive definite"),
-    ({"M": np.ones((3, 3))}, ProblemError, "M must be a symmetric 2x2 matrix"),
+    (
+        {"M": np.ones((3, 3))},
+        ProblemError,
+        r"M must be a scalar, a vector of 2 diagonal .* 2x2 matrix, got shape \(3, 3\)$",
+    ),
+    ({"M": [1.0, 2.0, 3.0]}, ProblemError, r"got shape \(3,\)$"),
+    ({"M": [1.0, 0.0]}, ProblemError, "M is not positive definite"),
     ({"G": None}, ProblemError, "give both g and G"),
 ]
 

@@ -122,7 +122,7 @@ def test_diverging_and_stalling_runs_are_failed_rows(solved):
     for name in ("errors.csv", "timings.csv", "table.md", "table.tex", "table.html"):
         assert "nan" not in (res / name).read_text().lower(), name
     ds = xr.open_zarr(res / "errors.zarr")
-    # flags over (method, h = 5, 2.5, 0.1, 0.05): 1 failed (NaN e_s there), 0 ok, -1 not run
+    # flags over (scheme, h = 5, 2.5, 0.1, 0.05): 1 failed (NaN e_s there), 0 ok, -1 not run
     assert ds.h.values.tolist() == [5.0, 2.5, 0.1, 0.05]
     assert ds.status.values.tolist() == [[-1, 1, 0, 0], [1, -1, 0, 0]]
     manifest = json.loads((res / "solve.json").read_text())

@@ -30,7 +30,7 @@ import yaml
 from hbvm_core import get_problem, integrate
 from hbvm_core.methods import from_spec
 from hbvm_core.metrics import ErrorConvention, errors
-from hbvm_workflow.storage import open_study, read_attrs, select_run
+from hbvm_workflow.storage import open_errors, open_study, read_attrs, select_run
 from hbvm_workflow.tables import COLUMNS
 
 pytestmark = pytest.mark.slow
@@ -84,7 +84,7 @@ def read_csv(path: Path) -> list[dict]:
 
 
 def stores(workdir: Path, study: str) -> list[Path]:
-    return sorted((workdir / "results" / study / "runs").glob("*/h=*.zarr"))
+    return sorted((workdir / "results" / study / "runs").glob("*/[hn]=*.zarr"))
 
 
 def expected_errors(cfg: dict, k: int, s: int, h: float) -> dict:
@@ -119,8 +119,8 @@ def check_outputs(workdir: Path, study: str, cfg: dict, n_runs: int) -> list[dic
         want = expected_errors(cfg, int(row["k"]), int(row["s"]), float(row["h"]))
         for key in ("e_s", "e_lambda", "e_hc", "e_H", "e_g"):
             assert float(row[key]) == want[key], (row["method"], row["h"], key)
-    ds = xr.open_zarr(res / "errors.zarr")
-    assert ds.e_s.dims == ("method", "h") and list(ds.method.values) == list(dict.fromkeys(r["method"] for r in rows))
+    ds = open_errors(study, results=str(workdir / "results"))
+    assert ds.e_s.dims == ("scheme", "h") and list(ds.scheme.values) == list(dict.fromkeys(r["method"] for r in rows))
     for name in ("table.md", "table.tex", "table.html"):
         text = (res / name).read_text()
         assert f"{float(rows[1]['e_s']):.4e}" in text and "HBVM(" in text
@@ -145,7 +145,9 @@ def test_small_study_end_to_end_with_a_local_cluster(tmp_path):
 
     # reference: self: the h/2 partner runs were scheduled (2 rows, 3 runs), and e_s is their difference at t = 0.1 j
     selfrows = check_outputs(tmp_path, "tinyself", SELF, 3)
-    h0 = xr.open_zarr(stores(tmp_path, "tinyself")[0])  # sorted by name: h=0.025, h=0.05, h=0.1
+    # named by the row label n: n=0 (h = 0.1), n=1 (0.05), n=2 (0.025: the h/2 partner of n=1)
+    assert [p.name for p in stores(tmp_path, "tinyself")] == ["n=0.zarr", "n=1.zarr", "n=2.zarr"]
+    h0 = xr.open_zarr(stores(tmp_path, "tinyself")[2])
     h1 = xr.open_zarr(stores(tmp_path, "tinyself")[1])
     t = np.arange(6) * 0.1
     y = lambda ds: np.concatenate([ds.q.sel(t=t, method="nearest"), ds.p.sel(t=t, method="nearest")], axis=1)  # noqa: E731
@@ -156,11 +158,12 @@ def test_small_study_end_to_end_with_a_local_cluster(tmp_path):
     assert all(w.startswith("tcp://127.0.0.1:") for w in workers) and len(workers) == 2
     log = (tmp_path / "logs" / "tiny" / "solve.log").read_text()
     assert "6 runs: 0 reused, 6 to compute" in log and "LocalCluster (2 worker processes" in log
-    assert re.search(r"6/6 hbvm_k\d_s\d/h=[0-9.]+: ok, \d+ steps", log)
+    assert re.search(r"6/6 hbvm_k\d_s\d/n=\d: ok, \d+ steps", log)
 
     # querying: errors.zarr by (k, s, h) as in the README, and the whole study as one object
-    ds = xr.open_zarr(tmp_path / "results" / "tiny" / "errors.zarr")
-    e = float(ds.set_index(method=["k", "s"]).sel(k=2, s=2, h=0.05).e_s)
+    ds = open_errors("tiny", results=str(tmp_path / "results"))
+    e = ds.e_s.sel(scheme="hbvm_k2_s2", h=0.05).item()
+    assert e == ds.set_index(scheme=["k", "s"]).e_s.sel(k=2, s=2, h=0.05).item()
     assert e == float(next(r["e_s"] for r in rows if r["k"] == "2" and r["h"] == "0.05"))
     tree = open_study("tiny", results=str(tmp_path / "results"))
     assert sorted(tree.children) == ["hbvm_k1_s1", "hbvm_k2_s2"] and len(tree["hbvm_k2_s2"].children) == 3
@@ -231,8 +234,8 @@ def test_the_default_studies_share_one_job_and_a_study_asked_for_by_name_gets_it
     assert "Nothing to be done" in again.stdout + again.stderr and "rule " not in again.stderr
 
 
-def _start(cmd: list[str], log: Path) -> subprocess.Popen:
-    return subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+def _start(cmd: list[str], log: Path, **kw) -> subprocess.Popen:
+    return subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True, **kw)
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -1,5 +1,5 @@
-# Errors and rates per (method, h) of solved studies, and their figures:
-# results/<study>/errors.zarr (xarray over method, h), errors.csv (only what the
+# Errors and rates per (scheme, h) of solved studies, and their figures:
+# results/<study>/errors.zarr (xarray over scheme, h), errors.csv (only what the
 # runs determine: bit-identical however the study ran), timings.csv (what was
 # measured: each run's wall time, backend and Dask worker), table.md / table.tex
 # / table.html, and <study>.png / <study>.pdf (a log-log convergence plot with

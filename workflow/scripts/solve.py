@@ -52,8 +52,9 @@ def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: di
     """Every run of ``todo`` on one cluster; results into ``summaries``; returns the runs that raised."""
     from distributed import as_completed
 
-    from hbvm_workflow.cluster import dask_client, forks_local_workers
+    from hbvm_workflow.cluster import dask_client, forks_local_workers, ship_problem_module
     from hbvm_workflow.cluster import describe as where
+    from hbvm_workflow.jobs import FILE_ONLY, Progress
     from hbvm_workflow.runner import solve_job, warm_up
     from hbvm_workflow.storage import clean_temporaries
 
@@ -69,7 +70,15 @@ def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: di
     errors = []
     count = {name: 0 for name in studies}
     total = {name: sum(j.study == name for j in todo) for name in studies}
-    with dask_client(dask_cfg, threads=min(threads, len(todo)), tasks=len(todo)) as client:
+    with (
+        dask_client(dask_cfg, threads=min(threads, len(todo)), tasks=len(todo)) as client,
+        Progress(len(todo)) as progress,
+    ):
+        if not forks_local_workers(dask_cfg):  # forked workers inherit our sys.path
+            for spec in sorted({job.problem for job in todo}):
+                shipped = ship_problem_module(client, spec)
+                for name in {j.study for j in todo if j.problem == spec} if shipped else ():
+                    logs[name].info(f"problem module {shipped} uploaded to the workers")
         futures = {
             client.submit(
                 solve_job,
@@ -90,10 +99,13 @@ def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: di
             except Exception as exc:  # a bug or a lost worker after the retries: report every one
                 errors.append(f"{job.study}: {job.id}: {type(exc).__name__}: {exc}")
                 log.error(f"{done} {job.id}: ERROR {type(exc).__name__}: {exc}")
+                progress.update(failed=True)
                 continue
             summary = {k: res.get(k) for k in ("status", "steps", "wall_s", "mean_iterations", "error")}
             summaries[job.study][job.id] = summary | {"computed": True}
-            log.info(f"{done} {job.id}: {describe(res)}")
+            # the per-run line goes to the study's log only: the progress line counts it on stderr
+            log.info(f"{done} {job.id}: {describe(res)}", extra=FILE_ONLY)
+            progress.update(failed=res.get("status") != "ok")
     # every run has finished: what is left is a lost worker's partial store
     for name, study in studies.items():
         for p in clean_temporaries(os.path.join(study.dir, "runs")):
