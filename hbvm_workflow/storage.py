@@ -384,17 +384,25 @@ def clean_temporaries(study_dir: str) -> list[str]:
     return removed
 
 
-def open_trajectory(path: str):
-    """The store as a lazy xarray Dataset (``xr.open_zarr``), after checking its chunk files (``require_intact``).
+def open_trajectory(path: str, load: bool = False):
+    """The store as an xarray Dataset (``xr.open_zarr``), after checking its chunk files (``require_intact``).
 
-    A chunk that fails its checksum raises when it is read (a Zarr error; ``load_trajectory`` and
-    ``verify`` name the array).
+    Lazy unless ``load``: a chunk of a lazy Dataset that fails its checksum raises when it is read (a
+    Zarr error); with ``load`` every variable is read here and such a chunk raises StoreError naming
+    the store and the array.
     """
     import xarray as xr
 
     require_intact(path)
     with quiet_zarr():
-        return xr.open_zarr(path, consolidated=True)
+        ds = xr.open_zarr(path, consolidated=True)
+        if load:
+            for name in ds.variables:
+                try:
+                    ds[name].load()
+                except Exception as exc:  # noqa: BLE001 - a checksum mismatch, a bad codec
+                    raise StoreError(path, str(name), f"unreadable ({type(exc).__name__}: {exc})") from None
+    return ds
 
 
 def load_trajectory(path: str, problem, *, job_hash: str | None = None, method=None):

@@ -86,3 +86,24 @@ def test_method_fingerprints_differ_between_kinds():
     kinds = [{"k": 2, "s": 2}, {"k": 2, "s": 2, "solver": "blended"}, {"k": 2, "s": 2, "multiplier": "polynomial"}]
     kinds += [{"method": "rattle"}, {"method": "dop853"}]
     assert len({method_fingerprint(e) for e in kinds}) == len(kinds)
+
+
+def test_job_hashes_follow_exactly_the_fingerprints_they_depend_on(monkeypatch):
+    """A changed numerics fingerprint changes the hashes of that kind's runs only; a changed problem, all."""
+    import hbvm_core.fingerprint as fp
+    from hbvm_workflow.study import expand_study
+
+    cfg = {
+        "problem": "planar_pendulum",
+        "methods": [{"k": 2, "s": 2}, {"method": "rattle"}],
+        "t_end": 1,
+        "h": [0.1],
+        "errors": {"reference": "exact", "norm": 1, "sample": "all"},
+    }
+    before = {j.id: j.hash for j in expand_study("s", cfg).jobs.values()}
+    real = fp.method_fingerprint
+    monkeypatch.setattr(fp, "method_fingerprint", lambda e: "changed" if e.get("method") == "rattle" else real(e))
+    after = {j.id: j.hash for j in expand_study("s", cfg).jobs.values()}
+    assert after["hbvm_k2_s2/h=0.1"] == before["hbvm_k2_s2/h=0.1"] and after["rattle/h=0.1"] != before["rattle/h=0.1"]
+    monkeypatch.setattr(fp, "problem_fingerprint", lambda pb: "other")
+    assert not set(before.values()) & {j.hash for j in expand_study("s", cfg).jobs.values()}
