@@ -217,10 +217,13 @@ def probe_bits() -> dict[str, str]:
     except (OSError, ValueError):
         pass
     found = {kind: _probe(entry) for kind, entry in PROBES.items()}
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(found, fh)
-    os.replace(tmp, path)
+    try:  # a cache that cannot be written costs the probes again next time, nothing else
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "w") as fh:
+            json.dump(found, fh)
+        os.replace(tmp, path)
+    except OSError:
+        pass
     return found
 
 

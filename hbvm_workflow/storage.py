@@ -347,12 +347,15 @@ def require_intact(path: str, attrs: dict | None = None) -> dict:
     return attrs
 
 
-def store_status(path: str, job_hash: str | None = None) -> str:
-    """complete (an intact store for this hash), failed (a failure marker for it), stale (other hash or
-    format), damaged (a store for this hash with a missing or truncated chunk: ``damage``), missing."""
+def store_status(path: str, job_hash: str | None = None, fingerprint: str | None = None) -> str:
+    """complete (an intact store for this hash), failed (a failure marker for it), stale (other hash,
+    format or problem ``fingerprint``), damaged (a store for this hash with a missing or truncated chunk:
+    ``damage``), missing."""
     attrs = read_attrs(path)
     if attrs is not None and attrs.get("complete") is True:
         if job_hash is not None and attrs.get("job_hash") != job_hash or attrs.get("format") != FORMAT:
+            return "stale"
+        if fingerprint is not None and attrs.get("problem_fingerprint") != fingerprint:
             return "stale"
         return "damaged" if damage(path, attrs) is not None else "complete"
     fail = read_failure(path)

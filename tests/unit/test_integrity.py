@@ -57,6 +57,8 @@ def test_a_store_records_its_chunks_and_checksums_them(store, planar):
         codecs = [c["name"] for c in json.load(fh)["codecs"]]
     assert codecs == ["bytes", "zstd", "crc32c"]
     assert damage(store) is None and store_status(store, "abc") == "complete"
+    assert store_status(store, "abc", problem_fingerprint(planar)) == "complete"
+    assert store_status(store, "abc", "another problem") == "stale"
 
 
 @pytest.mark.parametrize("how", ["delete", "truncate"])

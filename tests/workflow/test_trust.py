@@ -9,7 +9,8 @@ of a user problem ``trustmod:factory`` written into the working folder, U = C y:
   with the new module byte for byte; the same command again has nothing to do;
 - a clean study damaged by hand -- a deleted chunk of ``q``, a truncated one, a store from
   an older version (no integrity record), a store whose attrs name ``os:system`` with a
-  command: ``verify`` exits 1 naming the stores and the array; the forced solve step
+  command: ``verify`` exits 1 naming the stores and the array; the workflow warns about
+  the damaged runs when it starts; the forced solve step
   names each damaged store in one warning line and recomputes exactly those and the old
   one; nothing the attrs name runs; errors.csv equals the clean run; ``verify`` exits 0.
 """
@@ -138,7 +139,8 @@ def test_damaged_old_and_tampered_stores(tmp_path, clean):
     assert f"results/{NAME}/runs/{RUNS[1]}.zarr: array q: chunk c/0/0 has 3 bytes" in bad.stdout
     assert lines[-1] == "verified 7 store(s) in 1 folder(s): 3 damaged"
 
-    run(workdir, "--forcerun", f"results/{NAME}/solve.json")
+    forced = run(workdir, "--forcerun", f"results/{NAME}/solve.json")
+    assert f"study {NAME}: 2 run(s) have a damaged store ({RUNS[0]}, {RUNS[1]})" in forced.stdout  # when it starts
     log = (workdir / "logs" / NAME / "solve.log").read_text().splitlines()
     warned = [line for line in log if "damaged store" in line]
     assert len(warned) == 2

@@ -35,7 +35,7 @@ def reuse(study, retry_failed: bool, log: logging.Logger) -> tuple[list, dict]:
         log.info(f"removed the leftover temporary {p}")
     todo, summary = [], {}
     for job in study.jobs.values():
-        status = store_status(job.store, job.hash)  # stale: another hash, format or problem fingerprint
+        status = store_status(job.store, job.hash, job.problem_fingerprint)  # stale: another hash, format, problem
         if status == "damaged":
             array, what = damage(job.store)
             log.warning(f"damaged store {job.store}: {f'array {array}: ' if array else ''}{what}; recomputing it")
