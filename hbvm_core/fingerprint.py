@@ -89,10 +89,21 @@ def probe_points(q0: np.ndarray, n: int = 3) -> np.ndarray:
 
 
 def source_digest(path: str | os.PathLike) -> str:
-    """The hash of a Python file's syntax tree without docstrings (comments and formatting do not count)."""
+    """The hash of a Python file's syntax tree without docstrings (comments and formatting do not count).
+
+    Cached per process by the file's content (reading it is cheap; parsing it is not)."""
     try:
-        tree = ast.parse(Path(path).read_text())
-    except (OSError, SyntaxError, ValueError):
+        data = Path(path).read_bytes()
+    except OSError:
+        return "unreadable"
+    return _source_digest(data)
+
+
+@functools.lru_cache(maxsize=64)
+def _source_digest(data: bytes) -> str:
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError):
         return "unreadable"
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
