@@ -196,10 +196,11 @@ def method_fingerprint(entry: dict) -> str:
 @functools.cache
 def _kind_fingerprint(kind: str) -> str:
     d = hashlib.sha256(f"hbvm-numerics/1 {__version__} {kind}".encode())
-    d.update(str(probe_bits().get(kind, "no probe")).encode())
+    cached = probe_bits()
+    d.update(str(cached.get(kind, "no probe")).encode())
     loops = LOOP_SOURCES.get("hbvm-constant" if kind.startswith("hbvm-constant") else kind, ())
     for rel in loops:
-        d.update(f"{rel}={source_digest(PACKAGE / rel)}".encode())
+        d.update(f"{rel}={cached.get(rel) or source_digest(PACKAGE / rel)}".encode())
     return d.hexdigest()[:16]
 
 
@@ -216,18 +217,20 @@ def package_digest() -> str:
 
 @functools.lru_cache(maxsize=1)
 def probe_bits() -> dict[str, str]:
-    """{kind: digest of a few probe steps}, from the disk cache when the package's source is unchanged."""
+    """{kind: digest of a few probe steps} and {loop module: ``source_digest``}, from the disk cache when the
+    package's source is unchanged (parsing the loop modules costs a tenth of a second)."""
     from .kernels.registry import cache_dir
 
     path = cache_dir() / f"numerics-{package_digest()}.json"
     try:
         with open(path) as fh:
             found = json.load(fh)
-        if isinstance(found, dict) and set(found) == set(PROBES):
+        if isinstance(found, dict) and set(found) == set(PROBES) | set(_loop_files()):
             return found
     except (OSError, ValueError):
         pass
     found = {kind: _probe(entry) for kind, entry in PROBES.items()}
+    found |= {rel: source_digest(PACKAGE / rel) for rel in _loop_files()}
     try:  # a cache that cannot be written costs the probes again next time, nothing else
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
         with os.fdopen(fd, "w") as fh:
@@ -236,6 +239,10 @@ def probe_bits() -> dict[str, str]:
     except OSError:
         pass
     return found
+
+
+def _loop_files() -> list[str]:
+    return sorted({rel for rels in LOOP_SOURCES.values() for rel in rels})
 
 
 def _probe(entry: dict) -> str:
