@@ -140,7 +140,7 @@ def test_damaged_old_and_tampered_stores(tmp_path, clean):
     assert lines[-1] == "verified 7 store(s) in 1 folder(s): 3 damaged"
 
     forced = run(workdir, "--forcerun", f"results/{NAME}/solve.json")
-    assert f"study {NAME}: 2 run(s) have a damaged store ({RUNS[0]}, {RUNS[1]})" in forced.stdout  # when it starts
+    assert f"study {NAME}: 2 run(s) have a damaged store ({RUNS[1]}, {RUNS[0]})" in forced.stdout  # when it starts
     log = (workdir / "logs" / NAME / "solve.log").read_text().splitlines()
     warned = [line for line in log if "damaged store" in line]
     assert len(warned) == 2
