@@ -221,14 +221,10 @@ def work_precision_plot(panels: list[tuple[str, list[dict]]], png: str, pdf: str
 # --------------------------------------------------------------------------- long time
 def invariant_series(store: str) -> dict[str, np.ndarray]:
     """t, |H - H0|, ||g||_inf and ||hidden constraint||_inf at the saved points of one store."""
-    import zarr
+    from .storage import read_arrays, require_intact
 
-    from .storage import quiet_zarr
-
-    with quiet_zarr():
-        grp = zarr.open_group(store, mode="r")
-        t, H = grp["t"][...], grp["H"][...]
-        g, hc = grp["g"][...], grp["hc"][...]
+    require_intact(store)  # a missing chunk must not read back as fill values
+    t, H, g, hc = read_arrays(store, ("t", "H", "g", "hc"))
     inf = lambda x: np.max(np.abs(x), axis=1) if x.shape[1] else np.zeros(x.shape[0])  # noqa: E731
     return {"t": t, "dH": np.abs(H - H[0]), "g": inf(g), "hc": inf(hc)}
 

@@ -13,8 +13,7 @@ def study_plot(study: Study, errors_zarr: str, png: str, pdf: str) -> None:
     if study.plot == "convergence":
         from .storage import open_trajectory
 
-        with open_trajectory(errors_zarr) as ds:
-            plots.convergence_plot(study, ds.load(), png, pdf)
+        plots.convergence_plot(study, open_trajectory(errors_zarr, load=True), png, pdf)
     elif study.plot in ("work_precision", "long_time"):
         from .beyond import study_figure
 

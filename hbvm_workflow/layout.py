@@ -2,6 +2,7 @@
 
 <results>/<study>/runs/<label>/<run>.zarr          one trajectory store per run
 <results>/<study>/runs/<label>/<run>.zarr.failed.json   a run whose iteration diverged
+<results>/<study>/.tmp/                             temporaries: written here, then renamed into place
 <results>/<study>/solve.json                        the manifest of the solve step
 <results>/<study>/errors.zarr, errors.csv, timings.csv, table.{md,tex,html}, <study>.{png,pdf}
 <results>/beyond/<kind>.{png,pdf,md,csv}            the beyond-the-paper summaries
@@ -19,6 +20,19 @@ FIGURES = ("png", "pdf")
 
 def study_dir(results: str, study: str) -> str:
     return os.path.join(results, study)
+
+
+def tmp_dir(results: str, study: str) -> str:
+    """<results>/<study>/.tmp: where the study's stores, failure markers and errors.zarr are written before
+    they are renamed into place (same file system); only ``storage.clean_temporaries`` removes anything here."""
+    return os.path.join(results, study, ".tmp")
+
+
+def study_of_path(path: str) -> str | None:
+    """The study folder of a run store or failure marker path (<study>/runs/<label>/<name>), else None."""
+    label_dir = os.path.dirname(os.path.abspath(path))
+    runs = os.path.dirname(label_dir)
+    return os.path.dirname(runs) if os.path.basename(runs) == "runs" else None
 
 
 def runs_dir(results: str, study: str) -> str:

@@ -282,7 +282,7 @@ def _runs(study: Study):
     for r in study.rows:
         job = study.jobs[r.job]
         if store_status(job.store, job.hash) == "complete":
-            yield r, job, load_trajectory(job.store)
+            yield r, job, load_trajectory(job.store, study.built_problem, job_hash=job.hash)
 
 
 def _reference(study: Study, traj, times):

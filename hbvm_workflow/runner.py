@@ -14,13 +14,12 @@ import os
 import platform
 import shutil
 import time
-import uuid
 from pathlib import Path
 
 from hbvm_core.errors import ConvergenceError, NonFiniteError
 from hbvm_core.integrate import integrate, number_of_steps
 
-from .storage import FAILED, FORMAT, TMP, ZarrSink, publish, versions, write_json_atomic
+from .storage import FAILED, FORMAT, ZarrSink, default_tmp_dir, new_temporary, publish, versions, write_json_atomic
 from .study import Job
 
 
@@ -30,16 +29,24 @@ def solve_job(job: Job | dict) -> dict:
     Returns a summary dict: id, hash, store, status ("ok" | "failed"), steps,
     mean_iterations, wall_s, and for a failure the error (step, t, increment).
     """
+    from hbvm_core.fingerprint import problem_fingerprint
     from hbvm_core.methods import from_spec
     from hbvm_core.problems import get_problem
 
     job = job if isinstance(job, Job) else Job(**job)
     problem = get_problem(job.problem, **job.params)
+    if job.problem_fingerprint and problem_fingerprint(problem) != job.problem_fingerprint:
+        raise RuntimeError(
+            f"run {job.id}: problem {job.problem!r} computes other values than when the workflow started "
+            f"(fingerprint {problem_fingerprint(problem)}, expected {job.problem_fingerprint}); run again"
+        )
     method = from_spec(job.method)
     attrs = {
         "study": job.study,
         "job_id": job.id,
         "job_hash": job.hash,
+        "problem_fingerprint": problem_fingerprint(problem),
+        "numerics_fingerprint": job.numerics_fingerprint,
         "label": job.label,
         "method_name": job.name,
         "problem_spec": job.problem,
@@ -157,17 +164,23 @@ def run_to_store(
     chunk: int = 65536,
     compensated: bool = True,
     backend: str = "auto",
+    tmp_dir: str | None = None,
 ) -> dict:
     """Integrate into a new store at ``path`` (atomically), or write a failure marker if the run diverges.
 
-    Returns {"status": "ok" | "failed", "steps", "mean_iterations", "max_iterations", "wall_s",
+    Both are written in ``tmp_dir`` (default: the study's ``.tmp`` folder, ``storage.default_tmp_dir``)
+    and renamed into place. Returns {"status": "ok" | "failed", "steps", "mean_iterations", "max_iterations", "wall_s",
     "backend", "error"}.
     """
+    from hbvm_core.fingerprint import problem_fingerprint
+
     N = number_of_steps(h, t_end)
-    tmp = f"{path}{TMP}{uuid.uuid4().hex[:8]}"
+    tmp_dir = tmp_dir or default_tmp_dir(path)
+    tmp = new_temporary(tmp_dir, path)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     base = {
         "format": FORMAT,
+        "problem_fingerprint": problem_fingerprint(problem),
         **(attrs or {}),
         "problem": problem.name,
         "m": problem.m,
@@ -218,7 +231,8 @@ def run_to_store(
         error = exc.as_dict() if isinstance(exc, ConvergenceError) else {"reason": str(exc)}
         error["message"] = str(exc)
         error["type"] = type(exc).__name__
-        write_json_atomic(path + FAILED, {**base, "complete": False, "failed": True, "error": error, "wall_s": wall})
+        payload = {**base, "complete": False, "failed": True, "error": error, "wall_s": wall}
+        write_json_atomic(path + FAILED, payload, tmp_dir=tmp_dir)
         return {"status": "failed", "steps": N, "wall_s": wall, "mean_iterations": None, "error": error}
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -12,13 +12,27 @@ Layout of a store (xarray names; ``xr.open_zarr(path)`` opens it)::
     iterations (tstep)             nonlinear iterations of the step
 
 and attrs with every parameter (problem, method entry, h, t_end, solver
-settings), the package versions, the wall time and ``complete``.
+settings), the package versions, the wall time and ``complete``; the job hash
+and the problem's fingerprint (``hbvm_core.fingerprint``) it was computed for;
+the rows (``points``, ``step_rows``) and ``chunks``: per array, the chunk files
+it was written with and their sizes in bytes.
 
-Atomicity: a store is written under ``<path>.tmp-<id>``, verified (every row
-written, complete = True) and only then renamed to ``<path>``; so a store that
-exists at its final path is complete, and a killed run leaves only temporaries
-(removed by ``clean_temporaries``). A diverging run leaves no store but a
-``<path>.failed.json`` marker naming the step, time and last increment.
+Stores are data: nothing read from one is imported, called or used to build a
+problem or a method (``load_trajectory`` takes the problem from the caller and
+refuses a store computed for another one).
+
+Integrity: every chunk ends with a CRC-32C checksum (Zarr's ``crc32c`` codec,
+after the compressor). ``damage`` checks that every recorded chunk file exists
+with its size (os.stat only: what the solve step does before reusing a store);
+reading a store checks the same first and names the store and the array when a
+chunk is missing, truncated or fails its checksum (``StoreError``).
+
+Atomicity: a store is written under the study's temporary folder
+(``<study>/.tmp/<id>-<name>``, ``layout.tmp_dir``), verified (every row written,
+complete = True) and only then renamed to ``<path>``; so a store that exists at
+its final path is complete, and a killed run leaves only temporaries in that
+folder (emptied by ``clean_temporaries``). A diverging run leaves no store but
+a ``<path>.failed.json`` marker naming the step, time and last increment.
 """
 
 from __future__ import annotations
@@ -36,12 +50,31 @@ from typing import Any
 
 import numpy as np
 
-FORMAT = "hbvm-trajectory/1"
-TMP = ".tmp-"
-OLD = ".old-"
+FORMAT = "hbvm-trajectory/2"
+#: the name of a study's folder of temporaries (layout.tmp_dir)
+TMP_DIR = ".tmp"
 FAILED = ".failed.json"
 #: the status of a store: see ``store_status``
-STATUSES = ("complete", "failed", "stale", "missing")
+STATUSES = ("complete", "failed", "stale", "damaged", "missing")
+
+
+class StoreError(RuntimeError):
+    """A store that cannot be trusted: a missing, truncated or corrupt chunk, or no integrity record."""
+
+    def __init__(self, store: str, array: str | None, what: str):
+        self.store, self.array, self.what = str(store), array, what
+        super().__init__(f"{self.store}: {f'array {array}: ' if array else ''}{what}")
+
+
+class StoreMismatchError(StoreError):
+    """A store computed for another run (job hash) or another problem (fingerprint) than the caller's."""
+
+
+def compressors() -> tuple:
+    """The bytes-to-bytes codecs of every array: zstd, then a CRC-32C checksum of the compressed chunk."""
+    from zarr.codecs import Crc32cCodec, ZstdCodec
+
+    return (ZstdCodec(level=0), Crc32cCodec())
 
 
 @contextlib.contextmanager
@@ -148,7 +181,14 @@ class ZarrSink:
             chunks = (rows[dims[0]],) + tuple(max(1, n) for n in shape[1:])
             attrs = {"long_name": long_name, "description": description}
             return group.create_array(
-                name, shape=shape, chunks=chunks, dtype=dtype, fill_value=fill, dimension_names=dims, attributes=attrs
+                name,
+                shape=shape,
+                chunks=chunks,
+                dtype=dtype,
+                fill_value=fill,
+                dimension_names=dims,
+                attributes=attrs,
+                compressors=compressors(),
             )
 
         arrays = await _gather(*(array(name, *spec) for name, spec in self.SPEC.items()))
@@ -180,7 +220,8 @@ class ZarrSink:
                 f"store {self.path}: wrote {self.written['points']}/{self.n_points} points and "
                 f"{self.written['steps']}/{self.n_steps} steps"
             )
-        attrs = jsonable({**attrs, "points": self.n_points, "step_rows": self.n_steps, "complete": True})
+        rows = {"points": self.n_points, "step_rows": self.n_steps, "chunks": chunk_record(self.path, self.SPEC)}
+        attrs = jsonable({**attrs, **rows, "format": FORMAT, "complete": True})
         with quiet_zarr():
             _sync(self._finish(attrs))
 
@@ -191,20 +232,59 @@ class ZarrSink:
         await za.consolidate_metadata(self.path)
 
 
+def chunk_record(path: str, names) -> dict[str, dict[str, int]]:
+    """{array: {chunk key: size in bytes}} of the chunk files of the arrays ``names`` of the store at ``path``."""
+    record = {}
+    for name in names:
+        folder = os.path.join(path, name)
+        found = {}
+        for root, _, files in os.walk(folder):
+            for f in files:
+                if root == folder and f == "zarr.json":
+                    continue
+                full = os.path.join(root, f)
+                found[os.path.relpath(full, folder).replace(os.sep, "/")] = os.stat(full).st_size
+        record[name] = dict(sorted(found.items()))
+    return record
+
+
+def new_temporary(tmp_dir: str, name: str) -> str:
+    """A fresh path ``<tmp_dir>/<id>-<name>`` for writing ``name`` before it is published (tmp_dir created)."""
+    os.makedirs(tmp_dir, exist_ok=True)
+    return os.path.join(tmp_dir, f"{uuid.uuid4().hex[:12]}-{os.path.basename(name)}")
+
+
+def default_tmp_dir(path: str) -> str:
+    """The temporary folder for a store at ``path``: the study's (``layout.tmp_dir``) for a run store or a
+    study's output, else a ``.tmp`` folder next to it."""
+    from .layout import study_of_path, tmp_dir
+
+    study = study_of_path(path)
+    return (
+        tmp_dir(os.path.dirname(study), os.path.basename(study))
+        if study
+        else os.path.join(os.path.dirname(os.path.abspath(path)), TMP_DIR)
+    )
+
+
 def publish(tmp: str, final: str) -> None:
-    """Move a finished store from ``tmp`` into place; an older store at ``final`` is replaced."""
+    """Move a finished store from ``tmp`` into place; an older store at ``final`` is replaced.
+
+    The older store is first renamed into ``tmp``'s folder (the study's temporaries), then removed.
+    """
     Path(final).parent.mkdir(parents=True, exist_ok=True)
     old = None
     if os.path.exists(final):
-        old = f"{final}{OLD}{uuid.uuid4().hex[:8]}"
+        old = new_temporary(os.path.dirname(tmp), "old-" + os.path.basename(final))
         os.rename(final, old)
     os.rename(tmp, final)
     if old:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def write_json_atomic(path: str, payload: dict) -> None:
-    tmp = f"{path}{TMP}{uuid.uuid4().hex[:8]}"
+def write_json_atomic(path: str, payload: dict, tmp_dir: str | None = None) -> None:
+    """Write ``payload`` as JSON at ``path`` through a temporary in ``tmp_dir`` (default: ``default_tmp_dir``)."""
+    tmp = new_temporary(tmp_dir or default_tmp_dir(path), path)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(tmp, "w") as fh:
         json.dump(jsonable(payload), fh, indent=1, sort_keys=True)
@@ -233,84 +313,181 @@ def read_failure(path: str) -> dict | None:
         return None
 
 
-def store_status(path: str, job_hash: str | None = None) -> str:
-    """complete (a verified store for this hash), failed (a failure marker for it), stale (other hash), missing."""
+def damage(path: str, attrs: dict | None = None) -> tuple[str | None, str] | None:
+    """(array, what) for the first thing wrong with the store's files, None when intact (os.stat only).
+
+    Checks the integrity record of the attrs: every recorded chunk file exists with its recorded size,
+    and every array's metadata exists. A store without a record (written before checksums) is damaged.
+    """
+    attrs = read_attrs(path) if attrs is None else attrs
+    if attrs is None:
+        return None, "no readable zarr.json"
+    if attrs.get("format") not in (FORMAT, DATASET_FORMAT) or not isinstance(attrs.get("chunks"), dict):
+        return None, "no integrity record (written by an older version; recompute it)"
+    for name, chunks in attrs["chunks"].items():
+        folder = os.path.join(path, name)
+        if not os.path.isfile(os.path.join(folder, "zarr.json")):
+            return name, "array metadata (zarr.json) missing"
+        for key, size in chunks.items():
+            try:
+                found = os.stat(os.path.join(folder, *key.split("/"))).st_size
+            except OSError:
+                return name, f"chunk {key} missing"
+            if found != size:
+                return name, f"chunk {key} has {found} bytes, {size} were written"
+    return None
+
+
+def require_intact(path: str, attrs: dict | None = None) -> dict:
+    """The attrs of the store at ``path``; raises StoreError naming the store and array if ``damage`` finds any."""
+    attrs = read_attrs(path) if attrs is None else attrs
+    found = damage(path, attrs)
+    if found is not None:
+        raise StoreError(path, *found)
+    return attrs
+
+
+def store_status(path: str, job_hash: str | None = None, fingerprint: str | None = None) -> str:
+    """complete (an intact store for this hash), failed (a failure marker for it), stale (other hash,
+    format or problem ``fingerprint``), damaged (a store for this hash with a missing or truncated chunk:
+    ``damage``), missing."""
     attrs = read_attrs(path)
     if attrs is not None and attrs.get("complete") is True:
-        return "complete" if job_hash is None or attrs.get("job_hash") == job_hash else "stale"
+        if job_hash is not None and attrs.get("job_hash") != job_hash or attrs.get("format") != FORMAT:
+            return "stale"
+        if fingerprint is not None and attrs.get("problem_fingerprint") != fingerprint:
+            return "stale"
+        return "damaged" if damage(path, attrs) is not None else "complete"
     fail = read_failure(path)
     if fail is not None:
         return "failed" if job_hash is None or fail.get("job_hash") == job_hash else "stale"
     return "missing" if attrs is None else "stale"
 
 
-def clean_temporaries(folder: str, recursive: bool = True) -> list[str]:
-    """Remove temporaries left by killed runs under ``folder`` (only in it when not ``recursive``).
+def clean_temporaries(study_dir: str) -> list[str]:
+    """Remove everything in the study's folder of temporaries (``<study_dir>/.tmp``): what killed writers left.
 
-    Call only while nothing writes there.
+    Nothing else is touched, whatever its name. Call only while nothing of this study writes (the
+    holder of the study's lock).
     """
+    folder = os.path.join(study_dir, TMP_DIR)
     removed = []
-    if not os.path.isdir(folder):
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
         return removed
-    for root, dirs, files in os.walk(folder):
-        if not recursive and root != folder:
-            break
-        for name in list(dirs) + files:
-            if TMP in name or OLD in name:
-                p = os.path.join(root, name)
-                if name in dirs:
-                    shutil.rmtree(p, ignore_errors=True)
-                    dirs.remove(name)
-                else:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.remove(p)
-                removed.append(p)
+    for name in names:
+        p = os.path.join(folder, name)
+        if os.path.isdir(p) and not os.path.islink(p):
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(p)
+        removed.append(p)
     return removed
 
 
-def open_trajectory(path: str):
-    """The store as a lazy xarray Dataset (``xr.open_zarr``)."""
+def open_trajectory(path: str, load: bool = False):
+    """The store as an xarray Dataset (``xr.open_zarr``), after checking its chunk files (``require_intact``).
+
+    Lazy unless ``load``: a chunk of a lazy Dataset that fails its checksum raises when it is read (a
+    Zarr error); with ``load`` every variable is read here and such a chunk raises StoreError naming
+    the store and the array.
+    """
     import xarray as xr
 
+    require_intact(path)
     with quiet_zarr():
-        return xr.open_zarr(path, consolidated=True)
+        ds = xr.open_zarr(path, consolidated=True)
+        if load:
+            for name in ds.variables:
+                try:
+                    ds[name].load()
+                except Exception as exc:  # noqa: BLE001 - a checksum mismatch, a bad codec
+                    raise StoreError(path, str(name), f"unreadable ({type(exc).__name__}: {exc})") from None
+    return ds
 
 
-def load_trajectory(path: str, problem=None):
-    """The store as an in-memory ``hbvm_core.Trajectory`` (problem and method rebuilt from the attrs)."""
-    from hbvm_core.methods import from_spec
-    from hbvm_core.problems import get_problem
+def load_trajectory(path: str, problem, *, job_hash: str | None = None, method=None):
+    """The store as an in-memory ``hbvm_core.Trajectory`` of ``problem`` (the caller's: built from the config).
+
+    Raises StoreMismatchError (one line naming the run) when the store was computed for another
+    problem (fingerprint) or another ``job_hash``, and StoreError naming the store and the array for a
+    missing, truncated or corrupt chunk. ``method`` is only attached to the trajectory.
+    """
+    from hbvm_core.fingerprint import problem_fingerprint
     from hbvm_core.trajectory import Trajectory
 
     attrs = read_attrs(path)
     if attrs is None or attrs.get("complete") is not True:
         raise FileNotFoundError(f"no complete trajectory store at {path}")
-    if problem is None:
-        problem = get_problem(attrs["problem_spec"], **attrs.get("problem_params", {}))
-    method = from_spec(attrs["method_entry"]) if "method_entry" in attrs else None
+    run = attrs.get("job_id") or path
+    if attrs.get("format") != FORMAT:
+        raise StoreMismatchError(path, None, f"run {run}: format {attrs.get('format')!r}, expected {FORMAT!r}")
+    if job_hash is not None and attrs.get("job_hash") != job_hash:
+        raise StoreMismatchError(
+            path, None, f"run {run} was computed for hash {attrs.get('job_hash')}, expected {job_hash}"
+        )
+    expected = problem_fingerprint(problem)
+    if attrs.get("problem_fingerprint") != expected:
+        raise StoreMismatchError(
+            path,
+            None,
+            f"run {run} was computed for another problem (fingerprint {attrs.get('problem_fingerprint')}, "
+            f"the given problem's is {expected})",
+        )
+    require_intact(path, attrs)
     names = ("t", "q", "p", "tstep", "lam", "iterations")
-    with quiet_zarr():
-        arr = dict(zip(names, _sync(_read_arrays(path, names))))
+    arr = dict(zip(names, read_arrays(path, names)))
     keys = ("steps", "h", "t_end", "save_every", "compensated", "wall_s", "mean_iterations", "max_iterations")
     tattrs = {k: attrs[k] for k in keys if k in attrs} | {"backend": attrs.get("backend")}
     return Trajectory(problem=problem, method=method, h=float(attrs["h"]), attrs=tattrs, **arr)
 
 
+def read_arrays(path: str, names) -> list:
+    """Every array ``names`` of the store at ``path`` in full; StoreError naming the array if one cannot be read."""
+    with quiet_zarr():
+        got = _sync(_read_arrays(path, names))
+    for name, value in zip(names, got):
+        if isinstance(value, BaseException):
+            raise StoreError(path, name, f"unreadable ({type(value).__name__}: {value})")
+    return got
+
+
 async def _read_arrays(path: str, names) -> list:
-    """Every array ``names`` of the store at ``path`` in full, read concurrently (one event-loop round trip)."""
+    """Every array ``names`` of the store at ``path`` in full, read concurrently (one event-loop round trip);
+    an array that cannot be read gives its exception instead."""
     import zarr.api.asynchronous as za
 
     group = await za.open_group(store=path, mode="r")
-    arrays = await _gather(*(group.getitem(name) for name in names))
-    return await _gather(*(a.getitem(...) for a in arrays))
+
+    async def one(name):
+        try:
+            return await (await group.getitem(name)).getitem(...)
+        except Exception as exc:  # noqa: BLE001 - a checksum mismatch, a bad codec, a truncated chunk
+            return exc
+
+    return await _gather(*(one(name) for name in names))
 
 
-def write_dataset(ds, path: str) -> None:
-    """Write an xarray Dataset to a Zarr store atomically (temporary path, then rename)."""
-    tmp = f"{path}{TMP}{uuid.uuid4().hex[:8]}"
+#: the format of a dataset store written by ``write_dataset`` (errors.zarr)
+DATASET_FORMAT = "hbvm-dataset/1"
+
+
+def write_dataset(ds, path: str, tmp_dir: str | None = None) -> None:
+    """Write an xarray Dataset to a Zarr store atomically (a temporary in ``tmp_dir``, then rename),
+    every chunk checksummed, its chunk files recorded in the attrs (``damage``)."""
+    import zarr
+
+    tmp = new_temporary(tmp_dir or default_tmp_dir(path), path)
     try:
+        encoding = {name: {"compressors": compressors()} for name in ds.variables}
         with quiet_zarr():
-            ds.to_zarr(tmp, mode="w", consolidated=True, zarr_format=3)
+            ds.to_zarr(tmp, mode="w", consolidated=True, zarr_format=3, encoding=encoding)
+            group = zarr.open_group(tmp, mode="r+")
+            record = chunk_record(tmp, list(group.array_keys()))
+            group.attrs.update({"format": DATASET_FORMAT, "chunks": record})
+            zarr.consolidate_metadata(tmp)
         publish(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -331,8 +508,7 @@ def open_errors(study: str, results: str = "results"):
     path = Path(results) / study / "errors.zarr"
     if not path.exists():
         raise FileNotFoundError(f"{path}: no aggregated study {study!r} under {results!r} (run snakemake first)")
-    with open_trajectory(str(path)) as ds:
-        return ds.load()
+    return open_trajectory(str(path), load=True)
 
 
 def open_study(study: str, results: str = "results"):
@@ -345,8 +521,10 @@ def open_study(study: str, results: str = "results"):
     """
     import xarray as xr
 
-    base = Path(results) / study
-    manifest = base / "solve.json"
+    from .layout import manifest_path, study_dir
+
+    base = Path(study_dir(results, study))
+    manifest = Path(manifest_path(results, study))
     if not manifest.exists():
         raise FileNotFoundError(f"{manifest}: no solved study {study!r} under {results!r} (run snakemake first)")
     with open(manifest) as fh:

@@ -121,6 +121,9 @@ class Job:
     chunk: int = 65536
     store: str = ""
     run: str = ""
+    #: hbvm_core.fingerprint of the problem as built and of the method's numerics (part of the hash)
+    problem_fingerprint: str = ""
+    numerics_fingerprint: str = ""
 
     @property
     def id(self) -> str:
@@ -132,8 +135,11 @@ class Job:
         return round(self.t_end / self.h)
 
     def spec(self) -> dict:
-        """Everything that determines the trajectory (the hash input)."""
+        """Everything that determines the trajectory (the hash input): the config's entries, what the
+        problem computes and the identity of the numerics (``hbvm_core.fingerprint``)."""
         return {
+            "problem_fingerprint": self.problem_fingerprint,
+            "numerics_fingerprint": self.numerics_fingerprint,
             "problem": self.problem,
             "params": self.params,
             "method": self.method,
@@ -228,6 +234,17 @@ class Study:
     expected_rates: dict
     results: str
     cfg: dict
+    #: the problem built from the config (once, by expand_study); see ``built_problem``
+    instance: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def built_problem(self):
+        """The study's problem, built from the config once (readers of stores take it from here, never from a store)."""
+        if self.instance is None:
+            from hbvm_core.problems import get_problem
+
+            self.instance = get_problem(self.problem, **self.params)
+        return self.instance
 
     @property
     def dir(self) -> str:
@@ -265,6 +282,7 @@ def load_studies(config: dict, schema: str | os.PathLike | None = None, check_sc
 
 def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
     """Check one study entry and expand it into methods, rows and jobs (see the module docstring)."""
+    from hbvm_core.fingerprint import method_fingerprint, problem_fingerprint
     from hbvm_core.integrate import number_of_steps
     from hbvm_core.methods import from_spec
     from hbvm_core.metrics import ErrorConvention
@@ -289,6 +307,7 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
     except (ProblemError, NonFiniteError) as exc:  # a user problem that cannot be integrated
         raise ConfigError(f"{where}.problem = {cfg['problem']!r}: {exc}") from None
     period = problem.period
+    problem_fp = problem_fingerprint(problem)
 
     # interval
     if ("t_end" in cfg) == ("periods" in cfg):
@@ -368,6 +387,8 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
                     compensated=bool(cfg["compensated"]),
                     backend=cfg["backend"],
                     chunk=int(cfg["chunk"]),
+                    problem_fingerprint=problem_fp,
+                    numerics_fingerprint=method_fingerprint(entry),
                 )
                 job.run = run_stem(hh, nn)
                 job.store = store_path(results, name, label, hh, nn)
@@ -400,6 +421,7 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
         expected_rates=dict(cfg.get("expected_rates") or {}),
         results=results,
         cfg=cfg,
+        instance=problem,
     )
 
 

@@ -54,15 +54,19 @@ class MissingStoreError(FileNotFoundError):
     """A run that the solve step should have produced is missing (deleted afterwards)."""
 
 
-def _load(job, cache: dict):
-    """A job's trajectory (None if it failed), cached for its use as the next row's h/2 partner."""
-    from .storage import load_trajectory, read_failure, store_status
+def _load(job, cache: dict, problem):
+    """A job's trajectory (None if it failed), cached for its use as the next row's h/2 partner.
+
+    ``problem``: the study's, built from the config (a store is data: it never builds one)."""
+    from .storage import load_trajectory, read_failure, require_intact, store_status
 
     if job.id in cache:
         return cache[job.id]
     status = store_status(job.store, job.hash)
+    if status == "damaged":
+        require_intact(job.store)  # raises StoreError naming the store and the array
     if status == "complete":
-        traj = load_trajectory(job.store)
+        traj = load_trajectory(job.store, problem, job_hash=job.hash)
     elif status == "failed":
         traj = None
         fail = read_failure(job.store) or {}
@@ -89,8 +93,8 @@ def study_rows(study: Study) -> list[dict]:
         cache: dict = {}
         for r in spec.rows:
             job = study.jobs[r.job]
-            traj = _load(job, cache)
-            partner = _load(study.jobs[r.partner], cache) if r.partner else None
+            traj = _load(job, cache, study.built_problem)
+            partner = _load(study.jobs[r.partner], cache, study.built_problem) if r.partner else None
             row = {
                 "problem": study.problem,
                 "k": spec.k,
@@ -409,10 +413,11 @@ def aggregate(
 ) -> list[dict]:
     """Compute the rows and write errors.zarr, errors.csv, table.md, table.tex (and table.html, and
     timings.csv: by default next to errors.csv)."""
+    from .layout import tmp_dir
     from .storage import write_dataset
 
     rows = study_rows(study)
-    write_dataset(errors_dataset(study, rows), out_zarr)
+    write_dataset(errors_dataset(study, rows), out_zarr, tmp_dir=tmp_dir(study.results, study.name))
     write_csv(rows, out_csv)
     write_csv(run_timings(study), out_timings or os.path.join(os.path.dirname(out_csv), "timings.csv"), TIMINGS)
     texts = [(out_md, markdown_table(study, rows)), (out_tex, latex_table(study, rows))]

@@ -129,7 +129,9 @@ def final_stores(workdir: Path, study: str) -> list[Path]:
 
 
 def temporaries(workdir: Path, study: str) -> list[Path]:
-    return sorted(p for p in (workdir / "results" / study).rglob("*") if ".tmp-" in p.name or ".old-" in p.name)
+    """What is in the study's folder of temporaries (results/<study>/.tmp): the only place writers leave any."""
+    folder = workdir / "results" / study / ".tmp"
+    return sorted(folder.iterdir()) if folder.is_dir() else []
 
 
 def verify_store(path: Path) -> None:

@@ -12,9 +12,11 @@ import xarray as xr
 from hbvm_core import HBVM, get_problem, integrate
 from hbvm_workflow.runner import run_to_store
 from hbvm_workflow.storage import (
+    StoreMismatchError,
     ZarrSink,
     clean_temporaries,
     load_trajectory,
+    new_temporary,
     open_trajectory,
     read_attrs,
     read_failure,
@@ -78,13 +80,13 @@ def test_run_to_store_is_complete_only_when_published(tmp_path, planar):
     assert attrs["wall_s"] > 0 and attrs["mean_iterations"] > 1
     assert store_status(path, "abc") == "complete"
     assert store_status(path, "other") == "stale"
-    assert not [p for p in os.listdir(os.path.dirname(path)) if ".tmp-" in p]
+    assert os.listdir(os.path.dirname(path)) == ["h=0.1.zarr"] and os.listdir(tmp_path / ".tmp") == []
 
 
 def test_a_killed_run_leaves_nothing_that_looks_complete(tmp_path, planar):
     """A writer killed mid-run leaves only its temporary, which status ignores and cleanup removes."""
     final = str(tmp_path / "runs" / "m" / "h=0.1.zarr")
-    tmp = final + ".tmp-deadbeef"
+    tmp = new_temporary(str(tmp_path / ".tmp"), final)
     os.makedirs(os.path.dirname(final))
     sink = ZarrSink(tmp, planar, 10)
     q = np.tile(planar.q0, (3, 1))
@@ -92,8 +94,8 @@ def test_a_killed_run_leaves_nothing_that_looks_complete(tmp_path, planar):
     assert store_status(final) == "missing" and read_attrs(tmp).get("complete") is None
     with pytest.raises(RuntimeError, match="wrote 3/11 points"):
         sink.finish({})
-    assert clean_temporaries(str(tmp_path / "runs")) == [tmp]
-    assert os.listdir(os.path.dirname(final)) == []
+    assert clean_temporaries(str(tmp_path)) == [tmp]
+    assert os.listdir(os.path.dirname(final)) == [] and os.listdir(tmp_path / ".tmp") == []
 
 
 def test_a_diverging_run_writes_a_failure_marker_not_a_store(tmp_path, planar):
@@ -114,29 +116,41 @@ def test_replacing_a_stale_store(tmp_path, planar):
     run_to_store(path, planar, HBVM(1, 1), 0.1, 1.0, attrs={"job_hash": "old"}, backend="numpy")
     run_to_store(path, planar, HBVM(1, 1), 0.1, 2.0, attrs={"job_hash": "new"}, backend="numpy")
     assert read_attrs(path)["job_hash"] == "new" and read_attrs(path)["steps"] == 20
-    assert sorted(os.listdir(tmp_path)) == ["h=0.1.zarr"]
+    assert sorted(os.listdir(tmp_path)) == [".tmp", "h=0.1.zarr"] and os.listdir(tmp_path / ".tmp") == []
 
 
-def test_load_trajectory_rebuilds_problem_and_method(tmp_path, planar):
+def test_load_trajectory_takes_the_problem_from_the_caller(tmp_path, planar):
     path = str(tmp_path / "h=0.05.zarr")
-    attrs = {"problem_spec": "planar_pendulum", "problem_params": {}, "method_entry": {"k": 2, "s": 2}}
+    attrs = {"job_hash": "abc", "method_entry": {"k": 2, "s": 2}}
     run_to_store(path, planar, HBVM(2, 2), 0.05, 1.0, attrs=attrs, backend="numpy")
-    traj = load_trajectory(path)
+    traj = load_trajectory(path, planar, job_hash="abc", method=HBVM(2, 2))
     mem = integrate(planar, HBVM(2, 2), 0.05, 1.0, backend="numpy")
-    assert traj.problem.name == "planar_pendulum" and traj.method.name == "HBVM(2,2)"
+    assert traj.problem is planar and traj.method.name == "HBVM(2,2)"
     assert traj.h == 0.05 and traj.steps == 20
     np.testing.assert_array_equal(traj.y(), mem.y())
     np.testing.assert_array_equal(traj.lam, mem.lam)
     ds = open_trajectory(path)
     assert float(ds.H.max() - ds.H.min()) < 1e-14
+    # another problem, another run: one line naming the run, nothing rebuilt from the attrs
+    with pytest.raises(StoreMismatchError, match="another problem") as err:
+        load_trajectory(path, get_problem("conical_pendulum"))
+    assert "\n" not in str(err.value) and path in str(err.value)
+    with pytest.raises(StoreMismatchError, match="hash abc, expected xyz"):
+        load_trajectory(path, planar, job_hash="xyz")
 
 
-def test_clean_temporaries_only_at_the_top_when_not_recursive(tmp_path):
-    """The aggregation cleans its own leftovers (errors.zarr.tmp-*) without walking the runs' stores."""
-    (tmp_path / "errors.zarr.tmp-abcd1234" / "q").mkdir(parents=True)
+def test_clean_temporaries_empties_only_the_study_tmp_folder(tmp_path):
+    """Names that look like temporaries elsewhere (a label v1.tmp-a, v2.old-b) are never touched."""
+    (tmp_path / ".tmp" / "1234-errors.zarr" / "q").mkdir(parents=True)
+    (tmp_path / ".tmp" / "5678-h=0.1.zarr.failed.json").write_text("{}")
     (tmp_path / "errors.csv").write_text("kept\n")
-    run_tmp = tmp_path / "runs" / "m" / "h=0.1.zarr.tmp-1234abcd"
-    run_tmp.mkdir(parents=True)
-    assert clean_temporaries(str(tmp_path), recursive=False) == [str(tmp_path / "errors.zarr.tmp-abcd1234")]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["errors.csv", "runs"] and run_tmp.is_dir()
-    assert clean_temporaries(str(tmp_path)) == [str(run_tmp)] and not run_tmp.exists()
+    kept = [tmp_path / "runs" / "v1.tmp-a" / "h=0.1.zarr", tmp_path / "runs" / "v2.old-b" / "h=0.1.zarr.old-1234abcd"]
+    for p in kept:
+        p.mkdir(parents=True)
+    removed = clean_temporaries(str(tmp_path))
+    assert removed == [
+        str(tmp_path / ".tmp" / "1234-errors.zarr"),
+        str(tmp_path / ".tmp" / "5678-h=0.1.zarr.failed.json"),
+    ]
+    assert os.listdir(tmp_path / ".tmp") == [] and all(p.is_dir() for p in kept)
+    assert clean_temporaries(str(tmp_path / "nowhere")) == []

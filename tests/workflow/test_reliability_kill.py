@@ -13,7 +13,7 @@ is built once uninterrupted (the reference, 2 local Dask workers). Then:
       snakemake --cores 2
 
   After every kill: no process survives, every store at a final path verifies
-  (complete, every row written), everything unfinished is a ``.tmp-`` temporary,
+  (complete, every row written), everything unfinished is in results/<study>/.tmp,
   and .snakemake/hbvm-owner.json names the killed Snakemake. Each resume says it
   removed that process's stale lock (and what it left half-written), reuses every
   store the kill left (same inode and mtime) and computes only the missing runs;
@@ -173,7 +173,7 @@ def test_killed_at_four_points_and_resumed(reference, tmp_path):
         # what the kill left: every store at a final path is complete, the rest are temporaries
         for p in runs():
             verify_store(p)
-        assert all(".tmp-" in p.name or ".old-" in p.name for p in temporaries(tmp_path, NAME))
+        assert all(p.parent.name == ".tmp" for p in temporaries(tmp_path, NAME))
         kept = snapshot(runs())
         state = (len(kept), *((res / f).exists() for f in ("solve.json", "errors.csv", f"{NAME}.png")))
         print(f"run {i}, {what}: {state[0]} stores, manifest {state[1]}, errors.csv {state[2]}, figure {state[3]}")

@@ -101,7 +101,35 @@ def lost_runs(name):
     return [j["id"] for j in jobs if j.get("status") == "ok" and not os.path.isdir(os.path.join(base, j["store"]))]
 
 
+def damaged_runs(name):
+    """Runs of the study's manifest whose store is damaged: a recorded chunk file missing or of another size
+    (hbvm_workflow.storage.damage: os.stat only; stores of an older format are stale, not damaged)."""
+    from hbvm_workflow.layout import manifest_path
+    from hbvm_workflow.storage import FORMAT, damage, read_attrs
+
+    path = manifest_path(RESULTS, name)
+    try:
+        with open(path) as fh:
+            jobs = json.load(fh)["jobs"]
+    except (OSError, ValueError, KeyError):
+        return []
+    out = []
+    for j in jobs:
+        store = os.path.join(os.path.dirname(path), j["store"])
+        attrs = read_attrs(store) if j.get("status") == "ok" else None
+        if attrs is not None and attrs.get("format") == FORMAT and damage(store, attrs) is not None:
+            out.append(j["id"])
+    return out
+
+
 for _name in SELECTED:
+    _damaged = damaged_runs(_name)
+    if _damaged:
+        logger.warning(
+            f"study {_name}: {len(_damaged)} run(s) have a damaged store "
+            f"({', '.join(_damaged[:3])}{', ...' if len(_damaged) > 3 else ''}); recompute them with "
+            f"`snakemake --cores N --forcerun {RESULTS}/{_name}/solve.json`"
+        )
     _lost = lost_runs(_name)
     if _lost:
         logger.warning(

@@ -24,7 +24,7 @@ def aggregate_study(name: str, cfg: dict, results: str, out: dict, log_path: str
     log = study_logger("aggregate", name, log_path)
     t0 = time.perf_counter()
     study = expand_study(name, cfg, results=results)
-    for p in clean_temporaries(study.dir, recursive=False):  # e.g. errors.zarr.tmp-* of a killed aggregation
+    for p in clean_temporaries(study.dir):  # e.g. the errors.zarr of a killed aggregation
         log.info(f"removed the leftover temporary {p}")
     rows = aggregate(study, out["zarr"], out["csv"], out["md"], out["tex"], out["html"], out["timings"])
     failed = sum(r["status"] != "ok" for r in rows)

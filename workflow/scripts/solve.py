@@ -29,13 +29,16 @@ def describe(res: dict) -> str:
 
 def reuse(study, retry_failed: bool, log: logging.Logger) -> tuple[list, dict]:
     """(runs to compute, summary of the reused ones by job id) of one study."""
-    from hbvm_workflow.storage import clean_temporaries, read_attrs, read_failure, store_status
+    from hbvm_workflow.storage import clean_temporaries, damage, read_attrs, read_failure, store_status
 
-    for p in clean_temporaries(os.path.join(study.dir, "runs")):
+    for p in clean_temporaries(study.dir):
         log.info(f"removed the leftover temporary {p}")
     todo, summary = [], {}
     for job in study.jobs.values():
-        status = store_status(job.store, job.hash)
+        status = store_status(job.store, job.hash, job.problem_fingerprint)  # stale: another hash, format, problem
+        if status == "damaged":
+            array, what = damage(job.store)
+            log.warning(f"damaged store {job.store}: {f'array {array}: ' if array else ''}{what}; recomputing it")
         if status == "complete":
             a = read_attrs(job.store)
             summary[job.id] = {"status": "ok", "steps": a["steps"], "wall_s": a.get("wall_s"), "computed": False}
@@ -108,7 +111,7 @@ def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: di
             progress.update(failed=res.get("status") != "ok")
     # every run has finished: what is left is a lost worker's partial store
     for name, study in studies.items():
-        for p in clean_temporaries(os.path.join(study.dir, "runs")):
+        for p in clean_temporaries(study.dir):
             logs[name].info(f"removed the temporary {p} of a lost worker")
     return errors
 

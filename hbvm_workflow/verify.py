@@ -1,0 +1,66 @@
+"""Verify stores: read every store under some folders in full and report each damaged one.
+
+    python -m hbvm_workflow verify results/<study> [more folders]
+
+A store is a folder ``*.zarr`` with a ``zarr.json`` (run stores and errors.zarr;
+a study's ``.tmp`` folder is skipped). Each is checked against the integrity
+record of its attrs (every chunk file present with its size) and then read in
+full, so a chunk that fails its CRC-32C checksum is found too. One line per
+damaged store (path, array, what), then a summary line; exit status 1 if any
+store is damaged, 2 if a folder does not exist.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from .storage import TMP_DIR, StoreError, damage, read_arrays, read_attrs
+
+
+def find_stores(folder: str) -> list[str]:
+    """The stores under ``folder`` (or ``folder`` itself when it is one), sorted; temporaries skipped."""
+    if folder.rstrip(os.sep).endswith(".zarr") and os.path.isfile(os.path.join(folder, "zarr.json")):
+        return [folder]
+    found = []
+    for root, dirs, _ in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if d != TMP_DIR)
+        for d in list(dirs):
+            path = os.path.join(root, d)
+            if d.endswith(".zarr") and os.path.isfile(os.path.join(path, "zarr.json")):
+                found.append(path)
+                dirs.remove(d)  # its arrays are not stores
+    return sorted(found)
+
+
+def check_store(path: str) -> tuple[str | None, str] | None:
+    """(array, what) for the first problem of the store at ``path``, None when it is intact (reads it all)."""
+    attrs = read_attrs(path)
+    found = damage(path, attrs)
+    if found is not None:
+        return found
+    try:
+        read_arrays(path, list(attrs["chunks"]))
+    except StoreError as exc:
+        return exc.array, exc.what
+    return None
+
+
+def verify(folders: list[str], out=None) -> int:
+    """Check every store under ``folders``; print one line per damaged store and a summary. Returns the exit status."""
+    out = out or sys.stdout
+    missing = [f for f in folders if not os.path.exists(f)]
+    for f in missing:
+        print(f"{f}: no such folder", file=out)
+    stores = [s for f in folders if f not in missing for s in find_stores(f)]
+    damaged = 0
+    for store in stores:
+        found = check_store(store)
+        if found is not None:
+            damaged += 1
+            array, what = found
+            print(f"{store}: {f'array {array}: ' if array else ''}{what}", file=out)
+    print(f"verified {len(stores)} store(s) in {len(folders) - len(missing)} folder(s): {damaged} damaged", file=out)
+    if damaged:
+        return 1
+    return 2 if missing else 0

@@ -1,0 +1,160 @@
+"""Store integrity (hbvm_workflow.storage, hbvm_workflow.verify): checksummed chunks, the chunk record, damage found
+before reading (os.stat) and while reading (CRC-32C), named by store and array; older stores are never trusted."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from hbvm_core import HBVM, get_problem
+from hbvm_core.fingerprint import problem_fingerprint
+from hbvm_workflow.runner import run_to_store
+from hbvm_workflow.storage import (
+    FORMAT,
+    StoreError,
+    StoreMismatchError,
+    damage,
+    load_trajectory,
+    open_trajectory,
+    read_attrs,
+    store_status,
+    write_dataset,
+)
+from hbvm_workflow.verify import verify
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope="module")
+def planar():
+    return get_problem("planar_pendulum")
+
+
+@pytest.fixture
+def store(tmp_path, planar):
+    path = str(tmp_path / "study" / "runs" / "m" / "h=0.1.zarr")
+    res = run_to_store(path, planar, HBVM(2, 2), 0.1, 2.0, attrs={"job_hash": "abc", "job_id": "m/h=0.1"}, chunk=8)
+    assert res["status"] == "ok"
+    return path
+
+
+def q_chunk(path: str) -> str:
+    return os.path.join(path, "q", "c", "0", "0")
+
+
+def test_a_store_records_its_chunks_and_checksums_them(store, planar):
+    a = read_attrs(store)
+    assert a["format"] == FORMAT and a["job_hash"] == "abc" and a["points"] == 21 and a["step_rows"] == 20
+    assert a["problem_fingerprint"] == problem_fingerprint(planar)
+    assert sorted(a["chunks"]["q"]) == ["c/0/0", "c/1/0", "c/2/0"]  # 21 rows in chunks of 8
+    assert a["chunks"]["q"]["c/0/0"] == os.stat(q_chunk(store)).st_size
+    with open(os.path.join(store, "q", "zarr.json")) as fh:
+        codecs = [c["name"] for c in json.load(fh)["codecs"]]
+    assert codecs == ["bytes", "zstd", "crc32c"]
+    assert damage(store) is None and store_status(store, "abc") == "complete"
+    assert store_status(store, "abc", problem_fingerprint(planar)) == "complete"
+    assert store_status(store, "abc", "another problem") == "stale"
+
+
+@pytest.mark.parametrize("how", ["delete", "truncate"])
+def test_a_missing_or_truncated_chunk_is_found_without_reading(store, planar, how):
+    if how == "delete":
+        os.remove(q_chunk(store))
+        what = "chunk c/0/0 missing"
+    else:
+        with open(q_chunk(store), "r+b") as fh:
+            fh.truncate(5)
+        what = "chunk c/0/0 has 5 bytes"
+    assert damage(store)[0] == "q" and damage(store)[1].startswith(what)
+    assert store_status(store, "abc") == "damaged" and store_status(store, "other") == "stale"
+    for read in (lambda: load_trajectory(store, planar), lambda: open_trajectory(store)):
+        with pytest.raises(StoreError, match=f"array q: {what}") as err:
+            read()
+        assert store in str(err.value) and err.value.array == "q"
+
+
+def test_a_corrupt_chunk_of_the_right_size_fails_its_checksum_when_read(store, planar, capsys):
+    with open(q_chunk(store), "r+b") as fh:
+        data = bytearray(fh.read())
+        data[len(data) // 2] ^= 0xFF
+        fh.seek(0)
+        fh.write(data)
+    assert store_status(store, "abc") == "complete"  # os.stat cannot tell: reading does
+    with pytest.raises(StoreError, match="array q: unreadable") as err:
+        load_trajectory(store, planar)
+    assert store in str(err.value)
+    assert verify([os.path.dirname(os.path.dirname(os.path.dirname(store)))]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"{store}: array q: unreadable") and out[-1].endswith("1 damaged")
+
+
+def test_a_store_from_an_older_version_is_stale_and_never_loaded(store, planar):
+    meta = os.path.join(store, "zarr.json")
+    with open(meta) as fh:
+        doc = json.load(fh)
+    attrs = doc["attributes"]
+    attrs["format"] = "hbvm-trajectory/1"
+    for key in ("chunks", "problem_fingerprint"):
+        attrs.pop(key)
+    doc.pop("consolidated_metadata", None)
+    with open(meta, "w") as fh:
+        json.dump(doc, fh)
+    assert store_status(store, "abc") == "stale" and store_status(store) == "stale"
+    assert damage(store)[1].startswith("no integrity record")
+    with pytest.raises(StoreMismatchError, match="format 'hbvm-trajectory/1'"):
+        load_trajectory(store, planar)
+
+
+def test_a_store_never_runs_what_its_attrs_name(store, planar, tmp_path):
+    """problem_spec / method_entry in the attrs are data: edited to os:system, nothing runs."""
+    marker = tmp_path / "marker"
+    meta = os.path.join(store, "zarr.json")
+    with open(meta) as fh:
+        doc = json.load(fh)
+    attrs = {"problem_spec": "os:system", "problem_params": {"command": f"touch {marker}"}, "method_entry": {"k": 2}}
+    doc["attributes"].update(attrs)
+    with open(meta, "w") as fh:
+        json.dump(doc, fh)
+    traj = load_trajectory(store, planar)
+    assert traj.problem is planar and not marker.exists()
+    assert np.isfinite(traj.q).all()
+
+
+def test_errors_dataset_is_checksummed_and_recorded(tmp_path):
+    import xarray as xr
+
+    path = str(tmp_path / "errors.zarr")
+    write_dataset(xr.Dataset({"e_s": (("method", "h"), np.ones((2, 3)))}), path)
+    assert damage(path) is None and sorted(read_attrs(path)["chunks"]) == ["e_s"]
+    assert float(open_trajectory(path, load=True).e_s.sum()) == 6.0
+    chunk = os.path.join(path, "e_s", "c", "0", "0")
+    with open(chunk, "r+b") as fh:
+        data = bytearray(fh.read())
+        data[0] ^= 0xFF
+        fh.seek(0)
+        fh.write(data)
+    with pytest.raises(StoreError, match="errors.zarr: array e_s: unreadable"):
+        open_trajectory(path, load=True)
+    os.remove(chunk)
+    with pytest.raises(StoreError, match="errors.zarr: array e_s: chunk c/0/0 missing"):
+        open_trajectory(path)
+
+
+def test_verify_command(store, tmp_path):
+    study = os.path.dirname(os.path.dirname(os.path.dirname(store)))
+    cmd = [sys.executable, "-m", "hbvm_workflow", "verify", study]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+    ok = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    assert ok.returncode == 0 and ok.stdout.strip().endswith("verified 1 store(s) in 1 folder(s): 0 damaged")
+    os.remove(q_chunk(store))
+    bad = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert bad.stdout.splitlines() == [
+        f"{store}: array q: chunk c/0/0 missing",
+        "verified 1 store(s) in 1 folder(s): 1 damaged",
+    ]

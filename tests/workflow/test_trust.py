@@ -1,0 +1,153 @@
+"""Results you can trust: a run's identity covers what determines its numbers, stores are checked and are data.
+
+Real ``snakemake --cores 2`` runs of a tiny study (two methods labelled ``v1.tmp-a`` and
+``v2.old-b`` -- names that look like temporaries -- three step sizes, tens of steps)
+of a user problem ``trustmod:factory`` written into the working folder, U = C y:
+
+- the module edited between two runs of the same command (C = 1 -> 5): every run is
+  recomputed (the manifest's ``computed`` lists them) and errors.csv equals a clean run
+  with the new module byte for byte; the same command again has nothing to do;
+- a clean study damaged by hand -- a deleted chunk of ``q``, a truncated one, a store from
+  an older version (no integrity record), a store whose attrs name ``os:system`` with a
+  command: ``verify`` exits 1 naming the stores and the array; the workflow warns about
+  the damaged runs when it starts; the forced solve step
+  names each damaged store in one warning line and recomputes exactly those and the old
+  one; nothing the attrs name runs; errors.csv equals the clean run; ``verify`` exits 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from _reliability import ROOT, env, snakemake, write_config
+
+pytestmark = pytest.mark.slow
+
+NAME = "trust"
+MODULE = """import numpy as np
+
+import hbvm_core as hc
+
+C = {c}
+
+
+def factory():
+    return hc.Problem(
+        name="trust",
+        q0=np.array([0.0, -1.0]),
+        p0=np.array([1.0, 0.0]),
+        U=lambda Q: C * Q[:, 1],
+        grad_U=lambda Q: np.broadcast_to([0.0, C], Q.shape).copy(),
+        g=lambda Q: (np.sum(Q**2, 1) - 1)[:, None],
+        G=lambda Q: 2 * Q[:, :, None],
+        d2g=lambda Q, V: 2 * np.sum(V**2, 1)[:, None],
+    )
+"""
+STUDY = {
+    "problem": "trustmod:factory",
+    "backend": "numpy",
+    "methods": [{"k": 2, "s": 2, "label": "v1.tmp-a"}, {"k": 3, "s": 3, "label": "v2.old-b"}],
+    "t_end": 1,
+    "h": [0.1, 0.05],
+    "errors": {"reference": "self", "norm": "inf", "sample": 0.1},
+}
+RUNS = sorted(f"{label}/h={h!r}" for label in ("v1.tmp-a", "v2.old-b") for h in (0.1, 0.05, 0.025))
+
+
+def setup(workdir: Path, c: float) -> Path:
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "trustmod.py").write_text(MODULE.format(c=c))
+    write_config(workdir, {NAME: STUDY}, dask={"n_workers": 1})
+    return workdir
+
+
+def run(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    res = snakemake(workdir, "--cores", "2", *args)
+    assert res.returncode == 0, res.stdout[-3000:]
+    return res
+
+
+def manifest(workdir: Path) -> dict:
+    return json.loads((workdir / "results" / NAME / "solve.json").read_text())
+
+
+def errors_csv(workdir: Path) -> bytes:
+    return (workdir / "results" / NAME / "errors.csv").read_bytes()
+
+
+def store(workdir: Path, run_id: str) -> Path:
+    label, name = run_id.split("/")
+    return workdir / "results" / NAME / "runs" / label / f"{name}.zarr"
+
+
+def verify(workdir: Path) -> subprocess.CompletedProcess:
+    e = env()
+    e["PYTHONPATH"] = os.pathsep.join([str(ROOT), e["PYTHONPATH"]])
+    cmd = [sys.executable, "-m", "hbvm_workflow", "verify", f"results/{NAME}"]
+    return subprocess.run(cmd, cwd=workdir, env=e, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory) -> Path:
+    """A clean run of the study with C = 5."""
+    workdir = setup(tmp_path_factory.mktemp("clean"), 5.0)
+    run(workdir)
+    assert sorted(manifest(workdir)["computed"]) == RUNS
+    return workdir
+
+
+def test_an_edited_user_module_recomputes_its_runs(tmp_path, clean):
+    workdir = setup(tmp_path / "edited", 1.0)
+    run(workdir)
+    before = errors_csv(workdir)
+    (workdir / "trustmod.py").write_text(MODULE.format(c=5.0))
+    run(workdir)
+    assert sorted(manifest(workdir)["computed"]) == RUNS
+    assert errors_csv(workdir) != before and errors_csv(workdir) == errors_csv(clean)
+    again = run(workdir)  # labels that look like temporaries survive every run
+    assert "Nothing to be done" in again.stdout
+    assert all(store(workdir, r).is_dir() for r in RUNS) and errors_csv(workdir) == errors_csv(clean)
+
+
+def test_damaged_old_and_tampered_stores(tmp_path, clean):
+    workdir = tmp_path / "damaged"
+    shutil.copytree(clean, workdir, symlinks=True)
+    deleted, truncated, old, tampered = (store(workdir, r) for r in RUNS[:4])
+    os.remove(deleted / "q" / "c" / "0" / "0")
+    with open(truncated / "q" / "c" / "0" / "0", "r+b") as fh:
+        fh.truncate(3)
+    for path, change in ((old, "old"), (tampered, "tampered")):
+        doc = json.loads((path / "zarr.json").read_text())
+        if change == "old":  # what a store written before the integrity record holds
+            doc["attributes"]["format"] = "hbvm-trajectory/1"
+            del doc["attributes"]["chunks"]
+        else:
+            marker = workdir / "marker"
+            doc["attributes"].update(problem_spec="os:system", problem_params={"command": f"touch {marker}"})
+        (path / "zarr.json").write_text(json.dumps(doc))
+
+    bad = verify(workdir)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    lines = bad.stdout.splitlines()
+    assert f"results/{NAME}/runs/{RUNS[0]}.zarr: array q: chunk c/0/0 missing" in lines
+    assert f"results/{NAME}/runs/{RUNS[1]}.zarr: array q: chunk c/0/0 has 3 bytes" in bad.stdout
+    assert lines[-1] == "verified 7 store(s) in 1 folder(s): 3 damaged"
+
+    forced = run(workdir, "--forcerun", f"results/{NAME}/solve.json")
+    assert f"study {NAME}: 2 run(s) have a damaged store ({RUNS[1]}, {RUNS[0]})" in forced.stdout  # when it starts
+    log = (workdir / "logs" / NAME / "solve.log").read_text().splitlines()
+    warned = [line for line in log if "damaged store" in line]
+    assert len(warned) == 2
+    assert any(f"{RUNS[0]}.zarr: array q: chunk c/0/0 missing; recomputing it" in line for line in warned)
+    assert any(f"{RUNS[1]}.zarr: array q: chunk c/0/0 has 3 bytes" in line for line in warned)
+    assert sorted(manifest(workdir)["computed"]) == RUNS[:3]  # the damaged ones and the old one, no other
+    assert not (workdir / "marker").exists()
+    assert errors_csv(workdir) == errors_csv(clean)
+    good = verify(workdir)
+    assert good.returncode == 0 and good.stdout.splitlines() == ["verified 7 store(s) in 1 folder(s): 0 damaged"]
