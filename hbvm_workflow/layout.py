@@ -3,6 +3,7 @@
 <results>/<study>/runs/<label>/<run>.zarr          one trajectory store per run
 <results>/<study>/runs/<label>/<run>.zarr.failed.json   a run whose iteration diverged
 <results>/<study>/solve.json                        the manifest of the solve step
+<results>/<study>/.lock                             the study's writer lock (hbvm_workflow.locks)
 <results>/<study>/errors.zarr, errors.csv, timings.csv, table.{md,tex,html}, <study>.{png,pdf}
 <results>/beyond/<kind>.{png,pdf,md,csv}            the beyond-the-paper summaries
 logs/<study>/<step>.log                             one log per study and step
@@ -33,6 +34,11 @@ def run_name(h: float) -> str:
 def store_path(results: str, study: str, label: str, h: float) -> str:
     """<results>/<study>/runs/<label>/<run_name(h)>"""
     return os.path.join(runs_dir(results, study), label, run_name(h))
+
+
+def lock_path(results: str, study: str) -> str:
+    """<results>/<study>/.lock: held by the one process writing the study (hbvm_workflow.locks.study_lock)."""
+    return os.path.join(results, study, ".lock")
 
 
 def manifest_path(results: str, study: str) -> str:
