@@ -27,7 +27,7 @@ from hbvm_core.errors import HBVMError
 LOCK_TIMEOUT = 600.0
 RUN_LOCK = "hbvm-run.lock"
 
-_held: list[int] = []  # file descriptors this process keeps locked until it exits
+_held: dict[str, int] = {}  # run lock path -> the descriptor this process keeps locked until it exits
 
 
 class Busy(HBVMError):
@@ -87,12 +87,15 @@ def run_lock_path(snakemake_dir: str = ".snakemake") -> str:
 
 def hold_run_lock(snakemake_dir: str = ".snakemake", timeout: float = 60.0) -> None:
     """Hold the run lock shared until this process (and whatever it forks) exits."""
+    path = os.path.abspath(run_lock_path(snakemake_dir))
+    if path in _held:
+        return
     os.makedirs(snakemake_dir, exist_ok=True)
-    fd = os.open(run_lock_path(snakemake_dir), os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     if not _acquire(fd, fcntl.LOCK_SH, timeout):  # only a starting run holds it exclusively, briefly
         os.close(fd)
         raise HBVMError(f"could not take the run lock {run_lock_path(snakemake_dir)} within {timeout:g} s")
-    _held.append(fd)
+    _held[path] = fd
 
 
 def run_alive(snakemake_dir: str = ".snakemake") -> bool:

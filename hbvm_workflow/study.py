@@ -280,7 +280,7 @@ def check_limits(studies: dict[str, Study], limits: dict, results: str = "result
     missing = 0
     for name, study in studies.items():
         m, nu = study.dims
-        for job in study.jobs.values():
+        for job in sorted(study.jobs.values(), key=lambda j: -j.steps):  # the largest run named first
             size = job.stored_bytes(m, nu)
             what = (
                 f"studies.{name}: run {job.id} takes {job.steps:.3g} steps and stores {size / 1e9:.3g} GB "
