@@ -260,15 +260,24 @@ def _slurm_cluster(cfg: dict, env: dict | None, tasks: int, security=None):
         raise ConfigError(f"dask.cluster = 'slurm' needs dask-jobqueue ({exc})") from None
     kw = slurm_options(cfg, env)
     os.makedirs(kw["log_directory"], exist_ok=True)
-    if security is not None:  # the worker jobs read the temporary credentials from files next to their logs
-        kw.update(security=security, protocol="tls://", shared_temp_directory=kw["log_directory"])
-    cluster = SLURMCluster(**kw)
+    cluster = SLURMCluster(**kw, **slurm_security(kw, security))
     try:
         cluster.scale(jobs=slurm_jobs(cfg, tasks))
     except BaseException:
         cluster.close()
         raise
     return cluster
+
+
+def slurm_security(kw: dict, security) -> dict:
+    """SLURMCluster keywords for TLS with ``security``: dask-jobqueue writes the workers' temporary
+    credentials into files in ``shared_temp_directory`` (the worker jobs' log folder, absolute), read by
+    the worker jobs' ``--tls-*`` options."""
+    if security is None:
+        return {}
+    folder = os.path.abspath(kw["log_directory"])
+    os.makedirs(folder, exist_ok=True)
+    return {"security": security, "protocol": "tls://", "shared_temp_directory": folder}
 
 
 def _wait_for_workers(client, cluster, cfg: dict) -> None:
