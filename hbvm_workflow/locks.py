@@ -28,6 +28,8 @@ LOCK_TIMEOUT = 600.0
 RUN_LOCK = "hbvm-run.lock"
 
 _held: dict[str, int] = {}  # run lock path -> the descriptor this process keeps locked until it exits
+_forever = contextlib.ExitStack()  # the study locks of a Snakemake run (hold_studies), never let go before it exits
+_studies: set[str] = set()
 
 
 class Busy(HBVMError):
@@ -66,10 +68,12 @@ def study_lock(path: str, study: str, timeout: float = LOCK_TIMEOUT, log=None) -
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        if not _acquire(fd, fcntl.LOCK_EX, 0):
+        # a second, quietly: the holder may be about to let go, or not have written its name yet
+        quiet = min(1.0, timeout)
+        if not _acquire(fd, fcntl.LOCK_EX, quiet):
             line = f"study {study}: waiting (up to {timeout:g} s) for {holder(path)}, which is writing it"
             log.info(line) if log is not None else print(line, file=sys.stderr, flush=True)
-            if not _acquire(fd, fcntl.LOCK_EX, timeout):
+            if not _acquire(fd, fcntl.LOCK_EX, timeout - quiet):
                 raise Busy(
                     f"study {study} is being written by {holder(path)} (lock {path}); waited {timeout:g} s: "
                     "let it finish, or raise lock_timeout"
@@ -79,6 +83,18 @@ def study_lock(path: str, study: str, timeout: float = LOCK_TIMEOUT, log=None) -
         yield
     finally:
         os.close(fd)  # releases the lock; the text stays for the next holder to overwrite
+
+
+def hold_studies(results: str, names, timeout: float = LOCK_TIMEOUT) -> None:
+    """Hold, until this process exits, the lock of each study ``names`` for the Snakemake run that builds
+    them (``layout.snakemake_lock_path``; waiting up to ``timeout`` s for another run, else Busy)."""
+    from .layout import snakemake_lock_path
+
+    for name in sorted(names):
+        path = os.path.abspath(snakemake_lock_path(results, name))
+        if path not in _studies:
+            _forever.enter_context(study_lock(path, name, timeout))
+            _studies.add(path)
 
 
 def run_lock_path(snakemake_dir: str = ".snakemake") -> str:

@@ -63,9 +63,9 @@ def test_a_second_writer_stops_naming_the_holder(tmp_path):
 
 def test_a_second_writer_waits_for_the_first(tmp_path, capsys):
     path = lock_path(str(tmp_path / "results"), "s")
-    proc = holder(path, 0.5, tmp_path)
+    proc = holder(path, 1.5, tmp_path)
     t0 = time.monotonic()
     with study_lock(path, "s", timeout=30):
-        assert time.monotonic() - t0 > 0.3  # only once the first has let go
+        assert time.monotonic() - t0 > 1.2  # only once the first has let go
     assert f"study s: waiting (up to 30 s) for pid {proc.pid} " in capsys.readouterr().err
     proc.wait()

@@ -2,9 +2,9 @@
 
 The study of the kill tests (8 small runs), through the real Snakefile:
 
-- two working directories with the same ``results:`` started together: both finish (the second
-  solve and aggregation wait for the first: results/<study>/.lock), every published store
-  verifies, errors.csv is byte for byte that of a clean run;
+- two working directories with the same ``results:`` started together: both finish, the second
+  waiting for the first (results/<study>/.snakemake.lock, held by the Snakemake run that builds the
+  study), every published store verifies, errors.csv is byte for byte that of a clean run;
 - a study another process is writing: with ``lock_timeout: 1`` the solve step stops with one line
   naming the holder (pid, host, working directory);
 - an orphaned solve job: only the Snakemake main process is SIGKILLed while its solve job waits for
@@ -96,8 +96,16 @@ def test_two_working_directories_share_one_study(reference, tmp_path):
         for p in procs:
             kill_group(p)
     same_errors(shared, reference)
-    for d in dirs:
-        assert "Traceback" not in (d / "run.log").read_text()
+    logs = [(d / "run.log").read_text() for d in dirs]
+    assert not any("Traceback" in log for log in logs)
+    # one of them waited for the other, named by its pid and working directory
+    waited = [
+        i
+        for i, log in enumerate(logs)
+        if f"study {NAME}: waiting (up to 600 s) for pid {procs[1 - i].pid} on " in log
+        and f" in {dirs[1 - i]} since " in log
+    ]
+    assert len(waited) == 1, [log[-2000:] for log in logs]
 
 
 def test_a_study_written_elsewhere_stops_naming_the_holder(tmp_path):

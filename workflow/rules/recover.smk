@@ -1,9 +1,10 @@
-# Resume after a kill with the same command (hbvm_workflow/recover.py). Included first, so that it
-# runs at parse time, before Snakemake checks its lock: in the main process of a run that executes
+# Resume after a kill with the same command (hbvm_workflow/recover.py). It runs at parse time, before
+# Snakemake checks its lock (after common.smk's config checks): in the main process of a run that executes
 # the workflow, Snakemake's lock is broken (as --unlock does) only when no process of the run that
 # took it is alive -- the kernel tells, by the run lock .snakemake/hbvm-run.lock that each of them
 # holds; a dry run only says what a run would do. The outputs a killed run left half-written are
 # recomputed by Snakemake (rerun-incomplete in the default workflow profile, profiles/default).
+# The run then holds results/<study>/.snakemake.lock of each study (hbvm_workflow.locks.hold_studies).
 from snakemake.logging import logger
 
 from hbvm_workflow import locks as hbvm_locks
@@ -13,6 +14,13 @@ HBVM_RECOVER_MODE = hbvm_recover.mode(hbvm_recover.cli_args(), workflow.is_main_
 if HBVM_RECOVER_MODE is not None:
     for _line in hbvm_recover.recover(".snakemake", dry_run=HBVM_RECOVER_MODE == "dry-run"):
         logger.warning(_line)
+# One run at a time builds a study, from any working directory: another one would delete the outputs of
+# the jobs it reruns while this one writes them. Not while Snakemake's lock is kept (this run is refused).
+if HBVM_RECOVER_MODE == "run" and not hbvm_recover.locked(".snakemake"):
+    try:
+        hbvm_locks.hold_studies(RESULTS, STUDIES, config.get("lock_timeout", hbvm_locks.LOCK_TIMEOUT))
+    except hbvm_locks.Busy as exc:
+        raise WorkflowError(str(exc)) from None
 
 
 onstart:
