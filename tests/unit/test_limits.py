@@ -34,7 +34,8 @@ def test_the_estimated_size_is_the_size_of_the_store_written(tmp_path):
         cfg = config(tmp_path, problem=name, save_every=save_every, h=[0.05])
         study = expand_study("s", cfg["studies"]["s"], results=str(tmp_path))
         job = next(iter(study.jobs.values()))
-        run_to_store(job.store, get_problem(name), from_spec(job.method), job.h, job.t_end, save_every=save_every)
+        problem, method = get_problem(name), from_spec(job.method)
+        run_to_store(job.store, problem, method, job.h, job.t_end, save_every=save_every, backend="numpy")
         g = zarr.open_group(job.store, mode="r")
         written = sum(a.nbytes for _, a in g.arrays())
         assert job.stored_bytes(*study.dims) == written, name
