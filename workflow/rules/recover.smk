@@ -5,6 +5,8 @@
 # holds; a dry run only says what a run would do. The outputs a killed run left half-written are
 # recomputed by Snakemake (rerun-incomplete in the default workflow profile, profiles/default).
 # The run then holds results/<study>/.snakemake.lock of each study (hbvm_workflow.locks.hold_studies).
+import os
+
 from snakemake.logging import logger
 
 from hbvm_workflow import locks as hbvm_locks
@@ -15,10 +17,17 @@ if HBVM_RECOVER_MODE is not None:
     for _line in hbvm_recover.recover(".snakemake", dry_run=HBVM_RECOVER_MODE == "dry-run"):
         logger.warning(_line)
 # One run at a time builds a study, from any working directory: another one would delete the outputs of
-# the jobs it reruns while this one writes them. Not while Snakemake's lock is kept (this run is refused).
+# the jobs it reruns while this one writes them. The default target's studies and those already on disk
+# (a study asked for by name on a fresh results folder is guarded by its jobs' locks only). Not while
+# Snakemake's lock is kept (this run is refused).
 if HBVM_RECOVER_MODE == "run" and not hbvm_recover.locked(".snakemake"):
+    _guarded = [
+        n
+        for n, s in STUDIES.items()
+        if os.path.isdir(os.path.join(RESULTS, n)) or (n in SELECTED and STUDY_TARGETS.get(s.kind, lambda n: [])(n))
+    ]
     try:
-        hbvm_locks.hold_studies(RESULTS, STUDIES, config.get("lock_timeout", hbvm_locks.LOCK_TIMEOUT))
+        hbvm_locks.hold_studies(RESULTS, _guarded, config.get("lock_timeout", hbvm_locks.LOCK_TIMEOUT))
     except hbvm_locks.Busy as exc:
         raise WorkflowError(str(exc)) from None
 
