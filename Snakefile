@@ -10,8 +10,9 @@ if "studies" not in config:
     configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 
 
-include: "workflow/rules/recover.smk"
 include: "workflow/rules/common.smk"
+# After the config checks (a bad config writes nothing), before Snakemake takes its lock.
+include: "workflow/rules/recover.smk"
 # Hook for further study kinds (work_precision, long_time); before the solve and aggregate
 # rules, which build the default target's studies (with these kinds' targets registered) together.
 if os.path.exists(os.path.join(workflow.basedir, "workflow", "rules", "beyond.smk")):

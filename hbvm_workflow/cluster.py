@@ -2,15 +2,19 @@
 
 - default (``cluster: local``): a LocalCluster of ``n_workers`` (default: the
   rule's threads) single-threaded worker processes, every socket on 127.0.0.1,
-  no dashboard; worker processes are forked (``start_method: fork``, the default
+  no dashboard, TLS with temporary credentials (a client without them is
+  refused); worker processes are forked (``start_method: fork``, the default
   on Linux: a worker is up in well under a second, against seconds for a spawned
   interpreter that re-imports everything);
 - ``address: tcp://host:port`` or ``scheduler_file: path``: an existing scheduler
-  (``dask scheduler`` + ``dask worker`` started by the user);
+  (``dask scheduler`` + ``dask worker`` started by the user), reached with the
+  ``security`` settings given (TLS files), within ``timeout`` s (default 10; a
+  refused connection fails at once);
 - ``cluster: slurm``: a dask-jobqueue SLURMCluster: worker jobs of ``cores``
   single-threaded worker processes each (``memory``, ``walltime``, ``queue``,
   ``account``, ``job_extra_directives``, ``job_script_prologue``), as many as
-  the pending runs need up to ``jobs`` (default 8), cancelled on exit. Every
+  the pending runs need up to ``jobs`` (default 8), cancelled on exit, TLS with
+  temporary credentials (written for the worker jobs next to their logs). Every
   address is on ``scheduler_host`` (default 127.0.0.1: the workers must run on
   this node, as on a single-node test cluster); for workers on other nodes give
   ``interface`` (e.g. ib0) instead.
@@ -40,6 +44,8 @@ SLURM_DEFAULTS = {"cores": 1, "memory": "1GB", "log_directory": "logs/dask-slurm
 #: at most this many worker jobs unless dask.jobs says otherwise
 SLURM_MAX_JOBS = 8
 LOOPBACK = "127.0.0.1"
+#: seconds to reach an existing scheduler (config dask.timeout)
+CONNECT_TIMEOUT = 10.0
 
 
 def describe(dask_cfg: dict | None, threads: int) -> str:
@@ -67,12 +73,11 @@ def dask_client(dask_cfg: dict | None, threads: int = 1, env: dict | None = None
     from distributed import Client
 
     cfg = dict(dask_cfg or {})
-    timeout = cfg.get("timeout", 60)
+    timeout = float(cfg.get("timeout", CONNECT_TIMEOUT))
     if cfg.get("address") and cfg.get("scheduler_file"):
         raise ConfigError("dask: give address or scheduler_file, not both")
     if cfg.get("address") or cfg.get("scheduler_file"):
-        kw = {"address": cfg["address"]} if cfg.get("address") else {"scheduler_file": cfg["scheduler_file"]}
-        client = Client(timeout=timeout, **kw)
+        client = _connect(cfg, timeout)
         try:
             yield client
         finally:
@@ -84,13 +89,14 @@ def dask_client(dask_cfg: dict | None, threads: int = 1, env: dict | None = None
     method = cfg.get("start_method") or default_start_method()
     if method not in START_METHODS:
         raise ConfigError(f"dask.start_method = {method!r}: expected one of {', '.join(START_METHODS)}")
+    security = temporary_security()
     with dask.config.set({"distributed.worker.multiprocessing-method": method}):
         if kind == "local":
-            cluster = _local_cluster(cfg.get("n_workers") or max(1, int(threads)), env)
+            cluster = _local_cluster(cfg.get("n_workers") or max(1, int(threads)), env, security)
         else:
-            cluster = _slurm_cluster(cfg, env, tasks if tasks is not None else threads)
+            cluster = _slurm_cluster(cfg, env, tasks if tasks is not None else threads, security)
         try:
-            client = Client(cluster, timeout=timeout)
+            client = Client(cluster, timeout=timeout, security=security)
             try:
                 if kind == "slurm":
                     _wait_for_workers(client, cluster, cfg)
@@ -116,7 +122,69 @@ def default_start_method() -> str:
     return "fork" if sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods() else "spawn"
 
 
-def _local_cluster(n_workers: int, env: dict | None):
+def temporary_security():
+    """TLS with credentials made for this cluster only: a client without them cannot connect."""
+    from distributed.security import Security
+
+    return Security.temporary()
+
+
+def user_security(cfg: dict):
+    """The ``dask.security`` settings for an existing scheduler (None: Dask's own config decides)."""
+    from distributed.security import Security
+
+    sec = cfg.get("security")
+    if not sec:
+        return None
+    for key in ("tls_ca_file", "tls_client_cert", "tls_client_key"):
+        if sec.get(key) and not os.path.isfile(sec[key]):
+            raise ConfigError(f"dask.security.{key} = {sec[key]!r}: no such file")
+    return Security(**sec)
+
+
+def _connect(cfg: dict, timeout: float):
+    """A Client of an existing scheduler; HBVMError naming it if it cannot be reached within ``timeout`` s."""
+    from distributed import Client
+
+    where = (
+        f"dask.address = {cfg['address']!r}"
+        if cfg.get("address")
+        else f"dask.scheduler_file = {cfg['scheduler_file']!r}"
+    )
+    if cfg.get("scheduler_file") and not os.path.isfile(cfg["scheduler_file"]):
+        raise HBVMError(f"{where}: no such file (is the scheduler running?)")
+    kw = {"address": cfg["address"]} if cfg.get("address") else {"scheduler_file": cfg["scheduler_file"]}
+    security = user_security(cfg)
+    if cfg.get("address"):
+        _reachable(cfg["address"], timeout, where)
+    with dask.config.set({"distributed.comm.timeouts.connect": f"{timeout}s"}):
+        try:
+            return Client(timeout=timeout, security=security, **kw)
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise HBVMError(
+                f"{where}: cannot reach the Dask scheduler within {timeout:g} s ({type(exc).__name__}: {exc}); "
+                "start it, fix the address, or raise dask.timeout"
+            ) from exc
+
+
+def _reachable(address: str, timeout: float, where: str) -> None:
+    """Fail at once (HBVMError naming ``where``) when a tcp/tls address refuses connections: Dask
+    itself retries a refused connection until its timeout."""
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(address)
+    if url.scheme not in ("tcp", "tls") or not url.hostname or not url.port:
+        return
+    try:
+        socket.create_connection((url.hostname, url.port), timeout=timeout).close()
+    except OSError as exc:
+        raise HBVMError(
+            f"{where}: cannot reach the Dask scheduler ({exc.strerror or exc}); start it or fix the address"
+        ) from exc
+
+
+def _local_cluster(n_workers: int, env: dict | None, security=None):
     from distributed import LocalCluster
 
     if os.getcwd() not in sys.path:  # forked workers inherit sys.path, spawned ones read PYTHONPATH
@@ -126,6 +194,8 @@ def _local_cluster(n_workers: int, env: dict | None):
         threads_per_worker=1,
         processes=True,
         host="127.0.0.1",
+        protocol="tls://" if security is not None else None,
+        security=security,
         dashboard_address=None,
         worker_dashboard_address=None,
         # no dashboard; the scheduler's remaining HTTP routes (health) on a free loopback port
@@ -182,7 +252,7 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
-def _slurm_cluster(cfg: dict, env: dict | None, tasks: int):
+def _slurm_cluster(cfg: dict, env: dict | None, tasks: int, security=None):
     """A dask-jobqueue SLURMCluster scaled to the pending runs (``slurm_options``, ``slurm_jobs``)."""
     try:
         from dask_jobqueue import SLURMCluster
@@ -190,13 +260,24 @@ def _slurm_cluster(cfg: dict, env: dict | None, tasks: int):
         raise ConfigError(f"dask.cluster = 'slurm' needs dask-jobqueue ({exc})") from None
     kw = slurm_options(cfg, env)
     os.makedirs(kw["log_directory"], exist_ok=True)
-    cluster = SLURMCluster(**kw)
+    cluster = SLURMCluster(**kw, **slurm_security(kw, security))
     try:
         cluster.scale(jobs=slurm_jobs(cfg, tasks))
     except BaseException:
         cluster.close()
         raise
     return cluster
+
+
+def slurm_security(kw: dict, security) -> dict:
+    """SLURMCluster keywords for TLS with ``security``: dask-jobqueue writes the workers' temporary
+    credentials into files in ``shared_temp_directory`` (the worker jobs' log folder, absolute), read by
+    the worker jobs' ``--tls-*`` options."""
+    if security is None:
+        return {}
+    folder = os.path.abspath(kw["log_directory"])
+    os.makedirs(folder, exist_ok=True)
+    return {"security": security, "protocol": "tls://", "shared_temp_directory": folder}
 
 
 def _wait_for_workers(client, cluster, cfg: dict) -> None:

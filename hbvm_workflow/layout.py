@@ -4,6 +4,8 @@
 <results>/<study>/runs/<label>/<run>.zarr.failed.json   a run whose iteration diverged
 <results>/<study>/.tmp/                             temporaries: written here, then renamed into place
 <results>/<study>/solve.json                        the manifest of the solve step
+<results>/<study>/.lock                             the study's writer lock (hbvm_workflow.locks)
+<results>/<study>/.snakemake.lock                   held by the Snakemake run that builds the study
 <results>/<study>/errors.zarr, errors.csv, timings.csv, table.{md,tex,html}, <study>.{png,pdf}
 <results>/beyond/<kind>.{png,pdf,md,csv}            the beyond-the-paper summaries
 logs/<study>/<step>.log                             one log per study and step
@@ -65,6 +67,17 @@ def run_name(h: float, n: int | None = None) -> str:
 def store_path(results: str, study: str, label: str, h: float, n: int | None = None) -> str:
     """<results>/<study>/runs/<label>/<run_name(h, n)>"""
     return os.path.join(runs_dir(results, study), label, run_name(h, n))
+
+
+def lock_path(results: str, study: str) -> str:
+    """<results>/<study>/.lock: held by the one process writing the study (hbvm_workflow.locks.study_lock)."""
+    return os.path.join(results, study, ".lock")
+
+
+def snakemake_lock_path(results: str, study: str) -> str:
+    """<results>/<study>/.snakemake.lock: held by the main process of the Snakemake run that builds the study
+    (from any working directory), so that another run deletes none of its outputs meanwhile."""
+    return os.path.join(results, study, ".snakemake.lock")
 
 
 def manifest_path(results: str, study: str) -> str:

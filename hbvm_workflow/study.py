@@ -101,6 +101,10 @@ STEP_NODE_S = 1e-6
 NUMPY_STEP_NODE_S = 1e-4
 #: solve_workers: the least work (s) that pays for a second worker process of a study's solve job
 WORK_PER_WORKER_S = 5.0
+#: config ``limits`` defaults: the largest run the workflow starts without being told (check_limits)
+LIMITS = {"max_steps": 1e8, "max_bytes": 20e9}
+#: the most rows of a Zarr chunk (schema.yaml: chunk): a chunk is built in memory
+MAX_CHUNK = 2**22
 
 
 @dataclass
@@ -160,6 +164,14 @@ class Job:
     def cost(self) -> float:
         """Relative cost (steps x quadrature nodes), for scheduling the longest jobs first."""
         return self.steps * max(1, int(self.method.get("k", 1)))
+
+    def stored_bytes(self, m: int, nu: int) -> int:
+        """The size of the run's store, uncompressed: per saved point t, q, p, H, g, hc (storage.ZarrSink.SPEC),
+        per saved step tstep, lam (8 bytes each) and iterations (4 bytes)."""
+        from .storage import saved_rows
+
+        points, steps = saved_rows(self.steps, self.save_every)
+        return points * 8 * (2 + 2 * m + 2 * nu) + steps * (8 + 8 * nu + 4)
 
     def estimated_seconds(self) -> float:
         """A rough wall time of the run on one core, for sizing a solve job (``solve_workers``).
@@ -246,6 +258,8 @@ class Study:
             self.instance = get_problem(self.problem, **self.params)
         return self.instance
 
+    dims: tuple[int, int] = (0, 0)  # (m, nu) of the problem
+
     @property
     def dir(self) -> str:
         return os.path.join(self.results, self.name)
@@ -277,7 +291,48 @@ def load_studies(config: dict, schema: str | os.PathLike | None = None, check_sc
     for name in config.get("select") or []:
         if name not in out:
             raise ConfigError(f"config: select: unknown study {name!r} (studies are {', '.join(out)})")
+    check_limits(out, config.get("limits") or {}, results)
     return out
+
+
+def check_limits(studies: dict[str, Study], limits: dict, results: str = "results") -> int:
+    """Refuse (ConfigError naming the run, its size and the key to raise) a run above ``limits.max_steps``
+    or ``limits.max_bytes``, or stores not yet written that together exceed the free space of the results
+    folder. Returns the bytes the missing stores will take."""
+    import shutil
+
+    limits = {**LIMITS, **limits}
+    missing = 0
+    for name, study in studies.items():
+        m, nu = study.dims
+        for job in sorted(study.jobs.values(), key=lambda j: -j.steps):  # the largest run named first
+            size = job.stored_bytes(m, nu)
+            what = (
+                f"studies.{name}: run {job.id} takes {job.steps:.3g} steps and stores {size / 1e9:.3g} GB "
+                f"(about {_duration(job.estimated_seconds())} on one core)"
+            )
+            for key, value in (("max_steps", job.steps), ("max_bytes", size)):
+                if value > limits[key]:
+                    raise ConfigError(f"{what}: above limits.{key} = {limits[key]:.3g}; raise limits.{key} to run it")
+            if not os.path.isdir(job.store):
+                missing += size
+    folder = os.path.abspath(results)
+    while not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    free = shutil.disk_usage(folder).free
+    if missing > free:
+        raise ConfigError(
+            f"results = {results!r}: the runs to compute store {missing / 1e9:.3g} GB, more than the "
+            f"{free / 1e9:.3g} GB free in {folder}; free space, or give results a larger disk"
+        )
+    return missing
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.3g} {unit}"
+    return f"{seconds:.2g} s"
 
 
 def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
@@ -286,7 +341,6 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
     from hbvm_core.integrate import number_of_steps
     from hbvm_core.methods import from_spec
     from hbvm_core.metrics import ErrorConvention
-    from hbvm_core.problems import get_problem
 
     where = f"studies.{name}"
     cfg = {**STUDY_DEFAULTS, "plot": KINDS.get(cfg.get("kind", "convergence"), ("convergence",))[0], **cfg}
@@ -298,14 +352,10 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
     for key in ("problem", "methods", "errors"):
         if key not in cfg:
             raise ConfigError(f"{where}: missing key {key!r}")
-    try:
-        problem = get_problem(cfg["problem"], **dict(cfg["params"]))
-    except ConfigError as exc:
-        raise ConfigError(f"{where}.{exc}") from None
-    except TypeError as exc:
-        raise ConfigError(f"{where}.params = {cfg['params']!r}: {exc}") from None
-    except (ProblemError, NonFiniteError) as exc:  # a user problem that cannot be integrated
-        raise ConfigError(f"{where}.problem = {cfg['problem']!r}: {exc}") from None
+    chunk = cfg["chunk"]
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or not 1 <= chunk <= MAX_CHUNK:
+        raise ConfigError(f"{where}.chunk = {chunk!r}: expected an integer from 1 to {MAX_CHUNK} (rows per chunk)")
+    problem = build_problem(where, cfg["problem"], dict(cfg["params"]))
     period = problem.period
     problem_fp = problem_fingerprint(problem)
 
@@ -422,7 +472,43 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
         results=results,
         cfg=cfg,
         instance=problem,
+        dims=(int(problem.m), int(problem.nu)),
     )
+
+
+def build_problem(where: str, spec: str, params: dict):
+    """The study's problem from ``spec`` and ``params``; ConfigError with one line naming the study, the spec
+    and the exception when the module fails to import, the params do not fit the factory's signature
+    (bad params), or the factory raises (its own error, reported as such, whatever its type)."""
+    import inspect
+
+    from hbvm_core import Problem
+    from hbvm_core.problems import resolve_factory
+
+    what = f"{where}.problem = {spec!r}"
+    try:
+        factory = resolve_factory(spec)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}.{exc}") from None
+    except Exception as exc:  # the module raised while importing (SyntaxError, NameError, ...)
+        raise ConfigError(f"{what}: importing {spec.partition(':')[0]!r} raised {type(exc).__name__}: {exc}") from None
+    try:
+        inspect.signature(factory).bind(**params)
+    except TypeError as exc:  # the factory's call signature does not take these params
+        raise ConfigError(f"{where}.params = {params!r}: {exc}") from None
+    except ValueError:  # no signature to check (a builtin): the call tells
+        pass
+    try:
+        problem = factory(**params)
+    except (ProblemError, NonFiniteError) as exc:  # a user problem that cannot be integrated
+        raise ConfigError(f"{what}: {exc}") from None
+    except ConfigError as exc:
+        raise ConfigError(f"{where}.{exc}" if str(exc).startswith("problem") else f"{what}: {exc}") from None
+    except Exception as exc:
+        raise ConfigError(f"{what}: the factory raised {type(exc).__name__}: {exc}") from None
+    if not isinstance(problem, Problem):
+        raise ConfigError(f"{what}: factory returned {type(problem).__name__}, expected a Problem")
+    return problem
 
 
 def step_sizes(rule: dict, period: float | None, where: str) -> list[tuple[int | None, float, float]]:

@@ -79,3 +79,13 @@ def nan_later(y_max: float = -0.8):
         return out
 
     return _pendulum("nan_later", grad_U=grad_U)
+
+
+def raises():
+    """A factory whose body fails (a user's bug, not a problem with the params)."""
+    raise RuntimeError("the factory broke on purpose")
+
+
+def type_error_inside(scale=1.0):
+    """A TypeError raised inside the factory body: its own bug, not bad params."""
+    return _pendulum("type_error_inside", q0=[0.0, -1.0 * scale]) + 1

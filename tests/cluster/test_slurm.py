@@ -237,7 +237,7 @@ def test_the_rules_run_as_slurm_jobs_with_the_shipped_profile(tmp_path, local_er
     assert "localrule all" in out  # only the target rule ran here
 
     # the runs were computed inside the solve job, on its LocalCluster on loopback; the numbers are the local ones
-    assert all(w.startswith("tcp://127.0.0.1:") for w in workers_of(tmp_path))
+    assert all(w.startswith("tls://127.0.0.1:") for w in workers_of(tmp_path))  # TLS: temporary credentials
     assert f"LocalCluster ({WORKERS} worker processes" in (tmp_path / "logs" / "tiny" / "solve.log").read_text()
     assert_same_errors(tmp_path / "results" / "tiny" / "errors.csv", local_errors)
 
@@ -285,11 +285,11 @@ def test_dask_workers_run_as_slurm_jobs(tmp_path, local_errors, record_property)
 
     # every run was computed on one of those workers, and every worker address was on loopback
     logs = {i: (tmp_path / "logs" / "dask-slurm" / f"dask-worker-{i}.err").read_text() for i in jobs}
-    # "Start Nanny at: 'tcp://...'", "Start worker at: tcp://...", "dashboard at: 127.0.0.1:port"
+    # "Start Nanny at: 'tls://...'", "Start worker at: tls://...", "dashboard at: 127.0.0.1:port"
     listen = re.compile(r"(?:Start Nanny|Start worker|dashboard) at:\s+'?([^'\s]+)'?$", re.M)
     addresses = {i: listen.findall(text) for i, text in logs.items()}
     assert all(len(a) == 3 for a in addresses.values()), addresses
-    assert all(re.fullmatch(r"(tcp://)?127\.0\.0\.1:\d+", a) for a in sum(addresses.values(), [])), addresses
+    assert all(re.fullmatch(r"(tls://)?127\.0\.0\.1:\d+", a) for a in sum(addresses.values(), [])), addresses
     started = {m for t in logs.values() for m in re.findall(r"Start worker at:\s+(\S+)", t)}
     assert workers_of(tmp_path) <= started
     log = (tmp_path / "logs" / "tiny" / "solve.log").read_text()
@@ -322,7 +322,7 @@ def test_the_worker_job_script_is_on_loopback_and_runs_this_python(tmp_path, mon
     from dask_jobqueue import SLURMCluster
 
     from hbvm_core.errors import ConfigError
-    from hbvm_workflow.cluster import slurm_jobs, slurm_options
+    from hbvm_workflow.cluster import slurm_jobs, slurm_options, slurm_security, temporary_security
 
     monkeypatch.chdir(tmp_path)
     cfg = {"cluster": "slurm", "cores": 2, "memory": "2GB", "walltime": "01:00:00", "queue": "short"}
@@ -339,6 +339,13 @@ def test_the_worker_job_script_is_on_loopback_and_runs_this_python(tmp_path, mon
     loopback = r"--host 127\.0\.0\.1 --dashboard-address 127\.0\.0\.1:0$"
     assert re.search(r"--nthreads 1 .*--nworkers 2 .*" + loopback, script, re.M)
     assert re.search(r"dask_worker tcp://127\.0\.0\.1:\d+ ", script)
+    # as the workflow starts it: TLS, the workers' temporary credentials in files next to their logs
+    with SLURMCluster(**kw, **slurm_security(kw, temporary_security())) as cluster:
+        script = cluster.job_script()
+        assert cluster.scheduler_address.startswith("tls://127.0.0.1:")
+    creds = re.findall(r"--tls-(?:ca-file|cert|key) (\S+)", script)
+    assert len(creds) == 3 and all(os.path.isfile(os.path.expandvars(c)) for c in creds), script
+    assert all(Path(c).parent == Path(kw["log_directory"]).resolve() for c in creds), creds
 
     # the number of worker jobs: one worker process per pending run, at most dask.jobs (default 8)
     assert [slurm_jobs({"cores": 1}, n) for n in (1, 3, 8, 20)] == [1, 3, 8, 8]

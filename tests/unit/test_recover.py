@@ -1,156 +1,134 @@
-"""hbvm_workflow.recover: the stale lock of a dead Snakemake is broken, every other lock is left alone.
+"""hbvm_workflow.recover: Snakemake's lock is broken only when no process of the run that took it is alive.
 
-The lock files and incomplete markers are written by Snakemake's own FilePersistence (the
-format the workflow meets after a kill); the owners are real processes: a child that has
-exited, a zombie, a live child, this process under a wrong start time (a reused pid).
+The lock files and incomplete markers are written by Snakemake's own FilePersistence (what a
+killed run leaves); the processes of the earlier run are real ones holding the run lock: a child
+that holds it, one that was SIGKILLed while holding it, and the grandchild it forked (an orphan).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from snakemake.cli import get_argument_parser
 from snakemake.persistence.file import FilePersistence
 
-from hbvm_workflow import recover
+from hbvm_workflow import locks, recover
 
 OUT = "results/s/errors.csv"
-ZARR = "results/s/errors.zarr"
-LONG = "results/s/" + "/".join(["d" * 60] * 4) + "/x.csv"  # its marker name exceeds NAME_MAX: split into folders
-INPUT = "results/s/solve.json"
-OTHER = "results/t/errors.csv"  # marked incomplete, but not an output of the dead run
 
 
 @pytest.fixture
-def workdir(tmp_path, monkeypatch) -> Path:
-    """A working directory as a killed run leaves it: outputs half-written, markers, the lock."""
+def workdir(tmp_path, monkeypatch) -> Iterator[Path]:
+    """A working directory as a killed run leaves it: an output half-written, its marker, the lock."""
     monkeypatch.chdir(tmp_path)
-    for key in (OUT, LONG, INPUT, OTHER):
-        Path(key).parent.mkdir(parents=True, exist_ok=True)
-        Path(key).write_text("half")
-    Path(ZARR, "e_s").mkdir(parents=True)
-    Path(ZARR, "zarr.json").write_text("{}")
+    monkeypatch.setattr(locks, "_held", {})  # this test process holds no run lock of its own yet
+    Path(OUT).parent.mkdir(parents=True)
+    Path(OUT).write_text("half")
     pers = FilePersistence(path=tmp_path / ".snakemake")
-    pers._write_locks("input", [INPUT])
-    pers._write_locks("output", [OUT, ZARR, LONG, "results/s/table.md"])
-    for key in (OUT, ZARR, LONG, OTHER, "results/s/table.md"):  # table.md: started, not written yet
-        pers._mark_incomplete(key, None)
-    return tmp_path
+    pers._write_locks("input", ["results/s/solve.json"])
+    pers._write_locks("output", [OUT])
+    pers._mark_incomplete(OUT, None)
+    yield tmp_path
+    release()
 
 
-def smk(workdir: Path) -> str:
-    return str(workdir / ".snakemake")
+def release() -> None:
+    """Let go of the run lock this (test) process took as a run's."""
+    for fd in locks._held.values():
+        os.close(fd)
+    locks._held.clear()
 
 
-def locks(workdir: Path) -> list[str]:
-    return recover.lock_files(smk(workdir))
+def lock_files(workdir: Path) -> list[str]:
+    folder = workdir / ".snakemake" / "locks"
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
 
 
-def state(workdir: Path) -> tuple:
-    files = sorted(str(p.relative_to(workdir)) for p in workdir.rglob("*") if p.is_file())
-    return files, [(p, os.stat(p).st_mtime_ns) for p in locks(workdir)]
+HOLDER = """
+import os, sys, time
+sys.path.insert(0, {root!r})
+from hbvm_workflow.locks import hold_run_lock
+hold_run_lock(".snakemake")
+if {fork}:
+    if os.fork() == 0:  # the orphan: holds the inherited lock after its parent is killed
+        time.sleep(60)
+        os._exit(0)
+print("held", flush=True)
+time.sleep(60)
+"""
 
 
-def dead_child() -> dict:
-    """The identity of a process that has exited (and been reaped)."""
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    ident = recover.process_identity(child.pid)
-    child.kill()
-    child.wait()
-    return ident
+def holder(fork: bool = False) -> subprocess.Popen:
+    """A process of the earlier run, holding the run lock (and, with ``fork``, a child that inherits it)."""
+    root = str(Path(__file__).resolve().parents[2])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER.format(root=root, fork=fork)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout.readline().strip() == "held"
+    return proc
 
 
-def test_markers_decode_to_the_output_paths(workdir):
-    markers = recover.incomplete_markers(smk(workdir))
-    assert set(markers) == {OUT, ZARR, LONG, OTHER, "results/s/table.md"}
-    assert Path(os.path.relpath(markers[LONG], smk(workdir))).parts[1].startswith("@")  # split past NAME_MAX
+def test_a_stale_lock_is_broken_and_this_run_holds_the_run_lock(workdir):
+    assert lock_files(workdir) == ["0.input.lock", "0.output.lock"]
+    assert recover.recover(".snakemake") == ["removed the stale lock of a run none of whose processes is running"]
+    assert lock_files(workdir) == []
+    # the incomplete output and its marker stay: Snakemake recomputes it (rerun-incomplete)
+    assert Path(OUT).read_text() == "half" and any((workdir / ".snakemake" / "incomplete").iterdir())
+    assert locks.run_alive(".snakemake") and locks.run_lock_holders(".snakemake") == [os.getpid()]
+    assert recover.recover(".snakemake") == []  # nothing left to do
 
 
-def test_a_dead_owner_s_lock_and_half_written_outputs_are_removed(workdir):
-    record = recover.record_owner(smk(workdir), locks(workdir), owner=dead_child())
-    assert recover.owner_state(record) == "dead"
-    messages = recover.recover(smk(workdir))
-    pid = record["pid"]
-    assert messages == [
-        f"removed {LONG}, left incomplete by snakemake pid {pid} (not running)",
-        f"removed {OUT}, left incomplete by snakemake pid {pid} (not running)",
-        f"removed {ZARR}, left incomplete by snakemake pid {pid} (not running)",
-        f"removed the incomplete marker of results/s/table.md (not written) by snakemake pid {pid} (not running)",
-        f"removed the stale lock of snakemake pid {pid} (not running): 0.input.lock, 0.output.lock",
-    ]
-    assert not locks(workdir) and recover.read_owner(smk(workdir)) is None
-    assert not any(os.path.lexists(p) for p in (OUT, ZARR, LONG))
-    # the dead run's input and another run's incomplete output stay, with its marker
-    assert Path(INPUT).read_text() == "half" and Path(OTHER).read_text() == "half"
-    assert set(recover.incomplete_markers(smk(workdir))) == {OTHER}
-    assert recover.recover(smk(workdir)) == []  # nothing left to do
+def test_a_dry_run_only_says_what_a_run_would_do(workdir):
+    messages = recover.recover(".snakemake", dry_run=True)
+    assert messages == ["would break the stale lock of a run none of whose processes is running"]
+    assert lock_files(workdir) == ["0.input.lock", "0.output.lock"] and not locks.run_alive(".snakemake")
 
 
-def test_a_dry_run_only_says_what_a_run_would_remove(workdir):
-    record = recover.record_owner(smk(workdir), locks(workdir), owner=dead_child())
-    before = state(workdir)
-    messages = recover.recover(smk(workdir), dry_run=True)
-    assert messages[0] == f"would remove {LONG}, left incomplete by snakemake pid {record['pid']} (not running)"
-    assert messages[-1].startswith(f"would remove the stale lock of snakemake pid {record['pid']} (not running)")
-    assert state(workdir) == before
-
-
-def test_ignore_incomplete_breaks_the_lock_but_keeps_the_outputs(workdir):
-    recover.record_owner(smk(workdir), locks(workdir), owner=dead_child())
-    assert len(recover.recover(smk(workdir), outputs=False)) == 1
-    assert not locks(workdir) and Path(OUT).exists() and OUT in recover.incomplete_markers(smk(workdir))
-
-
-def test_a_reused_pid_or_a_zombie_is_not_the_owner(workdir):
-    me = recover.this_process()
-    assert recover.owner_state(me) == "alive"
-    assert recover.owner_state({**me, "start": me["start"] - 1}) == "dead"  # this pid, another process
-    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
-    ident = recover.process_identity(zombie.pid)
+def test_a_live_process_of_the_run_keeps_the_lock(workdir):
+    proc = holder()
     try:
-        t0 = time.monotonic()
-        while recover.process_start(zombie.pid)[0] != "Z":  # exited, not yet reaped
-            assert time.monotonic() - t0 < 30
-            time.sleep(0.01)
-        assert recover.owner_state(ident) == "dead"
+        messages = recover.recover(".snakemake", dry_run=True) + recover.recover(".snakemake")
+        assert len(messages) == 2 and all(m.startswith("kept the lock of this working directory") for m in messages)
+        assert f"pids {proc.pid}" in messages[0]
+        assert lock_files(workdir) == ["0.input.lock", "0.output.lock"]
     finally:
-        zombie.wait()
+        proc.kill()
+        proc.wait()
+    release()  # the refused run ends
+    # the kernel released its lock with it
+    assert recover.recover(".snakemake")[0].startswith("removed the stale lock")
 
 
-@pytest.mark.parametrize("case", ["live owner", "no owner record", "other host", "lock written after the record"])
-def test_a_lock_not_provably_stale_is_left_alone(workdir, case):
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+def test_an_orphan_of_a_killed_process_keeps_the_lock_until_it_ends(workdir):
+    proc = holder(fork=True)
+    proc.kill()  # SIGKILL the process that took the lock; its forked child lives on
+    proc.wait()
     try:
-        if case == "live owner":
-            recover.record_owner(smk(workdir), locks(workdir), owner=recover.process_identity(child.pid))
-        elif case == "other host":
-            recover.record_owner(smk(workdir), locks(workdir), owner={**dead_child(), "host": "elsewhere"})
-        elif case == "lock written after the record":  # the owner died; a new run has locked, not yet recorded
-            recover.record_owner(smk(workdir), locks(workdir), owner=dead_child())
-            for p in locks(workdir):
-                text = Path(p).read_text()
-                os.remove(p)
-                Path(p).write_text(text)
-        before = state(workdir)
-        assert recover.recover(smk(workdir)) == []
-        assert state(workdir) == before and len(locks(workdir)) == 2
-        assert set(recover.incomplete_markers(smk(workdir))) == {OUT, ZARR, LONG, OTHER, "results/s/table.md"}
+        assert locks.run_alive(".snakemake")
+        assert recover.recover(".snakemake", dry_run=True)[0].startswith("kept the lock")
+        assert lock_files(workdir) == ["0.input.lock", "0.output.lock"]
     finally:
-        child.kill()
-        child.wait()
+        os.killpg(proc.pid, signal.SIGKILL)  # the orphan, in the holder's session
+    t0 = time.monotonic()
+    while locks.run_alive(".snakemake"):
+        assert time.monotonic() - t0 < 30
+        time.sleep(0.02)
+    assert recover.recover(".snakemake")[0].startswith("removed the stale lock")
 
 
-def test_release_removes_only_the_callers_record(workdir):
-    recover.record_owner(smk(workdir), locks(workdir), owner=dead_child())
-    assert not recover.release_owner(smk(workdir)) and recover.read_owner(smk(workdir)) is not None
-    recover.record_owner(smk(workdir), locks(workdir))
-    assert recover.read_owner(smk(workdir))["pid"] == os.getpid()
-    assert recover.release_owner(smk(workdir)) and recover.read_owner(smk(workdir)) is None
+def test_no_lock_nothing_to_do(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert recover.recover(".snakemake", dry_run=True) == [] and not os.path.exists(".snakemake/hbvm-run.lock")
 
 
 @pytest.fixture(scope="module")

@@ -72,6 +72,43 @@ CASES = [
         cfg(problem="bad_problems:not_a_problem", errors={"reference": "none"}),
         "studies.bad.problem = 'bad_problems:not_a_problem': factory returned dict, expected a Problem",
     ),
+    (
+        "factory raises",
+        cfg(problem="bad_problems:raises", errors={"reference": "none"}),
+        "studies.bad.problem = 'bad_problems:raises': the factory raised RuntimeError: the factory broke on purpose",
+    ),
+    (
+        "factory module raises on import",
+        cfg(problem="broken_problems:make"),
+        "studies.bad.problem = 'broken_problems:make': importing 'broken_problems' raised RuntimeError: "
+        "this module is broken on purpose",
+    ),
+    (
+        "TypeError inside the factory",
+        cfg(problem="bad_problems:type_error_inside", errors={"reference": "none"}),
+        "studies.bad.problem = 'bad_problems:type_error_inside': the factory raised TypeError: unsupported operand",
+    ),
+    (
+        "params the factory does not take",
+        cfg(problem="bad_problems:type_error_inside", params={"bogus": 1}, errors={"reference": "none"}),
+        "studies.bad.params = {'bogus': 1}: got an unexpected keyword argument 'bogus'",
+    ),
+    (
+        "a run of 10^10 steps",
+        cfg(h=[1e-10]),
+        "studies.bad: run hbvm_k2_s2/h=1e-10 takes 1e+10 steps and stores 840 GB (about 23.1 days on one core): "
+        "above limits.max_steps = 1e+08; raise limits.max_steps to run it",
+    ),
+    (
+        "a store above limits.max_bytes",
+        {**cfg(), "limits": {"max_bytes": 1000}},
+        "studies.bad: run hbvm_k2_s2/h=0.05 takes 20 steps and stores 1.74e-06 GB",
+    ),
+    (
+        "chunk of 10^11 rows",
+        cfg(chunk=10**11),
+        "config.studies.bad.chunk = 100000000000: 100000000000 is greater than the maximum of 4194304",
+    ),
     ("k < s", cfg(methods=[{"k": 1, "s": 2}]), "studies.bad.methods[0]: k = 1 < s = 2; HBVM(k, s) needs k >= s"),
     ("s < 1", cfg(methods=[{"k": 1, "s": 0}]), "config.studies.bad.methods[0].s = 0: 0 is less than the minimum of 1"),
     ("h <= 0", cfg(h=[0.1, 0.0]), "config.studies.bad.h[1] = 0.0: 0.0 is less than or equal to the minimum of 0"),
@@ -177,6 +214,9 @@ CASES = [
 IDS = [c[0] for c in CASES]
 #: checked in-process only (the same functions common.smk calls), to keep the Snakemake start-ups few
 API_ONLY = {
+    "TypeError inside the factory",
+    "params the factory does not take",
+    "a store above limits.max_bytes",
     "factory not in the module",
     "factory returns no Problem",
     "h = .inf",
@@ -241,6 +281,7 @@ def test_bad_config_fails_before_any_job_with_one_line(outcomes, case):
     workdir, proc = outcomes[name]
     out = proc.stdout
     assert proc.returncode != 0, out[-2000:]
+    assert "Traceback" not in out, out[-3000:]
     lines = [line for line in out.splitlines() if line.startswith("bad config: ")]
     assert len(lines) == 1, out[-3000:]
     assert fragment in lines[0], f"expected {fragment!r} in\n{lines[0]}"

@@ -113,7 +113,7 @@ def test_diverging_and_stalling_runs_are_failed_rows(solved):
     assert [(t["method"], t["h"], t["steps"], t["status"]) for t in timings] == [
         (r["method"], r["h"], r["steps"], r["status"]) for r in rows
     ]
-    assert all(float(t["wall_s"]) > 0 and t["worker"].startswith("tcp://127.0.0.1:") for t in timings)
+    assert all(float(t["wall_s"]) > 0 and t["worker"].startswith("tls://127.0.0.1:") for t in timings)
     assert [t["backend"] for t in timings] == ["", "numpy", "numpy", "", "numpy", "numpy"]
 
     md = (res / "table.md").read_text()

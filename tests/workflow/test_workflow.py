@@ -155,7 +155,7 @@ def test_small_study_end_to_end_with_a_local_cluster(tmp_path):
 
     # the stores were computed on the cluster's workers, on loopback, in parallel processes
     workers = {read_attrs(str(p))["worker"] for p in stores(tmp_path, "tiny")}
-    assert all(w.startswith("tcp://127.0.0.1:") for w in workers) and len(workers) == 2
+    assert all(w.startswith("tls://127.0.0.1:") for w in workers) and len(workers) == 2
     log = (tmp_path / "logs" / "tiny" / "solve.log").read_text()
     assert "6 runs: 0 reused, 6 to compute" in log and "LocalCluster (2 worker processes" in log
     assert re.search(r"6/6 hbvm_k\d_s\d/n=\d: ok, \d+ steps", log)

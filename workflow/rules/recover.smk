@@ -1,45 +1,37 @@
-# Resume after a kill with the same command (hbvm_workflow/recover.py). Included first, so
-# that it runs at parse time, before Snakemake checks its lock and incomplete markers:
-#
-# - here, in the main process of a run that executes the workflow (not a job subprocess of an
-#   executor, not --nolock / --touch / --unlock or another non-executing action): if the lock in
-#   .snakemake/locks is the one a dead Snakemake recorded as its own, delete the outputs it left
-#   half-written, their incomplete markers, the lock and the record, one warning line each; a dry
-#   run only says what a run would remove;
-# - onstart (Snakemake calls it once it holds the lock and has jobs to run; not in dry runs or with
-#   --no-hooks): record this process as the owner of its lock files in .snakemake/hbvm-owner.json;
-# - onsuccess / onerror: remove that record again.
-#
-# Snakemake keeps one handler of each kind: a later onstart/onsuccess/onerror replaces these
-# (call hbvm_workflow.recover.record_owner / release_owner from it then).
+# Resume after a kill with the same command (hbvm_workflow/recover.py). It runs at parse time, before
+# Snakemake checks its lock (after common.smk's config checks): in the main process of a run that executes
+# the workflow, Snakemake's lock is broken (as --unlock does) only when no process of the run that
+# took it is alive -- the kernel tells, by the run lock .snakemake/hbvm-run.lock that each of them
+# holds; a dry run only says what a run would do. The outputs a killed run left half-written are
+# recomputed by Snakemake (rerun-incomplete in the default workflow profile, profiles/default).
+# The run then holds results/<study>/.snakemake.lock of each study (hbvm_workflow.locks.hold_studies).
 import os
 
 from snakemake.logging import logger
 
+from hbvm_workflow import locks as hbvm_locks
 from hbvm_workflow import recover as hbvm_recover
 
-_args = hbvm_recover.cli_args()
-HBVM_RECOVER_MODE = hbvm_recover.mode(_args, workflow.is_main_process)
+HBVM_RECOVER_MODE = hbvm_recover.mode(hbvm_recover.cli_args(), workflow.is_main_process)
 if HBVM_RECOVER_MODE is not None:
-    for _line in hbvm_recover.recover(
-        os.path.abspath(".snakemake"),
-        dry_run=HBVM_RECOVER_MODE == "dry-run",
-        outputs=not getattr(_args, "ignore_incomplete", False),
-    ):
+    for _line in hbvm_recover.recover(".snakemake", dry_run=HBVM_RECOVER_MODE == "dry-run"):
         logger.warning(_line)
+# One run at a time builds a study, from any working directory: another one would delete the outputs of
+# the jobs it reruns while this one writes them. The default target's studies and those already on disk
+# (a study asked for by name on a fresh results folder is guarded by its jobs' locks only). Not while
+# Snakemake's lock is kept (this run is refused).
+if HBVM_RECOVER_MODE == "run" and not hbvm_recover.locked(".snakemake"):
+    _guarded = [
+        n
+        for n, s in STUDIES.items()
+        if os.path.isdir(os.path.join(RESULTS, n)) or (n in SELECTED and STUDY_TARGETS.get(s.kind, lambda n: [])(n))
+    ]
+    try:
+        hbvm_locks.hold_studies(RESULTS, _guarded, config.get("lock_timeout", hbvm_locks.LOCK_TIMEOUT))
+    except hbvm_locks.Busy as exc:
+        raise WorkflowError(str(exc)) from None
 
 
 onstart:
-    if HBVM_RECOVER_MODE == "run":
-        try:
-            hbvm_recover.record_owner(str(workflow.persistence.path), hbvm_recover.workflow_locks(workflow))
-        except OSError as exc:
-            logger.warning(f"could not record this run as the owner of its lock ({exc}): resume with --unlock")
-
-
-onsuccess:
-    hbvm_recover.release_owner(str(workflow.persistence.path))
-
-
-onerror:
-    hbvm_recover.release_owner(str(workflow.persistence.path))
+    # a run started through the Python API holds the run lock too, once it runs jobs
+    hbvm_locks.hold_run_lock(".snakemake")

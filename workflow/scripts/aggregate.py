@@ -36,6 +36,14 @@ def aggregate_study(name: str, cfg: dict, results: str, out: dict, log_path: str
 
 
 def main(smk) -> None:
+    from hbvm_workflow.jobs import job_locks, one_line_errors
+
+    with one_line_errors(smk.log), job_locks(smk.config, list(smk.params.studies)):
+        aggregate_all(smk)
+
+
+def aggregate_all(smk) -> None:
+    """The aggregate step of the studies of the job, holding their locks."""
     import matplotlib
 
     matplotlib.use("Agg")

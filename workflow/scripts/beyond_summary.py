@@ -6,6 +6,14 @@ import time
 
 
 def main(smk) -> None:
+    from hbvm_workflow.jobs import job_locks, one_line_errors
+
+    # the run lock, and the lock of the folder it writes (results/<study>/ or results/beyond/)
+    with one_line_errors(smk.log), job_locks(smk.config, ["beyond"]):
+        write(smk)
+
+
+def write(smk) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

@@ -143,11 +143,19 @@ def write_manifest(study, summary: dict, path: str) -> dict:
 
 
 def main(smk) -> None:
+    from hbvm_workflow.jobs import job_locks, one_line_errors
+
+    names = list(smk.params.studies)
+    with one_line_errors(smk.log), job_locks(smk.config, names):
+        solve(smk, names)
+
+
+def solve(smk, names: list) -> None:
+    """The solve step of the studies ``names``, holding their locks."""
     from hbvm_workflow.jobs import as_list, study_logger
     from hbvm_workflow.study import expand_study
 
     config = smk.config
-    names = list(smk.params.studies)
     manifests = dict(zip(names, as_list(smk.output.manifest)))
     logs = {name: study_logger("solve", name, path) for name, path in zip(names, as_list(smk.log))}
     t0 = time.perf_counter()
