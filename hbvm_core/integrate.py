@@ -118,8 +118,7 @@ def _select_runner(problem: Problem, method, backend: str):
     if backend not in ("auto", "numpy", "numba"):
         raise ConfigError(f"backend = {backend!r}: expected auto, numpy or numba")
     if backend != "numpy":
-        compiled = getattr(method, "compiled_runner", None)
-        runner = compiled(problem) if compiled is not None else None
+        runner = method.compiled_runner(problem)
         if runner is not None:
             return runner
         if backend == "numba":
