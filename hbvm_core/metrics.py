@@ -1,4 +1,4 @@
-"""Error metrics of a trajectory and observed rates (METHOD.md section 5).
+"""Error metrics of a trajectory and observed rates (docs/method.md section 5).
 
 e_s      = max over sample times of ||y_n - y_ref(t_n)||   (y = (q, p))
 e_lambda = max over sample step times of ||lam_n - lambda_ref(t_n)||
@@ -169,7 +169,7 @@ def rates(h, e) -> np.ndarray:
     return out
 
 
-#: The paper's conventions (METHOD.md section 5).
+#: The paper's conventions (docs/method.md section 5).
 PUBLISHED = {
     "table1": ErrorConvention(reference="exact", norm=1, sample="all"),
     "table2": ErrorConvention(reference="exact", norm="inf", sample="periods", lambda_sample="all"),
