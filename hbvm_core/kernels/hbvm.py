@@ -23,8 +23,8 @@ The problem's callbacks are inlined copies (1.6x on the conical pendulum).
 m, nu, M != I and the solver are compile-time constants of the generated
 module (another 2x: the loops over m and nu unroll). k and s are run-time
 values, so one compiled loop serves every HBVM(k, s); HBVM_SPECIALISE_KS=1
-fixes them too, one module per HBVM(k, s) (see ``runner.specialise_ks`` for
-what that gains).
+fixes them too, one module per HBVM(k, s): 1.0-1.7x faster depending on the
+problem and solver (measured: ``runner.specialise_ks``).
 """
 
 import numpy as np
