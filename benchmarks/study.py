@@ -5,7 +5,7 @@
 published: ``snakemake --cores 2`` on the seven published studies (table1-4,
 fig1-3) in a fresh working directory (a clean results folder), timed from
 start to finish. With the kernel cache warm (the default: the shipped
-problems' loops compiled once, e.g. by ``python -m hbvm_core.kernels warm``,
+problems' loops compiled once, e.g. by ``python -m hbvm_core kernels warm``,
 which this runs first, untimed) -- or, with --cold, with empty numba and
 kernel caches (NUMBA_CACHE_DIR, HBVM_KERNEL_CACHE in a temporary folder), so
 that the compiles are part of the time.
@@ -42,7 +42,7 @@ def published(cold: bool = False) -> dict:
             env["NUMBA_CACHE_DIR"] = os.path.join(tmp, "numba-cache")
             env["HBVM_KERNEL_CACHE"] = os.path.join(tmp, "kernel-cache")
         else:
-            warm = [sys.executable, "-m", "hbvm_core.kernels", "warm"]
+            warm = [sys.executable, "-m", "hbvm_core", "kernels", "warm"]
             subprocess.run(warm, check=True, env=env, capture_output=True)
         work = os.path.join(tmp, "work")
         os.makedirs(work)

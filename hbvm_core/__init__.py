@@ -1,7 +1,7 @@
 """hbvm_core: HBVM(k, s) line-integral methods for Hamiltonian systems with holonomic constraints.
 
 The method (``methods``), the problem (``problem``, ``problems``) and the time
-loop (``integrate``) are separate; METHOD.md is the contract for every formula.
+loop (``integrate``) are separate; docs/method.md is the contract for every formula.
 """
 
 from .errors import ConfigError, ConvergenceError, HBVMError, NonFiniteError, ProblemError

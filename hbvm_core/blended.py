@@ -1,7 +1,7 @@
-"""Simplified-Newton ("blended") iteration for the nonlinear system of one HBVM(k, s) step (METHOD.md 3).
+"""Simplified-Newton ("blended") iteration for the nonlinear system of one HBVM(k, s) step (docs/method.md 3).
 
 Unknowns gamma = (gamma_0..gamma_{s-1}) in R^{s x m} and lam in R^nu; with
-Q = q0 + h Ihat gamma, psi_j, rho_j as in METHOD.md 3 and v0 = M^{-1} p0, the
+Q = q0 + h Ihat gamma, psi_j, rho_j as in docs/method.md 3 and v0 = M^{-1} p0, the
 step solves
 
     F1(gamma, lam) = gamma - e_0 (x) v0 + h X M^{-1} (psi + rho lam) = 0          (B1)
@@ -18,7 +18,7 @@ gives the Newton matrix at the iterate (gamma, rho = rho(gamma))
 
 with K0 = d/dq [grad U + G lam0](q0), (Hg v)[c, i] = sum_a d G[c, i]/d q_a (q0) v_a
 (the Hessians of g_i applied to v) and lam0 the previous step's multiplier (on
-the first step the exact lambda(q0, p0) of METHOD.md 1 where the problem has
+the first step the exact lambda(q0, p0) of docs/method.md 1 where the problem has
 d2g, else 0: ``initial_multiplier``). K0 and Hg come from central differences
 of the problem's own grad_U and G at q0 +- delta e_a (delta = eps^(1/3)
 max(1, |q0_a|); 2m extra evaluation points per step), so the problem supplies
@@ -52,7 +52,7 @@ CBRT_EPS = float(np.finfo(float).eps) ** (1.0 / 3.0)
 
 
 def initial_multiplier(problem) -> np.ndarray:
-    """lam0 of the first step: lambda(q0, p0) (METHOD.md 1) when the problem has d2g, else zeros."""
+    """lam0 of the first step: lambda(q0, p0) (docs/method.md 1) when the problem has d2g, else zeros."""
     if problem.nu == 0 or problem.d2g is None:
         return np.zeros(problem.nu)
     return problem.multiplier(problem.q0[None, :], problem.p0[None, :])[0]

@@ -23,7 +23,7 @@ class NonFiniteError(HBVMError, FloatingPointError):
 
 
 class ConvergenceError(HBVMError, RuntimeError):
-    """The nonlinear iteration of one step did not converge (METHOD.md section 3)."""
+    """The nonlinear iteration of one step did not converge (docs/method.md section 3)."""
 
     def __init__(self, step: int, t: float, increment: float, iterations: int, reason: str = ""):
         self.step = step

@@ -1,7 +1,7 @@
 """The time loop: fixed steps of a method from (q0, p0), optionally compensated, saved in chunks.
 
 Kahan (compensated) summation of the increments q += dq, p += dp keeps the
-round-off of the update at one ulp (METHOD.md 3). Points are saved every
+round-off of the update at one ulp (docs/method.md 3). Points are saved every
 ``save_every`` steps (and at the end); a ``sink`` receives them in chunks of
 ``chunk`` saved points, so memory does not grow with the number of steps.
 """
@@ -77,12 +77,41 @@ def integrate(
     sink: Sink | None = None,
     backend: str = "auto",
 ) -> Trajectory:
-    """Integrate ``problem`` with ``method`` at step ``h`` on [0, t_end].
+    """Integrate ``problem`` with ``method`` at fixed step ``h`` on [0, t_end].
 
-    Returns a Trajectory (its arrays are empty when a ``sink`` other than the
-    in-memory one was given: the data went there). ``backend``: "auto" (compiled
-    kernel where the problem and method have one), "numpy" or "numba".
-    Raises ConvergenceError (naming step and time) if a step's iteration fails.
+    Parameters
+    ----------
+    problem : Problem
+        The constrained (or unconstrained) Hamiltonian system.
+    method : Method
+        E.g. ``HBVM(6, 2)``, ``RATTLE()``, ``DOP853(1e-10)`` (``hbvm_core.methods``).
+    h, t_end : float
+        Step size and end time; ``t_end / h`` must be a whole number.
+    compensated : bool
+        Kahan summation of the q, p increments (docs/method.md 3).
+    save_every : int
+        Keep every ``save_every``-th point (and the last).
+    chunk : int
+        Rows per block handed to ``sink``.
+    sink : Sink, optional
+        Receives the trajectory in blocks; default: kept in memory.
+    backend : {"auto", "numpy", "numba"}
+        "auto": the compiled loop where the problem and method have one.
+
+    Returns
+    -------
+    Trajectory
+        Points, multipliers, iterations and attrs; its arrays are empty when a
+        ``sink`` was given (the data went there).
+
+    Raises
+    ------
+    ConfigError
+        For a bad h, t_end, save_every, chunk or backend, or backend="numba" without a compiled loop.
+    ConvergenceError
+        When a step's iteration fails (naming the step and time).
+    NonFiniteError
+        When a callback returns NaN/inf at a step's stages.
     """
     N = number_of_steps(h, t_end)
     if not (isinstance(save_every, (int, np.integer)) and save_every >= 1):
@@ -118,8 +147,7 @@ def _select_runner(problem: Problem, method, backend: str):
     if backend not in ("auto", "numpy", "numba"):
         raise ConfigError(f"backend = {backend!r}: expected auto, numpy or numba")
     if backend != "numpy":
-        compiled = getattr(method, "compiled_runner", None)
-        runner = compiled(problem) if compiled is not None else None
+        runner = method.compiled_runner(problem)
         if runner is not None:
             return runner
         if backend == "numba":

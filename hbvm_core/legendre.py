@@ -1,4 +1,4 @@
-"""Shifted orthonormal Legendre basis and Gauss-Legendre quadrature on [0, 1] (METHOD.md section 2)."""
+"""Shifted orthonormal Legendre basis and Gauss-Legendre quadrature on [0, 1] (docs/method.md section 2)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def gauss_legendre(k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def integrated_legendre(s: int, c: np.ndarray) -> np.ndarray:
-    """Ihat[i, j] = int_0^{c_i} P_j for j < s (METHOD.md section 2)."""
+    """Ihat[i, j] = int_0^{c_i} P_j for j < s (docs/method.md section 2)."""
     P = shifted_legendre(s, c)
     Ihat = np.empty((len(c), s))
     Ihat[:, 0] = c

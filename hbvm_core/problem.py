@@ -1,4 +1,4 @@
-"""The problem API: a constrained Hamiltonian system (METHOD.md section 1).
+"""The problem API: a constrained Hamiltonian system (docs/method.md section 1).
 
     H(q, p) = 1/2 p^T M^{-1} p + U(q),   g(q) = 0,   G(q) = grad g(q)
 
@@ -34,15 +34,44 @@ CONSISTENCY_TOL = 1e-10
 
 @dataclass
 class Problem:
-    """A constrained (nu >= 1) or unconstrained (nu = 0) Hamiltonian system.
+    """A constrained (nu >= 1) or unconstrained (nu = 0) Hamiltonian system (docs/method.md 1).
 
-    ``exact(t) -> (q, p, lam)`` with shapes (n, m), (n, m), (n, nu) is optional;
-    ``period`` is optional (studies may then give ``periods`` instead of ``t_end``).
-    ``params`` records anything that defines the problem, for the stores' attrs.
-    ``kernels`` carries optional numba-compiled callbacks (see hbvm_core.kernels).
-    ``M`` is a scalar, a vector (the diagonal) or a full symmetric positive definite
-    matrix; None is the identity.
+    Parameters
+    ----------
+    name : str
+        Used in messages and stores.
+    q0, p0 : array_like, shape (m,)
+        Initial state; must satisfy g(q0) = 0 and G(q0)^T M^{-1} p0 = 0.
+    U, grad_U : callable
+        ``U(Q) -> (n,)``, ``grad_U(Q) -> (n, m)`` for Q of shape (n, m).
+    g, G : callable, optional
+        ``g(Q) -> (n, nu)``, ``G(Q) -> (n, m, nu)``; both or neither (nu = 0).
+    d2g : callable, optional
+        ``d2g(Q, V) -> (n, nu)``, v^T (Hessian of g_i) v; needed for lambda(q, p) and references.
+    M : float or array_like, shape (m,) or (m, m), optional
+        The mass matrix: a scalar, its diagonal as a vector, or a full symmetric positive
+        definite matrix; default (None) the identity.
+    exact : callable, optional
+        ``exact(t) -> (q, p, lam)`` with shapes (n, m), (n, m), (n, nu).
+    period : float, optional
+        Lets studies give ``periods`` instead of ``t_end``.
+    params : dict
+        Anything that defines the problem, for the stores' attrs.
+    kernels : hbvm_core.kernels.Kernels, optional
+        Compiled callbacks: the problem then takes the compiled loop.
+    check : bool
+        Run ``validate()`` on construction.
 
+    Raises
+    ------
+    ProblemError
+        For wrong shapes, an M that is not symmetric positive definite, inconsistent initial data
+        or a singular G^T M^{-1} G at q0.
+    NonFiniteError
+        When a callback returns NaN/inf at q0.
+
+    Notes
+    -----
     Callbacks and the features that need them: ``U``, ``grad_U`` (and ``g``, ``G`` for
     a constrained system) are all the integrators need. ``d2g`` is needed for the
     multiplier lambda(q, p) and the index-reduced reference ODE (``errors.reference:
@@ -159,7 +188,7 @@ class Problem:
         return np.einsum("nmk,nm->nk", self.G(q), v)
 
     def multiplier(self, q: Array, p: Array) -> Array:
-        """lambda(q, p) = [G^T M^{-1} G]^{-1} [d2g(v, v) - G^T M^{-1} grad U], v = M^{-1} p (METHOD.md 1)."""
+        """lambda(q, p) = [G^T M^{-1} G]^{-1} [d2g(v, v) - G^T M^{-1} grad U], v = M^{-1} p (docs/method.md 1)."""
         if self.nu == 0:
             return np.zeros((q.shape[0], 0))
         if self.d2g is None:

@@ -1,8 +1,8 @@
 """Reference solutions: closed forms, the index-reduced ODE at tight tolerance, and HBVM(12,6) on theta.
 
 - ``exact``: the problem's closed form (planar and conical pendulum).
-- ``ode``: the index-reduced ODE (METHOD.md section 1: p' = -grad U - G lambda(q, p))
-  integrated by DOP853 at rtol = atol = 1e-13 (METHOD.md section 4, references for 3 and 4).
+- ``ode``: the index-reduced ODE (docs/method.md section 1: p' = -grad U - G lambda(q, p))
+  integrated by DOP853 at rtol = atol = 1e-13 (docs/method.md section 4, references for 3 and 4).
 - ``hbvm``: the published planar reference, HBVM(12,6) on the unconstrained theta pendulum.
 """
 

@@ -1,4 +1,4 @@
-"""Iterations for the nonlinear system of one step, and their stopping rule (METHOD.md 3, "Solving the step").
+"""Iterations for the nonlinear system of one step, and their stopping rule (docs/method.md 3, "Solving the step").
 
 A solver takes the fixed-point map F(gamma) -> (gamma_new, aux) of a method and
 returns the converged (gamma, aux, iterations). Stopping rule, with

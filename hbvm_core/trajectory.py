@@ -15,7 +15,7 @@ class Trajectory:
     """Saved points (t, q, p) and per-step data (tstep, lam, iterations).
 
     lam[i] is the multiplier used on [tstep[i], tstep[i] + h] and approximates
-    lambda(tstep[i]) (METHOD.md 3). With save_every = 1, t = n h (n = 0..N) and
+    lambda(tstep[i]) (docs/method.md 3). With save_every = 1, t = n h (n = 0..N) and
     tstep = n h (n = 0..N-1).
     """
 

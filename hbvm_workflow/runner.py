@@ -116,12 +116,10 @@ def _one_step(job: Job | dict) -> None:
 
 
 def _uncached_loops(jobs) -> list[Job]:
-    """One job for each distinct compiled loop of ``jobs`` that numba's disk cache does not hold yet.
-
-    Looks for the cache index of the loop's ``run_chunk`` (numba's own file); where
-    that cannot be told, the loop counts as cached (it is then compiled here, as before).
-    """
+    """One job for each distinct compiled loop of ``jobs`` that the kernel cache does not hold yet
+    (``hbvm_core.kernels.uncached_loop``); a loop that cannot be told counts as cached (compiled here)."""
     from hbvm_core.errors import HBVMError
+    from hbvm_core.kernels import uncached_loop
     from hbvm_core.methods import from_spec
     from hbvm_core.problems import get_problem
 
@@ -130,15 +128,11 @@ def _uncached_loops(jobs) -> list[Job]:
         if job.backend == "numpy":
             continue
         try:
-            method = from_spec(job.method)
-            make = getattr(method, "compiled_runner", None)
-            runner = make(get_problem(job.problem, **job.params)) if make else None
-            module = getattr(runner, "module", None)
-            index = module.run_chunk._cache._cache_file._index_path  # numba internals: guarded below
+            name = uncached_loop(from_spec(job.method), get_problem(job.problem, **job.params))
         except (HBVMError, AttributeError, TypeError):
             continue
-        if not os.path.exists(index):
-            cold.setdefault(module.__name__, job)
+        if name is not None:
+            cold.setdefault(name, job)
     return list(cold.values())
 
 
@@ -187,8 +181,8 @@ def run_to_store(
         "nu": problem.nu,
         "period": problem.period,
         "params": problem.params,
-        "method": getattr(method, "name", str(method)),
-        "method_attrs": method.attrs() if hasattr(method, "attrs") else {},
+        "method": method.name,
+        "method_attrs": method.attrs(),
         "h": float(h),
         "t_end": float(t_end),
         "steps": N,

@@ -32,6 +32,8 @@ from typing import Any
 
 from hbvm_core.errors import ConfigError, NonFiniteError, ProblemError
 
+from hbvm_core.methods import method_label  # noqa: F401  (re-exported)
+
 from .layout import manifest_path, run_stem, store_path  # noqa: F401  (re-exported)
 
 STEP_KEYS = ("h", "h0", "halvings", "period_divisions")
@@ -584,23 +586,3 @@ def _check_sampling(where: str, convention, reference: str, h: float, job: Job, 
             )
 
 
-def method_label(entry: dict) -> str:
-    """A stable, file-name safe label of a method entry: hbvm_k6_s2, rattle, dop853_rtol1e-08_proj."""
-    kind = entry.get("method", "hbvm")
-    parts = [kind]
-    if kind == "hbvm":
-        parts += [f"k{entry.get('k')}", f"s{entry.get('s')}"]
-        if entry.get("multiplier", "constant") != "constant":
-            parts.append({"polynomial": "poly"}.get(entry["multiplier"], str(entry["multiplier"])))
-        if entry.get("solver", "fixed-point") != "fixed-point":
-            parts.append(str(entry["solver"]))
-        if entry.get("warm_start", "extrapolate") != "extrapolate":
-            parts.append(f"ws-{entry['warm_start']}")
-    if "rtol" in entry:
-        parts.append(f"rtol{float(entry['rtol']):.0e}")
-    if entry.get("projection"):
-        parts.append("proj")
-    known = {"method", "k", "s", "multiplier", "solver", "warm_start", "rtol", "projection"}
-    for key in sorted(set(entry) - known):
-        parts.append(f"{key}-{entry[key]}")
-    return "_".join(str(p) for p in parts).replace("/", "-").replace(" ", "")

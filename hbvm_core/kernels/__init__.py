@@ -10,18 +10,21 @@ with numba-compiled callbacks that write into preallocated arrays:
 one compiled loop serves every parameter value.
 
 Each may be an ``@numba.njit`` function or a ``"module.path:function"`` string
-(resolved lazily, so building a problem does not import numba). Callbacks that
+(resolved lazily, so building a problem does not import numba) naming an njit
+function or a plain function marked with ``@kernel`` (compiled on first use:
+the built-in problems in ``hbvm_core.problems`` define theirs so). Callbacks that
 can be imported by name get a generated loop module compiled once and cached
 on disk (``registry``); others (defined in ``__main__`` or in a closure) are
-compiled in-process on every run. Importing this package does not import numba.
+compiled in-process on every run. ``uncached_loop`` / ``is_cached`` tell whether
+a (method, problem) pair still has a loop to compile (``study.warm_up`` compiles
+those side by side). ``python -m hbvm_core kernels warm|info|clear`` manages
+the cache. Importing this package does not import numba.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-
-BUILTIN_MODULE = "hbvm_core.kernels.problems"
 
 
 @dataclass(frozen=True)
@@ -33,20 +36,39 @@ class Kernels:
     params: tuple[float, ...] = ()
 
 
-#: Compiled callbacks of the built-in problems (names in hbvm_core.kernels.problems).
-_BUILTIN = {
-    "planar_pendulum": ("planar_grad_U", "sphere_G"),
-    "conical_pendulum": ("conical_grad_U", "sphere_G"),
-    "modified_pendulum": ("modified_grad_U", "modified_G"),
-    "tethered_satellites": ("tethered_grad_U", "tethered_G"),
-    "theta_pendulum": ("theta_grad_U", None),
-}
+def kernel(f):
+    """Mark a plain Python callback to be compiled with ``numba.njit(cache=True)`` when a loop first needs it.
+
+    A problem module can so define its compiled callbacks next to its numpy ones without importing numba;
+    ``Kernels`` names them by ``"module:function"``.
+    """
+    f._hbvm_kernel = True
+    return f
 
 
-def builtin(name: str) -> Kernels:
-    """The Kernels of a built-in problem, as lazily resolved names."""
-    gu, g = _BUILTIN[name]
-    return Kernels(grad_U=f"{BUILTIN_MODULE}:{gu}", G=None if g is None else f"{BUILTIN_MODULE}:{g}")
+def uncached_loop(method, problem) -> str | None:
+    """The name of the compiled loop module of (method, problem) if numba's disk cache does not hold it yet.
+
+    None when it does, or when there is nothing to compile ahead: no compiled loop for this pair, or
+    callbacks that cannot be imported by name (compiled in every process). Imports numba, and builds
+    the loop's module (not its compiled code).
+    """
+    from .registry import is_compiled
+
+    runner = method.compiled_runner(problem)
+    module = None if runner is None else runner.module
+    if module is None or getattr(module, "__file__", None) is None or is_compiled(module):
+        return None
+    return module.__name__
 
 
-__all__ = ["Kernels", "builtin"]
+def is_cached(method, problem) -> bool:
+    """Whether running ``method`` on ``problem`` compiles nothing that could have been cached on disk.
+
+    The negation of ``uncached_loop(method, problem)``: True when the compiled loop is in numba's
+    disk cache, or when there is none to cache.
+    """
+    return uncached_loop(method, problem) is None
+
+
+__all__ = ["Kernels", "is_cached", "kernel", "uncached_loop"]

@@ -1,43 +1,167 @@
-"""One compiled loop module per set of problem callbacks, cached on disk across processes.
+"""The one generator of compiled loop modules: a template + a problem's callbacks, cached on disk across processes.
 
 Numba does not cache a function that takes other jitted functions as arguments
 (the dispatcher types in the cache key differ from process to process; closures
-over them miss the cache too -- both measured, see benchmarks/README.md). So the
-loop is specialised by code generation instead: the source of ``kernels/hbvm.py``
-is written to ``<cache dir>/hbvm_kernel_<hash>.py`` with ``grad_U`` and ``G``
-bound to the problem's callbacks by import (as copies that numba inlines into
-the loop: 1.6x faster than calls on the conical pendulum), and numba caches
-that module like any other (``__pycache__`` next to it). The hash covers the template, the
-callbacks' names and source, the constants (m, nu, M != I, solver) and the
-numba version, so a changed callback gets a new module; an existing file is
-never rewritten (that would invalidate its cache). It does not cover what a
-callback uses from elsewhere -- a helper it calls, a module-level constant
-(numba freezes globals into the compiled code): after changing such a thing,
-``python -m hbvm_core.kernels clear``. Callbacks that cannot be imported by
+over them miss the cache too -- both measured, see benchmarks/README.md). So a
+loop is specialised by code generation instead: the source of a template
+(``TEMPLATES``: ``hbvm.py`` for the constant multiplier, ``polynomial.py`` for
+the polynomial one), with its ``@inline_source`` helpers pasted into their call
+sites (``expand_inline``), is written to ``<cache dir>/<template>_kernel_<hash>.py``
+followed by a footer that binds ``grad_U`` and ``G`` to the problem's callbacks
+by import (as copies that numba inlines into the loop: 1.6x faster than calls
+on the conical pendulum) and sets the template's compile-time constants; numba
+caches that module like any other (``__pycache__`` next to it). The hash covers
+the template, the callbacks' names and source, the constants and the numba
+version, so a changed callback gets a new module; an existing file is never
+rewritten (that would invalidate its cache). It does not cover what a callback
+uses from elsewhere -- a helper it calls, a module-level constant (numba
+freezes globals into the compiled code): after changing such a thing,
+``python -m hbvm_core kernels clear``. Callbacks that cannot be imported by
 name (``__main__``, closures) get an in-memory module, compiled in every
 process.
+
+Once a module's ``run_chunk`` has been compiled (and so saved by numba) or
+loaded, ``note_compiled`` writes a marker file of ours next to it, keyed by the
+numba and Python versions and numba's cache directory: ``is_compiled`` reads
+it, so telling a cold loop from a cached one needs no numba internals.
 
 Cache directory: ``$HBVM_KERNEL_CACHE``, else ``~/.cache/hbvm/kernels``.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
 import importlib.util
 import inspect
 import os
+import re
+import shutil
 import sys
 import tempfile
+import textwrap
 import types
 from pathlib import Path
 
 from ..errors import ConfigError, ProblemError
-from . import BUILTIN_MODULE, Kernels
+from . import Kernels, kernel
 
-TEMPLATE = Path(__file__).with_name("hbvm.py")
+#: template name -> its file; the generated module of template T is <cache>/T_kernel_<hash>.py
+TEMPLATES = {"hbvm": Path(__file__).with_name("hbvm.py"), "polynomial": Path(__file__).with_name("polynomial.py")}
+CALLBACKS = ("grad_U", "G")
+NO_CONSTRAINTS = "hbvm_core.kernels.registry:no_constraints"
 _MODULES: dict[str, types.ModuleType] = {}
-_BY_KEY: dict[tuple, types.ModuleType] = {}  # (kernels, m, nu, has_M, solver) -> module: skips the hashing
+_BY_KEY: dict[tuple, types.ModuleType] = {}  # (template, kernels, constants) -> module: skips the hashing
+_COMPILED: dict[object, object] = {}  # plain function marked by ``kernel`` -> its numba dispatcher
+
+
+def compiled(f):
+    """The numba dispatcher of a callback: ``f`` itself, or the (memoised) njit of a ``kernel``-marked function."""
+    if getattr(f, "_hbvm_kernel", False) and not hasattr(f, "py_func"):
+        if f not in _COMPILED:
+            import numba
+
+            _COMPILED[f] = numba.njit(cache=True)(f)
+        return _COMPILED[f]
+    return f
+
+
+@kernel
+def no_constraints(Q, out, params):
+    """G for an unconstrained problem (nu = 0): nothing to write."""
+
+
+def inline_copy(f):
+    """A copy of a compiled callback that numba inlines into the loop (at IR level; a call costs 1.6x on the
+    conical pendulum). The generated module keeps the original, with its own cache, as ``<name>_original``."""
+    from numba import njit
+
+    options = {key: val for key, val in f.targetoptions.items() if key not in ("cache", "inline", "nopython")}
+    return njit(inline="always", **options)(f.py_func)
+
+
+def expand_inline(source: str) -> str:
+    """Paste the template's ``@inline_source`` helpers into their call sites (a macro expansion).
+
+    A helper is a plain function whose only ``return`` is its last statement; a call site is a line
+    ``name(args)`` or ``targets = name(args)``. The call becomes the helper's body with each parameter
+    replaced by its argument (by name: the arguments are names or simple expressions), and a final
+    ``return expr`` becomes ``targets = expr``. Expanded again until no call is left (helpers may use
+    helpers); the helpers' definitions are dropped. The helpers' locals thus live in the caller:
+    numba then compiles one function with no array passed to a call (the reference counting of
+    array arguments made a helper-structured loop 3-10x slower, benchmarks/README.md).
+    """
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    macros: dict[str, tuple[list[str], str, str | None]] = {}
+    drop: list[tuple[int, int]] = []
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        if node.name == "inline_source":
+            drop.append((min([d.lineno for d in node.decorator_list] + [node.lineno]) - 1, node.end_lineno))
+        if not any(isinstance(d, ast.Name) and d.id == "inline_source" for d in node.decorator_list):
+            continue
+        body = node.body
+        if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            body = body[1:]  # the docstring
+        result = None
+        if isinstance(body[-1], ast.Return):
+            result = ast.get_source_segment(source, body[-1].value)
+            end = body[-1].lineno - 1
+            body = body[:-1]
+        else:
+            end = node.end_lineno
+        if any(isinstance(n, ast.Return) for stmt in body for n in ast.walk(stmt)):
+            raise ValueError(f"@inline_source {node.name}: only a final return is allowed")
+        text = textwrap.dedent("\n".join(lines[body[0].lineno - 1 : end])) if body else "pass"
+        macros[node.name] = ([a.arg for a in node.args.args], text, result)
+        drop.append((min(d.lineno for d in node.decorator_list) - 1, node.end_lineno))
+    for start, stop in sorted(drop, reverse=True):
+        del lines[start:stop]
+    if not macros:
+        return "\n".join(lines) + "\n"
+    call = re.compile(rf"^(\s*)(?:([\w, ]+?) = )?({'|'.join(macros)})\((.*)\)\s*(#.*)?$")
+    for _ in range(8):
+        out, changed = [], False
+        for line in lines:
+            hit = call.match(line)
+            if hit is None:
+                out.append(line)
+                continue
+            indent, targets, name, args = hit.group(1), hit.group(2), hit.group(3), _split_args(hit.group(4))
+            params, text, result = macros[name]
+            if len(args) != len(params) or (targets is not None) != (result is not None):
+                raise ValueError(f"inline call {line.strip()!r} does not match {name}({', '.join(params)})")
+            names = {p: a if a.isidentifier() else f"({a})" for p, a in zip(params, args)}
+            rename = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, params)) + r")\b")
+            body = rename.sub(lambda m, names=names: names[m.group(1)], text).splitlines()
+            if targets is not None:
+                body.append(f"{targets} = {rename.sub(lambda m, names=names: names[m.group(1)], result)}")
+            out.append(f"{indent}# inlined: {line.strip()}")
+            out += [indent + b if b.strip() else b for b in body]
+            changed = True
+        lines = out
+        if not changed:
+            return "\n".join(lines) + "\n"
+    raise ValueError("@inline_source helpers nested too deep (or recursive)")
+
+
+def _split_args(text: str) -> list[str]:
+    """The comma-separated arguments of a call, split at depth 0."""
+    args, depth, cur = [], 0, ""
+    for ch in text:
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if ch == "," and depth == 0:
+            args.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        args.append(cur.strip())
+    return args
 
 
 def cache_dir() -> Path:
@@ -66,6 +190,7 @@ def resolve_callback(key: str, value) -> tuple[object, str | None]:
         except (ImportError, AttributeError) as exc:
             raise ConfigError(f"kernels.{key} = {value!r}: cannot import it ({exc})") from None
         value = obj
+    value = compiled(value)
     py_func = getattr(value, "py_func", None)
     if py_func is None or not hasattr(value, "compile"):
         raise ConfigError(f"kernels.{key} = {value!r}: expected a numba @njit function or a 'module:function' string")
@@ -76,7 +201,7 @@ def resolve_callback(key: str, value) -> tuple[object, str | None]:
             obj = importlib.import_module(module)
             for part in qual.split("."):
                 obj = getattr(obj, part)
-            if obj is value:
+            if obj is value or compiled(obj) is value:
                 name = f"{module}:{qual}"
         except (ImportError, AttributeError):
             pass
@@ -91,66 +216,64 @@ def callback_source(f) -> str:
         return ""
 
 
-def loop_module(
-    kernels: Kernels, m: int, nu: int, has_M: bool = False, solver: int = 0, ks: tuple[int, int] | None = None
-) -> types.ModuleType:
-    """The module whose ``run_chunk`` is the compiled HBVM loop for these callbacks, sizes and solver.
+def loop_module(template: str, kernels: Kernels, constants: dict) -> types.ModuleType:
+    """The generated module of ``template`` for these callbacks and compile-time ``constants``.
 
-    ``ks = (k, s)`` fixes k and s in the module as well (one compile per HBVM(k, s); faster loops)."""
+    Its ``run_chunk`` is the compiled loop, ``grad_U_original`` / ``G_original`` the callbacks as given.
+    """
     if not isinstance(kernels, Kernels):
         raise ConfigError(f"kernels = {kernels!r}: expected hbvm_core.kernels.Kernels(grad_U=..., G=...)")
-    ks = (0, 0) if ks is None else (int(ks[0]), int(ks[1]))
-    key = (kernels.grad_U, kernels.G, int(m), int(nu), bool(has_M), int(solver), ks)
+    key = (template, kernels.grad_U, kernels.G, tuple(sorted(constants.items())))
     try:
         if key in _BY_KEY:
             return _BY_KEY[key]
     except TypeError:  # unhashable callbacks: no shortcut
         key = None
-    module = _loop_module(kernels, m, nu, has_M, solver, ks)
+    module = _loop_module(template, kernels, constants)
     if key is not None:
         _BY_KEY[key] = module
     return module
 
 
-def _loop_module(kernels: Kernels, m: int, nu: int, has_M: bool, solver: int, ks: tuple) -> types.ModuleType:
+def _loop_module(template: str, kernels: Kernels, constants: dict) -> types.ModuleType:
     G = kernels.G
     if G is None:
-        if nu > 0:
-            raise ProblemError(f"kernels.G is missing: the problem has nu = {nu} constraints")
-        G = f"{BUILTIN_MODULE}:no_constraints"
+        if constants.get("NU_SIZE", 0) > 0:
+            raise ProblemError(f"kernels.G is missing: the problem has nu = {constants['NU_SIZE']} constraints")
+        G = NO_CONSTRAINTS
     callbacks = {"grad_U": resolve_callback("grad_U", kernels.grad_U), "G": resolve_callback("G", G)}
     import numba
 
-    template = TEMPLATE.read_text()
-    digest = hashlib.sha256(template.encode())
+    source = expand_inline(TEMPLATES[template].read_text())
+    digest = hashlib.sha256(source.encode())
     digest.update(numba.__version__.encode())
     for key, (f, name) in callbacks.items():
         digest.update(f"{key}={name or id(f)}\n{callback_source(f)}".encode())
-    constants = {"M_SIZE": int(m), "NU_SIZE": int(nu), "HAS_M": bool(has_M), "SOLVER": int(solver)}
-    if ks != (0, 0):
-        constants |= {"K_SIZE": ks[0], "S_SIZE": ks[1]}
     digest.update(repr(sorted(constants.items())).encode())
-    tag = digest.hexdigest()[:20]
+    tag = f"{template}_{digest.hexdigest()[:20]}"
     if tag in _MODULES:
         return _MODULES[tag]
     if all(name is not None for _, name in callbacks.values()):
-        module = _from_file(tag, template, {key: name for key, (_, name) in callbacks.items()}, constants)
+        module = _from_file(tag, template, source, {key: name for key, (_, name) in callbacks.items()}, constants)
     else:
-        module = _in_memory(tag, template, {key: f for key, (f, _) in callbacks.items()} | constants)
+        module = _in_memory(tag, source, {key: f for key, (f, _) in callbacks.items()}, constants)
     _MODULES[tag] = module
     return module
 
 
-def _from_file(tag: str, template: str, names: dict[str, str], constants: dict) -> types.ModuleType:
-    lines = [f"# Generated by hbvm_core.kernels.registry from {TEMPLATE.name}; do not edit.", template, ""]
+def _from_file(tag: str, template: str, source: str, names: dict[str, str], constants: dict) -> types.ModuleType:
+    lines = [f"# Generated by hbvm_core.kernels.registry from {TEMPLATES[template].name}; do not edit.", source, ""]
+    lines.append("from hbvm_core.kernels.registry import compiled as _compiled, inline_copy as _inline_copy  # noqa")
+    bound = [f"{key}={name}" for key, name in names.items()] + [f"{key}={val!r}" for key, val in constants.items()]
+    lines.append(f"# bound: {', '.join(bound)}")
     for i, (key, name) in enumerate(names.items()):
         module, _, qual = name.partition(":")
         lines.append(f"import {module} as _callbacks{i}  # noqa: E402")
-        lines.append(f"{key}_original = _callbacks{i}.{qual}")
-        lines.append(f"{key} = _inline({key}_original)")
+        lines.append(f"{key}_original = _compiled(_callbacks{i}.{qual})")
+        lines.append(f"{key} = _inline_copy({key}_original)")
     lines += [f"{key} = {val!r}" for key, val in constants.items()]
     text = "\n".join(lines) + "\n"
-    return import_generated(f"hbvm_kernel_{tag}", f"_hbvm_kernel_{tag}", text)
+    return import_generated(f"{tag.replace('_', '_kernel_', 1)}", f"_hbvm_{tag}", text)
 
 
 def import_generated(stem: str, name: str, text: str) -> types.ModuleType:
@@ -181,14 +304,62 @@ def import_generated(stem: str, name: str, text: str) -> types.ModuleType:
     return module
 
 
-def _in_memory(tag: str, template: str, functions: dict[str, object]) -> types.ModuleType:
-    module = types.ModuleType(f"_hbvm_kernel_{tag}")
-    code = template.replace("\nCACHE = True", "\nCACHE = False", 1)
-    exec(compile(code, f"<hbvm kernel {tag}>", "exec"), module.__dict__)
+def _in_memory(tag: str, source: str, functions: dict[str, object], constants: dict) -> types.ModuleType:
+    module = types.ModuleType(f"_hbvm_{tag}")
+    code = source.replace("\nCACHE = True", "\nCACHE = False", 1)
+    exec(compile(code, f"<hbvm kernel {tag}>", "exec"), module.__dict__)  # noqa: S102
     for key, f in functions.items():
-        if key in ("grad_U", "G"):
-            module.__dict__[f"{key}_original"] = f
-            module.__dict__[key] = module._inline(f)
-        else:
-            module.__dict__[key] = f
+        module.__dict__[f"{key}_original"] = f
+        module.__dict__[key] = inline_copy(f)
+    module.__dict__.update(constants)
     return module
+
+
+# --------------------------------------------------------------------------- what the disk cache holds
+def _marker(module: types.ModuleType) -> Path | None:
+    """<module>.<key>.compiled next to a generated module file; None for an in-memory module."""
+    path = getattr(module, "__file__", None)
+    if path is None:
+        return None
+    import numba
+
+    key = f"{numba.__version__}|{sys.version_info[0]}.{sys.version_info[1]}|{numba.config.CACHE_DIR}"
+    return Path(path).with_suffix(f".{hashlib.sha256(key.encode()).hexdigest()[:12]}.compiled")
+
+
+def note_compiled(module: types.ModuleType) -> None:
+    """After a call of the module's ``run_chunk``: record that numba's disk cache holds its loop."""
+    marker = _marker(module)
+    if marker is not None and not marker.exists() and module.run_chunk.signatures:
+        try:
+            marker.touch()
+        except OSError:
+            pass
+
+
+def is_compiled(module: types.ModuleType) -> bool:
+    """Whether the module's loop is in numba's disk cache (an in-memory module never is)."""
+    marker = _marker(module)
+    return marker is not None and marker.exists()
+
+
+def cache_info() -> list[str]:
+    """Lines describing the cache: its folder, and each generated module with its bound callbacks and constants."""
+    folder = cache_dir()
+    mods = sorted(folder.glob("*_kernel_*.py"))
+    lines = [f"{folder}: {len(mods)} generated loop modules"]
+    for mod in mods:
+        bound = [line[len("# bound: ") :] for line in mod.read_text().splitlines() if line.startswith("# bound: ")]
+        cached = " (compiled)" if any(folder.glob(f"{mod.stem}.*.compiled")) else ""
+        lines.append(f"  {mod.name}{cached}: {bound[-1] if bound else '?'}")
+    return lines
+
+
+def clear_cache() -> Path:
+    """Remove the generated loop modules, their markers and numba's cache of them; returns the folder."""
+    folder = cache_dir()
+    for pattern in ("*_kernel_*.py", "*_kernel_*.compiled", "hbvm_kernel_*.py", "poly_kernel_*.py"):
+        for path in folder.glob(pattern):
+            path.unlink()
+    shutil.rmtree(folder / "__pycache__", ignore_errors=True)
+    return folder

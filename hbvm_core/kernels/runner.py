@@ -1,10 +1,13 @@
-"""The Python side of the compiled time loop: buffers, chunked emission to the sink, errors.
+"""The Python side of the compiled time loops: buffers, chunked emission to the sink, errors.
 
-Same contract as ``hbvm_core.integrate.python_runner``: points every
-``save_every`` steps (and the last), per-step (t, lam, iterations) every
-``save_every`` steps, emitted to the sink in blocks of ``chunk`` rows; the
-compiled ``run_chunk`` fills preallocated buffers and returns whenever one is
-full, so memory does not grow with the number of steps.
+``CompiledRunner`` drives the constant-multiplier loop (template ``hbvm.py``),
+``PolynomialRunner`` the polynomial-multiplier one (``polynomial.py``); both
+modules come from ``registry.loop_module``. Same contract as
+``hbvm_core.integrate.python_runner``: points every ``save_every`` steps (and
+the last), per-step (t, lam, iterations) every ``save_every`` steps, emitted to
+the sink in blocks of ``chunk`` rows; the compiled ``run_chunk`` fills
+preallocated buffers and returns whenever one is full, so memory does not grow
+with the number of steps.
 """
 
 from __future__ import annotations
@@ -15,11 +18,13 @@ import numpy as np
 
 from ..blended import initial_multiplier
 from ..errors import ConvergenceError, NonFiniteError, ProblemError
+from ..legendre import shifted_legendre
 from ..problem import Problem
-from .registry import loop_module
+from .registry import loop_module, note_compiled
 
 SOLVER_CODES = {"fixed-point": 0, "blended": 1}
 WARM_CODES = {"extrapolate": 0, "previous": 1, "p0": 2}
+#: run_chunk's status codes (both templates) -> the ConvergenceError's reason
 REASONS = {
     1: "no convergence",
     2: "non-finite increment (diverged)",
@@ -29,8 +34,13 @@ REASONS = {
 
 
 def specialise_ks() -> bool:
-    """HBVM_SPECIALISE_KS=1: compile a loop per HBVM(k, s), with k and s fixed (about 1.35x faster on the conical
-    pendulum, at one compile per (problem, k, s, solver) instead of per (problem, solver))."""
+    """HBVM_SPECIALISE_KS=1: compile a loop per HBVM(k, s), with k and s fixed, at one compile per
+    (problem, k, s, solver) instead of per (problem, solver).
+
+    Measured (CPU time per step, HBVM(2,2) conical pendulum and HBVM(6,2) tethered satellites, two
+    alternating runs on a busy 2-core machine): fixed point 1.0-1.5x and 1.15-1.25x faster, blended
+    1.2-1.7x and 1.1-1.5x; benchmarks/README.md's earlier table: 1.5x (conical) and 1.0x (tethered),
+    fixed point. So it pays for long runs of one method, not for studies of many (k, s)."""
     return os.environ.get("HBVM_SPECIALISE_KS", "") not in ("", "0")
 
 
@@ -41,16 +51,95 @@ def cholesky_factor(problem: Problem) -> np.ndarray:
     return np.ascontiguousarray(np.linalg.cholesky(problem.M))
 
 
-class CompiledRunner:
-    """A compiled HBVM(k, s) runner for one (method, problem); call it like ``python_runner``."""
+class LoopRunner:
+    """Drives a generated module's ``run_chunk`` for one (method, problem); call it like ``python_runner``.
+
+    A subclass sets ``module`` and gives the loop's leading arguments (``loop_arguments``) and its ``_fail``.
+    """
+
+    module = None
+
+    def loop_arguments(self, problem, q, p, cq, cp, gamma_prev, state, h, N, save_every) -> tuple:
+        raise NotImplementedError
+
+    def __call__(self, problem, method, h, N, compensated, save_every, chunk, sink) -> dict:
+        m, nu, s = problem.m, problem.nu, method.tableau.s
+        q, p = problem.q0.copy(), problem.p0.copy()
+        cq, cp = np.zeros(m), np.zeros(m)
+        gamma_prev = np.zeros((s, m))
+        state = np.array([0, 0, 1, 0, 0, 0, int(bool(compensated))], dtype=np.int64)
+        info = np.zeros(4)
+        pts = (np.empty(chunk), np.empty((chunk, m)), np.empty((chunk, m)))
+        stp = (np.empty(chunk), np.empty((chunk, nu)), np.empty(chunk, dtype=np.int32))
+        pts[0][0], pts[1][0], pts[2][0] = 0.0, q, p
+        starts = [0, 0]
+
+        def emit(which: int) -> None:
+            n = int(state[2 + which])
+            if n:
+                bufs, out = (pts, sink.points) if which == 0 else (stp, sink.steps)
+                out(starts[which], *(a[:n] for a in bufs))
+                starts[which] += n
+                state[2 + which] = 0
+
+        if state[2] == chunk:
+            emit(0)
+        args = self.loop_arguments(problem, q, p, cq, cp, gamma_prev, state, float(h), int(N), int(save_every))
+        run = self.module.run_chunk
+        first = True
+        while True:
+            status = run(*args, *pts, *stp, info)
+            if first:
+                note_compiled(self.module)
+                first = False
+            if status != 0:
+                self._fail(problem, q, h, gamma_prev, info)
+            full = False
+            for which in (0, 1):
+                if state[2 + which] == chunk:
+                    emit(which)
+                    full = True
+            if state[0] >= N:
+                break
+            if not full:
+                raise RuntimeError("compiled loop returned early without a full buffer")  # a bug, never expected
+        emit(0)
+        emit(1)
+        return {"iterations": int(state[4]), "max_iterations": int(state[5]), "backend": "numba"}
+
+    def _fail(self, problem: Problem, q0: np.ndarray, h: float, guess: np.ndarray, info: np.ndarray) -> None:
+        raise NotImplementedError
+
+    @staticmethod
+    def _error(info: np.ndarray, h: float) -> ConvergenceError:
+        """The ConvergenceError of a failed run_chunk (info = [status, step, iterations, increment])."""
+        status, n, it, d = int(info[0]), int(info[1]), int(info[2]), float(info[3])
+        if status == 3:
+            it, d = 0, float("nan")
+        return ConvergenceError(n, n * h, d, it, REASONS[status])
+
+    @staticmethod
+    def _name_non_finite(problem: Problem, Q: np.ndarray, n: int, h: float) -> None:
+        """NonFiniteError naming the callback that returns NaN/inf at the points Q, as the numpy stepper does."""
+        if np.all(np.isfinite(Q)):
+            try:
+                problem.check_finite(Q)
+            except NonFiniteError as exc:
+                raise NonFiniteError(f"{exc} at step {n} (t = {n * h:.6g})") from None
+
+
+class CompiledRunner(LoopRunner):
+    """The compiled HBVM(k, s) loop (constant multiplier) for one (method, problem)."""
 
     def __init__(self, method, problem: Problem):
         self.L = cholesky_factor(problem)
         self.params = np.array(problem.kernels.params, dtype=float).reshape(-1)
         self.solver = SOLVER_CODES[method.solver]
         tab = method.tableau
-        ks = (tab.k, tab.s) if specialise_ks() else None
-        self.module = loop_module(problem.kernels, problem.m, problem.nu, self.L.size > 0, self.solver, ks)
+        constants = {"M_SIZE": problem.m, "NU_SIZE": problem.nu, "HAS_M": self.L.size > 0, "SOLVER": self.solver}
+        if specialise_ks():
+            constants |= {"K_SIZE": tab.k, "S_SIZE": tab.s}
+        self.module = loop_module("hbvm", problem.kernels, constants)
         self.tab = tuple(np.array(a, dtype=float, order="C") for a in (tab.Ihat, tab.W, tab.X, tab.E))
         rule = method.rule
         self.rule = np.array([rule.rtol, rule.stall_rtol, rule.max_iter], dtype=float)
@@ -73,60 +162,41 @@ class CompiledRunner:
                     f"{problem.name}: kernels.{key} disagrees with the numpy {key} near q0 (max difference {err:.3e})"
                 )
 
-    def __call__(self, problem, method, h, N, compensated, save_every, chunk, sink) -> dict:
-        m, nu, s = problem.m, problem.nu, self.tab[0].shape[1]
-        q, p = problem.q0.copy(), problem.p0.copy()
-        cq, cp = np.zeros(m), np.zeros(m)
-        gamma_prev = np.zeros((s, m))
-        lam_prev = initial_multiplier(problem) if self.solver == 1 else np.zeros(nu)
-        state = np.array([0, 0, 0, 0, 0, 0, int(bool(compensated))], dtype=np.int64)
-        info = np.zeros(4)
-        pts = (np.empty(chunk), np.empty((chunk, m)), np.empty((chunk, m)))
-        stp = (np.empty(chunk), np.empty((chunk, nu)), np.empty(chunk, dtype=np.int32))
-        starts = [0, 0]
-        pts[0][0], pts[1][0], pts[2][0] = 0.0, q, p
-        state[2] = 1
-
-        def emit(which: int, n: int) -> None:
-            if n:
-                bufs, out = (pts, sink.points) if which == 0 else (stp, sink.steps)
-                out(starts[which], *(a[:n] for a in bufs))
-                starts[which] += n
-                state[2 + which] = 0
-
-        if state[2] == chunk:
-            emit(0, chunk)
-        run = self.module.run_chunk
-        while True:
-            status = run(
-                q, p, cq, cp, gamma_prev, lam_prev, state, float(h), int(N), int(save_every),
-                self.warm, self.rule, *self.tab, self.L, self.params, *pts, *stp, info,
-            )  # fmt: skip
-            if status != 0:
-                self._fail(problem, q, h, gamma_prev, info)
-            full = False
-            for which in (0, 1):
-                if state[2 + which] == chunk:
-                    emit(which, chunk)
-                    full = True
-            if state[0] >= N:
-                break
-            if not full:
-                raise RuntimeError("compiled loop returned early without a full buffer")  # a bug, never expected
-        emit(0, int(state[2]))
-        emit(1, int(state[3]))
-        return {"iterations": int(state[4]), "max_iterations": int(state[5]), "backend": "numba"}
+    def loop_arguments(self, problem, q, p, cq, cp, gamma_prev, state, h, N, save_every) -> tuple:
+        lam_prev = initial_multiplier(problem) if self.solver == 1 else np.zeros(problem.nu)
+        return (q, p, cq, cp, gamma_prev, lam_prev, state, h, N, save_every, self.warm, self.rule, *self.tab,
+                self.L, self.params)  # fmt: skip
 
     def _fail(self, problem: Problem, q0: np.ndarray, h: float, guess: np.ndarray, info: np.ndarray) -> None:
         """Raise what the numpy stepper raises for the same failure (ConvergenceError, or NonFiniteError)."""
-        status, n, it, d = int(info[0]), int(info[1]), int(info[2]), float(info[3])
-        if status == 3:
-            it, d = 0, float("nan")
-        if status != 4:
-            Q = q0 + h * (self.tab[0] @ guess)
-            if np.all(np.isfinite(Q)):  # name the callback that returned NaN/inf, as the numpy stepper does
-                try:
-                    problem.check_finite(Q)
-                except NonFiniteError as exc:
-                    raise NonFiniteError(f"{exc} at step {n} (t = {n * h:.6g})") from None
-        raise ConvergenceError(n, n * h, d, it, REASONS[status])
+        if int(info[0]) != 4:
+            self._name_non_finite(problem, q0 + h * (self.tab[0] @ guess), int(info[1]), h)
+        raise self._error(info, h)
+
+
+class PolynomialRunner(LoopRunner):
+    """The compiled loop of a PolynomialHBVM (M = I, nu >= 1) for one problem."""
+
+    def __init__(self, method, problem: Problem):
+        self.module = loop_module("polynomial", problem.kernels, {})
+        tab = method.tableau
+        s, k = tab.s, tab.k
+        Bf = np.einsum("lj,li->jil", tab.W, tab.Phat).reshape(s * s, k)
+        P0 = shifted_legendre(s - 1, np.zeros(1))[0]
+        # writable C-ordered copies: numba types read-only arrays differently (a second compile)
+        self.arrays = tuple(np.array(a, dtype=float, order="C") for a in (tab.Ihat, tab.W, tab.X, Bf, tab.E, P0))
+        rule = method.rule
+        self.rule = np.array([rule.rtol, rule.stall_rtol, rule.max_iter], dtype=float)
+        self.warm = WARM_CODES[method.warm_start]
+        self.projection = bool(method.projection)
+        self.params = np.array(getattr(problem.kernels, "params", ()), dtype=float).reshape(-1)
+
+    def loop_arguments(self, problem, q, p, cq, cp, gamma_prev, state, h, N, save_every) -> tuple:
+        return (q, p, cq, cp, gamma_prev, state, h, N, save_every, self.warm, self.rule, self.projection,
+                *self.arrays, self.params)  # fmt: skip
+
+    def _fail(self, problem: Problem, q0: np.ndarray, h: float, guess: np.ndarray, info: np.ndarray) -> None:
+        """Raise what the numpy stepper raises for the same failure (ConvergenceError, or NonFiniteError)."""
+        if int(info[0]) != 4:
+            self._name_non_finite(problem, q0[None, :], int(info[1]), h)
+        raise self._error(info, h)

@@ -1,4 +1,4 @@
-"""HBVM(k, s) with a constant multiplier per step (METHOD.md section 3).
+"""HBVM(k, s) with a constant multiplier per step (docs/method.md section 3).
 
 The method object carries only (k, s), its tableau and solver settings; the
 problem supplies the callbacks; ``hbvm_core.integrate`` owns the time loop.
@@ -7,6 +7,7 @@ problem supplies the callbacks; ``hbvm_core.integrate`` owns the time loop.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -14,36 +15,45 @@ from ..errors import ConfigError, ConvergenceError, NonFiniteError
 from ..legendre import Tableau, tableau
 from ..problem import Problem
 from ..solvers import StoppingRule, fixed_point
+from .base import Method, entry_text, only_keys
 
 SOLVERS = ("fixed-point", "blended")
 WARM_STARTS = ("extrapolate", "previous", "p0")
 
 
-@dataclass(frozen=True)
-class HBVM:
-    """HBVM(k, s): k Gauss nodes (order-2k quadrature), polynomial degree s (k >= s >= 1).
+class HBVMBase(Method):
+    """What HBVM(k, s) with a constant and with a polynomial multiplier share: k, s, the tableau, the
+    name, attrs, entry and label. Each variant sets ``multiplier`` and registers under it."""
 
-    solver: "fixed-point" or "blended" (simplified Newton); warm_start: initial
-    gamma from the previous step's polynomial ("extrapolate"), its coefficients
-    ("previous") or gamma_0 = M^{-1} p0, gamma_j = 0 ("p0").
-    """
+    kind: ClassVar[str] = "hbvm"
+    LABEL_KEYS: ClassVar[tuple[str, ...]] = ("k", "s", "multiplier", "solver", "warm_start")
+    #: multiplier name -> variant class, filled in by the subclasses
+    VARIANTS: ClassVar[dict[str, type[HBVMBase]]] = {}
+    multiplier: ClassVar[str]
 
-    k: int
-    s: int
-    solver: str = "fixed-point"
-    warm_start: str = "extrapolate"
-    rule: StoppingRule = field(default_factory=StoppingRule)
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "multiplier" in cls.__dict__:
+            HBVMBase.VARIANTS[cls.multiplier] = cls
 
     def __post_init__(self) -> None:
         tableau(self.k, self.s)  # validates k, s
-        if self.solver not in SOLVERS:
-            raise ConfigError(f"solver = {self.solver!r}: expected one of {', '.join(SOLVERS)}")
+        self._check_options()
         if self.warm_start not in WARM_STARTS:
             raise ConfigError(f"warm_start = {self.warm_start!r}: expected one of {', '.join(WARM_STARTS)}")
 
+    def _check_options(self) -> None:
+        """The variant's own settings (solver, projection)."""
+
+    def _name_suffix(self) -> str:
+        return ""
+
+    def _extra_attrs(self) -> dict:
+        return {}
+
     @property
     def name(self) -> str:
-        return f"HBVM({self.k},{self.s})"
+        return f"HBVM({self.k},{self.s})" + self._name_suffix()
 
     @property
     def tableau(self) -> Tableau:
@@ -54,12 +64,98 @@ class HBVM:
             "method": "hbvm",
             "k": self.k,
             "s": self.s,
-            "multiplier": "constant",
+            "multiplier": self.multiplier,
+            **self._extra_attrs(),
             "solver": self.solver,
             "warm_start": self.warm_start,
             "rtol": self.rule.rtol,
             "max_iter": self.rule.max_iter,
         }
+
+    def spec(self) -> dict:
+        entry = {"method": "hbvm", "k": self.k, "s": self.s}
+        if self.multiplier != "constant":
+            entry["multiplier"] = self.multiplier
+        if self.solver != "fixed-point":
+            entry["solver"] = self.solver
+        if getattr(self, "projection", False):
+            entry["projection"] = True
+        if self.warm_start != "extrapolate":
+            entry["warm_start"] = self.warm_start
+        return entry
+
+    @classmethod
+    def from_entry(cls, entry: dict) -> HBVMBase:
+        """``{k, s, multiplier: constant | polynomial, ...}``: the variant named by ``multiplier`` checks the rest."""
+        entry = dict(entry)
+        multiplier = entry.pop("multiplier", "constant")
+        variants = sorted(HBVMBase.VARIANTS)
+        if multiplier not in variants:
+            raise ConfigError(f"multiplier = {multiplier!r}: expected one of {', '.join(variants)}")
+        if "k" not in entry or "s" not in entry:
+            raise ConfigError(f"method entry {entry_text(entry)}: HBVM needs both k and s")
+        return HBVMBase.VARIANTS[multiplier].from_variant_entry(entry)
+
+    @classmethod
+    def from_variant_entry(cls, entry: dict) -> HBVMBase:
+        raise NotImplementedError
+
+    @classmethod
+    def label_parts(cls, entry: dict) -> list[str]:
+        parts = [f"k{entry.get('k')}", f"s{entry.get('s')}"]
+        if entry.get("multiplier", "constant") != "constant":
+            parts.append({"polynomial": "poly"}.get(entry["multiplier"], str(entry["multiplier"])))
+        if entry.get("solver", "fixed-point") != "fixed-point":
+            parts.append(str(entry["solver"]))
+        if entry.get("warm_start", "extrapolate") != "extrapolate":
+            parts.append(f"ws-{entry['warm_start']}")
+        return parts
+
+
+@dataclass(frozen=True)
+class HBVM(HBVMBase):
+    """HBVM(k, s) with a constant multiplier per step (docs/method.md section 3).
+
+    Parameters
+    ----------
+    k : int
+        Number of Gauss nodes (order-2k quadrature), k >= s.
+    s : int
+        Degree of the polynomial approximation, s >= 1.
+    solver : {"fixed-point", "blended"}
+        Fixed-point sweeps, or the simplified-Newton (blended) iteration.
+    warm_start : {"extrapolate", "previous", "p0"}
+        Initial gamma: the previous step's polynomial extrapolated, its
+        coefficients, or gamma_0 = M^{-1} p0, gamma_j = 0.
+    rule : StoppingRule
+        When the iteration stops (round-off by default).
+
+    Raises
+    ------
+    ConfigError
+        For k < s, s < 1, or an unknown solver or warm start.
+    """
+
+    multiplier: ClassVar[str] = "constant"
+
+    k: int
+    s: int
+    solver: str = "fixed-point"
+    warm_start: str = "extrapolate"
+    rule: StoppingRule = field(default_factory=StoppingRule)
+
+    def _check_options(self) -> None:
+        if self.solver not in SOLVERS:
+            raise ConfigError(f"solver = {self.solver!r}: expected one of {', '.join(SOLVERS)}")
+
+    @classmethod
+    def from_variant_entry(cls, entry: dict) -> HBVM:
+        if "projection" in entry:
+            raise ConfigError(
+                f"projection = {entry['projection']!r}: only for multiplier: polynomial (this entry is constant)"
+            )
+        only_keys(entry, {"k", "s", "solver", "warm_start"}, "HBVM")
+        return cls(**entry)
 
     def stepper(self, problem: Problem) -> HBVMStepper:
         return HBVMStepper(self, problem)
@@ -74,7 +170,7 @@ class HBVM:
 
 
 def initial_gamma(tab: Tableau, warm_start: str, previous: np.ndarray | None, Mp0: np.ndarray) -> np.ndarray:
-    """The iteration's start (METHOD.md 3): gamma_0 = M^{-1} p0, gamma_j = 0 on the first step or with
+    """The iteration's start (docs/method.md 3): gamma_0 = M^{-1} p0, gamma_j = 0 on the first step or with
     warm_start "p0"; else the previous step's polynomial extrapolated (E @ gamma) or its coefficients."""
     if previous is None or warm_start == "p0":
         gamma = np.zeros((tab.s, Mp0.size))
@@ -93,7 +189,7 @@ class HBVMStepper:
         self.gamma: np.ndarray | None = None
 
     def sweep(self, q0, p0, Mp0, h, gamma):
-        """One fixed-point sweep gamma -> gamma_new (METHOD.md 3); aux = (lam, psi_0, rho_0)."""
+        """One fixed-point sweep gamma -> gamma_new (docs/method.md 3); aux = (lam, psi_0, rho_0)."""
         tab, pb = self.tab, self.problem
         Q = q0 + h * (tab.Ihat @ gamma)  # stage positions (k, m)
         psi = tab.W.T @ pb.grad_U(Q)  # (s, m)

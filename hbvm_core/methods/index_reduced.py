@@ -1,4 +1,4 @@
-"""The index-reduced ODE q' = M^{-1} p, p' = -grad U - G lambda(q, p) (METHOD.md 1) by scipy's DOP853.
+"""The index-reduced ODE q' = M^{-1} p, p' = -grad U - G lambda(q, p) (docs/method.md 1) by scipy's DOP853.
 
 A baseline, not an HBVM: the step h of the time loop is the *output* spacing;
 inside each output interval DOP853 adapts its own steps to rtol, atol.
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -25,6 +26,7 @@ from ..errors import ConfigError, ConvergenceError
 from ..problem import Problem
 from ..solvers import StoppingRule
 from ._small import solve_small
+from .base import Method, only_keys
 from .polynomial import project_momentum
 
 
@@ -37,13 +39,15 @@ def _tolerance(key: str, value) -> float:
 
 
 @dataclass(frozen=True)
-class DOP853:
+class DOP853(Method):
     """DOP853 on the index-reduced ODE at tolerance rtol (atol defaults to rtol), optionally projected."""
 
     rtol: float = 1e-8
     atol: float | None = None
     projection: bool = False
     rule: StoppingRule = field(default_factory=StoppingRule)
+
+    kind: ClassVar[str] = "dop853"
 
     def __post_init__(self) -> None:
         _tolerance("rtol", self.rtol)
@@ -65,6 +69,19 @@ class DOP853:
     def attrs(self) -> dict:
         rtol, atol = self.tolerances
         return {"method": "dop853", "rtol": rtol, "atol": atol, "projection": self.projection}
+
+    def spec(self) -> dict:
+        entry = {"method": "dop853", "rtol": self.rtol}
+        if self.atol is not None:
+            entry["atol"] = self.atol
+        if self.projection:
+            entry["projection"] = True
+        return entry
+
+    @classmethod
+    def from_entry(cls, entry: dict) -> DOP853:
+        only_keys(entry, {"rtol", "atol", "projection"}, "DOP853")
+        return cls(**entry)
 
     def stepper(self, problem: Problem) -> DOP853Stepper:
         if problem.nu and problem.d2g is None:

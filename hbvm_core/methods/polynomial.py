@@ -1,4 +1,4 @@
-"""HBVM(k, s) with a polynomial multiplier of degree s-1 per step (METHOD.md section 6).
+"""HBVM(k, s) with a polynomial multiplier of degree s-1 per step (docs/method.md section 6).
 
 lambda(t_n + c h) = sum_{i<s} P_i(c) lambda_i. With R_ji = sum_l b_l P_j(c_l) P_i(c_l) G(Q_l),
 phi_j = sum_i R_ji lambda_i and X the tridiagonal X_s of section 2:
@@ -16,23 +16,28 @@ increment to p0 (``projected_increment``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
 from ..errors import ConfigError, ConvergenceError
-from ..legendre import Tableau, shifted_legendre, tableau
+from ..legendre import shifted_legendre
 from ..problem import Problem
 from ..solvers import StoppingRule, fixed_point
 from ._small import solve_small
-from .hbvm import WARM_STARTS, initial_gamma
+from .base import only_keys
+from .hbvm import HBVMBase, initial_gamma
 
 
 @dataclass(frozen=True)
-class PolynomialHBVM:
+class PolynomialHBVM(HBVMBase):
     """HBVM(k, s) with lambda a polynomial of degree s-1 on each step (k >= s >= 1), optionally projected.
 
-    For s = 1 this is the constant-multiplier HBVM(k, 1) (METHOD.md 6).
+    For s = 1 this is the constant-multiplier HBVM(k, 1) (docs/method.md 6). Fixed-point sweeps only.
     """
+
+    multiplier: ClassVar[str] = "polynomial"
+    solver: ClassVar[str] = "fixed-point"
 
     k: int
     s: int
@@ -40,33 +45,24 @@ class PolynomialHBVM:
     warm_start: str = "extrapolate"
     rule: StoppingRule = field(default_factory=StoppingRule)
 
-    def __post_init__(self) -> None:
-        tableau(self.k, self.s)  # validates k, s
+    def _check_options(self) -> None:
         if not isinstance(self.projection, bool):
             raise ConfigError(f"projection = {self.projection!r}: expected true or false")
-        if self.warm_start not in WARM_STARTS:
-            raise ConfigError(f"warm_start = {self.warm_start!r}: expected one of {', '.join(WARM_STARTS)}")
 
-    @property
-    def name(self) -> str:
-        return f"HBVM({self.k},{self.s})-poly" + ("-proj" if self.projection else "")
+    def _name_suffix(self) -> str:
+        return "-poly" + ("-proj" if self.projection else "")
 
-    @property
-    def tableau(self) -> Tableau:
-        return tableau(self.k, self.s)
+    def _extra_attrs(self) -> dict:
+        return {"projection": self.projection}
 
-    def attrs(self) -> dict:
-        return {
-            "method": "hbvm",
-            "k": self.k,
-            "s": self.s,
-            "multiplier": "polynomial",
-            "projection": self.projection,
-            "solver": "fixed-point",
-            "warm_start": self.warm_start,
-            "rtol": self.rule.rtol,
-            "max_iter": self.rule.max_iter,
-        }
+    @classmethod
+    def from_variant_entry(cls, entry: dict) -> PolynomialHBVM:
+        entry = dict(entry)
+        solver = entry.pop("solver", "fixed-point")
+        if solver != "fixed-point":
+            raise ConfigError(f"solver = {solver!r}: multiplier: polynomial supports only fixed-point")
+        only_keys(entry, {"k", "s", "projection", "warm_start"}, "HBVM with a polynomial multiplier")
+        return cls(**entry)
 
     def stepper(self, problem: Problem) -> PolynomialStepper:
         return PolynomialStepper(self, problem)
@@ -76,7 +72,7 @@ class PolynomialHBVM:
         kernels = problem.kernels
         if kernels is None or getattr(kernels, "G", None) is None or problem.M is not None or problem.nu == 0:
             return None
-        from .polynomial_runner import PolynomialRunner
+        from ..kernels.runner import PolynomialRunner
 
         return PolynomialRunner(self, problem)
 
@@ -160,7 +156,7 @@ def project_momentum(problem: Problem, q1: np.ndarray, p1: np.ndarray) -> np.nda
 
 
 def projected_increment(problem: Problem, q1: np.ndarray, p0: np.ndarray, dp: np.ndarray) -> np.ndarray:
-    """The increment to p0 of the energy-preserving projection of p1 = p0 + dp (METHOD.md 6).
+    """The increment to p0 of the energy-preserving projection of p1 = p0 + dp (docs/method.md 6).
 
     p0 + result = f (p1 - G1 mu) with mu from G1^T M^{-1} (p1 - G1 mu) = 0 and f = sqrt(T(p1) / T(p1 - G1 mu)).
     Written as (f - 1) p0 + f (dp - G1 mu) with f - 1 = (1 - x)^(-1/2) - 1 from expm1/log1p,

@@ -1,6 +1,6 @@
 """RATTLE (SHAKE with velocity constraints): symplectic, symmetric, second order (Andersen 1983).
 
-In METHOD.md's convention p' = -grad U - G lambda, one step from (q0, p0):
+In docs/method.md's convention p' = -grad U - G lambda, one step from (q0, p0):
 
     p_half = p0 - h/2 (grad U(q0) + G(q0) lam)
     q1     = q0 + h M^{-1} p_half,            g(q1) = 0                 (Newton on lam)
@@ -13,6 +13,7 @@ is the multiplier reported for the step.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -20,13 +21,16 @@ from ..errors import ConvergenceError
 from ..problem import Problem
 from ..solvers import StoppingRule
 from ._small import solve_small
+from .base import Method
 
 
 @dataclass(frozen=True)
-class RATTLE:
+class RATTLE(Method):
     """RATTLE with the position constraint solved to round-off by Newton's method on lam."""
 
     rule: StoppingRule = field(default_factory=StoppingRule)
+
+    kind: ClassVar[str] = "rattle"
 
     @property
     def name(self) -> str:
@@ -34,6 +38,9 @@ class RATTLE:
 
     def attrs(self) -> dict:
         return {"method": "rattle", "rtol": self.rule.rtol, "max_iter": self.rule.max_iter}
+
+    def spec(self) -> dict:
+        return {"method": "rattle"}
 
     def stepper(self, problem: Problem) -> RattleStepper:
         return RattleStepper(self, problem)

@@ -1,4 +1,4 @@
-"""Built-in problems (METHOD.md section 4) and the lookup of user problems by ``module:factory``."""
+"""Built-in problems (docs/method.md section 4) and the lookup of user problems by ``module:factory``."""
 
 from __future__ import annotations
 
@@ -43,7 +43,27 @@ def resolve_factory(spec: str) -> Callable[..., Problem]:
 
 
 def get_problem(spec: str, **params) -> Problem:
-    """Build a problem from its name (built-in) or ``module.path:factory`` with optional params."""
+    """Build a built-in problem by name, or a user problem from its factory.
+
+    Parameters
+    ----------
+    spec : str
+        A built-in name (``BUILTIN``: planar_pendulum, conical_pendulum, ...) or ``"module.path:factory"``.
+    **params
+        Keyword arguments of the factory.
+
+    Returns
+    -------
+    Problem
+
+    Raises
+    ------
+    ConfigError
+        For an unknown name, a module that cannot be imported, no such factory, or a factory that does
+        not return a Problem.
+    ProblemError
+        From the problem's own checks (shapes, consistent initial data).
+    """
     factory = resolve_factory(spec)
     problem = factory(**params)
     if not isinstance(problem, Problem):

@@ -1,4 +1,4 @@
-"""The planar pendulum in Cartesian coordinates and its unconstrained theta form (METHOD.md 4.1).
+"""The planar pendulum in Cartesian coordinates and its unconstrained theta form (docs/method.md 4.1).
 
 U = y, g = x^2 + y^2 - 1, q0 = (0, -1), p0 = (1, 0).  Exact solution:
 sin(theta/2) = 1/2 sn(t | 1/4), theta' = cn(t | 1/4), x = sin theta, y = -cos theta.
@@ -6,10 +6,12 @@ sin(theta/2) = 1/2 sn(t | 1/4), theta' = cn(t | 1/4), x = sin theta, y = -cos th
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from scipy.special import ellipj
 
-from ..kernels import builtin
+from ..kernels import Kernels, kernel
 from ..problem import Problem
 
 #: Elliptic parameter m = k^2 = (E + 1)/2 with E = theta'(0)^2/2 - cos theta(0) = -1/2.
@@ -32,11 +34,36 @@ def planar_exact(t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return q, p, lam
 
 
+# Compiled callbacks (hbvm_core.kernels): fill ``out`` at the rows of Q; ``params`` unused. They mirror the
+# numpy ones (integer powers as products rather than libm ``pow``), so both paths agree to round-off.
+@kernel
+def planar_grad_U_kernel(Q, out, params):
+    """U = y."""
+    for i in range(Q.shape[0]):
+        out[i, 0] = 0.0
+        out[i, 1] = 1.0
+
+
+@kernel
+def planar_G_kernel(Q, out, params):
+    """g = x^2 + y^2 - 1: G = 2 q."""
+    for i in range(Q.shape[0]):
+        for a in range(Q.shape[1]):
+            out[i, a, 0] = 2.0 * Q[i, a]
+
+
+@kernel
+def theta_grad_U_kernel(Q, out, params):
+    """U = -cos(theta): grad = sin(theta)."""
+    for i in range(Q.shape[0]):
+        out[i, 0] = math.sin(Q[i, 0])
+
+
 def planar_pendulum() -> Problem:
     """Planar pendulum, m = 2, nu = 1 (table1)."""
     return Problem(
         name="planar_pendulum",
-        kernels=builtin("planar_pendulum"),
+        kernels=Kernels(grad_U=f"{__name__}:planar_grad_U_kernel", G=f"{__name__}:planar_G_kernel"),
         q0=[0.0, -1.0],
         p0=[1.0, 0.0],
         U=lambda Q: Q[:, 1].copy(),
@@ -57,7 +84,7 @@ def theta_pendulum() -> Problem:
 
     return Problem(
         name="theta_pendulum",
-        kernels=builtin("theta_pendulum"),
+        kernels=Kernels(grad_U=f"{__name__}:theta_grad_U_kernel"),
         q0=[0.0],
         p0=[1.0],
         U=lambda Q: -np.cos(Q[:, 0]),

@@ -1,10 +1,10 @@
-"""Pendula on a sphere-like surface in R^3: the conical and the modified pendulum (METHOD.md 4.2, 4.3)."""
+"""Pendula on a sphere-like surface in R^3: the conical and the modified pendulum (docs/method.md 4.2, 4.3)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..kernels import builtin
+from ..kernels import Kernels, kernel
 from ..problem import Problem
 
 R = 2.0**-0.5  #: radius and depth of the conical orbit
@@ -24,11 +24,51 @@ def conical_exact(t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return q, p, lam
 
 
+# Compiled callbacks (hbvm_core.kernels): fill ``out`` at the rows of Q; ``params`` unused. They mirror the
+# numpy ones (integer powers as products rather than libm ``pow``), so both paths agree to round-off.
+@kernel
+def sphere_G_kernel(Q, out, params):
+    """g = |q|^2 - 1: G = 2 q."""
+    for i in range(Q.shape[0]):
+        for a in range(Q.shape[1]):
+            out[i, a, 0] = 2.0 * Q[i, a]
+
+
+@kernel
+def conical_grad_U_kernel(Q, out, params):
+    """U = z."""
+    for i in range(Q.shape[0]):
+        out[i, 0] = 0.0
+        out[i, 1] = 0.0
+        out[i, 2] = 1.0
+
+
+@kernel
+def modified_grad_U_kernel(Q, out, params):
+    """U = z^4."""
+    for i in range(Q.shape[0]):
+        out[i, 0] = 0.0
+        out[i, 1] = 0.0
+        z = Q[i, 2]
+        out[i, 2] = 4.0 * (z * z * z)
+
+
+@kernel
+def modified_G_kernel(Q, out, params):
+    """g = x^6 + y^4 + z^2 - 0.625: G = (6 x^5, 4 y^3, 2 z)."""
+    for i in range(Q.shape[0]):
+        x, y = Q[i, 0], Q[i, 1]
+        x2 = x * x
+        out[i, 0, 0] = 6.0 * (x2 * x2 * x)
+        out[i, 1, 0] = 4.0 * (y * y * y)
+        out[i, 2, 0] = 2.0 * Q[i, 2]
+
+
 def conical_pendulum() -> Problem:
     """U = z, g = |q|^2 - 1 (table2, fig1, fig2)."""
     return Problem(
         name="conical_pendulum",
-        kernels=builtin("conical_pendulum"),
+        kernels=Kernels(grad_U=f"{__name__}:conical_grad_U_kernel", G=f"{__name__}:sphere_G_kernel"),
         q0=Q0,
         p0=P0,
         U=lambda Q: Q[:, 2].copy(),
@@ -63,7 +103,7 @@ def modified_pendulum() -> Problem:
 
     return Problem(
         name="modified_pendulum",
-        kernels=builtin("modified_pendulum"),
+        kernels=Kernels(grad_U=f"{__name__}:modified_grad_U_kernel", G=f"{__name__}:modified_G_kernel"),
         q0=Q0,
         p0=P0,
         U=lambda Q: Q[:, 2] ** 4,

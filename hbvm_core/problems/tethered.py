@@ -1,4 +1,4 @@
-"""Three satellites in a central field joined by rigid tethers of unit length (METHOD.md 4.4).
+"""Three satellites in a central field joined by rigid tethers of unit length (docs/method.md 4.4).
 
 q = (q1, q2, q3), q_i in R^3; U = -sum_i 1/|q_i|;
 g = (|q1-q2|^2 - 1, |q2-q3|^2 - 1, |q3-q1|^2 - 1); p3 = (v, 0, 0) with H(q0, p0) = 0.
@@ -6,9 +6,11 @@ g = (|q1-q2|^2 - 1, |q2-q3|^2 - 1, |q3-q1|^2 - 1); p3 = (v, 0, 0) with H(q0, p0)
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from ..kernels import builtin
+from ..kernels import Kernels, kernel
 from ..problem import Problem
 
 PAIRS = ((0, 1), (1, 2), (2, 0))
@@ -55,6 +57,35 @@ def d2g(Q, V):
     return np.stack([2.0 * np.sum((W[:, i] - W[:, j]) ** 2, axis=1) for i, j in PAIRS], axis=1)
 
 
+# Compiled callbacks (hbvm_core.kernels): fill ``out`` at the rows of Q; ``params`` unused.
+@kernel
+def grad_U_kernel(Q, out, params):
+    """U = -sum_i 1/|q_i|: grad = q_i / |q_i|^3 for the three bodies."""
+    for i in range(Q.shape[0]):
+        for b in range(3):
+            x, y, z = Q[i, 3 * b], Q[i, 3 * b + 1], Q[i, 3 * b + 2]
+            r = math.sqrt(x * x + y * y + z * z)
+            r3 = r * r * r
+            out[i, 3 * b] = x / r3
+            out[i, 3 * b + 1] = y / r3
+            out[i, 3 * b + 2] = z / r3
+
+
+@kernel
+def G_kernel(Q, out, params):
+    """g_c = |q_i - q_j|^2 - 1 for the pairs (1,2), (2,3), (3,1): columns +-2 (q_i - q_j)."""
+    for i in range(Q.shape[0]):
+        for a in range(9):
+            for c in range(3):
+                out[i, a, c] = 0.0
+        for c in range(3):
+            bi, bj = c, (c + 1) % 3
+            for x in range(3):
+                d = 2.0 * (Q[i, 3 * bi + x] - Q[i, 3 * bj + x])
+                out[i, 3 * bi + x, c] = d
+                out[i, 3 * bj + x, c] = -d
+
+
 def tethered_satellites() -> Problem:
     """m = 9, nu = 3 (table4, fig3); no closed form."""
     p0 = np.zeros(9)
@@ -68,5 +99,5 @@ def tethered_satellites() -> Problem:
         g=g,
         G=G,
         d2g=d2g,
-        kernels=builtin("tethered_satellites"),
+        kernels=Kernels(grad_U=f"{__name__}:grad_U_kernel", G=f"{__name__}:G_kernel"),
     )

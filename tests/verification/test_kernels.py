@@ -245,18 +245,22 @@ def test_non_finite_callback_is_named():
     assert messages[0] == messages[1]
 
 
+PENDULUM = "hbvm_core.problems.pendulum"
+SPHERE_G = "hbvm_core.problems.spherical:sphere_G_kernel"
+
+
 def test_wrong_compiled_callbacks_are_refused():
     pb = hc.get_problem("planar_pendulum")
-    pb.kernels = Kernels(grad_U="hbvm_core.kernels.problems:theta_grad_U", G="hbvm_core.kernels.problems:sphere_G")
+    pb.kernels = Kernels(grad_U=f"{PENDULUM}:theta_grad_U_kernel", G=SPHERE_G)
     with pytest.raises(ProblemError, match="kernels.grad_U disagrees"):
         hc.integrate(pb, hc.HBVM(1, 1), 0.1, 1.0, backend="numba")
-    pb.kernels = Kernels(grad_U="hbvm_core.kernels.problems:planar_grad_U")
+    pb.kernels = Kernels(grad_U=f"{PENDULUM}:planar_grad_U_kernel")
     with pytest.raises(ProblemError, match="kernels.G is missing"):
         hc.integrate(pb, hc.HBVM(1, 1), 0.1, 1.0, backend="numba")
-    pb.kernels = Kernels(grad_U="hbvm_core.kernels.problems:no_such_function", G="hbvm_core.kernels.problems:sphere_G")
+    pb.kernels = Kernels(grad_U=f"{PENDULUM}:no_such_function", G=SPHERE_G)
     with pytest.raises(ConfigError, match="kernels.grad_U"):
         hc.integrate(pb, hc.HBVM(1, 1), 0.1, 1.0, backend="numba")
-    pb.kernels = Kernels(grad_U=np.sin, G="hbvm_core.kernels.problems:sphere_G")
+    pb.kernels = Kernels(grad_U=np.sin, G=SPHERE_G)
     with pytest.raises(ConfigError, match="expected a numba @njit function"):
         hc.integrate(pb, hc.HBVM(1, 1), 0.1, 1.0, backend="numba")
 
@@ -289,3 +293,43 @@ def test_second_process_loads_the_compiled_loop_from_the_disk_cache():
     assert runs[0]["file"] == runs[1]["file"]
     assert runs[1]["misses"] == 0 and runs[1]["hits"] >= 1
     assert runs[1]["seconds"] < 5.0  # loading, not compiling (a compile takes ~10 s here)
+
+
+def test_is_cached_reads_the_marker_written_after_the_first_compile(conical):
+    """uncached_loop / is_cached: our marker next to the generated module, no numba internals."""
+    from hbvm_core.kernels import is_cached, uncached_loop
+    from hbvm_core.kernels.registry import _marker
+    from hbvm_core.methods import RATTLE
+
+    method = hc.HBVM(2, 2)
+    hc.integrate(conical, method, conical.period / 100, conical.period / 100, backend="numba")
+    assert is_cached(method, conical) and uncached_loop(method, conical) is None
+    module = method.compiled_runner(conical).module
+    marker = _marker(module)
+    moved = marker.with_name(marker.name + ".away")
+    marker.rename(moved)
+    try:
+        assert uncached_loop(method, conical) == module.__name__ and not is_cached(method, conical)
+    finally:
+        moved.rename(marker)
+    assert is_cached(RATTLE(), conical)  # no compiled loop: nothing to cache
+    assert is_cached(hc.HBVM(2, 2), nan_theta_pendulum())  # an in-memory module: nothing to cache on disk
+
+
+def test_kernel_templates_expand_to_one_loop_with_short_functions():
+    """The kernels package's functions stay under 200 lines; the generated run_chunk calls no pasted helper."""
+    import ast
+    from pathlib import Path
+
+    from hbvm_core.kernels.registry import TEMPLATES, expand_inline
+
+    for path in Path(hc.__file__).with_name("kernels").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef):
+                assert node.end_lineno - node.lineno < 200, f"{path.name}:{node.name}"
+    source = TEMPLATES["hbvm"].read_text()
+    helpers = [line.split("(")[0][4:] for line in source.splitlines() if line.startswith("def _")]
+    expanded = expand_inline(source)
+    code = "\n".join(line for line in expanded.splitlines() if not line.strip().startswith("#"))
+    assert "@inline_source" not in code.splitlines() and "def run_chunk(" in code
+    assert [name for name in helpers if f"{name}(" in code] == ["_minv"]  # the one njit helper (M != I)

@@ -1,9 +1,10 @@
-"""Compiled step and time loop of the polynomial-multiplier HBVM(k, s) (METHOD.md section 6): a template.
+"""Compiled step and time loop of the polynomial-multiplier HBVM(k, s) (docs/method.md section 6): a template.
 
-This file is never jitted as it stands: ``polynomial_runner`` writes its source
-into a generated module that binds ``grad_U`` and ``G`` to a problem's compiled
-callbacks (``grad_U(Q, out, params)``, ``G(Q, out, params)``, hbvm_core.kernels) by import, so
-numba inlines them and caches the loop on disk, once per callback set.
+This file is never jitted as it stands: ``hbvm_core.kernels.registry`` writes
+its source into a generated module that binds ``grad_U`` and ``G`` to a
+problem's compiled callbacks (``grad_U(Q, out, params)``, ``G(Q, out, params)``)
+by import, as inlined copies, exactly as for the constant-multiplier template
+``hbvm.py``, and numba caches the loop on disk, once per callback set.
 
 The arithmetic is that of ``PolynomialStepper.sweep`` and ``step`` term by term
 (block matrix RR, the round-off StoppingRule, warm start, projection, Kahan
@@ -15,8 +16,9 @@ import numpy as np
 from numba import njit
 
 CACHE = True  # the generator writes False for callbacks that cannot be imported by name
-grad_U = None  # bound by the generated module
-G = None
+# bound by the generated module: the problem's compiled callbacks (inlined copies, and the originals)
+grad_U = grad_U_original = None
+G = G_original = None
 
 OK, NO_CONVERGENCE, DIVERGED, SINGULAR, NON_FINITE_STATE = 0, 1, 2, 3, 4
 

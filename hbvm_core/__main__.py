@@ -1,8 +1,8 @@
 """The compiled-kernel cache from the command line.
 
-    python -m hbvm_core.kernels warm [--solver fixed-point blended] [--problems NAME ...] [-j N]
-    python -m hbvm_core.kernels info
-    python -m hbvm_core.kernels clear
+    python -m hbvm_core kernels warm [--solver fixed-point blended] [--problems NAME ...] [-j N]
+    python -m hbvm_core kernels info
+    python -m hbvm_core kernels clear
 
 warm compiles (or finds in the cache) the loop of every built-in problem, one
 process per problem and solver, N at a time (default: all cores), so that later
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -39,11 +38,13 @@ def warm(problems: list[str], solvers: list[str], jobs: int) -> None:
 
 
 def main(argv=None) -> int:
-    from ..problems import BUILTIN
-    from .registry import cache_dir
+    from .kernels.registry import cache_info, clear_cache
+    from .problems import BUILTIN
 
-    ap = argparse.ArgumentParser(prog="python -m hbvm_core.kernels", description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    ap = argparse.ArgumentParser(prog="python -m hbvm_core", description=__doc__.splitlines()[0])
+    top = ap.add_subparsers(dest="group", required=True)
+    kernels = top.add_parser("kernels", help="the compiled-kernel cache")
+    sub = kernels.add_subparsers(dest="cmd", required=True)
     w = sub.add_parser("warm", help="compile the built-in problems' loops into the cache")
     w.add_argument("--solver", nargs="+", default=["fixed-point", "blended"], choices=["fixed-point", "blended"])
     w.add_argument("--problems", nargs="+", default=sorted(BUILTIN), choices=sorted(BUILTIN))
@@ -51,21 +52,12 @@ def main(argv=None) -> int:
     sub.add_parser("info", help="where the cache is and what it holds")
     sub.add_parser("clear", help="remove the generated loop modules and their numba cache")
     args = ap.parse_args(argv)
-    folder = cache_dir()
     if args.cmd == "warm":
         warm(args.problems, args.solver, args.jobs)
     elif args.cmd == "info":
-        mods = sorted(folder.glob("hbvm_kernel_*.py"))
-        print(f"{folder}: {len(mods)} generated loop modules")
-        for mod in mods:
-            keys = ("grad_U_original = ", "G_original = ", "M_SIZE = ", "NU_SIZE = ", "HAS_M = ", "SOLVER = ")
-            bound = [line for line in mod.read_text().splitlines()[-12:] if line.startswith(keys)]
-            print(f"  {mod.name}: {', '.join(bound)}")
+        print("\n".join(cache_info()))
     else:
-        for mod in folder.glob("hbvm_kernel_*.py"):
-            mod.unlink()
-        shutil.rmtree(folder / "__pycache__", ignore_errors=True)
-        print(f"cleared {folder}")
+        print(f"cleared {clear_cache()}")
     return 0
 
 

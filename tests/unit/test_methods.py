@@ -1,0 +1,39 @@
+"""The method interface: one base class, the METHODS registry, labels and entries."""
+
+from __future__ import annotations
+
+import pytest
+
+import hbvm_core as hc
+from hbvm_core.errors import ConfigError
+from hbvm_core.methods import DOP853, HBVM, METHODS, RATTLE, Method, PolynomialHBVM, from_spec, method_label
+
+ENTRIES = [
+    ({"k": 6, "s": 2}, HBVM, "hbvm_k6_s2", "HBVM(6,2)"),
+    ({"k": 6, "s": 2, "solver": "blended"}, HBVM, "hbvm_k6_s2_blended", "HBVM(6,2)"),
+    ({"k": 4, "s": 2, "warm_start": "p0"}, HBVM, "hbvm_k4_s2_ws-p0", "HBVM(4,2)"),
+    ({"k": 6, "s": 3, "multiplier": "polynomial", "projection": True}, PolynomialHBVM, "hbvm_k6_s3_poly_proj",
+     "HBVM(6,3)-poly-proj"),
+    ({"method": "rattle"}, RATTLE, "rattle", "RATTLE"),
+    ({"method": "dop853", "rtol": 1e-8, "projection": True}, DOP853, "dop853_rtol1e-08_proj", "DOP853(1e-08)-proj"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("entry,cls,label,name", ENTRIES, ids=[e[2] for e in ENTRIES])
+def test_every_method_implements_the_interface(entry, cls, label, name):
+    method = from_spec(entry)
+    assert type(method) is cls and isinstance(method, Method)
+    assert method.name == name and method.label() == label == method_label(entry)
+    assert from_spec(method.spec()) == method
+    assert method.attrs()["method"] == entry.get("method", "hbvm")
+
+
+def test_compiled_runner_is_none_where_there_is_no_compiled_loop(planar):
+    assert RATTLE().compiled_runner(planar) is None and DOP853().compiled_runner(planar) is None
+    assert HBVM(2, 2).compiled_runner(hc.get_problem("tests.user_problems:double_pendulum")) is None
+
+
+def test_registry_names_the_methods_in_its_error():
+    assert set(METHODS) == {"hbvm", "rattle", "dop853"}
+    with pytest.raises(ConfigError, match=r"method = 'euler': unknown method \(expected hbvm, rattle or dop853\)"):
+        from_spec({"method": "euler"})
