@@ -4,6 +4,7 @@ The method (``methods``), the problem (``problem``, ``problems``) and the time
 loop (``integrate``) are separate; docs/method.md is the contract for every formula.
 """
 
+from ._version import __version__
 from .errors import ConfigError, ConvergenceError, HBVMError, NonFiniteError, ProblemError
 from .integrate import integrate
 from .legendre import tableau
@@ -11,8 +12,6 @@ from .methods import HBVM
 from .problem import Problem
 from .problems import get_problem
 from .trajectory import Trajectory
-
-__version__ = "0.1.0"
 
 
 def __getattr__(name: str):

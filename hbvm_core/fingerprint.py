@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__
+from ._version import __version__
 
 PACKAGE = Path(__file__).resolve().parent
 #: the loop modules of the compiled paths, by method kind (parsed source hashed)

@@ -111,7 +111,7 @@ def versions() -> dict[str, str]:
     """The versions a store was written with (from the installed distributions: importing xarray costs a second)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from hbvm_core import __version__
+    from hbvm_core._version import __version__
 
     found = {"hbvm": __version__, "numpy": np.__version__}
     for dist in ("zarr", "xarray"):

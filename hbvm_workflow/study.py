@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from hbvm_core.errors import ConfigError, NonFiniteError, ProblemError
-
 from hbvm_core.methods import method_label  # noqa: F401  (re-exported)
 
 from .layout import manifest_path, run_stem, store_path  # noqa: F401  (re-exported)
@@ -584,5 +583,3 @@ def _check_sampling(where: str, convention, reference: str, h: float, job: Job, 
                 f"{where}: errors.{key} = {val!r} is not a multiple of h * save_every = {spacing!r} "
                 f"(h = {h!r}); the sample times would not be saved"
             )
-
-

@@ -23,27 +23,7 @@ the cache. Importing this package does not import numba.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
-
-@dataclass(frozen=True)
-class Kernels:
-    """The compiled callbacks of a problem (njit functions or 'module:function' strings) and their params."""
-
-    grad_U: Any
-    G: Any = None
-    params: tuple[float, ...] = ()
-
-
-def kernel(f):
-    """Mark a plain Python callback to be compiled with ``numba.njit(cache=True)`` when a loop first needs it.
-
-    A problem module can so define its compiled callbacks next to its numpy ones without importing numba;
-    ``Kernels`` names them by ``"module:function"``.
-    """
-    f._hbvm_kernel = True
-    return f
+from .spec import Kernels, kernel
 
 
 def uncached_loop(method, problem) -> str | None:

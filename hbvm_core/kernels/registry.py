@@ -45,7 +45,7 @@ import types
 from pathlib import Path
 
 from ..errors import ConfigError, ProblemError
-from . import Kernels, kernel
+from .spec import Kernels, kernel
 
 #: template name -> its file; the generated module of template T is <cache>/T_kernel_<hash>.py
 TEMPLATES = {"hbvm": Path(__file__).with_name("hbvm.py"), "polynomial": Path(__file__).with_name("polynomial.py")}

@@ -7,18 +7,20 @@ multiplier, and the baselines RATTLE and DOP853 on the index-reduced ODE.
 """
 
 from ..errors import ConfigError
-from .base import Method, method_label
+from .base import METHODS, Method, method_label
 from .hbvm import HBVM, HBVMBase, HBVMStepper
 from .index_reduced import DOP853
 from .polynomial import PolynomialHBVM
 from .rattle import RATTLE
 
-#: entry ``method`` -> class; ``from_spec`` looks the entry up here and lets the class check the rest.
-METHODS: dict[str, type[Method]] = {
-    "hbvm": HBVMBase,  # multiplier: constant (HBVM) or polynomial (PolynomialHBVM)
-    "rattle": RATTLE,
-    "dop853": DOP853,
-}
+# The registry, entry ``method`` -> class: ``from_spec`` looks the entry up here and lets the class check the rest.
+METHODS.update(
+    {
+        "hbvm": HBVMBase,  # multiplier: constant (HBVM) or polynomial (PolynomialHBVM)
+        "rattle": RATTLE,
+        "dop853": DOP853,
+    }
+)
 
 __all__ = [
     "DOP853",

@@ -74,14 +74,16 @@ class Method(ABC):
         return []
 
 
+#: entry ``method`` -> class, filled in by ``hbvm_core.methods`` (one line per method there).
+METHODS: dict[str, type[Method]] = {}
+
+
 def method_label(entry: dict) -> str:
     """A stable, file-name safe label of a method entry: hbvm_k6_s2, rattle, dop853_rtol1e-08_proj.
 
     The kind, the method's own parts (``label_parts``), ``rtol``, ``proj`` and then
     ``key-value`` for every other key, sorted.
     """
-    from . import METHODS
-
     kind = entry.get("method", "hbvm")
     parts = [kind]
     cls = METHODS.get(kind)
