@@ -27,12 +27,12 @@ import json
 import math
 import os
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from hbvm_core.errors import ConfigError, NonFiniteError, ProblemError
 from hbvm_core.methods import method_label  # noqa: F401  (re-exported)
 
+from .config import defaults
 from .layout import manifest_path, run_stem, store_path  # noqa: F401  (re-exported)
 
 STEP_KEYS = ("h", "h0", "halvings", "period_divisions")
@@ -44,57 +44,6 @@ KINDS: dict[str, tuple[str, ...]] = {
     "work_precision": ("work_precision",),  # hbvm_workflow.beyond, workflow/rules/beyond.smk
     "long_time": ("long_time",),
 }
-STUDY_DEFAULTS: dict[str, Any] = {
-    "kind": "convergence",
-    "params": {},
-    "solver": "fixed-point",
-    "save_every": 1,
-    "chunk": 65536,
-    "compensated": True,
-    "backend": "auto",
-    "plot": "convergence",
-}
-#: The config schema, shipped inside the package.
-SCHEMA = Path(__file__).resolve().parent / "schema.yaml"
-
-
-# --------------------------------------------------------------------------- config checks
-def validate_config(config: dict, schema: str | os.PathLike | None = None) -> None:
-    """Check ``config`` against the JSON schema; raise ConfigError with a one-line message naming the key."""
-    import jsonschema
-    import yaml
-
-    path = Path(schema) if schema is not None else SCHEMA
-    if not path.exists():
-        if schema is not None:
-            raise ConfigError(f"config schema {str(path)!r} not found")
-        return
-    with open(path) as fh:
-        spec = yaml.safe_load(fh)
-    validator = jsonschema.Draft202012Validator(spec)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(config))
-    if error is not None:
-        raise ConfigError(_describe(error))
-
-
-def _describe(error) -> str:
-    """A one-line description of a jsonschema error: 'config: studies.t1.methods[0]: ...'."""
-    where = "config"
-    for part in error.absolute_path:
-        where += f"[{part}]" if isinstance(part, int) else f".{part}"
-    if error.validator == "additionalProperties":
-        allowed = sorted(error.schema.get("properties", {}))
-        extra = sorted(set(error.instance) - set(allowed))
-        what = "unknown key" if len(extra) == 1 else "unknown keys"
-        hint = f" (expected one of {', '.join(allowed)})" if allowed else ""
-        return f"{where}: {what} {', '.join(map(repr, extra))}{hint}"
-    if error.validator == "propertyNames":
-        return f"{where}: bad name {error.instance!r} (letters, digits, _ and -, starting with a letter or digit)"
-    if error.validator == "required":
-        return f"{where}: {error.message}"
-    return f"{where} = {error.instance!r}: {error.message}"
-
-
 # --------------------------------------------------------------------------- jobs and rows
 #: Job.estimated_seconds: per run (the store), and per step and quadrature node (compiled, numpy)
 RUN_OVERHEAD_S = 0.1
@@ -102,8 +51,6 @@ STEP_NODE_S = 1e-6
 NUMPY_STEP_NODE_S = 1e-4
 #: solve_workers: the least work (s) that pays for a second worker process of a study's solve job
 WORK_PER_WORKER_S = 5.0
-#: config ``limits`` defaults: the largest run the workflow starts without being told (check_limits)
-LIMITS = {"max_steps": 1e8, "max_bytes": 20e9}
 #: the most rows of a Zarr chunk (schema.yaml: chunk): a chunk is built in memory
 MAX_CHUNK = 2**22
 
@@ -120,10 +67,10 @@ class Job:
     method: dict
     h: float
     t_end: float
-    save_every: int = 1
-    compensated: bool = True
-    backend: str = "auto"
-    chunk: int = 65536
+    save_every: int
+    compensated: bool
+    backend: str
+    chunk: int
     store: str = ""
     run: str = ""
     #: hbvm_core.fingerprint of the problem as built and of the method's numerics (part of the hash)
@@ -247,6 +194,8 @@ class Study:
     expected_rates: dict
     results: str
     cfg: dict
+    #: (m, nu) of the problem
+    dims: tuple[int, int] = (0, 0)
     #: the problem built from the config (once, by expand_study); see ``built_problem``
     instance: Any = field(default=None, repr=False, compare=False)
 
@@ -258,8 +207,6 @@ class Study:
 
             self.instance = get_problem(self.problem, **self.params)
         return self.instance
-
-    dims: tuple[int, int] = (0, 0)  # (m, nu) of the problem
 
     @property
     def dir(self) -> str:
@@ -280,29 +227,13 @@ class Study:
 
 
 # --------------------------------------------------------------------------- expansion
-def load_studies(config: dict, schema: str | os.PathLike | None = None, check_schema: bool = True) -> dict[str, Study]:
-    """Validate ``config`` and expand every study (raises ConfigError naming the key on bad input)."""
-    if check_schema:
-        validate_config(config, schema)
-    studies = config.get("studies") or {}
-    if not isinstance(studies, dict) or not studies:
-        raise ConfigError("config: studies: expected at least one study")
-    results = config.get("results", "results")
-    out = {name: expand_study(name, cfg, results=results) for name, cfg in studies.items()}
-    for name in config.get("select") or []:
-        if name not in out:
-            raise ConfigError(f"config: select: unknown study {name!r} (studies are {', '.join(out)})")
-    check_limits(out, config.get("limits") or {}, results)
-    return out
-
-
 def check_limits(studies: dict[str, Study], limits: dict, results: str = "results") -> int:
     """Refuse (ConfigError naming the run, its size and the key to raise) a run above ``limits.max_steps``
     or ``limits.max_bytes``, or stores not yet written that together exceed the free space of the results
     folder. Returns the bytes the missing stores will take."""
     import shutil
 
-    limits = {**LIMITS, **limits}
+    limits = {**defaults("limits"), **limits}
     missing = 0
     for name, study in studies.items():
         m, nu = study.dims
@@ -337,137 +268,32 @@ def _duration(seconds: float) -> str:
 
 
 def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
-    """Check one study entry and expand it into methods, rows and jobs (see the module docstring)."""
-    from hbvm_core.fingerprint import method_fingerprint, problem_fingerprint
-    from hbvm_core.integrate import number_of_steps
-    from hbvm_core.methods import from_spec
-    from hbvm_core.metrics import ErrorConvention
+    """Check one study entry and expand it into methods, rows and jobs (see the module docstring).
+
+    The steps: the entry with the schema's defaults and its kind checked (``_study_entry``), the
+    problem built from the config (``build_problem``), the interval (``_interval``), the error
+    convention (``_convention``), then per method entry the method (``_method``) and its runs
+    (``_add_runs``).
+    """
+    from hbvm_core.fingerprint import problem_fingerprint
 
     where = f"studies.{name}"
-    cfg = {**STUDY_DEFAULTS, "plot": KINDS.get(cfg.get("kind", "convergence"), ("convergence",))[0], **cfg}
-    kind = cfg["kind"]
-    if kind not in KINDS:
-        raise ConfigError(f"{where}.kind = {kind!r}: expected one of {', '.join(KINDS)}")
-    if cfg["plot"] not in KINDS[kind]:
-        raise ConfigError(f"{where}.plot = {cfg['plot']!r}: expected one of {', '.join(KINDS[kind])}")
-    for key in ("problem", "methods", "errors"):
-        if key not in cfg:
-            raise ConfigError(f"{where}: missing key {key!r}")
-    chunk = cfg["chunk"]
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or not 1 <= chunk <= MAX_CHUNK:
-        raise ConfigError(f"{where}.chunk = {chunk!r}: expected an integer from 1 to {MAX_CHUNK} (rows per chunk)")
+    cfg = _study_entry(where, cfg)
     problem = build_problem(where, cfg["problem"], dict(cfg["params"]))
-    period = problem.period
-    problem_fp = problem_fingerprint(problem)
-
-    # interval
-    if ("t_end" in cfg) == ("periods" in cfg):
-        raise ConfigError(f"{where}: give exactly one of t_end or periods")
-    if "periods" in cfg:
-        if period is None:
-            raise ConfigError(
-                f"{where}.periods: problem {cfg['problem']!r} has no period; give t_end (or period= in the problem)"
-            )
-        t_end = float(cfg["periods"]) * period
-    else:
-        t_end = float(cfg["t_end"])
-    _positive(f"{where}.{'periods' if 'periods' in cfg else 't_end'}", t_end)
-
-    # error convention
-    errs = dict(cfg["errors"])
-    reference = errs.get("reference")
-    if reference not in REFERENCES:
-        raise ConfigError(f"{where}.errors.reference = {reference!r}: expected one of {', '.join(REFERENCES)}")
-    try:
-        conv = dict(errs, reference="self") if reference == "none" else errs
-        convention = ErrorConvention.from_config(conv)
-        if reference != "none":
-            convention.check_problem(problem, cfg["problem"])
-    except ConfigError as exc:
-        raise ConfigError(f"{where}.{exc}") from None
-
-    # methods, rows, jobs
-    methods: list[MethodSpec] = []
-    jobs: dict[str, Job] = {}
-    study_rule = {k: cfg[k] for k in STEP_KEYS if k in cfg}
-    if not isinstance(cfg["methods"], list) or not cfg["methods"]:
-        raise ConfigError(f"{where}.methods: expected a non-empty list of method entries")
-    for i, raw in enumerate(cfg["methods"]):
-        mwhere = f"{where}.methods[{i}]"
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{mwhere} = {raw!r}: expected a mapping such as {{k: 2, s: 2}}")
-        # the canonical entry (hashed): method named, study-level solver filled in for HBVM
-        entry = {"method": "hbvm"} | {k: v for k, v in raw.items() if k not in METHOD_META_KEYS}
-        if entry["method"] == "hbvm":
-            entry.setdefault("solver", cfg["solver"])
-            k, s = entry.get("k"), entry.get("s")
-            if isinstance(k, int) and isinstance(s, int) and k < s:
-                raise ConfigError(f"{mwhere}: k = {k} < s = {s}; HBVM(k, s) needs k >= s")
-        try:
-            method = from_spec(entry)
-        except (ConfigError, TypeError, ValueError) as exc:
-            raise ConfigError(f"{mwhere}: {exc}") from None
-        label = raw.get("label") or method_label(entry)
-        if any(m.label == label for m in methods):
-            raise ConfigError(f"{mwhere}: duplicate method {label!r} in the study (give a distinct label)")
-        spec = MethodSpec(label, method.name, entry, entry.get("k"), entry.get("s"))
-        rule = {k: raw[k] for k in STEP_KEYS if k in raw} or study_rule
-        steps = step_sizes(rule, period, mwhere if rule is not study_rule else where)
-        names: dict[str, float] = {}  # run name -> h: names must identify the runs
-        for n, h, half in steps:
-            row = Row(label=label, n=n, h=h, job="")
-            half_n = None if n is None else (n + 1 if "halvings" in rule else 2 * n)
-            for hh, nn, role in ((h, n, "row"), (half, half_n, "partner")):
-                if role == "partner" and reference != "self":
-                    continue
-                try:
-                    number_of_steps(hh, t_end)
-                except ConfigError as exc:
-                    extra = " (the h/2 run of errors.reference: self)" if role == "partner" else ""
-                    raise ConfigError(f"{mwhere}: {exc}{extra}") from None
-                job = Job(
-                    study=name,
-                    label=label,
-                    name=method.name,
-                    problem=cfg["problem"],
-                    params=dict(cfg["params"]),
-                    method=entry,
-                    h=hh,
-                    t_end=t_end,
-                    save_every=int(cfg["save_every"]),
-                    compensated=bool(cfg["compensated"]),
-                    backend=cfg["backend"],
-                    chunk=int(cfg["chunk"]),
-                    problem_fingerprint=problem_fp,
-                    numerics_fingerprint=method_fingerprint(entry),
-                )
-                job.run = run_stem(hh, nn)
-                job.store = store_path(results, name, label, hh, nn)
-                if names.setdefault(job.run, hh) != hh:
-                    raise ConfigError(
-                        f"{mwhere}: step sizes {names[job.run]!r} and {hh!r} get the same run name {job.run!r}; "
-                        "give step sizes that differ in their first 12 digits"
-                    )
-                jobs.setdefault(job.id, job)
-                if role == "row":
-                    row.job = job.id
-                else:
-                    row.partner = job.id
-            _check_sampling(mwhere, convention, reference, h, jobs[row.job], period)
-            spec.rows.append(row)
-        methods.append(spec)
-    return Study(
+    t_end = _interval(where, cfg, problem)
+    reference, convention = _convention(where, cfg, problem)
+    study = Study(
         name=name,
-        kind=kind,
+        kind=cfg["kind"],
         title=cfg.get("title") or name,
         problem=cfg["problem"],
         params=dict(cfg["params"]),
         t_end=t_end,
-        period=period,
+        period=problem.period,
         reference=reference,
         convention=convention,
-        methods=methods,
-        jobs=jobs,
+        methods=[],
+        jobs={},
         plot=cfg["plot"],
         expected_rates=dict(cfg.get("expected_rates") or {}),
         results=results,
@@ -475,6 +301,141 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
         instance=problem,
         dims=(int(problem.m), int(problem.nu)),
     )
+    fingerprint = problem_fingerprint(problem)
+    if not isinstance(cfg["methods"], list) or not cfg["methods"]:
+        raise ConfigError(f"{where}.methods: expected a non-empty list of method entries")
+    for i, raw in enumerate(cfg["methods"]):
+        spec = _method(f"{where}.methods[{i}]", raw, cfg, study.methods)
+        _add_runs(study, spec, raw, f"{where}.methods[{i}]", fingerprint)
+        study.methods.append(spec)
+    return study
+
+
+def _study_entry(where: str, cfg: dict) -> dict:
+    """The study entry with the schema's defaults (``config.defaults``) and its kind, plot and chunk checked."""
+    kind = cfg.get("kind", "convergence")
+    cfg = {**defaults("study"), "plot": KINDS.get(kind, ("convergence",))[0], **cfg}
+    if cfg["kind"] not in KINDS:
+        raise ConfigError(f"{where}.kind = {cfg['kind']!r}: expected one of {', '.join(KINDS)}")
+    if cfg["plot"] not in KINDS[cfg["kind"]]:
+        raise ConfigError(f"{where}.plot = {cfg['plot']!r}: expected one of {', '.join(KINDS[cfg['kind']])}")
+    for key in ("problem", "methods", "errors"):
+        if key not in cfg:
+            raise ConfigError(f"{where}: missing key {key!r}")
+    chunk = cfg["chunk"]
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or not 1 <= chunk <= MAX_CHUNK:
+        raise ConfigError(f"{where}.chunk = {chunk!r}: expected an integer from 1 to {MAX_CHUNK} (rows per chunk)")
+    return cfg
+
+
+def _interval(where: str, cfg: dict, problem) -> float:
+    """t_end of the study: ``t_end``, or ``periods`` times the problem's period."""
+    if ("t_end" in cfg) == ("periods" in cfg):
+        raise ConfigError(f"{where}: give exactly one of t_end or periods")
+    if "periods" in cfg:
+        if problem.period is None:
+            raise ConfigError(
+                f"{where}.periods: problem {cfg['problem']!r} has no period; give t_end (or period= in the problem)"
+            )
+        t_end = float(cfg["periods"]) * problem.period
+    else:
+        t_end = float(cfg["t_end"])
+    _positive(f"{where}.{'periods' if 'periods' in cfg else 't_end'}", t_end)
+    return t_end
+
+
+def _convention(where: str, cfg: dict, problem) -> tuple[str, Any]:
+    """(reference, ErrorConvention) of ``errors``; the problem must have what the convention needs."""
+    from hbvm_core.metrics import ErrorConvention
+
+    errs = dict(cfg["errors"])
+    reference = errs.get("reference")
+    if reference not in REFERENCES:
+        raise ConfigError(f"{where}.errors.reference = {reference!r}: expected one of {', '.join(REFERENCES)}")
+    try:
+        convention = ErrorConvention.from_config(dict(errs, reference="self") if reference == "none" else errs)
+        if reference != "none":
+            convention.check_problem(problem, cfg["problem"])
+    except ConfigError as exc:
+        raise ConfigError(f"{where}.{exc}") from None
+    return reference, convention
+
+
+def _method(where: str, raw, cfg: dict, earlier: list[MethodSpec]) -> MethodSpec:
+    """The MethodSpec of one method entry: its canonical (hashed) entry, its label and display name."""
+    from hbvm_core.methods import from_spec
+
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where} = {raw!r}: expected a mapping such as {{k: 2, s: 2}}")
+    # the canonical entry (hashed): method named, study-level solver filled in for HBVM
+    entry = {"method": "hbvm"} | {k: v for k, v in raw.items() if k not in METHOD_META_KEYS}
+    if entry["method"] == "hbvm":
+        entry.setdefault("solver", cfg["solver"])
+        k, s = entry.get("k"), entry.get("s")
+        if isinstance(k, int) and isinstance(s, int) and k < s:
+            raise ConfigError(f"{where}: k = {k} < s = {s}; HBVM(k, s) needs k >= s")
+    try:
+        method = from_spec(entry)
+    except (ConfigError, TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    label = raw.get("label") or method_label(entry)
+    if any(m.label == label for m in earlier):
+        raise ConfigError(f"{where}: duplicate method {label!r} in the study (give a distinct label)")
+    return MethodSpec(label, method.name, entry, entry.get("k"), entry.get("s"))
+
+
+def _add_runs(study: Study, spec: MethodSpec, raw: dict, where: str, problem_fp: str) -> None:
+    """The rows of one method (its own step-size rule or the study's) and their jobs: the row's run
+    and, for ``errors.reference: self``, its h/2 partner, each named (``layout.run_stem``) and hashed."""
+    from hbvm_core.fingerprint import method_fingerprint
+    from hbvm_core.integrate import number_of_steps
+
+    cfg = study.cfg
+    study_rule = {k: cfg[k] for k in STEP_KEYS if k in cfg}
+    rule = {k: raw[k] for k in STEP_KEYS if k in raw} or study_rule
+    numerics = method_fingerprint(spec.entry)
+    names: dict[str, float] = {}  # run name -> h: names must identify the runs
+    for n, h, half in step_sizes(rule, study.period, where if rule is not study_rule else f"studies.{study.name}"):
+        row = Row(label=spec.label, n=n, h=h, job="")
+        half_n = None if n is None else (n + 1 if "halvings" in rule else 2 * n)
+        for hh, nn, role in ((h, n, "row"), (half, half_n, "partner")):
+            if role == "partner" and study.reference != "self":
+                continue
+            try:
+                number_of_steps(hh, study.t_end)
+            except ConfigError as exc:
+                extra = " (the h/2 run of errors.reference: self)" if role == "partner" else ""
+                raise ConfigError(f"{where}: {exc}{extra}") from None
+            job = Job(
+                study=study.name,
+                label=spec.label,
+                name=spec.name,
+                problem=study.problem,
+                params=dict(study.params),
+                method=spec.entry,
+                h=hh,
+                t_end=study.t_end,
+                save_every=int(cfg["save_every"]),
+                compensated=bool(cfg["compensated"]),
+                backend=cfg["backend"],
+                chunk=int(cfg["chunk"]),
+                problem_fingerprint=problem_fp,
+                numerics_fingerprint=numerics,
+            )
+            job.run = run_stem(hh, nn)
+            job.store = store_path(study.results, study.name, spec.label, hh, nn)
+            if names.setdefault(job.run, hh) != hh:
+                raise ConfigError(
+                    f"{where}: step sizes {names[job.run]!r} and {hh!r} get the same run name {job.run!r}; "
+                    "give step sizes that differ in their first 12 digits"
+                )
+            study.jobs.setdefault(job.id, job)
+            if role == "row":
+                row.job = job.id
+            else:
+                row.partner = job.id
+        _check_sampling(where, study.convention, study.reference, h, study.jobs[row.job], study.period)
+        spec.rows.append(row)
 
 
 def build_problem(where: str, spec: str, params: dict):

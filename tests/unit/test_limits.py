@@ -7,8 +7,11 @@ import shutil
 import pytest
 
 from hbvm_core.errors import ConfigError
+from hbvm_workflow.config import defaults, load_studies
 from hbvm_workflow.runner import run_to_store
-from hbvm_workflow.study import LIMITS, check_limits, expand_study, load_studies
+from hbvm_workflow.study import check_limits, expand_study
+
+LIMITS = defaults("limits")
 
 
 def config(results, **over) -> dict:
@@ -66,7 +69,7 @@ def test_stores_that_do_not_fit_the_free_space_are_refused(tmp_path):
 def test_the_published_and_beyond_studies_are_within_the_defaults():
     import yaml
 
-    from hbvm_workflow.study import SCHEMA
+    from hbvm_workflow.config import SCHEMA
 
     root = SCHEMA.parent.parent
     cfg = yaml.safe_load((root / "config" / "config.yaml").read_text())

@@ -11,7 +11,8 @@ import yaml
 
 from hbvm_core.errors import ConfigError
 from hbvm_core.problems.spherical import PERIOD
-from hbvm_workflow.study import SCHEMA, expand_study, load_studies, method_label, step_sizes, validate_config
+from hbvm_workflow.config import SCHEMA, load_studies, validate_config
+from hbvm_workflow.study import expand_study, method_label, step_sizes
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
@@ -19,7 +20,7 @@ CONFIG = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
 
 @pytest.fixture(scope="module")
 def published():
-    return load_studies(copy.deepcopy(CONFIG), schema=SCHEMA)
+    return load_studies(copy.deepcopy(CONFIG), SCHEMA)
 
 
 def small(**over):
@@ -161,7 +162,7 @@ def test_schema_errors_are_one_line_and_name_the_key(mutate, message):
 def test_select_names_existing_studies():
     cfg = copy.deepcopy(CONFIG) | {"select": ["table1", "tabel2"]}
     with pytest.raises(ConfigError, match="select: unknown study 'tabel2'"):
-        load_studies(cfg, schema=SCHEMA)
+        load_studies(cfg, SCHEMA)
 
 
 def test_a_user_problem_by_module_path(tmp_path, monkeypatch):
@@ -198,7 +199,20 @@ def test_solve_workers_size_a_solve_job_by_its_estimated_work(published):
     assert solve_workers(table1, cores=16) == 1
 
     def job(i, steps, problem="tethered_satellites", **method):
-        return Job("big", f"m{i}", "HBVM(6,2)", problem, {}, method or {"k": 6, "s": 2}, 0.1, steps * 0.1)
+        return Job(
+            "big",
+            f"m{i}",
+            "HBVM(6,2)",
+            problem,
+            {},
+            method or {"k": 6, "s": 2},
+            0.1,
+            steps * 0.1,
+            1,
+            True,
+            "auto",
+            65536,
+        )
 
     hour = round(3600 / (6 * STEP_NODE_S))  # steps of an hour's compiled HBVM(6,2)
     big = [job(i, hour) for i in range(40)]
@@ -219,7 +233,7 @@ from hbvm_workflow.runner import _uncached_loops, warm_up
 from hbvm_workflow.study import Job
 
 def job(problem, k, s, h):
-    return Job("w", f"k{k}s{s}", f"HBVM({k},{s})", problem, {}, {"k": k, "s": s}, h, 10 * h)
+    return Job("w", f"k{k}s{s}", f"HBVM({k},{s})", problem, {}, {"k": k, "s": s}, h, 10 * h, 1, True, "auto", 65536)
 
 jobs = [job("planar_pendulum", 1, 1, 0.1), job("planar_pendulum", 2, 2, 0.1), job("tethered_satellites", 6, 2, 0.1)]
 cold = sorted(j.problem for j in _uncached_loops(jobs))

@@ -254,22 +254,21 @@ def test_the_table_is_large_and_its_messages_distinct():
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_bad_config_message_in_process(case):
-    """Every case through validate_config + load_studies, as workflow/rules/common.smk calls them."""
+    """Every case through load_studies, as workflow/rules/common.smk calls it."""
     from hbvm_core.errors import ConfigError
-    from hbvm_workflow.study import load_studies, validate_config
+    from hbvm_workflow.config import load_studies
 
     name, config, fragment = case
     config = yaml.safe_load(config) if isinstance(config, str) else config
     with pytest.raises(ConfigError) as info:
-        validate_config(config)
-        load_studies(config, check_schema=False)
+        load_studies(config)
     message = str(info.value)
     assert "\n" not in message and fragment in message, message
 
 
 def test_the_good_study_runs_its_checks_cleanly():
     """The control: the study every case starts from passes every check the cases trip."""
-    from hbvm_workflow.study import load_studies
+    from hbvm_workflow.config import load_studies
 
     assert list(load_studies(cfg())) == ["bad"]
 

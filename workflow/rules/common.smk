@@ -7,24 +7,21 @@ import sys
 
 from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
-from snakemake.utils import validate
 
 from hbvm_core.errors import ConfigError
-from hbvm_workflow.study import load_studies, solve_workers, validate_config
+from hbvm_workflow.config import load_studies
+from hbvm_workflow.study import solve_workers
 
 # User problems given as module.path:factory may live in the working directory.
 if os.getcwd() not in sys.path:
     sys.path.insert(0, os.getcwd())
 
-from hbvm_workflow.study import SCHEMA
 try:
-    validate_config(config, SCHEMA)  # one line naming the key
-    validate(config, str(SCHEMA))  # snakemake.utils.validate: the same schema, fills defaults
-    STUDIES = load_studies(config, check_schema=False)
+    STUDIES = load_studies(config)  # validated once (defaults filled in), one line naming a bad key
 except ConfigError as exc:
     raise WorkflowError(f"bad config: {exc}") from None
 
-RESULTS = config.get("results", "results")
+RESULTS = config["results"]  # filled in by the schema default
 SELECTED = config.get("select") or list(STUDIES)
 
 

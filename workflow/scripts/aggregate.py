@@ -13,17 +13,17 @@ import time
 OUTPUTS = ("zarr", "csv", "timings", "md", "tex", "html", "png", "pdf")
 
 
-def aggregate_study(name: str, cfg: dict, results: str, out: dict, log_path: str) -> str:
+def aggregate_study(name: str, config: dict, out: dict, log_path: str) -> str:
     """Tables and figure of one study; returns a one-line summary (also logged)."""
+    from hbvm_workflow.config import load_studies
     from hbvm_workflow.figures import study_plot
     from hbvm_workflow.jobs import study_logger
     from hbvm_workflow.storage import clean_temporaries
-    from hbvm_workflow.study import expand_study
     from hbvm_workflow.tables import aggregate
 
     log = study_logger("aggregate", name, log_path)
     t0 = time.perf_counter()
-    study = expand_study(name, cfg, results=results)
+    study = load_studies(config, names=[name])[name]
     for p in clean_temporaries(study.dir):  # e.g. the errors.zarr of a killed aggregation
         log.info(f"removed the leftover temporary {p}")
     rows = aggregate(study, out["zarr"], out["csv"], out["md"], out["tex"], out["html"], out["timings"])
@@ -57,7 +57,7 @@ def aggregate_all(smk) -> None:
     names = list(smk.params.studies)
     outs = {key: as_list(getattr(smk.output, key)) for key in OUTPUTS}
     args = [
-        (name, smk.params.cfg[name], smk.config.get("results", "results"), {k: outs[k][i] for k in OUTPUTS}, log)
+        (name, smk.config, {k: outs[k][i] for k in OUTPUTS}, log)
         for i, (name, log) in enumerate(zip(names, as_list(smk.log)))
     ]
     workers = min(len(args), max(1, int(smk.threads)))

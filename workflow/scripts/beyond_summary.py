@@ -18,9 +18,8 @@ def write(smk) -> None:
 
     matplotlib.use("Agg")
     from hbvm_workflow import beyond
-    from hbvm_workflow.study import expand_study
+    from hbvm_workflow.config import load_studies
 
-    config = smk.config
     kind = smk.wildcards.kind
     logging.basicConfig(
         level=logging.INFO,
@@ -29,8 +28,7 @@ def write(smk) -> None:
         handlers=[logging.FileHandler(smk.log[0], mode="w"), logging.StreamHandler(sys.stderr)],
     )
     t0 = time.perf_counter()
-    results = config.get("results", "results")
-    studies = [expand_study(name, cfg, results=results) for name, cfg in smk.params.studies.items()]
+    studies = list(load_studies(smk.config, names=list(smk.params.studies)).values())
     out = smk.output
     beyond.write_summary(kind, studies, out.png, out.pdf, out.md, out.csv)
     logging.info(f"{kind} summary of {len(studies)} studies in {time.perf_counter() - t0:.2f} s")

@@ -152,15 +152,14 @@ def main(smk) -> None:
 
 def solve(smk, names: list) -> None:
     """The solve step of the studies ``names``, holding their locks."""
+    from hbvm_workflow.config import load_studies
     from hbvm_workflow.jobs import as_list, study_logger
-    from hbvm_workflow.study import expand_study
 
     config = smk.config
     manifests = dict(zip(names, as_list(smk.output.manifest)))
     logs = {name: study_logger("solve", name, path) for name, path in zip(names, as_list(smk.log))}
     t0 = time.perf_counter()
-    results = config.get("results", "results")
-    studies = {name: expand_study(name, config["studies"][name], results=results) for name in names}
+    studies = load_studies(config, names=names)
 
     retry_failed = bool(config.get("retry_failed", False))
     todo, summaries = [], {}
