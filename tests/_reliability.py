@@ -28,6 +28,17 @@ BIN = Path(sys.executable).parent
 #: after an interruption the user types the same command again, nothing else
 SNAKEMAKE = [str(BIN / "snakemake"), "-s", str(ROOT / "Snakefile"), "--configfile", "config.yaml"]
 
+#: a small study of 8 runs (two HBVM methods, four step sizes, the numpy path) for the kill and lock tests
+SMALL_STUDY = {
+    "problem": "planar_pendulum",
+    "backend": "numpy",
+    "methods": [{"k": 1, "s": 1}, {"k": 2, "s": 2}],
+    "t_end": 5,
+    "h0": 0.1,
+    "halvings": 3,
+    "errors": {"reference": "exact", "norm": 1, "sample": "all"},
+}
+
 
 def env() -> dict:
     """The environment of a workflow run: tests/ on PYTHONPATH (bad_problems:<factory>), Agg plots, one thread."""

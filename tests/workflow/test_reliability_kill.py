@@ -48,6 +48,7 @@ import numpy as np
 import pytest
 from _reliability import (
     BIN,
+    SMALL_STUDY,
     csv_dicts,
     env,
     final_stores,
@@ -66,15 +67,7 @@ from hbvm_workflow.storage import read_attrs
 
 pytestmark = pytest.mark.slow
 
-STUDY = {
-    "problem": "planar_pendulum",
-    "backend": "numpy",
-    "methods": [{"k": 1, "s": 1}, {"k": 2, "s": 2}],
-    "t_end": 5,
-    "h0": 0.1,
-    "halvings": 3,
-    "errors": {"reference": "exact", "norm": 1, "sample": "all"},
-}
+STUDY = SMALL_STUDY
 NAME = "kill"
 RUNS = 8
 TIMEOUT = 240

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 from _reliability import (
     BIN,
+    SMALL_STUDY,
     env,
     final_stores,
     kill_group,
@@ -44,15 +45,7 @@ from hbvm_workflow.locks import study_lock
 
 pytestmark = pytest.mark.slow
 
-STUDY = {
-    "problem": "planar_pendulum",
-    "backend": "numpy",
-    "methods": [{"k": 1, "s": 1}, {"k": 2, "s": 2}],
-    "t_end": 5,
-    "h0": 0.1,
-    "halvings": 3,
-    "errors": {"reference": "exact", "norm": 1, "sample": "all"},
-}
+STUDY = SMALL_STUDY
 NAME = "locks"
 RUNS = 8
 TIMEOUT = 240
