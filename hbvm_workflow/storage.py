@@ -388,11 +388,25 @@ def clean_temporaries(study_dir: str) -> list[str]:
 
 
 def open_trajectory(path: str, load: bool = False):
-    """The store as an xarray Dataset (``xr.open_zarr``), after checking its chunk files (``require_intact``).
+    """A trajectory (or errors) store as an xarray Dataset, after checking its chunk files.
 
-    Lazy unless ``load``: a chunk of a lazy Dataset that fails its checksum raises when it is read (a
-    Zarr error); with ``load`` every variable is read here and such a chunk raises StoreError naming
-    the store and the array.
+    Parameters
+    ----------
+    path : str
+        The store (a ``.zarr`` folder).
+    load : bool
+        Read every variable now. Otherwise the Dataset is lazy (``xr.open_zarr``), and a chunk
+        that fails its checksum raises a Zarr error only when it is read.
+
+    Returns
+    -------
+    xarray.Dataset
+
+    Raises
+    ------
+    StoreError
+        Naming the store and the array: a missing or truncated chunk (``require_intact``), or
+        with ``load`` a chunk that fails its checksum.
     """
     import xarray as xr
 
@@ -409,11 +423,33 @@ def open_trajectory(path: str, load: bool = False):
 
 
 def load_trajectory(path: str, problem, *, job_hash: str | None = None, method=None):
-    """The store as an in-memory ``hbvm_core.Trajectory`` of ``problem`` (the caller's: built from the config).
+    """A run's store as an in-memory ``hbvm_core.Trajectory``.
 
-    Raises StoreMismatchError (one line naming the run) when the store was computed for another
-    problem (fingerprint) or another ``job_hash``, and StoreError naming the store and the array for a
-    missing, truncated or corrupt chunk. ``method`` is only attached to the trajectory.
+    Nothing in the store is used to build the problem or the method: they come from the caller.
+
+    Parameters
+    ----------
+    path : str
+        The run's store.
+    problem : hbvm_core.Problem
+        The problem the run was computed for, built from the config (``Study.built_problem``).
+    job_hash : str, optional
+        The run's expected hash (``Job.hash``).
+    method : hbvm_core.methods.Method, optional
+        Only attached to the trajectory.
+
+    Returns
+    -------
+    hbvm_core.Trajectory
+
+    Raises
+    ------
+    FileNotFoundError
+        No complete store at ``path``.
+    StoreMismatchError
+        One line naming the run: another store format, ``job_hash`` or problem fingerprint.
+    StoreError
+        Naming the store and the array: a missing, truncated or corrupt chunk.
     """
     from hbvm_core.fingerprint import problem_fingerprint
     from hbvm_core.trajectory import Trajectory
@@ -498,12 +534,29 @@ def write_dataset(ds, path: str, tmp_dir: str | None = None) -> None:
 def open_errors(study: str, results: str = "results"):
     """A study's errors and rates (``<results>/<study>/errors.zarr``), loaded into memory.
 
-    An ``xarray.Dataset`` over (scheme, h): ``scheme`` holds the method labels
-    (``hbvm_k2_s2``) with ``k``, ``s`` and ``name`` along it, so::
+    Parameters
+    ----------
+    study : str
+        The study's name.
+    results : str
+        The results folder.
 
-        err = open_errors("table1")
-        err.e_s.sel(scheme="hbvm_k2_s2", h=0.025).item()
-        err.set_index(scheme=["k", "s"]).e_s.sel(k=2, s=2).to_series()
+    Returns
+    -------
+    xarray.Dataset
+        Over (scheme, h): ``scheme`` holds the method labels (``hbvm_k2_s2``) with ``k``, ``s``
+        and ``name`` along it; every variable has CF ``long_name`` and ``units``::
+
+            err = open_errors("table1")
+            err.e_s.sel(scheme="hbvm_k2_s2", h=0.025).item()
+            err.set_index(scheme=["k", "s"]).e_s.sel(k=2, s=2).to_series()
+
+    Raises
+    ------
+    FileNotFoundError
+        The study has not been aggregated.
+    StoreError
+        A damaged errors store (naming the array).
     """
     path = Path(results) / study / "errors.zarr"
     if not path.exists():
@@ -512,12 +565,27 @@ def open_errors(study: str, results: str = "results"):
 
 
 def open_study(study: str, results: str = "results"):
-    """Open a study's results as one ``xarray.DataTree``.
+    """A study's results as one ``xarray.DataTree``.
 
-    The root holds ``errors.zarr`` loaded into memory (dims scheme, h: e_s, rate_s, ...
-    per method and step size, see ``open_errors``); each child ``<label>`` (e.g.
-    ``hbvm_k2_s2``) holds one lazily opened trajectory Dataset per run, named by the
-    run's store (``h=0.025``, ``n=20``; see ``layout.run_name``). See ``select_run``.
+    Parameters
+    ----------
+    study : str
+        The study's name.
+    results : str
+        The results folder.
+
+    Returns
+    -------
+    xarray.DataTree
+        The root holds ``errors.zarr`` loaded into memory (see ``open_errors``); each child
+        ``<label>`` (e.g. ``hbvm_k2_s2``) holds one lazily opened trajectory Dataset per run,
+        named by the run's store (``h=0.025``, ``n=20``; see ``layout.run_name``). See
+        ``select_run``.
+
+    Raises
+    ------
+    FileNotFoundError
+        The study has not been solved.
     """
     import xarray as xr
 
@@ -542,7 +610,29 @@ def open_study(study: str, results: str = "results"):
 
 
 def select_run(tree, h: float, k: int | None = None, s: int | None = None, label: str | None = None):
-    """The trajectory Dataset of one run of an ``open_study`` tree, by (k, s) or label, and h (nearest)."""
+    """The trajectory Dataset of one run of an ``open_study`` tree.
+
+    Parameters
+    ----------
+    tree : xarray.DataTree
+        From ``open_study``.
+    h : float
+        The run's step size (matched to a relative 1e-9).
+    k, s : int, optional
+        The HBVM(k, s) of the run.
+    label : str, optional
+        The method's label instead (``hbvm_k2_s2``, ``rattle``).
+
+    Returns
+    -------
+    xarray.Dataset
+        Lazy, as stored.
+
+    Raises
+    ------
+    KeyError
+        No such run (naming the nearest step size when only h is off).
+    """
     cands = []
     for child in tree.children.values():
         for run in child.children.values():
