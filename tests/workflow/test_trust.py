@@ -139,8 +139,11 @@ def test_damaged_old_and_tampered_stores(tmp_path, clean):
     assert f"results/{NAME}/runs/{RUNS[1]}.zarr: array q: chunk c/0/0 has 3 bytes" in bad.stdout
     assert lines[-1] == "verified 7 store(s) in 1 folder(s): 3 damaged"
 
-    forced = run(workdir, "--forcerun", f"results/{NAME}/solve.json")
-    assert f"study {NAME}: 2 run(s) have a damaged store ({RUNS[1]}, {RUNS[0]})" in forced.stdout  # when it starts
+    again = run(workdir)  # the same command: the manifest is no longer true, so the solve step reruns
+    assert (
+        f"study {NAME}: 2 run(s) of results/{NAME}/solve.json are not intact: "
+        f"{RUNS[1]} (damaged), {RUNS[0]} (damaged); the solve step recomputes them"
+    ) in again.stdout  # when it starts
     log = (workdir / "logs" / NAME / "solve.log").read_text().splitlines()
     warned = [line for line in log if "damaged store" in line]
     assert len(warned) == 2

@@ -202,12 +202,16 @@ def test_adding_one_h_computes_exactly_one_new_run(tmp_path):
     rows = read_csv(tmp_path / "results" / "inc" / "errors.csv")
     assert [r["h"] for r in rows] == ["0.1", "0.05", "0.025"] and abs(float(rows[2]["rate_s"]) - 2) < 0.05
 
-    # a store deleted by hand: the workflow warns, and --forcerun of the manifest recomputes only that run
+    # a store deleted by hand: the same command says so and recomputes only that run
     shutil.rmtree(stores(tmp_path, "inc")[0])
-    warned = ok(snakemake(tmp_path, "--cores", "2", "--forcerun", "results/inc/solve.json"))
-    assert "1 run(s) listed in results/inc/solve.json have no store (hbvm_k1_s1/h=0.025)" in warned.stderr
+    warned = ok(snakemake(tmp_path, "--cores", "2"))
+    assert (
+        "study inc: 1 run(s) of results/inc/solve.json are not intact: hbvm_k1_s1/h=0.025 (no store); "
+        "the solve step recomputes them"
+    ) in warned.stderr
     manifest = json.loads((tmp_path / "results" / "inc" / "solve.json").read_text())
     assert manifest["computed"] == ["hbvm_k1_s1/h=0.025"] and len(stores(tmp_path, "inc")) == 3
+    assert "Nothing to be done" in ok(snakemake(tmp_path, "--cores", "2")).stderr  # healed: nothing left to do
 
 
 def test_the_default_studies_share_one_job_and_a_study_asked_for_by_name_gets_its_own(tmp_path):

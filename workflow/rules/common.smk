@@ -117,20 +117,3 @@ def damaged_runs(name):
         if attrs is not None and attrs.get("format") == FORMAT and damage(store, attrs) is not None:
             out.append(j["id"])
     return out
-
-
-for _name in SELECTED:
-    _damaged = damaged_runs(_name)
-    if _damaged:
-        logger.warning(
-            f"study {_name}: {len(_damaged)} run(s) have a damaged store "
-            f"({', '.join(_damaged[:3])}{', ...' if len(_damaged) > 3 else ''}); recompute them with "
-            f"`snakemake --cores N --forcerun {RESULTS}/{_name}/solve.json`"
-        )
-    _lost = lost_runs(_name)
-    if _lost:
-        logger.warning(
-            f"study {_name}: {len(_lost)} run(s) listed in {RESULTS}/{_name}/solve.json have no store "
-            f"({', '.join(_lost[:3])}{', ...' if len(_lost) > 3 else ''}); recompute them with "
-            f"`snakemake --cores N --forcerun {RESULTS}/{_name}/solve.json`"
-        )

@@ -9,6 +9,7 @@ import os
 
 from snakemake.logging import logger
 
+from hbvm_workflow import layout as hbvm_layout
 from hbvm_workflow import locks as hbvm_locks
 from hbvm_workflow import recover as hbvm_recover
 
@@ -30,8 +31,20 @@ if HBVM_RECOVER_MODE == "run" and not hbvm_recover.locked(".snakemake"):
         hbvm_locks.hold_studies(RESULTS, _guarded, config.get("lock_timeout", hbvm_locks.LOCK_TIMEOUT))
     except hbvm_locks.Busy as exc:
         raise WorkflowError(str(exc)) from None
-
-
-onstart:
-    # a run started through the Python API holds the run lock too, once it runs jobs
-    hbvm_locks.hold_run_lock(".snakemake")
+# A manifest that lists a run as done whose store is damaged or gone is no longer true, nor are the
+# tables built from it: a run removes the manifest and errors.csv (holding the study's lock, above), so
+# that Snakemake reruns the solve step, which recomputes those runs and reuses the rest, and the
+# aggregation; a dry run only says so.
+for _name in SELECTED if HBVM_RECOVER_MODE is not None else ():
+    _broken = [f"{r} (damaged)" for r in damaged_runs(_name)] + [f"{r} (no store)" for r in lost_runs(_name)]
+    if _broken:
+        _manifest = hbvm_layout.manifest_path(RESULTS, _name)
+        _what = f"study {_name}: {len(_broken)} run(s) of {_manifest} are not intact: {', '.join(_broken[:3])}"
+        _what += ", ..." if len(_broken) > 3 else ""
+        if HBVM_RECOVER_MODE == "run" and not hbvm_recover.locked(".snakemake"):
+            for _path in (_manifest, hbvm_layout.aggregate_outputs(RESULTS, _name)["csv"]):
+                if os.path.exists(_path):
+                    os.remove(_path)
+            logger.warning(f"{_what}; the solve step recomputes them")
+        else:
+            logger.warning(f"{_what}; a run would recompute them")
