@@ -32,8 +32,8 @@ from typing import Any
 from hbvm_core.errors import ConfigError, NonFiniteError, ProblemError
 from hbvm_core.methods import method_label  # noqa: F401  (re-exported)
 
-from .config import defaults
 from .layout import manifest_path, run_stem, store_path  # noqa: F401  (re-exported)
+from .schema import defaults
 
 STEP_KEYS = ("h", "h0", "halvings", "period_divisions")
 METHOD_META_KEYS = (*STEP_KEYS, "label")

@@ -1,0 +1,87 @@
+"""The config schema (``schema.yaml``, shipped in this package): its defaults and one validation.
+
+The schema is the only place config defaults live; ``defaults`` reads them back for the
+code that needs them, and ``validate_config`` fills them in. ``config.load_studies`` is
+the entry point that uses both.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from hbvm_core.errors import ConfigError
+
+#: The config schema, shipped inside the package.
+SCHEMA = Path(__file__).resolve().parent / "schema.yaml"
+
+
+@cache
+def _schema(path: str) -> dict:
+    import yaml
+
+    with open(path) as fh:
+        return yaml.safe_load(fh)
+
+
+def schema(path: str | os.PathLike | None = None) -> dict:
+    """The schema as a dict (a copy: callers may not change the cached one)."""
+    path = Path(path) if path is not None else SCHEMA
+    if not path.exists():
+        raise ConfigError(f"config schema {str(path)!r} not found")
+    return copy.deepcopy(_schema(str(path)))
+
+
+def defaults(section: str) -> dict[str, Any]:
+    """The schema's defaults of one section: ``top`` (top-level keys) or a ``$defs`` name (study, limits, ...)."""
+    spec = schema()
+    node = spec if section == "top" else spec.get("$defs", {}).get(section) or spec["properties"][section]
+    return {k: v["default"] for k, v in node.get("properties", {}).items() if isinstance(v, dict) and "default" in v}
+
+
+def _validator(spec: dict):
+    """A Draft 2020-12 validator that fills in each ``properties`` default it passes (as Snakemake's validate)."""
+    import jsonschema
+
+    base = jsonschema.Draft202012Validator
+    check_properties = base.VALIDATORS["properties"]
+
+    def properties(validator, props, instance, subschema):
+        if isinstance(instance, dict):
+            for key, sub in props.items():
+                if isinstance(sub, dict) and "default" in sub:
+                    instance.setdefault(key, copy.deepcopy(sub["default"]))
+        yield from check_properties(validator, props, instance, subschema)
+
+    return jsonschema.validators.extend(base, {"properties": properties})(spec)
+
+
+def validate_config(config: dict, schema_path: str | os.PathLike | None = None) -> dict:
+    """Check ``config`` against the schema and fill in its defaults (in place); ConfigError naming the key."""
+    import jsonschema
+
+    error = jsonschema.exceptions.best_match(_validator(schema(schema_path)).iter_errors(config))
+    if error is not None:
+        raise ConfigError(describe(error))
+    return config
+
+
+def describe(error) -> str:
+    """A one-line description of a jsonschema error: 'config: studies.t1.methods[0]: ...'."""
+    where = "config"
+    for part in error.absolute_path:
+        where += f"[{part}]" if isinstance(part, int) else f".{part}"
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed))
+        what = "unknown key" if len(extra) == 1 else "unknown keys"
+        hint = f" (expected one of {', '.join(allowed)})" if allowed else ""
+        return f"{where}: {what} {', '.join(map(repr, extra))}{hint}"
+    if error.validator == "propertyNames":
+        return f"{where}: bad name {error.instance!r} (letters, digits, _ and -, starting with a letter or digit)"
+    if error.validator == "required":
+        return f"{where}: {error.message}"
+    return f"{where} = {error.instance!r}: {error.message}"
