@@ -189,9 +189,44 @@ def convergence_plot(study: Study, ds, png: str, pdf: str) -> None:
     panels = [("e_s", "rate_s", "solution error e_s"), ("e_lambda", "rate_lambda", "multiplier error e_λ")]
     panels.append(("e_hc", "rate_hc", "hidden constraint e_hc"))
     panels = [p for p in panels if np.isfinite(ds[p[0]].values).any()]
-    fig, axes = _figure(1, max(1, len(panels)), size=(4.0 * max(1, len(panels)), 3.6))
+    combos = _combinations(study, ds)  # a row of panels per grid combination
+    fig, axes = _figure(len(combos), max(1, len(panels)), size=(4.0 * max(1, len(panels)), 3.6))
     handles: dict[str, object] = {}
-    for ax, (var, rate, title) in zip(axes[0], panels):
+    for axes_row, (heading, sub_ds) in zip(axes, combos):
+        _convergence_row(study, sub_ds, axes_row, panels, handles, heading)
+    ncol = max(1, min(len(handles), 4))
+    rows = math.ceil(len(handles) / ncol) if handles else 0
+    if handles:
+        fig.legend(
+            [hl for hl, _ in handles.values()],
+            [name for _, name in handles.values()],
+            loc="lower center",
+            ncol=ncol,
+            fontsize=8,
+            frameon=False,
+            bbox_to_anchor=(0.5, 0.0),
+        )
+    fig.suptitle(_suptitle(study), fontsize=10)
+    save(fig, png, pdf, legend_rows=rows + 1 if rows else 0)
+
+
+def _combinations(study: Study, ds) -> list:
+    """[(heading, the (scheme, h) dataset)] per grid combination; [("", ds)] without a grid."""
+    if not study.grid:
+        return [("", ds)]
+    out = []
+    for inst in study.instances:
+        at = {key: study.grid[key].index(v) for key, v in inst.values.items()}
+        out.append((inst.key.replace(",", ", "), ds.isel(at)))
+    return out
+
+
+def _convergence_row(study: Study, ds, axes_row, panels, handles: dict, heading: str) -> None:
+    """One row of convergence panels (one per error) for a (scheme, h) dataset; the panels' titles name
+    the grid combination ``heading`` in the first panel's y label where there is one."""
+    if heading:
+        axes_row[0].set_ylabel(heading, fontsize=9)
+    for ax, (var, rate, title) in zip(axes_row, panels):
         lines = []  # (h, e, slope, observed, color) per method
         flag = f"roundoff_{var.removeprefix('e_')}"
         all_roundoff = _all_roundoff(ds, rate, flag)
@@ -252,20 +287,6 @@ def convergence_plot(study: Study, ds, png: str, pdf: str) -> None:
         ax.set_xlabel("h")
         ax.set_title(title, fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
-    ncol = max(1, min(len(handles), 4))
-    rows = math.ceil(len(handles) / ncol) if handles else 0
-    if handles:
-        fig.legend(
-            [hl for hl, _ in handles.values()],
-            [name for _, name in handles.values()],
-            loc="lower center",
-            ncol=ncol,
-            fontsize=8,
-            frameon=False,
-            bbox_to_anchor=(0.5, 0.0),
-        )
-    fig.suptitle(_suptitle(study), fontsize=10)
-    save(fig, png, pdf, legend_rows=rows + 1 if rows else 0)
 
 
 def _reference_line(ax, h, y, p, observed: bool, color) -> None:
@@ -282,7 +303,7 @@ def _runs(study: Study):
     for r in study.rows:
         job = study.jobs[r.job]
         if store_status(job.store, job.hash) == "complete":
-            yield r, job, load_trajectory(job.store, study.built_problem, job_hash=job.hash)
+            yield r, job, load_trajectory(job.store, study.problem_of(r), job_hash=job.hash)
 
 
 def _reference(study: Study, traj, times):
@@ -357,9 +378,8 @@ def invariants_plot(study: Study, png: str, pdf: str) -> None:
 def constraint_panels_plot(study: Study, png: str, pdf: str) -> None:
     """fig3: hidden constraint, H error and each constraint |g_i| against t (log y)."""
     from hbvm_core.metrics import vector_norm
-    from hbvm_core.problems import get_problem
 
-    nu = get_problem(study.problem, **study.params).nu
+    nu = study.built_problem.nu
 
     def curves(traj):
         g = traj.g()
