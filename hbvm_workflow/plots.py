@@ -289,6 +289,41 @@ def _convergence_row(study: Study, ds, axes_row, panels, handles: dict, heading:
         ax.grid(True, which="both", alpha=0.3)
 
 
+def sweep_plot(study: Study, ds, png: str, pdf: str) -> None:
+    """A one-key grid study (kind sweep): per method against the grid value, the error constant
+    e_s / h^p at the finest step (p the expected rate of e_s, else 2) and the mean iterations per step
+    at each step size (the finest solid, the coarsest dotted)."""
+    (key,) = study.grid
+    values = np.asarray(ds[key].values, dtype=float)
+    fig, axes = _figure(1, 2, size=(8.0, 3.6))
+    ax_c, ax_it = axes[0]
+    handles = []
+    for i in range(ds.sizes["scheme"]):
+        sub = ds.isel(scheme=i)
+        p = _slope(study.expected_rates.get("e_s"), int(sub.s.values) or None) or 2.0
+        style = method_style(i)
+        h = sub.h.values
+        ok = [j for j in range(h.size) if np.isfinite(sub.e_s.values[j]).any()]
+        if not ok:
+            continue
+        fine, coarse = ok[-1], ok[0]
+        c = sub.e_s.values[fine] / h[fine] ** p
+        (line,) = ax_c.semilogy(values, _positive(c), **style)
+        handles.append((line, f"{sub.name.values} (C = e_s / h^{p:g}, h = {h[fine]:.4g})"))
+        ax_it.plot(values, sub.mean_iterations.values[fine], **style)
+        if coarse != fine:
+            ax_it.plot(values, sub.mean_iterations.values[coarse], **{**style, "ls": ":", "alpha": 0.6})
+    ax_c.set_title("error constant e_s / h^p", fontsize=10)
+    ax_it.set_title(f"mean iterations per step (h = {ds.h.values[0]:.4g} dotted)", fontsize=10)
+    for ax in (ax_c, ax_it):
+        ax.set_xlabel(key)
+        ax.grid(True, which="both", alpha=0.3)
+    if handles:
+        fig.legend(*zip(*handles), loc="lower center", ncol=1, fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0))
+    fig.suptitle(_suptitle(study), fontsize=10)
+    save(fig, png, pdf, legend_rows=len(handles) + 1 if handles else 0)
+
+
 def _reference_line(ax, h, y, p, observed: bool, color) -> None:
     ax.loglog(h, y, ":", color=color, lw=1.2, alpha=0.9)
     text = f"slope {p:g}" + (" (obs.)" if observed else "")

@@ -49,6 +49,7 @@ KINDS: dict[str, tuple[str, ...]] = {
     "convergence": ("convergence", "solution_error", "invariants", "constraint_panels"),
     "work_precision": ("work_precision",),  # hbvm_workflow.beyond, workflow/rules/beyond.smk
     "long_time": ("long_time",),
+    "sweep": ("sweep",),  # a one-key grid: error constants and iterations against the value (workflow/rules/sweep.smk)
 }
 # --------------------------------------------------------------------------- jobs and rows
 #: Job.estimated_seconds: per run (the store), and per step and quadrature node (compiled, numpy)
@@ -445,6 +446,8 @@ def _grid(where: str, cfg: dict) -> dict:
     from hbvm_core.problems import resolve_factory
 
     grid = dict(cfg.get("grid") or {})
+    if cfg["kind"] == "sweep" and len(grid) != 1:
+        raise ConfigError(f"{where}: kind sweep needs a grid of exactly one key, got {len(grid)}")
     if not grid:
         return {}
     try:

@@ -309,3 +309,10 @@ def test_grid_is_in_the_schema():
     validate_config(copy.deepcopy(cfg), SCHEMA)
     with pytest.raises(ConfigError, match="grid"):
         validate_config({"studies": {"g": small(grid={"length": 1.0})}}, SCHEMA)
+
+
+def test_the_shipped_sweep_study_and_a_sweep_needs_one_grid_key(published):
+    st = published["sweep_amplitude"]
+    assert st.kind == "sweep" and st.plot == "sweep" and len(st.instances) == 7 and len(st.jobs) == 2 * 7 * 4
+    with pytest.raises(ConfigError, match=r"studies\.w: kind sweep needs a grid of exactly one key, got 0"):
+        expand_study("w", small(kind="sweep"))

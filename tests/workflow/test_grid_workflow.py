@@ -56,3 +56,28 @@ def test_a_grid_study_has_a_column_rows_and_rates_per_value(tmp_path):
 
     again = ok(snakemake(tmp_path, "--cores", "2"))
     assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_a_sweep_study_is_opt_in_and_built_by_the_sweep_target(tmp_path):
+    sweep = {
+        "kind": "sweep",
+        "problem": "planar_pendulum",
+        "grid": {"theta_dot0": [1.0, 1.9]},
+        "backend": "numpy",
+        "methods": [{"k": 2, "s": 2}],
+        "t_end": 1,
+        "h": [0.1, 0.05],
+        "errors": {"reference": "exact", "norm": 1, "sample": "all"},
+    }
+    write_config(tmp_path, {"sw": sweep})
+    ok(snakemake(tmp_path, "--cores", "2"))
+    assert not (tmp_path / "results" / "sw").exists()  # not in the default target
+    ok(snakemake(tmp_path, "--cores", "2", "sweep"))
+    rows = read_csv(tmp_path / "results" / "sw" / "errors.csv")
+    assert [(r["h"], r["theta_dot0"]) for r in rows] == [
+        ("0.1", "1.0"),
+        ("0.05", "1.0"),
+        ("0.1", "1.9"),
+        ("0.05", "1.9"),
+    ]
+    assert (tmp_path / "results" / "sw" / "sw.png").stat().st_size > 10_000
