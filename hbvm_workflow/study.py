@@ -450,6 +450,8 @@ def _grid(where: str, cfg: dict) -> dict:
         raise ConfigError(f"{where}: kind sweep needs a grid of exactly one key, got {len(grid)}")
     if not grid:
         return {}
+    if cfg["kind"] not in ("convergence", "sweep"):
+        raise ConfigError(f"{where}.grid: a grid is for convergence and sweep studies, not kind {cfg['kind']}")
     try:
         factory = resolve_factory(cfg["problem"])
         signature = inspect.signature(factory)

@@ -304,6 +304,13 @@ def test_a_bad_grid_is_one_line_naming_it(grid, message):
     assert "\n" not in str(err.value)
 
 
+def test_a_grid_is_for_convergence_and_sweep_studies():
+    with pytest.raises(
+        ConfigError, match=r"^studies\.g\.grid: a grid is for convergence and sweep studies, not kind long_time$"
+    ):
+        expand_study("g", small(kind="long_time", grid={"length": [1.0]}))
+
+
 def test_grid_is_in_the_schema():
     cfg = {"studies": {"g": small(grid={"length": [1.0, 2.0]})}}
     validate_config(copy.deepcopy(cfg), SCHEMA)
