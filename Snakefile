@@ -20,6 +20,9 @@ if os.path.exists(os.path.join(workflow.basedir, "workflow", "rules", "beyond.sm
     include: "workflow/rules/beyond.smk"
 
 
+include: "workflow/rules/sweep.smk"
+
+
 include: "workflow/rules/solve.smk"
 include: "workflow/rules/aggregate.smk"
 

@@ -33,8 +33,9 @@ def reference_solution(problem: Problem, times, kind: str = "auto", rtol: float 
             raise ConfigError(f"reference: exact: problem {problem.name!r} has no closed-form solution")
         return problem.exact(times)
     if kind == "hbvm":
-        if problem.name != "planar_pendulum":
-            raise ConfigError(f"reference kind = 'hbvm' exists for planar_pendulum only, not {problem.name!r}")
+        if problem.name != "planar_pendulum" or problem.params:
+            what = f"{problem.name!r} {problem.params}" if problem.params else repr(problem.name)
+            raise ConfigError(f"reference kind = 'hbvm' exists for the published planar_pendulum only, not {what}")
         return planar_hbvm_reference(times)
     return _memo(problem, times, rtol)
 

@@ -14,6 +14,10 @@ def study_plot(study: Study, errors_zarr: str, png: str, pdf: str) -> None:
         from .storage import open_trajectory
 
         plots.convergence_plot(study, open_trajectory(errors_zarr, load=True), png, pdf)
+    elif study.plot == "sweep":
+        from .storage import open_trajectory
+
+        plots.sweep_plot(study, open_trajectory(errors_zarr, load=True), png, pdf)
     elif study.plot in ("work_precision", "long_time"):
         from .beyond import study_figure
 

@@ -1,6 +1,7 @@
 """The results layout: every path the workflow reads or writes, defined once.
 
 <results>/<study>/runs/<label>/<run>.zarr          one trajectory store per run
+<results>/<study>/runs/<label>/<combo>/<run>.zarr  the same in a study with a grid (combo: L=0.5)
 <results>/<study>/runs/<label>/<run>.zarr.failed.json   a run whose iteration diverged
 <results>/<study>/.tmp/                             temporaries: written here, then renamed into place
 <results>/<study>/solve.json                        the manifest of the solve step
@@ -31,10 +32,15 @@ def tmp_dir(results: str, study: str) -> str:
 
 
 def study_of_path(path: str) -> str | None:
-    """The study folder of a run store or failure marker path (<study>/runs/<label>/<name>), else None."""
-    label_dir = os.path.dirname(os.path.abspath(path))
-    runs = os.path.dirname(label_dir)
-    return os.path.dirname(runs) if os.path.basename(runs) == "runs" else None
+    """The study folder of a run store or failure marker path (<study>/runs/<label>/<name>, or
+    <study>/runs/<label>/<combination>/<name> in a study with a grid), else None."""
+    folder = os.path.dirname(os.path.abspath(path))
+    for _ in range(2):
+        runs = os.path.dirname(folder)
+        if os.path.basename(runs) == "runs":
+            return os.path.dirname(runs)
+        folder = runs
+    return None
 
 
 def runs_dir(results: str, study: str) -> str:
@@ -64,9 +70,24 @@ def run_name(h: float, n: int | None = None) -> str:
     return run_stem(h, n) + ".zarr"
 
 
-def store_path(results: str, study: str, label: str, h: float, n: int | None = None) -> str:
-    """<results>/<study>/runs/<label>/<run_name(h, n)>"""
-    return os.path.join(runs_dir(results, study), label, run_name(h, n))
+def store_path(results: str, study: str, label: str, h: float, n: int | None = None, combo: str = "") -> str:
+    """<results>/<study>/runs/<label>/<run_name(h, n)>; in a study with a grid
+    <results>/<study>/runs/<label>/<combo>/<run_name(h, n)> (``combo``: ``combo_name``, e.g. ``L=0.5``)."""
+    return os.path.join(runs_dir(results, study), label, *([combo] if combo else []), run_name(h, n))
+
+
+def combo_name(values: dict) -> str:
+    """The folder (and job id part) of one combination of a study's grid: ``key=value`` joined by ','
+    in the grid's key order; floats as the config writes them (``short_h``), lists joined by '_'."""
+
+    def fmt(v) -> str:
+        if isinstance(v, (list, tuple)):
+            return "_".join(fmt(x) for x in v)
+        if isinstance(v, float):
+            return short_h(v)
+        return str(v)
+
+    return ",".join(f"{k}={fmt(v)}" for k, v in values.items())
 
 
 def lock_path(results: str, study: str) -> str:
@@ -85,8 +106,9 @@ def manifest_path(results: str, study: str) -> str:
 
 
 def manifest_of_store(store: str) -> str:
-    """The manifest of the study a run store belongs to (<study>/runs/<label>/<run> -> <study>/solve.json)."""
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(store))), "solve.json")
+    """The manifest of the study a run store belongs to (<study>/runs/<label>/[<combo>/]<run> -> <study>/solve.json)."""
+    study = study_of_path(store) or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(store))))
+    return os.path.join(study, "solve.json")
 
 
 def aggregate_outputs(results: str, study: str) -> dict[str, str]:
@@ -110,3 +132,26 @@ def beyond_summary(results: str, kind: str, ext: str) -> str:
 def log_path(study: str, step: str) -> str:
     """logs/<study>/<step>.log (relative to the working directory, as Snakemake writes it)."""
     return os.path.join("logs", study, f"{step}.log")
+
+
+# --------------------------------------------------------------------------- the CSV files' columns
+#: errors.csv starts with exactly these columns (then EXTRA)
+COLUMNS = (
+    "problem",
+    "k",
+    "s",
+    "h",
+    "e_s",
+    "rate_s",
+    "e_lambda",
+    "rate_lambda",
+    "e_H",
+    "e_g",
+    "e_hc",
+    "rate_hc",
+    "steps",
+    "mean_iterations",
+)
+EXTRA = ("study", "method", "name", "n", "t_end", "status", "error")
+#: timings.csv: one row per run (methods in config order, h decreasing), what was measured when it ran
+TIMINGS = ("study", "method", "name", "h", "steps", "wall_s", "backend", "worker", "status")

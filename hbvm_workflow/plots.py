@@ -189,9 +189,44 @@ def convergence_plot(study: Study, ds, png: str, pdf: str) -> None:
     panels = [("e_s", "rate_s", "solution error e_s"), ("e_lambda", "rate_lambda", "multiplier error e_λ")]
     panels.append(("e_hc", "rate_hc", "hidden constraint e_hc"))
     panels = [p for p in panels if np.isfinite(ds[p[0]].values).any()]
-    fig, axes = _figure(1, max(1, len(panels)), size=(4.0 * max(1, len(panels)), 3.6))
+    combos = _combinations(study, ds)  # a row of panels per grid combination
+    fig, axes = _figure(len(combos), max(1, len(panels)), size=(4.0 * max(1, len(panels)), 3.6))
     handles: dict[str, object] = {}
-    for ax, (var, rate, title) in zip(axes[0], panels):
+    for axes_row, (heading, sub_ds) in zip(axes, combos):
+        _convergence_row(study, sub_ds, axes_row, panels, handles, heading)
+    ncol = max(1, min(len(handles), 4))
+    rows = math.ceil(len(handles) / ncol) if handles else 0
+    if handles:
+        fig.legend(
+            [hl for hl, _ in handles.values()],
+            [name for _, name in handles.values()],
+            loc="lower center",
+            ncol=ncol,
+            fontsize=8,
+            frameon=False,
+            bbox_to_anchor=(0.5, 0.0),
+        )
+    fig.suptitle(_suptitle(study), fontsize=10)
+    save(fig, png, pdf, legend_rows=rows + 1 if rows else 0)
+
+
+def _combinations(study: Study, ds) -> list:
+    """[(heading, the (scheme, h) dataset)] per grid combination; [("", ds)] without a grid."""
+    if not study.grid:
+        return [("", ds)]
+    out = []
+    for inst in study.instances:
+        at = {key: study.grid[key].index(v) for key, v in inst.values.items()}
+        out.append((inst.key.replace(",", ", "), ds.isel(at)))
+    return out
+
+
+def _convergence_row(study: Study, ds, axes_row, panels, handles: dict, heading: str) -> None:
+    """One row of convergence panels (one per error) for a (scheme, h) dataset; the panels' titles name
+    the grid combination ``heading`` in the first panel's y label where there is one."""
+    if heading:
+        axes_row[0].set_ylabel(heading, fontsize=9)
+    for ax, (var, rate, title) in zip(axes_row, panels):
         lines = []  # (h, e, slope, observed, color) per method
         flag = f"roundoff_{var.removeprefix('e_')}"
         all_roundoff = _all_roundoff(ds, rate, flag)
@@ -252,20 +287,41 @@ def convergence_plot(study: Study, ds, png: str, pdf: str) -> None:
         ax.set_xlabel("h")
         ax.set_title(title, fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
-    ncol = max(1, min(len(handles), 4))
-    rows = math.ceil(len(handles) / ncol) if handles else 0
+
+
+def sweep_plot(study: Study, ds, png: str, pdf: str) -> None:
+    """A one-key grid study (kind sweep): per method against the grid value, the error constant
+    e_s / h^p at the finest step (p the expected rate of e_s, else 2) and the mean iterations per step
+    at each step size (the finest solid, the coarsest dotted)."""
+    (key,) = study.grid
+    values = np.asarray(ds[key].values, dtype=float)
+    fig, axes = _figure(1, 2, size=(8.0, 3.6))
+    ax_c, ax_it = axes[0]
+    handles = []
+    for i in range(ds.sizes["scheme"]):
+        sub = ds.isel(scheme=i)
+        p = _slope(study.expected_rates.get("e_s"), int(sub.s.values) or None) or 2.0
+        style = method_style(i)
+        h = sub.h.values
+        ok = [j for j in range(h.size) if np.isfinite(sub.e_s.values[j]).any()]
+        if not ok:
+            continue
+        fine, coarse = ok[-1], ok[0]
+        c = sub.e_s.values[fine] / h[fine] ** p
+        (line,) = ax_c.semilogy(values, _positive(c), **style)
+        handles.append((line, f"{sub.name.values} (C = e_s / h^{p:g}, h = {h[fine]:.4g})"))
+        ax_it.plot(values, sub.mean_iterations.values[fine], **style)
+        if coarse != fine:
+            ax_it.plot(values, sub.mean_iterations.values[coarse], **{**style, "ls": ":", "alpha": 0.6})
+    ax_c.set_title("error constant e_s / h^p", fontsize=10)
+    ax_it.set_title(f"mean iterations per step (h = {ds.h.values[0]:.4g} dotted)", fontsize=10)
+    for ax in (ax_c, ax_it):
+        ax.set_xlabel(key)
+        ax.grid(True, which="both", alpha=0.3)
     if handles:
-        fig.legend(
-            [hl for hl, _ in handles.values()],
-            [name for _, name in handles.values()],
-            loc="lower center",
-            ncol=ncol,
-            fontsize=8,
-            frameon=False,
-            bbox_to_anchor=(0.5, 0.0),
-        )
+        fig.legend(*zip(*handles), loc="lower center", ncol=1, fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0))
     fig.suptitle(_suptitle(study), fontsize=10)
-    save(fig, png, pdf, legend_rows=rows + 1 if rows else 0)
+    save(fig, png, pdf, legend_rows=len(handles) + 1 if handles else 0)
 
 
 def _reference_line(ax, h, y, p, observed: bool, color) -> None:
@@ -282,7 +338,7 @@ def _runs(study: Study):
     for r in study.rows:
         job = study.jobs[r.job]
         if store_status(job.store, job.hash) == "complete":
-            yield r, job, load_trajectory(job.store, study.built_problem, job_hash=job.hash)
+            yield r, job, load_trajectory(job.store, study.problem_of(r), job_hash=job.hash)
 
 
 def _reference(study: Study, traj, times):
@@ -357,9 +413,8 @@ def invariants_plot(study: Study, png: str, pdf: str) -> None:
 def constraint_panels_plot(study: Study, png: str, pdf: str) -> None:
     """fig3: hidden constraint, H error and each constraint |g_i| against t (log y)."""
     from hbvm_core.metrics import vector_norm
-    from hbvm_core.problems import get_problem
 
-    nu = get_problem(study.problem, **study.params).nu
+    nu = study.built_problem.nu
 
     def curves(traj):
         g = traj.g()

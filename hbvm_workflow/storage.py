@@ -603,7 +603,10 @@ def open_study(study: str, results: str = "results"):
     for job in jobs:
         store = base / job["store"]
         if job["status"] == "ok" and store.exists():
-            nodes[f"/{job['label']}/{store.name.removesuffix('.zarr')}"] = open_trajectory(str(store))
+            # /<label>/<run>, or /<label>/<combo>/<run> in a study with a grid (the store's folders under runs/)
+            parts = Path(job["store"]).parts
+            inner = parts[parts.index("runs") + 1 :] if "runs" in parts else (job["label"], store.name)
+            nodes["/" + "/".join(inner).removesuffix(".zarr")] = open_trajectory(str(store))
     tree = xr.DataTree.from_dict(nodes)
     tree.attrs.update({"study": study, "results": str(results)})
     return tree
@@ -615,7 +618,8 @@ def select_run(tree, h: float, k: int | None = None, s: int | None = None, label
     Parameters
     ----------
     tree : xarray.DataTree
-        From ``open_study``.
+        From ``open_study``; in a study with a grid, the subtree of one combination
+        (``tree["hbvm_k2_s2/L=0.5"]``), since every combination has a run of each h.
     h : float
         The run's step size (matched to a relative 1e-9).
     k, s : int, optional
@@ -634,15 +638,16 @@ def select_run(tree, h: float, k: int | None = None, s: int | None = None, label
         No such run (naming the nearest step size when only h is off).
     """
     cands = []
-    for child in tree.children.values():
-        for run in child.children.values():
-            a = run.attrs
-            mk, ms = a.get("method_entry", {}).get("k"), a.get("method_entry", {}).get("s")
-            if label is not None and a.get("label") != label:
-                continue
-            if (k is not None and mk != k) or (s is not None and ms != s):
-                continue
-            cands.append(run)
+    for run in tree.subtree:  # the runs are the nodes with a step size (below the label, or the combination)
+        a = run.attrs
+        if run is tree or "h" not in a:
+            continue
+        mk, ms = a.get("method_entry", {}).get("k"), a.get("method_entry", {}).get("s")
+        if label is not None and a.get("label") != label:
+            continue
+        if (k is not None and mk != k) or (s is not None and ms != s):
+            continue
+        cands.append(run)
     if not cands:
         raise KeyError(f"no run with label={label!r} k={k!r} s={s!r}")
     best = min(cands, key=lambda r: abs(r.attrs["h"] - h))

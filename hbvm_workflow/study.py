@@ -7,6 +7,12 @@ A study (config ``studies: <name>:``) names a problem, a list of method entries
 table rows and whose ``jobs`` are the trajectories to compute: the rows' runs
 plus, for ``errors.reference: self``, the h/2 partner runs.
 
+A ``grid`` (keyword of the problem factory -> list of values; several keys: their
+Cartesian product, the last key fastest) makes one problem instance
+(``Instance``) per combination, with ``params`` as the fixed values: each has its
+own rows, runs (job id ``<label>/<combo>/<run>``, ``layout.combo_name``: ``L=0.5``)
+and h/2 partners. Without a grid the study has one instance, named "".
+
 Step-size rules (on the study, or on one method entry to override it):
 
 - ``h: [h_1, h_2, ...]``                      explicit step sizes (rows labelled by h)
@@ -32,7 +38,7 @@ from typing import Any
 from hbvm_core.errors import ConfigError, NonFiniteError, ProblemError
 from hbvm_core.methods import method_label  # noqa: F401  (re-exported)
 
-from .layout import manifest_path, run_stem, store_path  # noqa: F401  (re-exported)
+from .layout import COLUMNS, EXTRA, TIMINGS, combo_name, manifest_path, run_stem, store_path  # noqa: F401
 from .schema import defaults
 
 STEP_KEYS = ("h", "h0", "halvings", "period_divisions")
@@ -43,6 +49,7 @@ KINDS: dict[str, tuple[str, ...]] = {
     "convergence": ("convergence", "solution_error", "invariants", "constraint_panels"),
     "work_precision": ("work_precision",),  # hbvm_workflow.beyond, workflow/rules/beyond.smk
     "long_time": ("long_time",),
+    "sweep": ("sweep",),  # a one-key grid: error constants and iterations against the value (workflow/rules/sweep.smk)
 }
 # --------------------------------------------------------------------------- jobs and rows
 #: Job.estimated_seconds: per run (the store), and per step and quadrature node (compiled, numpy)
@@ -76,11 +83,14 @@ class Job:
     #: hbvm_core.fingerprint of the problem as built and of the method's numerics (part of the hash)
     problem_fingerprint: str = ""
     numerics_fingerprint: str = ""
+    #: the grid combination of the run (``layout.combo_name``: ``L=0.5``); "" in a study without a grid
+    combo: str = ""
 
     @property
     def id(self) -> str:
-        """Stable id: method label and run name (``layout.run_stem``: n=24, h=0.1)."""
-        return f"{self.label}/{self.run or run_stem(self.h)}"
+        """Stable id: method label, grid combination (if any) and run name (``layout.run_stem``: n=24, h=0.1)."""
+        combo = f"{self.combo}/" if self.combo else ""
+        return f"{self.label}/{combo}{self.run or run_stem(self.h)}"
 
     @property
     def steps(self) -> int:
@@ -161,6 +171,22 @@ class Row:
     h: float
     job: str
     partner: str | None = None
+    #: the grid combination (``Instance.key``); "" in a study without a grid
+    combo: str = ""
+
+
+@dataclass
+class Instance:
+    """One problem instance of a study: a combination of its ``grid`` values (the only one, key "", without
+    a grid), the problem built from the config with them, its fingerprint and interval."""
+
+    key: str
+    values: dict
+    params: dict
+    problem: Any = field(repr=False, compare=False)
+    fingerprint: str
+    t_end: float
+    period: float | None
 
 
 @dataclass
@@ -198,6 +224,22 @@ class Study:
     dims: tuple[int, int] = (0, 0)
     #: the problem built from the config (once, by expand_study); see ``built_problem``
     instance: Any = field(default=None, repr=False, compare=False)
+    #: the grid (key -> values) and one Instance per combination (the one instance, key "", without a grid)
+    grid: dict = field(default_factory=dict)
+    instances: list = field(default_factory=list)
+
+    def instance_of(self, combo: str) -> Instance:
+        """The Instance of a grid combination (a Row's or Job's ``combo``)."""
+        for inst in self.instances:
+            if inst.key == combo:
+                return inst
+        if not combo:  # a Study made by hand, without instances
+            return Instance("", {}, dict(self.params), self.built_problem, "", self.t_end, self.period)
+        raise KeyError(f"study {self.name!r} has no grid combination {combo!r}")
+
+    def problem_of(self, item) -> Any:
+        """The problem, built from the config, of a Row or Job (its grid combination's)."""
+        return self.instance_of(getattr(item, "combo", "")).problem
 
     @property
     def built_problem(self):
@@ -279,9 +321,20 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
 
     where = f"studies.{name}"
     cfg = _study_entry(where, cfg)
-    problem = build_problem(where, cfg["problem"], dict(cfg["params"]))
-    t_end = _interval(where, cfg, problem)
-    reference, convention = _convention(where, cfg, problem)
+    grid = _grid(where, cfg)
+    instances = []
+    for values in _combinations(grid):
+        params = {**cfg["params"], **values}
+        what = f"{where}[{combo_name(values)}]" if values else where
+        problem = build_problem(what, cfg["problem"], params)
+        t_end = _interval(what, cfg, problem)
+        reference, convention = _convention(what, cfg, problem)
+        fingerprint = problem_fingerprint(problem)
+        inst = Instance(combo_name(values), values, params, problem, fingerprint, t_end, problem.period)
+        if any(i.key == inst.key for i in instances):
+            raise ConfigError(f"{where}.grid: two combinations get the same name {inst.key!r}; give distinct values")
+        instances.append(inst)
+    problem, t_end = instances[0].problem, instances[0].t_end
     study = Study(
         name=name,
         kind=cfg["kind"],
@@ -300,13 +353,15 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
         cfg=cfg,
         instance=problem,
         dims=(int(problem.m), int(problem.nu)),
+        grid=grid,
+        instances=instances,
     )
-    fingerprint = problem_fingerprint(problem)
     if not isinstance(cfg["methods"], list) or not cfg["methods"]:
         raise ConfigError(f"{where}.methods: expected a non-empty list of method entries")
     for i, raw in enumerate(cfg["methods"]):
         spec = _method(f"{where}.methods[{i}]", raw, cfg, study.methods)
-        _add_runs(study, spec, raw, f"{where}.methods[{i}]", fingerprint)
+        for inst in instances:
+            _add_runs(study, spec, raw, f"{where}.methods[{i}]", inst)
         study.methods.append(spec)
     return study
 
@@ -384,9 +439,58 @@ def _method(where: str, raw, cfg: dict, earlier: list[MethodSpec]) -> MethodSpec
     return MethodSpec(label, method.name, entry, entry.get("k"), entry.get("s"))
 
 
-def _add_runs(study: Study, spec: MethodSpec, raw: dict, where: str, problem_fp: str) -> None:
-    """The rows of one method (its own step-size rule or the study's) and their jobs: the row's run
-    and, for ``errors.reference: self``, its h/2 partner, each named (``layout.run_stem``) and hashed."""
+def _grid(where: str, cfg: dict) -> dict:
+    """The study's ``grid`` (key -> list of values), checked: keys are keywords of the factory not in ``params``."""
+    import inspect
+
+    from hbvm_core.problems import resolve_factory
+
+    grid = dict(cfg.get("grid") or {})
+    if cfg["kind"] == "sweep" and len(grid) != 1:
+        raise ConfigError(f"{where}: kind sweep needs a grid of exactly one key, got {len(grid)}")
+    if not grid:
+        return {}
+    if cfg["kind"] not in ("convergence", "sweep"):
+        raise ConfigError(f"{where}.grid: a grid is for convergence and sweep studies, not kind {cfg['kind']}")
+    try:
+        factory = resolve_factory(cfg["problem"])
+        signature = inspect.signature(factory)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}.{exc}") from None
+    except Exception:  # an import error or no signature: building the problem tells
+        signature = None
+    reserved = {*COLUMNS, *EXTRA, *TIMINGS, "combo", "scheme"}
+    for key, values in grid.items():
+        if key in reserved:
+            raise ConfigError(f"{where}.grid.{key}: the name of a column of errors.csv; a grid key cannot be one")
+        if key in cfg["params"]:
+            raise ConfigError(f"{where}.grid.{key}: also given in params; give it in one of them")
+        if signature is not None:
+            ps = signature.parameters
+            takes = key in ps or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in ps.values())
+            if not takes:
+                raise ConfigError(
+                    f"{where}.grid.{key}: not a keyword of problem {cfg['problem']!r} "
+                    f"(its keywords: {', '.join(ps) or 'none'})"
+                )
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"{where}.grid.{key} = {values!r}: expected a non-empty list of values")
+    return grid
+
+
+def _combinations(grid: dict) -> list[dict]:
+    """The Cartesian product of the grid's values, as dicts in the grid's key order (the last key fastest);
+    [{}] without a grid."""
+    import itertools
+
+    keys = list(grid)
+    return [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
+
+
+def _add_runs(study: Study, spec: MethodSpec, raw: dict, where: str, inst: Instance) -> None:
+    """The rows of one method (its own step-size rule or the study's) for one problem instance and their
+    jobs: the row's run and, for ``errors.reference: self``, its h/2 partner (of the same instance), each
+    named (``layout.run_stem``) and hashed."""
     from hbvm_core.fingerprint import method_fingerprint
     from hbvm_core.integrate import number_of_steps
 
@@ -395,14 +499,14 @@ def _add_runs(study: Study, spec: MethodSpec, raw: dict, where: str, problem_fp:
     rule = {k: raw[k] for k in STEP_KEYS if k in raw} or study_rule
     numerics = method_fingerprint(spec.entry)
     names: dict[str, float] = {}  # run name -> h: names must identify the runs
-    for n, h, half in step_sizes(rule, study.period, where if rule is not study_rule else f"studies.{study.name}"):
-        row = Row(label=spec.label, n=n, h=h, job="")
+    for n, h, half in step_sizes(rule, inst.period, where if rule is not study_rule else f"studies.{study.name}"):
+        row = Row(label=spec.label, n=n, h=h, job="", combo=inst.key)
         half_n = None if n is None else (n + 1 if "halvings" in rule else 2 * n)
         for hh, nn, role in ((h, n, "row"), (half, half_n, "partner")):
             if role == "partner" and study.reference != "self":
                 continue
             try:
-                number_of_steps(hh, study.t_end)
+                number_of_steps(hh, inst.t_end)
             except ConfigError as exc:
                 extra = " (the h/2 run of errors.reference: self)" if role == "partner" else ""
                 raise ConfigError(f"{where}: {exc}{extra}") from None
@@ -411,19 +515,20 @@ def _add_runs(study: Study, spec: MethodSpec, raw: dict, where: str, problem_fp:
                 label=spec.label,
                 name=spec.name,
                 problem=study.problem,
-                params=dict(study.params),
+                params=dict(inst.params),
                 method=spec.entry,
                 h=hh,
-                t_end=study.t_end,
+                t_end=inst.t_end,
                 save_every=int(cfg["save_every"]),
                 compensated=bool(cfg["compensated"]),
                 backend=cfg["backend"],
                 chunk=int(cfg["chunk"]),
-                problem_fingerprint=problem_fp,
+                problem_fingerprint=inst.fingerprint,
                 numerics_fingerprint=numerics,
+                combo=inst.key,
             )
             job.run = run_stem(hh, nn)
-            job.store = store_path(study.results, study.name, spec.label, hh, nn)
+            job.store = store_path(study.results, study.name, spec.label, hh, nn, inst.key)
             if names.setdefault(job.run, hh) != hh:
                 raise ConfigError(
                     f"{where}: step sizes {names[job.run]!r} and {hh!r} get the same run name {job.run!r}; "
@@ -434,7 +539,7 @@ def _add_runs(study: Study, spec: MethodSpec, raw: dict, where: str, problem_fp:
                 row.job = job.id
             else:
                 row.partner = job.id
-        _check_sampling(where, study.convention, study.reference, h, study.jobs[row.job], study.period)
+        _check_sampling(where, study.convention, study.reference, h, study.jobs[row.job], inst.period)
         spec.rows.append(row)
 
 

@@ -20,29 +20,9 @@ import os
 
 import numpy as np
 
-from .layout import manifest_of_store
+from .layout import COLUMNS, EXTRA, TIMINGS, manifest_of_store  # noqa: F401  (re-exported)
 from .study import Study
 
-#: errors.csv starts with exactly these columns (then EXTRA)
-COLUMNS = (
-    "problem",
-    "k",
-    "s",
-    "h",
-    "e_s",
-    "rate_s",
-    "e_lambda",
-    "rate_lambda",
-    "e_H",
-    "e_g",
-    "e_hc",
-    "rate_hc",
-    "steps",
-    "mean_iterations",
-)
-EXTRA = ("study", "method", "name", "n", "t_end", "status", "error")
-#: timings.csv: one row per run (methods in config order, h decreasing), what was measured when it ran
-TIMINGS = ("study", "method", "name", "h", "steps", "wall_s", "backend", "worker", "status")
 NUMERIC = ("e_s", "rate_s", "e_lambda", "rate_lambda", "e_H", "e_g", "e_hc", "rate_hc", "steps", "mean_iterations")
 STATUS = {"ok": 0, "failed": 1, "partner failed": 2}
 RATES = {"rate_s": "e_s", "rate_lambda": "e_lambda", "rate_hc": "e_hc"}
@@ -84,63 +64,71 @@ def _load(job, cache: dict, problem):
 
 
 def study_rows(study: Study) -> list[dict]:
-    """One dict per table row (keys COLUMNS + EXTRA), methods in config order, h decreasing."""
-    from hbvm_core.metrics import at_roundoff, errors, rates, roundoff_scales
-
+    """One dict per table row (keys COLUMNS + EXTRA, and the grid's keys in a study with a grid), methods in
+    config order, then grid combinations in their order, h decreasing; rates within one method and combination."""
     out: list[dict] = []
     for spec in study.methods:
-        rows: list[dict] = []
-        cache: dict = {}
-        for r in spec.rows:
-            job = study.jobs[r.job]
-            traj = _load(job, cache, study.built_problem)
-            partner = _load(study.jobs[r.partner], cache, study.built_problem) if r.partner else None
-            row = {
-                "problem": study.problem,
-                "k": spec.k,
-                "s": spec.s,
-                "h": r.h,
-                "study": study.name,
-                "method": spec.label,
-                "name": spec.name,
-                "n": r.n,
-                "t_end": study.t_end,
-                "status": "ok",
-                "error": "",
-                "steps": job.steps,
-            }
-            if traj is None:
-                err = cache.get(("error", job.id), {})
-                row.update(status="failed", error=_short(err))
-                row.update({k: math.nan for k in NUMERIC if k != "steps"}, wall_s=math.nan)
-            elif r.partner and partner is None:
-                err = cache.get(("error", r.partner), {})
-                row.update(status="partner failed", error=f"h/2 run: {_short(err)}")
-                e = errors(traj, study.convention, partner=traj)
-                row.update(e, e_s=math.nan, e_lambda=math.nan)
-            else:
-                if study.reference == "none":
-                    e = errors(traj, study.convention, partner=traj)
-                    e.update(e_s=math.nan, e_lambda=math.nan)
-                else:
-                    e = errors(traj, study.convention, partner=partner)
-                row.update(e)
-            if traj is not None:
-                row["scales"] = roundoff_scales(traj)
-                row["mean_iterations"] = float(traj.attrs.get("mean_iterations", math.nan))
-                row["wall_s"] = float(traj.attrs.get("wall_s", math.nan))
-            rows.append(row)
-        h = [row["h"] for row in rows]
-        for rate, e in RATES.items():
-            rs = rates(h, [row.get(e, math.nan) for row in rows])
-            for i, (row, v) in enumerate(zip(rows, rs)):
-                prev = rows[i - 1] if i else None
-                scale = max((r.get("scales", {}).get(e, 1.0) for r in (prev, row) if r), default=1.0)
-                floor = prev is not None and at_roundoff(prev.get(e, math.nan), row.get(e, math.nan), scale)
-                row[ROUNDOFF[rate]] = floor
-                row[rate] = math.nan if floor else float(v)  # no rate between two round-off errors
-        out += rows
+        for inst in study.instances or [study.instance_of("")]:
+            out += _block_rows(study, spec, inst)
     return out
+
+
+def _block_rows(study: Study, spec, inst) -> list[dict]:
+    from hbvm_core.metrics import at_roundoff, errors, rates, roundoff_scales
+
+    rows: list[dict] = []
+    cache: dict = {}
+    for r in (r for r in spec.rows if r.combo == inst.key):
+        job = study.jobs[r.job]
+        traj = _load(job, cache, inst.problem)
+        partner = _load(study.jobs[r.partner], cache, inst.problem) if r.partner else None
+        row = {
+            "problem": study.problem,
+            "k": spec.k,
+            "s": spec.s,
+            "h": r.h,
+            "study": study.name,
+            "method": spec.label,
+            "name": spec.name,
+            "n": r.n,
+            "t_end": inst.t_end,
+            "status": "ok",
+            "error": "",
+            "steps": job.steps,
+            "combo": inst.key,
+            **inst.values,
+        }
+        if traj is None:
+            err = cache.get(("error", job.id), {})
+            row.update(status="failed", error=_short(err))
+            row.update({k: math.nan for k in NUMERIC if k != "steps"}, wall_s=math.nan)
+        elif r.partner and partner is None:
+            err = cache.get(("error", r.partner), {})
+            row.update(status="partner failed", error=f"h/2 run: {_short(err)}")
+            e = errors(traj, study.convention, partner=traj)
+            row.update(e, e_s=math.nan, e_lambda=math.nan)
+        else:
+            if study.reference == "none":
+                e = errors(traj, study.convention, partner=traj)
+                e.update(e_s=math.nan, e_lambda=math.nan)
+            else:
+                e = errors(traj, study.convention, partner=partner)
+            row.update(e)
+        if traj is not None:
+            row["scales"] = roundoff_scales(traj)
+            row["mean_iterations"] = float(traj.attrs.get("mean_iterations", math.nan))
+            row["wall_s"] = float(traj.attrs.get("wall_s", math.nan))
+        rows.append(row)
+    h = [row["h"] for row in rows]
+    for rate, e in RATES.items():
+        rs = rates(h, [row.get(e, math.nan) for row in rows])
+        for i, (row, v) in enumerate(zip(rows, rs)):
+            prev = rows[i - 1] if i else None
+            scale = max((r.get("scales", {}).get(e, 1.0) for r in (prev, row) if r), default=1.0)
+            floor = prev is not None and at_roundoff(prev.get(e, math.nan), row.get(e, math.nan), scale)
+            row[ROUNDOFF[rate]] = floor
+            row[rate] = math.nan if floor else float(v)  # no rate between two round-off errors
+    return rows
 
 
 def run_timings(study: Study) -> list[dict]:
@@ -149,8 +137,10 @@ def run_timings(study: Study) -> list[dict]:
     from .storage import read_attrs, read_failure
 
     out = []
+    order = {inst.key: i for i, inst in enumerate(study.instances)}
     for spec in study.methods:
-        for job in sorted((j for j in study.jobs.values() if j.label == spec.label), key=lambda j: -j.h):
+        jobs = (j for j in study.jobs.values() if j.label == spec.label)
+        for job in sorted(jobs, key=lambda j: (order.get(j.combo, 0), -j.h)):
             attrs = read_attrs(job.store)
             status = "ok"
             if attrs is None or attrs.get("complete") is not True:
@@ -167,6 +157,7 @@ def run_timings(study: Study) -> list[dict]:
                     "backend": attrs.get("backend", ""),
                     "worker": attrs.get("worker") or "",
                     "status": status,
+                    **study.instance_of(job.combo).values,
                 }
             )
     return out
@@ -238,21 +229,22 @@ def errors_dataset(study: Study, rows: list[dict]):
     hs = sorted({row["h"] for row in rows}, reverse=True)
     mi = {lab: i for i, lab in enumerate(labels)}
     hi = {h: j for j, h in enumerate(hs)}
-    shape = (len(labels), len(hs))
-    dims = ("scheme", "h")
+    grid = study.grid
+    shape = (len(labels), len(hs), *(len(v) for v in grid.values()))
+    dims = ("scheme", "h", *grid)
     data = {c: np.full(shape, np.nan) for c in NUMERIC + ("wall_s",)}
     flags = {f: np.zeros(shape, dtype=bool) for f in ROUNDOFF.values()}
     status = np.full(shape, -1, dtype="i1")
     nval = np.full(shape, -1, dtype="i8")
     for row in rows:
-        i, j = mi[row["method"]], hi[row["h"]]
+        at = (mi[row["method"]], hi[row["h"]], *(values.index(row[key]) for key, values in grid.items()))
         for c in data:
             v = row.get(c)
-            data[c][i, j] = np.nan if v is None else float(v)
+            data[c][at] = np.nan if v is None else float(v)
         for f in flags:
-            flags[f][i, j] = bool(row.get(f, False))
-        status[i, j] = STATUS[row["status"]]
-        nval[i, j] = -1 if row["n"] is None else int(row["n"])
+            flags[f][at] = bool(row.get(f, False))
+        status[at] = STATUS[row["status"]]
+        nval[at] = -1 if row["n"] is None else int(row["n"])
     coords = {
         "scheme": ("scheme", np.array(labels, dtype=object)),
         "h": ("h", np.array(hs, dtype=float)),
@@ -260,6 +252,7 @@ def errors_dataset(study: Study, rows: list[dict]):
         "k": ("scheme", np.array([m.k or 0 for m in study.methods], dtype="i8")),
         "s": ("scheme", np.array([m.s or 0 for m in study.methods], dtype="i8")),
         "n": (dims, nval),
+        **{key: (key, _grid_coord(values)) for key, values in grid.items()},
     }
     ds = xr.Dataset({c: (dims, v) for c, v in data.items()}, coords=coords)
     for c, (long_name, units) in VAR_ATTRS.items():
@@ -279,6 +272,8 @@ def errors_dataset(study: Study, rows: list[dict]):
         "s": ("HBVM s", "1", "0: not an HBVM method"),
         "n": ("row label n", "1", "n of the step-size rule (halvings, period_divisions); -1: explicit h or not run"),
     }
+    for key in grid:
+        coord_attrs[key] = (f"problem parameter {key}", "1", "a grid value (a keyword of the problem factory)")
     for c, (long_name, units, description) in coord_attrs.items():
         ds.coords[c].attrs.update(long_name=long_name, units=units, description=description)
     ds.attrs.update(
@@ -291,7 +286,18 @@ def errors_dataset(study: Study, rows: list[dict]):
             "errors": json.dumps(_convention(study), sort_keys=True),
         }
     )
+    if study.grid:
+        ds.attrs["grid"] = json.dumps(study.grid, sort_keys=False)
     return ds
+
+
+def _grid_coord(values: list) -> np.ndarray:
+    """A grid key's coordinate: its values as numbers, or as text (``layout.combo_name``'s form) otherwise."""
+    from .layout import combo_name
+
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return np.array(values, dtype=float)
+    return np.array([combo_name({"": v})[1:] for v in values], dtype=object)
 
 
 def _convention(study: Study) -> dict:
@@ -335,18 +341,27 @@ def _describe(study: Study) -> str:
     return f"{study.problem} on [0, {study.t_end:.10g}]{period}; errors: {', '.join(parts)}"
 
 
+def _blocks(study: Study, rows: list[dict]):
+    """(heading, rows) per table block: one per method, and per grid combination in a study with a grid."""
+    for spec in study.methods:
+        for inst in study.instances or [study.instance_of("")]:
+            block = [r for r in rows if r["method"] == spec.label and r.get("combo", "") == inst.key]
+            heading = f"{spec.name}, {inst.key.replace(',', ', ')}" if inst.key else spec.name
+            yield spec, heading, block
+
+
 def markdown_table(study: Study, rows: list[dict]) -> str:
     """table.md: per method a block of rows (h or n, e_s, rate, e_lambda, rate, e_H, e_g, e_hc, rate)."""
     label = study.row_label
     lines = [f"# {study.title}", "", _describe(study), ""]
     notes = []
-    for spec in study.methods:
-        lines += [f"## {spec.name}", "", "| " + " | ".join((label,) + HEAD) + " |"]
+    for _, heading, block in _blocks(study, rows):
+        lines += [f"## {heading}", "", "| " + " | ".join((label,) + HEAD) + " |"]
         lines.append("|" + "---:|" * (len(HEAD) + 1))
-        for row in (r for r in rows if r["method"] == spec.label):
+        for row in block:
             lines.append("| " + " | ".join([_fmt_h(row, label)] + _cells(row)) + " |")
             if row["status"] != "ok":
-                notes.append(f"- {spec.name}, {label} = {_fmt_h(row, label)}: {row['status']}: {row['error']}")
+                notes.append(f"- {heading}, {label} = {_fmt_h(row, label)}: {row['status']}: {row['error']}")
         lines.append("")
     if notes:
         lines += ["Failures:", "", *notes, ""]
@@ -366,13 +381,13 @@ def latex_table(study: Study, rows: list[dict]) -> str:
         r"\begin{tabular}{r" + "r" * len(HEAD) + "}",
         r"\toprule",
     ]
-    for i, spec in enumerate(study.methods):
+    for i, (_, heading, block) in enumerate(_blocks(study, rows)):
         if i:
             lines.append(r"\midrule")
-        lines.append(rf"\multicolumn{{{len(HEAD) + 1}}}{{l}}{{{_tex(spec.name)}}} \\")
+        lines.append(rf"\multicolumn{{{len(HEAD) + 1}}}{{l}}{{{_tex(heading)}}} \\")
         lines.append(" & ".join(head) + r" \\")
         lines.append(r"\midrule")
-        for row in (r for r in rows if r["method"] == spec.label):
+        for row in block:
             cells = [_fmt_h(row, label)] + [_tex(c) for c in _cells(row)]
             lines.append(" & ".join(cells) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", ""]
@@ -390,11 +405,11 @@ def html_table(study: Study, rows: list[dict]) -> str:
         "border-bottom:1px solid #ddd;font-family:monospace}</style></head><body>",
         f"<h2>{escape(study.title)}</h2><p>{escape(_describe(study))}</p>",
     ]
-    for spec in study.methods:
-        parts.append(f"<h3>{escape(spec.name)}</h3><table><tr>")
+    for _, heading, block in _blocks(study, rows):
+        parts.append(f"<h3>{escape(heading)}</h3><table><tr>")
         parts += [f"<th>{escape(c)}</th>" for c in (label,) + HEAD]
         parts.append("</tr>")
-        for row in (r for r in rows if r["method"] == spec.label):
+        for row in block:
             cells = [_fmt_h(row, label)] + _cells(row)
             parts.append("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>")
         parts.append("</table>")
@@ -418,8 +433,10 @@ def aggregate(
 
     rows = study_rows(study)
     write_dataset(errors_dataset(study, rows), out_zarr, tmp_dir=tmp_dir(study.results, study.name))
-    write_csv(rows, out_csv)
-    write_csv(run_timings(study), out_timings or os.path.join(os.path.dirname(out_csv), "timings.csv"), TIMINGS)
+    grid = tuple(study.grid)  # one column per grid key, only in a study with a grid
+    write_csv(rows, out_csv, COLUMNS + EXTRA + grid)
+    timings = out_timings or os.path.join(os.path.dirname(out_csv), "timings.csv")
+    write_csv(run_timings(study), timings, TIMINGS + grid)
     texts = [(out_md, markdown_table(study, rows)), (out_tex, latex_table(study, rows))]
     if out_html:
         texts.append((out_html, html_table(study, rows)))

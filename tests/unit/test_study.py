@@ -260,3 +260,66 @@ def test_warm_up_compiles_the_uncached_loops_side_by_side_and_loads_them(tmp_pat
     assert got["cold"] == ["planar_pendulum", "tethered_satellites"]  # HBVM(1,1) and (2,2) share one loop
     assert got["n"] == 3 and got["after"] == 0
     assert all(hits >= 1 and misses == 0 for hits, misses in got["stats"])  # loaded from disk, not compiled here
+
+
+# --------------------------------------------------------------------------- grids
+def test_a_grid_makes_one_instance_per_combination_with_its_own_runs():
+    st = expand_study("g", small(grid={"theta_dot0": [0.5, 1.5], "length": [1.0, 2.0]}, params={"gravity": 2.0}))
+    keys = [i.key for i in st.instances]  # the Cartesian product, the last key fastest
+    assert keys == ["theta_dot0=0.5,length=1.0", "theta_dot0=0.5,length=2.0", "theta_dot0=1.5,length=1.0",
+                    "theta_dot0=1.5,length=2.0"]  # fmt: skip
+    assert st.instances[1].params == {"gravity": 2.0, "theta_dot0": 0.5, "length": 2.0}
+    assert len({i.fingerprint for i in st.instances}) == 4 and len(st.jobs) == 8 and len(st.rows) == 8
+    job = st.jobs["hbvm_k1_s1/theta_dot0=0.5,length=2.0/h=0.05"]
+    assert job.params == st.instances[1].params and job.problem_fingerprint == st.instances[1].fingerprint
+    assert job.store.endswith("runs/hbvm_k1_s1/theta_dot0=0.5,length=2.0/h=0.05.zarr")
+    assert st.problem_of(job).q0[1] == -2.0
+
+
+def test_reference_self_pairs_runs_within_one_combination():
+    st = expand_study("g", small(grid={"length": [1.0, 2.0]}, errors={"reference": "self", "norm": "inf"}))
+    assert len(st.jobs) == 6  # h = 0.1, 0.05 and the partner 0.025, per combination
+    for r in st.rows:
+        assert r.partner.startswith(f"hbvm_k1_s1/{r.combo}/") and st.jobs[r.partner].combo == r.combo
+
+
+def test_without_a_grid_ids_and_stores_are_unchanged():
+    st = expand_study("u", small())
+    assert [i.key for i in st.instances] == [""] and list(st.jobs) == ["hbvm_k1_s1/h=0.1", "hbvm_k1_s1/h=0.05"]
+    assert st.jobs["hbvm_k1_s1/h=0.1"].store.endswith("runs/hbvm_k1_s1/h=0.1.zarr")
+
+
+@pytest.mark.parametrize(
+    "grid,message",
+    [
+        ({"mass": [1.0]}, r"studies\.g\.grid\.mass: not a keyword of problem 'planar_pendulum' \(its keywords: "),
+        ({"gravity": [1.0]}, r"studies\.g\.grid\.gravity: also given in params"),
+        ({"length": []}, r"studies\.g\.grid\.length = \[\]: expected a non-empty list"),
+        ({"theta_dot0": [3.0]}, r"studies\.g\[theta_dot0=3\.0\]\.problem = 'planar_pendulum': .*separatrix"),
+    ],
+)
+def test_a_bad_grid_is_one_line_naming_it(grid, message):
+    with pytest.raises(ConfigError, match=message) as err:
+        expand_study("g", small(grid=grid, params={"gravity": 1.0}))
+    assert "\n" not in str(err.value)
+
+
+def test_a_grid_is_for_convergence_and_sweep_studies():
+    with pytest.raises(
+        ConfigError, match=r"^studies\.g\.grid: a grid is for convergence and sweep studies, not kind long_time$"
+    ):
+        expand_study("g", small(kind="long_time", grid={"length": [1.0]}))
+
+
+def test_grid_is_in_the_schema():
+    cfg = {"studies": {"g": small(grid={"length": [1.0, 2.0]})}}
+    validate_config(copy.deepcopy(cfg), SCHEMA)
+    with pytest.raises(ConfigError, match="grid"):
+        validate_config({"studies": {"g": small(grid={"length": 1.0})}}, SCHEMA)
+
+
+def test_the_shipped_sweep_study_and_a_sweep_needs_one_grid_key(published):
+    st = published["sweep_amplitude"]
+    assert st.kind == "sweep" and st.plot == "sweep" and len(st.instances) == 7 and len(st.jobs) == 2 * 7 * 4
+    with pytest.raises(ConfigError, match=r"studies\.w: kind sweep needs a grid of exactly one key, got 0"):
+        expand_study("w", small(kind="sweep"))

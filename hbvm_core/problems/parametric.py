@@ -1,0 +1,204 @@
+"""The built-in problems with their physical parameters as keywords (docs/method.md section 4).
+
+At the published values every factory here returns the published problem of its
+module (``pendulum``, ``spherical``, ``tethered``) unchanged: the same callbacks,
+the same compiled kernels, so the same fingerprint and the same numbers. A problem
+fingerprint covers the source of the module that defines its compiled callbacks,
+which is why the general kernels, which read their constants from
+``Kernels.params``, live in this module and the published modules stay as they are.
+
+planar_pendulum(theta_dot0, length, gravity)
+    U = gravity y, g = x^2 + y^2 - length^2, q0 = (0, -length), p0 = (length theta_dot0, 0).
+    The amplitude parameter is the initial angular speed theta_dot0 at the bottom; the
+    amplitude is theta_max = 2 arcsin(k) with k = theta_dot0 / (2 w0), w0^2 = gravity / length.
+    Closed form for any k < 1 (below the separatrix):
+    sin(theta/2) = k sn(w0 t | k^2), theta' = 2 k w0 cn(w0 t | k^2).
+conical_pendulum(length, gravity)
+    U = gravity z, g = |q|^2 - length^2; uniform circular motion at 45 degrees from the
+    vertical (radius = depth = length / sqrt 2) with w^2 = gravity / depth;
+    lambda = gravity / (sqrt 2 length), period 2 pi / w.
+tethered_satellites(tether, masses)
+    M = diag(m1, m1, m1, m2, m2, m2, m3, m3, m3); U = -sum_i m_i / |q_i| (a central field of
+    unit strength acting on masses m_i); g_c = |q_i - q_j|^2 - tether^2; the triangle of
+    side ``tether`` at height 20; p3 = (m3 v, 0, 0) with v recomputed so that H(q0, p0) = 0.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.special import ellipj
+
+from ..errors import ConfigError
+from ..kernels import Kernels, kernel
+from ..problem import Problem
+from . import pendulum, spherical, tethered
+
+
+def _positive(name: str, **values: float) -> None:
+    for key, value in values.items():
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise ConfigError(f"{name}: {key} = {value!r}: expected a positive number")
+
+
+# --------------------------------------------------------------------------- compiled callbacks
+@kernel
+def planar_grad_U_kernel(Q, out, params):
+    """U = gravity y; params = (gravity,)."""
+    for i in range(Q.shape[0]):
+        out[i, 0] = 0.0
+        out[i, 1] = params[0]
+
+
+@kernel
+def conical_grad_U_kernel(Q, out, params):
+    """U = gravity z; params = (gravity,)."""
+    for i in range(Q.shape[0]):
+        out[i, 0] = 0.0
+        out[i, 1] = 0.0
+        out[i, 2] = params[0]
+
+
+@kernel
+def tethered_grad_U_kernel(Q, out, params):
+    """U = -sum_i m_i/|q_i|: grad = m_i q_i / |q_i|^3; params = (m1, m2, m3)."""
+    for i in range(Q.shape[0]):
+        for b in range(3):
+            x, y, z = Q[i, 3 * b], Q[i, 3 * b + 1], Q[i, 3 * b + 2]
+            r = math.sqrt(x * x + y * y + z * z)
+            c = params[b] / (r * r * r)
+            out[i, 3 * b] = c * x
+            out[i, 3 * b + 1] = c * y
+            out[i, 3 * b + 2] = c * z
+
+
+# --------------------------------------------------------------------------- planar pendulum
+def planar_pendulum(theta_dot0: float = 1.0, length: float = 1.0, gravity: float = 1.0) -> Problem:
+    """Planar pendulum, m = 2, nu = 1 (table1); the published one at the defaults.
+
+    Parameters
+    ----------
+    theta_dot0 : float
+        Initial angular speed at the bottom (theta(0) = 0); it sets the amplitude
+        theta_max = 2 arcsin(theta_dot0 / (2 sqrt(gravity / length))), which must stay below the
+        separatrix (theta_dot0 < 2 sqrt(gravity / length)).
+    length, gravity : float
+        The pendulum's length and the gravity.
+    """
+    _positive("planar_pendulum", theta_dot0=theta_dot0, length=length, gravity=gravity)
+    if (theta_dot0, length, gravity) == (1.0, 1.0, 1.0):
+        return pendulum.planar_pendulum()
+    w0 = math.sqrt(gravity / length)
+    k = theta_dot0 / (2.0 * w0)
+    if k >= 1.0:
+        raise ConfigError(
+            f"planar_pendulum: theta_dot0 = {theta_dot0} reaches the separatrix "
+            f"(needs theta_dot0 < 2 sqrt(gravity/length) = {2.0 * w0})"
+        )
+    L2 = length * length
+
+    def exact(t):
+        sn, cn, _, _ = ellipj(w0 * np.asarray(t, dtype=float), k * k)
+        th, om = 2.0 * np.arcsin(k * sn), 2.0 * k * w0 * cn
+        q = length * np.stack([np.sin(th), -np.cos(th)], axis=-1)
+        p = length * np.stack([np.cos(th) * om, np.sin(th) * om], axis=-1)
+        return q, p, (0.5 * (om**2 + w0 * w0 * np.cos(th)))[:, None]
+
+    return Problem(
+        name="planar_pendulum",
+        kernels=Kernels(
+            grad_U=f"{__name__}:planar_grad_U_kernel", G=f"{pendulum.__name__}:planar_G_kernel", params=(gravity,)
+        ),
+        q0=[0.0, -length],
+        p0=[length * theta_dot0, 0.0],
+        U=lambda Q: gravity * Q[:, 1],
+        grad_U=lambda Q: np.broadcast_to([0.0, gravity], Q.shape).copy(),
+        g=lambda Q: (Q[:, 0] ** 2 + Q[:, 1] ** 2 - L2)[:, None],
+        G=lambda Q: 2.0 * Q[:, :, None],
+        d2g=lambda Q, V: 2.0 * np.einsum("nm,nm->n", V, V)[:, None],
+        exact=exact,
+        params={"theta_dot0": theta_dot0, "length": length, "gravity": gravity},
+    )
+
+
+# --------------------------------------------------------------------------- conical pendulum
+def conical_pendulum(length: float = 1.0, gravity: float = 1.0) -> Problem:
+    """U = gravity z, g = |q|^2 - length^2 (table2, fig1, fig2); the published one at the defaults."""
+    _positive("conical_pendulum", length=length, gravity=gravity)
+    if (length, gravity) == (1.0, 1.0):
+        return spherical.conical_pendulum()
+    r = length * 2.0**-0.5  # radius = depth of the orbit
+    w = math.sqrt(gravity / r)
+    lam = gravity * r / (length * length)
+    L2 = length * length
+
+    def exact(t):
+        t = np.asarray(t, dtype=float)
+        wt = w * t
+        q = np.stack([r * np.cos(wt), r * np.sin(wt), np.full_like(t, -r)], axis=-1)
+        p = np.stack([-r * w * np.sin(wt), r * w * np.cos(wt), np.zeros_like(t)], axis=-1)
+        return q, p, np.full((t.size, 1), lam)
+
+    return Problem(
+        name="conical_pendulum",
+        kernels=Kernels(
+            grad_U=f"{__name__}:conical_grad_U_kernel", G=f"{spherical.__name__}:sphere_G_kernel", params=(gravity,)
+        ),
+        q0=[r, 0.0, -r],
+        p0=[0.0, r * w, 0.0],
+        U=lambda Q: gravity * Q[:, 2],
+        grad_U=lambda Q: np.broadcast_to([0.0, 0.0, gravity], Q.shape).copy(),
+        g=lambda Q: (np.einsum("nm,nm->n", Q, Q) - L2)[:, None],
+        G=lambda Q: 2.0 * Q[:, :, None],
+        d2g=lambda Q, V: 2.0 * np.einsum("nm,nm->n", V, V)[:, None],
+        exact=exact,
+        period=2.0 * np.pi / w,
+        params={"length": length, "gravity": gravity},
+    )
+
+
+# --------------------------------------------------------------------------- tethered satellites
+def tethered_satellites(tether: float = 1.0, masses=(1.0, 1.0, 1.0)) -> Problem:
+    """m = 9, nu = 3 (table4, fig3); no closed form; the published one at the defaults.
+
+    Parameters
+    ----------
+    tether : float
+        The length of the three tethers.
+    masses : sequence of 3 floats
+        m1, m2, m3: M = diag(m1 I3, m2 I3, m3 I3) and U = -sum_i m_i / |q_i|.
+    """
+    masses = tuple(float(x) for x in np.broadcast_to(np.asarray(masses, dtype=float), (3,)))
+    _positive("tethered_satellites", tether=tether, **{f"m{i + 1}": x for i, x in enumerate(masses)})
+    if tether == 1.0 and masses == (1.0, 1.0, 1.0):
+        return tethered.tethered_satellites()
+    m = np.asarray(masses)
+    q0 = np.array([0.0, 0.5 * tether, 20.0, 0.0, -0.5 * tether, 20.0, 0.0, 0.0, 20.0 - np.sqrt(3.0) / 2.0 * tether])
+    r = np.linalg.norm(q0.reshape(3, 3), axis=1)
+    v = float(np.sqrt(2.0 * np.sum(m / r) / m[2]))  # H(q0, p0) = m3 v^2 / 2 - sum_i m_i/|q_i| = 0
+    p0 = np.zeros(9)
+    p0[6] = m[2] * v
+    T2 = tether * tether
+
+    def U(Q):
+        return -np.sum(m / np.linalg.norm(tethered._bodies(Q), axis=2), axis=1)
+
+    def grad_U(Q):
+        B = tethered._bodies(Q)
+        rr = np.linalg.norm(B, axis=2, keepdims=True)
+        return (m[None, :, None] * B / rr**3).reshape(Q.shape)
+
+    return Problem(
+        name="tethered_satellites",
+        q0=q0,
+        p0=p0,
+        U=U,
+        grad_U=grad_U,
+        g=lambda Q: tethered.g(Q) + 1.0 - T2,
+        G=tethered.G,
+        d2g=tethered.d2g,
+        M=np.repeat(m, 3),
+        kernels=Kernels(grad_U=f"{__name__}:tethered_grad_U_kernel", G=f"{tethered.__name__}:G_kernel", params=masses),
+        params={"tether": tether, "masses": list(masses)},
+    )

@@ -1,0 +1,68 @@
+"""The built-in problems' parameters: the published problem at the defaults, closed forms elsewhere."""
+
+import numpy as np
+import pytest
+from _util import agrees, fitted_order
+
+import hbvm_core as hc
+from hbvm_core.errors import ConfigError
+from hbvm_core.fingerprint import problem_fingerprint
+from hbvm_core.metrics import PUBLISHED, errors
+
+DEFAULTS = {
+    "planar_pendulum": {"theta_dot0": 1.0, "length": 1.0, "gravity": 1.0},
+    "conical_pendulum": {"length": 1.0, "gravity": 1.0},
+    "tethered_satellites": {"tether": 1.0, "masses": [1.0, 1.0, 1.0]},
+}
+CHANGED = {
+    "planar_pendulum": [{"theta_dot0": 1.5}, {"length": 2.0}, {"gravity": 2.0}],
+    "conical_pendulum": [{"length": 2.0}, {"gravity": 2.0}],
+    "tethered_satellites": [{"tether": 1.5}, {"masses": [1.0, 2.0, 3.0]}],
+}
+
+
+@pytest.mark.parametrize("name", sorted(DEFAULTS))
+def test_defaults_are_the_published_problem_and_changes_change_the_fingerprint(name):
+    published = problem_fingerprint(hc.get_problem(name))
+    assert problem_fingerprint(hc.get_problem(name, **DEFAULTS[name])) == published
+    prints = {problem_fingerprint(hc.get_problem(name, **kw)) for kw in CHANGED[name]}
+    assert published not in prints and len(prints) == len(CHANGED[name])
+
+
+def test_amplitude_default_reproduces_table1():
+    pb = hc.get_problem("planar_pendulum", theta_dot0=1.0)
+    e = errors(hc.integrate(pb, hc.HBVM(1, 1), 0.1 * 2.0**-3, 10.0), PUBLISHED["table1"])
+    for key, published in (("e_s", 4.0181e-04), ("e_lambda", 4.3835e-03), ("e_hc", 3.6633e-05)):
+        assert agrees(e[key], published), (key, e[key], published)
+
+
+@pytest.mark.parametrize("theta_dot0", [1.5, 1.9])
+@pytest.mark.parametrize("k,s", [(1, 1), (2, 2)])
+def test_order_2_at_other_amplitudes(theta_dot0, k, s):
+    """Against the closed form (Jacobi sn with parameter (theta_dot0/2)^2): e_s of order 2."""
+    pb = hc.get_problem("planar_pendulum", theta_dot0=theta_dot0)
+    hs = [0.05, 0.025, 0.0125]
+    es = [errors(hc.integrate(pb, hc.HBVM(k, s), h, 10.0), PUBLISHED["table1"]) for h in hs]
+    assert fitted_order(hs, [e["e_s"] for e in es]) == pytest.approx(2, abs=0.1)
+    assert max(e["e_H"] for e in es) < 1e-13
+
+
+def test_closed_forms_are_consistent_with_the_equations():
+    """lambda(q0, p0) from the equations equals the closed form's; H(q0, p0) = 0 for the satellites."""
+    for name, kw in [("planar_pendulum", {"theta_dot0": 1.8, "length": 2.0, "gravity": 3.0}),
+                     ("conical_pendulum", {"length": 2.0, "gravity": 3.0})]:  # fmt: skip
+        pb = hc.get_problem(name, **kw)
+        t = np.linspace(0.0, 3.0, 7)
+        q, p, lam = pb.exact(t)
+        np.testing.assert_allclose(q[0], pb.q0, atol=1e-15)
+        np.testing.assert_allclose(p[0], pb.p0, atol=1e-15)
+        np.testing.assert_allclose(pb.multiplier(q, p), lam, rtol=1e-12)
+        np.testing.assert_allclose(pb.constraint(q), 0.0, atol=1e-13)
+        np.testing.assert_allclose(pb.hamiltonian(q, p), pb.hamiltonian(q[:1], p[:1])[0], atol=1e-13)
+    pb = hc.get_problem("tethered_satellites", tether=1.5, masses=[1.0, 2.0, 3.0])
+    assert abs(pb.hamiltonian(pb.q0[None], pb.p0[None])[0]) < 1e-14
+
+
+def test_beyond_the_separatrix_is_refused():
+    with pytest.raises(ConfigError, match="separatrix"):
+        hc.get_problem("planar_pendulum", theta_dot0=2.0)

@@ -1,0 +1,24 @@
+# Parameter sweeps: a study with `kind: sweep` and a one-key `grid` is solved and
+# aggregated like a convergence study (errors.csv with the grid column, the tables
+# per combination), its figure the error constant and the iteration count against
+# the grid value (hbvm_workflow.plots.sweep_plot).
+#
+# Opt-in, as the beyond-the-paper studies: `snakemake --cores 2 sweep`, or name the
+# study in `select:` to put it in the default target.
+
+
+def sweep_names():
+    return [n for n, s in STUDIES.items() if s.kind == "sweep"]
+
+
+def sweep_default_targets(name):
+    """In the default target only when named in select:."""
+    return convergence_targets(name) if name in (config.get("select") or []) else []
+
+
+STUDY_TARGETS["sweep"] = sweep_default_targets
+
+
+rule sweep:
+    input:
+        [t for n in sweep_names() for t in convergence_targets(n)],
