@@ -38,10 +38,15 @@ SERIES = (("dH", r"$|H - H_0|$"), ("g", r"$\|g(q)\|_\infty$"), ("hc", r"$\|G^T M
 
 
 # --------------------------------------------------------------------------- work precision
+#: methods whose runs differ by a tolerance rtol (not a step h): entry ``method`` -> family name
+TOLERANCE_FAMILIES = {"dop853": "DOP853", "ida": "IDA"}
+
+
 def family(entry: dict, name: str) -> str:
-    """The curve a run belongs to: DOP853 runs that differ only in the tolerance form one curve."""
-    if entry.get("method") == "dop853":
-        return "DOP853" + ("-proj" if entry.get("projection") else "")
+    """The curve a run belongs to: DOP853 (or IDA) runs that differ only in the tolerance form one curve."""
+    kind = TOLERANCE_FAMILIES.get(entry.get("method"))
+    if kind is not None:
+        return kind + ("-proj" if entry.get("projection") else "")
     return name
 
 
@@ -123,7 +128,7 @@ def time_to_accuracy(rows: list[dict], targets=TARGETS) -> list[dict]:
 
 
 def _run_label(r: dict) -> str:
-    if r["family"].startswith("DOP853"):
+    if r["family"].split("-")[0] in TOLERANCE_FAMILIES.values():
         return f"rtol={r['rtol']:.0e}, h_out={r['h']:g}"
     return f"h={r['h']:g}"
 
