@@ -38,10 +38,15 @@ SERIES = (("dH", r"$|H - H_0|$"), ("g", r"$\|g(q)\|_\infty$"), ("hc", r"$\|G^T M
 
 
 # --------------------------------------------------------------------------- work precision
+#: methods whose runs differ by a tolerance rtol (not a step h): entry ``method`` -> family name
+TOLERANCE_FAMILIES = {"dop853": "DOP853", "ida": "IDA"}
+
+
 def family(entry: dict, name: str) -> str:
-    """The curve a run belongs to: DOP853 runs that differ only in the tolerance form one curve."""
-    if entry.get("method") == "dop853":
-        return "DOP853" + ("-proj" if entry.get("projection") else "")
+    """The curve a run belongs to: DOP853 (or IDA) runs that differ only in the tolerance form one curve."""
+    kind = TOLERANCE_FAMILIES.get(entry.get("method"))
+    if kind is not None:
+        return kind + ("-proj" if entry.get("projection") else "")
     return name
 
 
@@ -116,14 +121,23 @@ def time_to_accuracy(rows: list[dict], targets=TARGETS) -> list[dict]:
                     "wall_s": best["wall_s"] if best else math.nan,
                     "e_s": best["e_s"] if best else math.nan,
                     "run": _run_label(best) if best else "",
+                    "label": best.get("label", "") if best else "",
+                    "setting": _setting(best) if best else "",
                     "best_e_s": min((r["e_s"] for r in runs), default=math.nan),
                 }
             )
     return out
 
 
+def _setting(r: dict) -> str:
+    """What a family sweeps, at this run: rtol=1e-08 for a tolerance family, else h=0.025."""
+    if r["family"].split("-")[0] in TOLERANCE_FAMILIES.values():
+        return f"rtol={r['rtol']:.0e}"
+    return f"h={r['h']:g}"
+
+
 def _run_label(r: dict) -> str:
-    if r["family"].startswith("DOP853"):
+    if r["family"].split("-")[0] in TOLERANCE_FAMILIES.values():
         return f"rtol={r['rtol']:.0e}, h_out={r['h']:g}"
     return f"h={r['h']:g}"
 
@@ -172,6 +186,8 @@ def write_text(text: str, path: str) -> None:
 
 
 TTA_COLUMNS = ["problem", "family", "target", "wall_s", "e_s", "run", "best_e_s"]
+#: results/beyond/time_to_accuracy.csv: per (problem, target, method) the cheapest run reaching the target
+TIME_TO_ACCURACY_COLUMNS = ["problem", "target", "method", "label", "wall_s", "setting", "e_s"]
 
 
 def _figure(nrows: int, ncols: int, size: tuple[float, float]):
@@ -387,6 +403,20 @@ def write_study(study: Study, errors_csv: str, md: str, out_csv: str) -> int:
         write_csv(table, out_csv, LT_COLUMNS)
         return len(table)
     raise ValueError(f"study {study.name!r}: kind {study.kind!r} has no work-precision or long-time tables")
+
+
+def write_time_to_accuracy(studies: list[Study], out_csv: str) -> int:
+    """results/beyond/time_to_accuracy.csv over the work_precision ``studies``: one row per (problem, target,
+    method), the cheapest run with e_s <= target (empty wall_s, label, setting, e_s where none reaches it).
+    Returns the number of rows."""
+    table = []
+    for st in studies:
+        rows = work_precision_rows(st, os.path.join(st.dir, "errors.csv"))
+        targets = accuracy_targets(st)
+        found = time_to_accuracy(rows, targets)
+        table += [{**r, "method": r["family"]} for t in targets for r in found if r["target"] == t]
+    write_csv(table, out_csv, TIME_TO_ACCURACY_COLUMNS)
+    return len(table)
 
 
 def write_summary(kind: str, studies: list[Study], png: str, pdf: str, md: str, out_csv: str) -> None:

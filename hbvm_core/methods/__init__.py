@@ -1,7 +1,8 @@
 """Integration methods. Each one is a small object (``base.Method``) that builds a per-problem stepper.
 
 HBVM(k, s) with a constant (docs/method.md 3) or polynomial (docs/method.md 6)
-multiplier, and the baselines RATTLE and DOP853 on the index-reduced ODE.
+multiplier, the baselines RATTLE and DOP853 on the index-reduced ODE, and IDA on the
+stabilized index-2 DAE.
 ``METHODS`` maps a study entry's ``method`` to its class, as scipy's
 ``solve_ivp`` maps method names to ``OdeSolver`` subclasses.
 """
@@ -9,6 +10,7 @@ multiplier, and the baselines RATTLE and DOP853 on the index-reduced ODE.
 from ..errors import ConfigError
 from .base import METHODS, Method, method_label
 from .hbvm import HBVM, HBVMBase, HBVMStepper
+from .ida import IDA
 from .index_reduced import DOP853
 from .polynomial import PolynomialHBVM
 from .rattle import RATTLE
@@ -19,11 +21,13 @@ METHODS.update(
         "hbvm": HBVMBase,  # multiplier: constant (HBVM) or polynomial (PolynomialHBVM)
         "rattle": RATTLE,
         "dop853": DOP853,
+        "ida": IDA,  # the stabilized index-2 DAE by SUNDIALS IDA (scikit-sundae)
     }
 )
 
 __all__ = [
     "DOP853",
+    "IDA",
     "HBVM",
     "METHODS",
     "RATTLE",
@@ -42,7 +46,8 @@ def from_spec(spec: dict) -> Method:
     - ``{k: 6, s: 2}`` (optional solver, warm_start; multiplier: constant): HBVM(k, s), docs/method.md 3;
     - ``{k: 6, s: 3, multiplier: polynomial, projection: true}`` (optional warm_start): docs/method.md 6;
     - ``{method: rattle}``;
-    - ``{method: dop853, rtol: 1e-8, atol: 1e-8, projection: false}`` (atol defaults to rtol).
+    - ``{method: dop853, rtol: 1e-8, atol: 1e-8, projection: false}`` (atol defaults to rtol);
+    - ``{method: ida, rtol: 1e-8, atol: 1e-8}`` (atol defaults to rtol).
     """
     if not isinstance(spec, dict):
         raise ConfigError(f"method entry {spec!r}: expected a mapping such as {{k: 6, s: 2}}")

@@ -109,3 +109,53 @@ def test_work_precision_rows_take_the_measured_wall_time_from_timings_csv(tmp_pa
     tables.write_csv(timings[:-1], os.path.join(study.dir, "timings.csv"), tables.TIMINGS)
     with pytest.raises(ValueError, match="run hbvm_k1_s1/h=0.05 has no row in its timings.csv"):
         beyond.work_precision_rows(study, csv_path)
+
+
+def test_time_to_accuracy_csv_has_one_row_per_problem_target_and_method(tmp_path):
+    """results/beyond/time_to_accuracy.csv: the cheapest run per target, its label and setting (h or rtol)."""
+    import csv
+
+    from hbvm_workflow import tables
+    from hbvm_workflow.study import expand_study
+
+    cfg = {
+        "kind": "work_precision",
+        "problem": "planar_pendulum",
+        "t_end": 1,
+        "h": [0.1, 0.05],
+        "methods": [
+            {"k": 2, "s": 2},
+            {"method": "ida", "rtol": 1e-6, "h": [0.5]},
+            {"method": "ida", "rtol": 1e-9, "h": [0.5]},
+        ],
+        "errors": {"reference": "exact", "norm": 1, "sample": "all"},
+    }
+    study = expand_study("wp", cfg, results=str(tmp_path))
+    e_s = {
+        ("hbvm_k2_s2", 0.1): 1e-5,
+        ("hbvm_k2_s2", 0.05): 1e-7,
+        ("ida_rtol1e-06", 0.5): 1e-5,
+        ("ida_rtol1e-09", 0.5): 1e-8,
+    }
+    errors = [
+        {"method": m.label, "name": m.name, "h": r.h, "e_s": e_s[(m.label, r.h)], "steps": 10, "status": "ok"}
+        for m in study.methods
+        for r in m.rows
+    ]
+    os.makedirs(study.dir)
+    tables.write_csv(errors, os.path.join(study.dir, "errors.csv"))
+    timings = [{"method": e["method"], "h": e["h"], "wall_s": 0.5} for e in errors]
+    tables.write_csv(timings, os.path.join(study.dir, "timings.csv"), tables.TIMINGS)
+    out = str(tmp_path / "time_to_accuracy.csv")
+    assert beyond.write_time_to_accuracy([study], out) == 4
+    with open(out) as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0]) == ["problem", "target", "method", "label", "wall_s", "setting", "e_s"]
+    got = [(r["target"], r["method"], r["label"], r["setting"], r["wall_s"]) for r in rows]
+    assert got == [
+        ("1e-06", "HBVM(2,2)", "hbvm_k2_s2", "h=0.05", "0.5"),
+        ("1e-06", "IDA", "ida_rtol1e-09", "rtol=1e-09", "0.5"),
+        ("1e-10", "HBVM(2,2)", "", "", ""),
+        ("1e-10", "IDA", "", "", ""),
+    ]
+    assert {r["problem"] for r in rows} == {"planar_pendulum"}

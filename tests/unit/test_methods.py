@@ -34,6 +34,6 @@ def test_compiled_runner_is_none_where_there_is_no_compiled_loop(planar):
 
 
 def test_registry_names_the_methods_in_its_error():
-    assert set(METHODS) == {"hbvm", "rattle", "dop853"}
-    with pytest.raises(ConfigError, match=r"method = 'euler': unknown method \(expected hbvm, rattle or dop853\)"):
+    assert set(METHODS) == {"hbvm", "rattle", "dop853", "ida"}
+    with pytest.raises(ConfigError, match=r"method = 'euler': unknown method \(expected hbvm, rattle, dop853 or ida\)"):
         from_spec({"method": "euler"})

@@ -72,6 +72,9 @@ def test_beyond_studies_are_opt_in(tiny):
     opted = _snakemake(tiny, "-n", "--config", "beyond=True")
     assert opted.returncode == 0, opted.stderr[-2000:]
     assert "rule work_precision" in opted.stdout and "rule long_time" in opted.stdout
+    wp = _snakemake(tiny, "-n", "work_precision")  # just the work_precision studies and the time-to-accuracy CSV
+    assert wp.returncode == 0, wp.stderr[-2000:]
+    assert "rule time_to_accuracy" in wp.stdout and "rule long_time" not in wp.stdout
 
 
 @pytest.mark.slow
@@ -97,6 +100,14 @@ def test_snakemake_beyond_builds_the_tables_and_figures(tiny):
     assert len(timings) == 8 and "wall_s" not in _rows(res / "wp_tiny" / "errors.csv")[0]
     assert tta[("DOP853", 1e-8)]["wall_s"] == timings[("dop853_rtol1e-11", "0.5")]
     assert "not reached" in (res / "beyond" / "work_precision.md").read_text()
+    ttac = _rows(res / "beyond" / "time_to_accuracy.csv")
+    assert list(ttac[0]) == ["problem", "target", "method", "label", "wall_s", "setting", "e_s"] and len(ttac) == 8
+    dop = next(r for r in ttac if r["method"] == "DOP853" and float(r["target"]) == 1e-8)
+    assert (
+        dop["label"] == "dop853_rtol1e-11"
+        and dop["setting"] == "rtol=1e-11"
+        and dop["wall_s"] == tta[("DOP853", 1e-8)]["wall_s"]
+    )
 
     drift = {r["method"]: r for r in _rows(res / "beyond" / "long_time.csv")}
     assert set(drift) == {"RATTLE", "DOP853(1e-06)", "HBVM(4,2)-poly-proj"}

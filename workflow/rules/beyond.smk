@@ -6,7 +6,9 @@
 # hbvm_workflow.beyond.study_figure) as a convergence study; the rules below write
 # its tables results/<study>/work_precision.{md,csv} or long_time.{md,csv}, and
 # `rule beyond` adds the figures and tables over all such studies in
-# results/beyond/{work_precision,long_time}.{png,pdf,md,csv}.
+# results/beyond/{work_precision,long_time}.{png,pdf,md,csv} and the machine-readable
+# results/beyond/time_to_accuracy.csv (rule time_to_accuracy); `rule work_precision`
+# builds just the work_precision studies and that CSV.
 #
 # They cost minutes, so they are opt-in:  snakemake --cores 2 beyond
 # (or `beyond: true` in the config / `--config beyond=True`, or naming them in `select:`, to put them
@@ -25,7 +27,12 @@ def beyond_study_targets(name):
 
 
 def beyond_summary_targets():
-    return [f"{RESULTS}/beyond/{kind}.{ext}" for kind in BEYOND_KINDS if beyond_names(kind) for ext in ("png", "pdf", "md", "csv")]
+    out = [f"{RESULTS}/beyond/{kind}.{ext}" for kind in BEYOND_KINDS if beyond_names(kind) for ext in ("png", "pdf", "md", "csv")]
+    return out + time_to_accuracy_targets()
+
+
+def time_to_accuracy_targets():
+    return [f"{RESULTS}/beyond/time_to_accuracy.csv"] if beyond_names("work_precision") else []
 
 
 def beyond_default_targets(name):
@@ -47,7 +54,14 @@ rule beyond:
         beyond_summary_targets(),
 
 
+# snakemake --cores 2 work_precision: just the work_precision studies and the time-to-accuracy CSV.
 rule work_precision:
+    input:
+        [t for n in beyond_names("work_precision") for t in beyond_study_targets(n)],
+        time_to_accuracy_targets(),
+
+
+rule work_precision_tables:
     input:
         manifest=f"{RESULTS}/{{study}}/solve.json",
         csv=f"{RESULTS}/{{study}}/errors.csv",
@@ -81,6 +95,23 @@ rule long_time:
         "logs/{study}/long_time.log",
     script:
         "../scripts/beyond_study.py"
+
+
+rule time_to_accuracy:
+    input:
+        [f"{RESULTS}/{n}/work_precision.csv" for n in beyond_names("work_precision")],
+        [f"{RESULTS}/{n}/errors.csv" for n in beyond_names("work_precision")],
+    output:
+        csv=f"{RESULTS}/beyond/time_to_accuracy.csv",
+    params:
+        studies={n: STUDIES[n].cfg for n in beyond_names("work_precision")},
+    resources:
+        mem_mb=2000,
+        runtime=30,
+    log:
+        "logs/beyond/time_to_accuracy.log",
+    script:
+        "../scripts/time_to_accuracy.py"
 
 
 rule beyond_summary:

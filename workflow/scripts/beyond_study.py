@@ -1,4 +1,4 @@
-"""Rules work_precision and long_time: one study's tables (hbvm_workflow.beyond; its figure comes with aggregate)."""
+"""Rules work_precision_tables and long_time: one study's tables (hbvm_workflow.beyond; figure: aggregate)."""
 
 import logging
 import sys

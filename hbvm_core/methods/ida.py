@@ -1,0 +1,185 @@
+"""The stabilized index-2 DAE (Gear-Gupta-Leimkuhler) by SUNDIALS IDA (scikit-sundae).
+
+A baseline, not an HBVM: the standard DAE solver a user would reach for. With
+y = (q, p, lambda, mu) IDA solves F(t, y, y') = 0 for
+
+    q' = M^{-1} p - G(q) mu,    p' = -grad U(q) - G(q) lambda,
+    g(q) = 0,                   G(q)^T M^{-1} p = 0,
+
+whose solution has mu = 0 and lambda = lambda(q, p) (docs/method.md 1). As for
+DOP853, the step h of the time loop is the *output* spacing: one continuous IDA
+integration (variable order BDF, its own steps for rtol, atol) is sampled at
+t_n = n h by IDA's interpolation; it restarts only when the time loop hands it
+a state other than the one it returned.
+
+Initial values are consistent: lambda_0 = lambda(q_0, p_0), mu_0 = 0 and y'_0
+from the equations. lambda and mu are algebraic (IDA's ``algebraic_idx``) and
+excluded from the error test; scikit-sundae exposes no IDASetSuppressAlg, so
+they get an absolute tolerance of 1e30, which drops them from IDA's weighted
+error norm just the same.
+
+iterations = residual evaluations spent in the output step;
+lam = lambda(q_n, p_n), the exact multiplier at the step's starting point.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from ..errors import ConfigError, ConvergenceError
+from ..problem import Problem
+from .base import Method, only_keys
+
+#: The absolute tolerance that takes the multipliers out of IDA's error test.
+_FREE = 1e30
+
+
+def _tolerance(key: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{key} = {value!r}: expected a finite tolerance > 0")
+    if value < 1e-14:
+        raise ConfigError(f"{key} = {value!r}: below what IDA can meet in double precision (>= 1e-14)")
+    return float(value)
+
+
+def _ida_class():
+    try:
+        from sksundae.ida import IDA
+    except ImportError:
+        raise ConfigError("method = ida needs the package scikit-sundae (pip install scikit-sundae)") from None
+    return IDA
+
+
+@dataclass(frozen=True)
+class IDA(Method):
+    """SUNDIALS IDA on the stabilized index-2 DAE at tolerance rtol (atol defaults to rtol)."""
+
+    rtol: float = 1e-8
+    atol: float | None = None
+
+    kind: ClassVar[str] = "ida"
+
+    def __post_init__(self) -> None:
+        _tolerance("rtol", self.rtol)
+        if self.atol is not None:
+            _tolerance("atol", self.atol)
+
+    @property
+    def tolerances(self) -> tuple[float, float]:
+        return float(self.rtol), float(self.rtol if self.atol is None else self.atol)
+
+    @property
+    def name(self) -> str:
+        rtol, atol = self.tolerances
+        return f"IDA({rtol:.0e})" if atol == rtol else f"IDA({rtol:.0e},{atol:.0e})"
+
+    def attrs(self) -> dict:
+        rtol, atol = self.tolerances
+        return {"method": "ida", "rtol": rtol, "atol": atol}
+
+    def spec(self) -> dict:
+        entry = {"method": "ida", "rtol": self.rtol}
+        if self.atol is not None:
+            entry["atol"] = self.atol
+        return entry
+
+    @classmethod
+    def from_entry(cls, entry: dict) -> IDA:
+        only_keys(entry, {"rtol", "atol"}, "IDA")
+        return cls(**entry)
+
+    def stepper(self, problem: Problem) -> IDAStepper:
+        if problem.nu and problem.d2g is None:
+            raise ConfigError(f"method = ida: problem {problem.name} has no d2g, needed for lambda(q, p)")
+        return IDAStepper(self, problem)
+
+
+class IDAStepper:
+    """Advances the stabilized index-2 DAE by one output interval per call."""
+
+    def __init__(self, method: IDA, problem: Problem):
+        self.method = method
+        self.problem = problem
+        self.solver = None
+        self.nfev = 0  # residual evaluations of the current integration so far
+        self.y_out: np.ndarray | None = None  # the state (q, p) this stepper returned last
+        self._ida = _ida_class()
+
+    # --- the DAE ------------------------------------------------------------------------
+    def residual(self, t: float, y: np.ndarray, yp: np.ndarray, res: np.ndarray) -> None:
+        """F(t, y, y') of the stabilized index-2 form, written into res (all numpy, no loops)."""
+        pb = self.problem
+        m, nu = pb.m, pb.nu
+        q, p, lam, mu = y[:m], y[m : 2 * m], y[2 * m : 2 * m + nu], y[2 * m + nu :]
+        Q = q[None, :]
+        v = pb.minv(p)
+        res[m : 2 * m] = yp[m : 2 * m] + pb.grad_U(Q)[0]
+        if nu:
+            G = pb.G(Q)[0]
+            res[:m] = yp[:m] - v + G @ mu
+            res[m : 2 * m] += G @ lam
+            res[2 * m : 2 * m + nu] = pb.g(Q)[0]
+            res[2 * m + nu :] = G.T @ v
+        else:
+            res[:m] = yp[:m] - v
+
+    def consistent(self, q: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(y, y') at (q, p): lambda = lambda(q, p), mu = 0, y' from the differential equations."""
+        pb = self.problem
+        Q, P = q[None, :], p[None, :]
+        lam = pb.multiplier(Q, P)[0] if pb.nu else np.zeros(0)
+        f = -pb.grad_U(Q)[0]
+        if pb.nu:
+            f = f - pb.G(Q)[0] @ lam
+        nu = pb.nu
+        y = np.concatenate([q, p, lam, np.zeros(nu)])
+        yp = np.concatenate([pb.minv(p), f, np.zeros(2 * nu)])
+        return y, yp
+
+    def _start(self, t: float, q: np.ndarray, p: np.ndarray, n: int) -> None:
+        pb = self.problem
+        m, nu = pb.m, pb.nu
+        rtol, atol = self.method.tolerances
+        atols = np.concatenate([np.full(2 * m, atol), np.full(2 * nu, _FREE)])
+        self.solver = self._ida(
+            self.residual,
+            rtol=rtol,
+            atol=atols,
+            algebraic_idx=list(range(2 * m, 2 * m + 2 * nu)),
+            max_num_steps=100_000,
+        )
+        y, yp = self.consistent(q, p)
+        res = self.solver.init_step(t, y, yp)
+        if not res.success:
+            raise ConvergenceError(n, t, float("nan"), 0, f"IDA failed to start ({res.message})")
+        self.nfev = int(res.nfev)
+
+    def step(self, q0: np.ndarray, p0: np.ndarray, h: float, n: int = 0, t: float = 0.0):
+        """Advance by the output step h; returns (dq, dp, lambda(q0, p0), residual evaluations)."""
+        pb = self.problem
+        m = pb.m
+        if h <= 0:
+            raise ConfigError(f"h = {h!r}: the IDA baseline integrates forward only")
+        y0 = np.concatenate([q0, p0])
+        restart = (
+            self.solver is None
+            or n == 0
+            or self.y_out is None
+            or np.max(np.abs(y0 - self.y_out)) > 1e-13 * (1.0 + np.max(np.abs(y0)))
+        )
+        if restart:
+            self._start(t, q0, p0, n)
+        nfev0 = self.nfev
+        res = self.solver.step(t + h)
+        y1 = np.asarray(res.y).reshape(-1)
+        if not res.success or not np.all(np.isfinite(y1)):
+            raise ConvergenceError(n, t, float("nan"), int(res.nfev) - nfev0, f"IDA failed ({res.message})")
+        self.nfev = int(res.nfev)
+        q1, p1 = y1[:m].copy(), y1[m : 2 * m].copy()
+        lam = pb.multiplier(q0[None, :], p0[None, :])[0] if pb.nu else np.zeros(0)
+        self.y_out = np.concatenate([q1, p1])
+        return q1 - q0, p1 - p0, lam, self.nfev - nfev0
