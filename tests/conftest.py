@@ -28,15 +28,17 @@ def tethered():
 
 
 @pytest.fixture(autouse=True)
-def _dask_config_restored():
-    """Each test starts from the dask config it found: a distributed.Client whose start fails (the
-    refused clients of the security tests) can leave ``scheduler: dask.distributed`` behind, and a
-    later test's lazy xarray read would then look for a Client that is gone."""
-    import copy
-
+def _dask_scheduler_restored():
+    """Each test starts with the dask ``scheduler`` setting it found: a distributed.Client whose start
+    fails (the refused clients of the security tests) leaves ``scheduler: dask.distributed`` behind, and a
+    later test's lazy xarray read would then look for a Client that is gone. (Only that key: packages
+    such as dask_jobqueue add their defaults to the config once, on import.)"""
     import dask
 
-    saved = copy.deepcopy(dask.config.config)
+    missing = object()
+    before = dask.config.config.get("scheduler", missing)
     yield
-    dask.config.config.clear()
-    dask.config.config.update(saved)
+    if before is missing:
+        dask.config.config.pop("scheduler", None)
+    else:
+        dask.config.config["scheduler"] = before
