@@ -14,7 +14,9 @@ from hbvm_workflow.cluster import dask_client
 
 
 def test_the_local_cluster_refuses_a_client_without_its_credentials():
-    with dask_client({"n_workers": 1}) as client:
+    # spawned, not forked: a worker forked from this test process (its other threads: zarr's event loop,
+    # a compiled loop's) can deadlock before it starts
+    with dask_client({"n_workers": 1, "start_method": "spawn"}) as client:
         address = client.scheduler.address
         assert address.startswith("tls://127.0.0.1:")
         assert client.submit(lambda x: x + 1, 1).result() == 2
