@@ -416,7 +416,7 @@ def open_trajectory(path: str, load: bool = False):
         if load:
             for name in ds.variables:
                 try:
-                    ds[name].load()
+                    ds[name].load(scheduler="synchronous")  # a few small chunks: no cluster needed or used
                 except Exception as exc:  # noqa: BLE001 - a checksum mismatch, a bad codec
                     raise StoreError(path, str(name), f"unreadable ({type(exc).__name__}: {exc})") from None
     return ds

@@ -33,11 +33,14 @@ def _dask_scheduler_restored():
     fails (the refused clients of the security tests) leaves ``scheduler: dask.distributed`` behind, and a
     later test's lazy xarray read would then look for a Client that is gone. (Only that key: packages
     such as dask_jobqueue add their defaults to the config once, on import.)"""
+    import gc
+
     import dask
 
     missing = object()
     before = dask.config.config.get("scheduler", missing)
     yield
+    gc.collect()  # a refused Client restores the setting it found when it is collected: let that happen first
     if before is missing:
         dask.config.config.pop("scheduler", None)
     else:
