@@ -1,8 +1,8 @@
 """The results layout: every path the workflow reads or writes, defined once.
 
-<results>/<study>/runs/<label>/<run>.zarr          one trajectory store per run
-<results>/<study>/runs/<label>/<combo>/<run>.zarr  the same in a study with a grid (combo: L=0.5)
-<results>/<study>/runs/<label>/<run>.zarr.failed.json   a run whose iteration diverged
+<results>/<study>/runs/<label>/<run>.zarr.zip      one trajectory store per run (one file: a Zarr zip store)
+<results>/<study>/runs/<label>/<combo>/<run>.zarr.zip  the same in a study with a grid (combo: L=0.5)
+<results>/<study>/runs/<label>/<run>.zarr.zip.failed.json   a run whose iteration diverged
 <results>/<study>/.tmp/                             temporaries: written here, then renamed into place
 <results>/<study>/solve.json                        the manifest of the solve step
 <results>/<study>/.lock                             the study's writer lock (hbvm_workflow.locks)
@@ -18,6 +18,8 @@ import os
 
 #: the outputs of the aggregate step of one study, by their names in the rule
 TABLES = ("md", "tex", "html")
+#: a run store's file suffix: a Zarr store in one zip file
+STORE_SUFFIX = ".zarr.zip"
 FIGURES = ("png", "pdf")
 
 
@@ -56,7 +58,7 @@ def short_h(h: float) -> str:
 
 
 def run_stem(h: float, n: int | None = None) -> str:
-    """A run's name in its method's folder (and in its job id), without .zarr.
+    """A run's name in its method's folder (and in its job id), without .zarr.zip.
 
     ``n=<n>`` for a row of a numbered rule (``halvings``: h0 2^-n; ``period_divisions``:
     T / n), its h/2 partner named by the n of the halved step (n + 1; 2 n); else
@@ -66,8 +68,13 @@ def run_stem(h: float, n: int | None = None) -> str:
 
 
 def run_name(h: float, n: int | None = None) -> str:
-    """The file name of a run's store in its method's folder: ``run_stem`` + '.zarr'."""
-    return run_stem(h, n) + ".zarr"
+    """The file name of a run's store in its method's folder: ``run_stem`` + '.zarr.zip' (one file)."""
+    return run_stem(h, n) + STORE_SUFFIX
+
+
+def legacy_store(path: str) -> str | None:
+    """The folder a run store had before stores were one file (``<run>.zarr``), None for another path."""
+    return path.removesuffix(".zip") if path.endswith(STORE_SUFFIX) else None
 
 
 def store_path(results: str, study: str, label: str, h: float, n: int | None = None, combo: str = "") -> str:

@@ -12,14 +12,23 @@ import contextlib
 import json
 import os
 import platform
-import shutil
 import time
 from pathlib import Path
 
 from hbvm_core.errors import ConvergenceError, NonFiniteError
 from hbvm_core.integrate import integrate, number_of_steps
 
-from .storage import FAILED, FORMAT, ZarrSink, default_tmp_dir, new_temporary, publish, versions, write_json_atomic
+from .storage import (
+    FAILED,
+    FORMAT,
+    ZarrSink,
+    default_tmp_dir,
+    new_temporary,
+    publish,
+    remove_path,
+    versions,
+    write_json_atomic,
+)
 from .study import Job
 
 
@@ -194,6 +203,7 @@ def run_to_store(
         "host": platform.node(),
     }
     t0 = time.perf_counter()
+    sink = None
     try:
         sink = ZarrSink(tmp, problem, N, save_every=save_every, chunk=chunk)
         traj = integrate(
@@ -220,7 +230,7 @@ def run_to_store(
             os.remove(path + FAILED)
         return {"status": "ok", "steps": N, **run, "error": None}
     except (ConvergenceError, NonFiniteError, FloatingPointError) as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _discard(sink, tmp)
         wall = time.perf_counter() - t0
         error = exc.as_dict() if isinstance(exc, ConvergenceError) else {"reason": str(exc)}
         error["message"] = str(exc)
@@ -229,5 +239,13 @@ def run_to_store(
         write_json_atomic(path + FAILED, payload, tmp_dir=tmp_dir)
         return {"status": "failed", "steps": N, "wall_s": wall, "mean_iterations": None, "error": error}
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _discard(sink, tmp)
         raise
+
+
+def _discard(sink, tmp: str) -> None:
+    """Close an unfinished store and remove its temporary."""
+    if sink is not None:
+        with contextlib.suppress(Exception):
+            sink.abort()
+    remove_path(tmp)

@@ -38,6 +38,7 @@ a ``<path>.failed.json`` marker naming the step, time and last increment.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -50,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-FORMAT = "hbvm-trajectory/2"
+FORMAT = "hbvm-trajectory/3"
 #: the name of a study's folder of temporaries (layout.tmp_dir)
 TMP_DIR = ".tmp"
 FAILED = ".failed.json"
@@ -107,6 +108,7 @@ def jsonable(value: Any) -> Any:
     return value
 
 
+@functools.cache
 def versions() -> dict[str, str]:
     """The versions a store was written with (from the installed distributions: importing xarray costs a second)."""
     from importlib.metadata import PackageNotFoundError, version
@@ -137,15 +139,12 @@ async def _gather(*aws) -> list:
 
 
 class ZarrSink:
-    """A sink for ``integrate``: writes each chunk of points and steps into a Zarr group at ``path``.
+    """A sink for ``integrate``: writes each chunk of points and steps into a one-file Zarr store at ``path``.
 
-    Memory stays bounded by one chunk; H, g and the hidden constraint are computed
-    per chunk from the problem. ``finish`` checks that every row was written.
-
-    Zarr's synchronous API makes one round trip to its event loop per call (some
-    milliseconds each); the sink goes through the asynchronous API instead, so
-    creating the nine arrays, writing one chunk of them and finishing the store are
-    one round trip each, their files written concurrently.
+    The store is a zip file (``zipstore``): rows are buffered per array until a chunk is
+    full, so memory stays bounded by about two chunks; H, g and the hidden constraint
+    are computed per block from the problem. ``finish`` checks that every row was
+    written, records the attrs and closes the zip; ``abort`` closes it unfinished.
     """
 
     #: name: (dims, dtype, fill value, long_name, description)
@@ -162,6 +161,8 @@ class ZarrSink:
     }
 
     def __init__(self, path: str | os.PathLike, problem, N: int, save_every: int = 1, chunk: int = 65536):
+        from .zipstore import ZipStoreWriter
+
         self.path = str(path)
         self.problem = problem
         self.N, self.save_every = int(N), int(save_every)
@@ -169,67 +170,47 @@ class ZarrSink:
         self.written = {"points": 0, "steps": 0}
         size = {"t": self.n_points, "tstep": self.n_steps, "dof": problem.m, "constraint": problem.nu}
         rows = {"t": max(1, min(chunk, self.n_points)), "tstep": max(1, min(chunk, self.n_steps))}
-        self.group, self.arrays = _sync(self._create(size, rows))
-
-    async def _create(self, size: dict, rows: dict):
-        import zarr.api.asynchronous as za
-
-        group = await za.open_group(store=self.path, mode="w", zarr_format=3)
-
-        def array(name, dims, dtype, fill, long_name, description):
+        self.writer = ZipStoreWriter(self.path)
+        for name, (dims, dtype, fill, long_name, description) in self.SPEC.items():
             shape = tuple(size[d] for d in dims)
             chunks = (rows[dims[0]],) + tuple(max(1, n) for n in shape[1:])
             attrs = {"long_name": long_name, "description": description}
-            return group.create_array(
-                name,
-                shape=shape,
-                chunks=chunks,
-                dtype=dtype,
-                fill_value=fill,
-                dimension_names=dims,
-                attributes=attrs,
-                compressors=compressors(),
-            )
+            self.writer.create(name, shape, chunks, dtype, fill, dims, attrs)
 
-        arrays = await _gather(*(array(name, *spec) for name, spec in self.SPEC.items()))
-        return group, dict(zip(self.SPEC, arrays))
-
-    def _write(self, start: int, values: dict) -> None:
-        sel = slice(start, start + len(next(iter(values.values()))))
-        _sync(_gather(*(self.arrays[name].setitem(sel, np.asarray(v)) for name, v in values.items())))
+    def _write(self, values: dict) -> None:
+        for name, v in values.items():
+            self.writer.append(name, v)
 
     def points(self, start: int, t: np.ndarray, q: np.ndarray, p: np.ndarray) -> None:
         pb = self.problem
         values = {"t": t, "q": q, "p": p, "H": pb.hamiltonian(q, p)}
         if pb.nu:
             values |= {"g": pb.constraint(q), "hc": pb.hidden_constraint(q, p)}
-        self._write(start, values)
+        self._write(values)
         self.written["points"] += len(t)
 
     def steps(self, start: int, t: np.ndarray, lam: np.ndarray, iterations: np.ndarray) -> None:
         values = {"tstep": t, "iterations": iterations}
         if self.problem.nu:
             values["lam"] = lam
-        self._write(start, values)
+        self._write(values)
         self.written["steps"] += len(t)
 
     def finish(self, attrs: dict) -> None:
-        """Verify that every row was written, then record ``attrs`` and complete = True; consolidate the metadata."""
+        """Verify that every row was written, then record ``attrs``, the chunk record and complete = True."""
         if self.written["points"] != self.n_points or self.written["steps"] != self.n_steps:
+            self.writer.abort()
             raise RuntimeError(
                 f"store {self.path}: wrote {self.written['points']}/{self.n_points} points and "
                 f"{self.written['steps']}/{self.n_steps} steps"
             )
-        rows = {"points": self.n_points, "step_rows": self.n_steps, "chunks": chunk_record(self.path, self.SPEC)}
-        attrs = jsonable({**attrs, **rows, "format": FORMAT, "complete": True})
-        with quiet_zarr():
-            _sync(self._finish(attrs))
+        self.writer.flush()
+        rows = {"points": self.n_points, "step_rows": self.n_steps, "chunks": self.writer.sizes}
+        self.writer.close(jsonable({**attrs, **rows, "format": FORMAT, "complete": True}))
 
-    async def _finish(self, attrs: dict) -> None:
-        import zarr.api.asynchronous as za
-
-        await self.group.update_attributes(attrs)
-        await za.consolidate_metadata(self.path)
+    def abort(self) -> None:
+        """Close the unfinished zip (the caller removes it)."""
+        self.writer.abort()
 
 
 def chunk_record(path: str, names) -> dict[str, dict[str, int]]:
@@ -279,7 +260,16 @@ def publish(tmp: str, final: str) -> None:
         os.rename(final, old)
     os.rename(tmp, final)
     if old:
-        shutil.rmtree(old, ignore_errors=True)
+        remove_path(old)
+
+
+def remove_path(path: str) -> None:
+    """Remove a file or a folder (a store of either layout); nothing if it is not there."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
 
 
 def write_json_atomic(path: str, payload: dict, tmp_dir: str | None = None) -> None:
@@ -295,11 +285,15 @@ def write_json_atomic(path: str, payload: dict, tmp_dir: str | None = None) -> N
 # --------------------------------------------------------------------------- reading
 def read_attrs(path: str) -> dict | None:
     """The attrs of a store (None if there is no readable store at ``path``)."""
-    meta = os.path.join(path, "zarr.json")
+    from .zipstore import ZipStoreError, is_zip_store, read_group
+
     try:
-        with open(meta) as fh:
-            doc = json.load(fh)
-    except (OSError, ValueError):
+        if is_zip_store(path):
+            doc = read_group(path)
+        else:
+            with open(os.path.join(path, "zarr.json")) as fh:
+                doc = json.load(fh)
+    except (OSError, ValueError, ZipStoreError):
         return None
     return doc.get("attributes", {})
 
@@ -324,6 +318,10 @@ def damage(path: str, attrs: dict | None = None) -> tuple[str | None, str] | Non
         return None, "no readable zarr.json"
     if attrs.get("format") not in (FORMAT, DATASET_FORMAT) or not isinstance(attrs.get("chunks"), dict):
         return None, "no integrity record (written by an older version; recompute it)"
+    from . import zipstore
+
+    if zipstore.is_zip_store(path):
+        return zipstore.damage(path, attrs["chunks"])
     for name, chunks in attrs["chunks"].items():
         folder = os.path.join(path, name)
         if not os.path.isfile(os.path.join(folder, "zarr.json")):
@@ -378,11 +376,7 @@ def clean_temporaries(study_dir: str) -> list[str]:
         return removed
     for name in names:
         p = os.path.join(folder, name)
-        if os.path.isdir(p) and not os.path.islink(p):
-            shutil.rmtree(p, ignore_errors=True)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(p)
+        remove_path(p)
         removed.append(p)
     return removed
 
@@ -393,7 +387,7 @@ def open_trajectory(path: str, load: bool = False):
     Parameters
     ----------
     path : str
-        The store (a ``.zarr`` folder).
+        The store: a run's ``.zarr.zip`` file, or a ``.zarr`` folder (errors.zarr).
     load : bool
         Read every variable now. Otherwise the Dataset is lazy (``xr.open_zarr``), and a chunk
         that fails its checksum raises a Zarr error only when it is read.
@@ -412,7 +406,7 @@ def open_trajectory(path: str, load: bool = False):
 
     require_intact(path)
     with quiet_zarr():
-        ds = xr.open_zarr(path, consolidated=True)
+        ds = xr.open_zarr(zarr_store(path), consolidated=True)
         if load:
             for name in ds.variables:
                 try:
@@ -420,6 +414,18 @@ def open_trajectory(path: str, load: bool = False):
                 except Exception as exc:  # noqa: BLE001 - a checksum mismatch, a bad codec
                     raise StoreError(path, str(name), f"unreadable ({type(exc).__name__}: {exc})") from None
     return ds
+
+
+def zarr_store(path: str):
+    """What ``xr.open_zarr`` and ``zarr.open_group`` take for the store at ``path``: a read-only
+    ``zarr.storage.ZipStore`` for a run store (one zip file), the path for a folder store."""
+    from .zipstore import is_zip_store
+
+    if is_zip_store(path):
+        from zarr.storage import ZipStore
+
+        return ZipStore(path, mode="r")
+    return path
 
 
 def load_trajectory(path: str, problem, *, job_hash: str | None = None, method=None):
@@ -482,6 +488,14 @@ def load_trajectory(path: str, problem, *, job_hash: str | None = None, method=N
 
 def read_arrays(path: str, names) -> list:
     """Every array ``names`` of the store at ``path`` in full; StoreError naming the array if one cannot be read."""
+    from . import zipstore
+
+    if zipstore.is_zip_store(path):
+        try:
+            found = zipstore.read_arrays(path, names)
+        except zipstore.ZipStoreError as exc:
+            raise StoreError(path, exc.array, exc.what) from None
+        return [found[name] for name in names]
     with quiet_zarr():
         got = _sync(_read_arrays(path, names))
     for name, value in zip(names, got):
@@ -606,7 +620,7 @@ def open_study(study: str, results: str = "results"):
             # /<label>/<run>, or /<label>/<combo>/<run> in a study with a grid (the store's folders under runs/)
             parts = Path(job["store"]).parts
             inner = parts[parts.index("runs") + 1 :] if "runs" in parts else (job["label"], store.name)
-            nodes["/" + "/".join(inner).removesuffix(".zarr")] = open_trajectory(str(store))
+            nodes["/" + "/".join(inner).removesuffix(".zip").removesuffix(".zarr")] = open_trajectory(str(store))
     tree = xr.DataTree.from_dict(nodes)
     tree.attrs.update({"study": study, "results": str(results)})
     return tree

@@ -288,7 +288,7 @@ def check_limits(studies: dict[str, Study], limits: dict, results: str = "result
             for key, value in (("max_steps", job.steps), ("max_bytes", size)):
                 if value > limits[key]:
                     raise ConfigError(f"{what}: above limits.{key} = {limits[key]:.3g}; raise limits.{key} to run it")
-            if not os.path.isdir(job.store):
+            if not os.path.exists(job.store):
                 missing += size
     folder = os.path.abspath(results)
     while not os.path.exists(folder):

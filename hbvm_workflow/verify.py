@@ -2,10 +2,11 @@
 
     python -m hbvm_workflow verify results/<study> [more folders]
 
-A store is a folder ``*.zarr`` with a ``zarr.json`` (run stores and errors.zarr;
-a study's ``.tmp`` folder is skipped). Each is checked against the integrity
-record of its attrs (every chunk file present with its size) and then read in
-full, so a chunk that fails its CRC-32C checksum is found too. One line per
+A store is a run store (a file ``*.zarr.zip``) or a folder ``*.zarr`` with a
+``zarr.json`` (errors.zarr, and run stores of older versions); a study's
+``.tmp`` folder is skipped. Each is checked against the integrity record of its
+attrs (every chunk present with its size) and then read in full, so a chunk
+that fails its CRC-32C (or the zip's CRC-32) checksum is found too. One line per
 damaged store (path, array, what), then a summary line; exit status 1 if any
 store is damaged, 2 if a folder does not exist.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 
+from .layout import STORE_SUFFIX
 from .storage import TMP_DIR, StoreError, damage, read_arrays, read_attrs
 
 
@@ -22,9 +24,12 @@ def find_stores(folder: str) -> list[str]:
     """The stores under ``folder`` (or ``folder`` itself when it is one), sorted; temporaries skipped."""
     if folder.rstrip(os.sep).endswith(".zarr") and os.path.isfile(os.path.join(folder, "zarr.json")):
         return [folder]
+    if folder.endswith(STORE_SUFFIX) and os.path.isfile(folder):
+        return [folder]
     found = []
-    for root, dirs, _ in os.walk(folder):
+    for root, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if d != TMP_DIR)
+        found += [os.path.join(root, f) for f in files if f.endswith(STORE_SUFFIX)]
         for d in list(dirs):
             path = os.path.join(root, d)
             if d.endswith(".zarr") and os.path.isfile(os.path.join(path, "zarr.json")):
@@ -36,6 +41,8 @@ def find_stores(folder: str) -> list[str]:
 def check_store(path: str) -> tuple[str | None, str] | None:
     """(array, what) for the first problem of the store at ``path``, None when it is intact (reads it all)."""
     attrs = read_attrs(path)
+    if attrs is None:
+        return None, "no readable zarr.json (not a store, or a damaged one)"
     found = damage(path, attrs)
     if found is not None:
         return found

@@ -1,5 +1,6 @@
 """Store integrity (hbvm_workflow.storage, hbvm_workflow.verify): checksummed chunks, the chunk record, damage found
-before reading (os.stat) and while reading (CRC-32C), named by store and array; older stores are never trusted."""
+before reading (the zip's directory) and while reading (CRC-32C, the zip's CRC-32), named by store and array; older
+stores are never trusted."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import zipfile
 
 import numpy as np
 import pytest
@@ -37,14 +39,34 @@ def planar():
 
 @pytest.fixture
 def store(tmp_path, planar):
-    path = str(tmp_path / "study" / "runs" / "m" / "h=0.1.zarr")
+    path = str(tmp_path / "study" / "runs" / "m" / "h=0.1.zarr.zip")
     res = run_to_store(path, planar, HBVM(2, 2), 0.1, 2.0, attrs={"job_hash": "abc", "job_id": "m/h=0.1"}, chunk=8)
     assert res["status"] == "ok"
     return path
 
 
-def q_chunk(path: str) -> str:
-    return os.path.join(path, "q", "c", "0", "0")
+Q_CHUNK = "q/c/0/0"
+
+
+def rewrite(path: str, change) -> None:
+    """Rewrite the zip store at ``path`` with ``change(name, data)`` applied to each entry (None drops it);
+    the zip's own CRC-32 of each entry is recomputed, so only hbvm's checks can tell."""
+    with zipfile.ZipFile(path) as zf:
+        entries = [(info, zf.read(info)) for info in zf.infolist()]
+    with zipfile.ZipFile(path, "w") as zf:
+        for info, data in entries:
+            new = change(info.filename, data)
+            if new is not None:
+                zf.writestr(info, new)
+
+
+def group_doc(path: str) -> dict:
+    with zipfile.ZipFile(path) as zf:
+        return json.loads(zf.read("zarr.json"))
+
+
+def set_group_doc(path: str, doc: dict) -> None:
+    rewrite(path, lambda name, data: json.dumps(doc).encode() if name == "zarr.json" else data)
 
 
 def test_a_store_records_its_chunks_and_checksums_them(store, planar):
@@ -52,9 +74,9 @@ def test_a_store_records_its_chunks_and_checksums_them(store, planar):
     assert a["format"] == FORMAT and a["job_hash"] == "abc" and a["points"] == 21 and a["step_rows"] == 20
     assert a["problem_fingerprint"] == problem_fingerprint(planar)
     assert sorted(a["chunks"]["q"]) == ["c/0/0", "c/1/0", "c/2/0"]  # 21 rows in chunks of 8
-    assert a["chunks"]["q"]["c/0/0"] == os.stat(q_chunk(store)).st_size
-    with open(os.path.join(store, "q", "zarr.json")) as fh:
-        codecs = [c["name"] for c in json.load(fh)["codecs"]]
+    with zipfile.ZipFile(store) as zf:
+        assert a["chunks"]["q"]["c/0/0"] == zf.getinfo(Q_CHUNK).file_size
+        codecs = [c["name"] for c in json.loads(zf.read("q/zarr.json"))["codecs"]]
     assert codecs == ["bytes", "zstd", "crc32c"]
     assert damage(store) is None and store_status(store, "abc") == "complete"
     assert store_status(store, "abc", problem_fingerprint(planar)) == "complete"
@@ -64,11 +86,10 @@ def test_a_store_records_its_chunks_and_checksums_them(store, planar):
 @pytest.mark.parametrize("how", ["delete", "truncate"])
 def test_a_missing_or_truncated_chunk_is_found_without_reading(store, planar, how):
     if how == "delete":
-        os.remove(q_chunk(store))
+        rewrite(store, lambda name, data: None if name == Q_CHUNK else data)
         what = "chunk c/0/0 missing"
     else:
-        with open(q_chunk(store), "r+b") as fh:
-            fh.truncate(5)
+        rewrite(store, lambda name, data: data[:5] if name == Q_CHUNK else data)
         what = "chunk c/0/0 has 5 bytes"
     assert damage(store)[0] == "q" and damage(store)[1].startswith(what)
     assert store_status(store, "abc") == "damaged" and store_status(store, "other") == "stale"
@@ -78,32 +99,52 @@ def test_a_missing_or_truncated_chunk_is_found_without_reading(store, planar, ho
         assert store in str(err.value) and err.value.array == "q"
 
 
+def flip(data: bytes) -> bytes:
+    data = bytearray(data)
+    data[len(data) // 2] ^= 0xFF
+    return bytes(data)
+
+
+def test_a_truncated_store_file_is_damaged(store, planar):
+    with open(store, "r+b") as fh:
+        fh.truncate(os.path.getsize(store) // 2)
+    assert store_status(store, "abc") == "missing"  # no zip directory: no attrs, not a store of this run
+    assert damage(store, {"format": FORMAT, "chunks": {}})[1].startswith("not a readable zip store")
+    with pytest.raises(FileNotFoundError, match="no complete trajectory store"):
+        load_trajectory(store, planar)
+
+
+def test_a_byte_changed_in_the_file_fails_the_zips_crc(store, planar):
+    with zipfile.ZipFile(store) as zf:
+        info = zf.getinfo(Q_CHUNK)
+    with open(store, "r+b") as fh:  # the chunk's data start after its local header (30 bytes + name)
+        fh.seek(info.header_offset + 30 + len(Q_CHUNK) + info.file_size // 2)
+        byte = fh.read(1)
+        fh.seek(-1, 1)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(StoreError, match="array q: chunk c/0/0 unreadable") as err:
+        load_trajectory(store, planar)
+    assert store in str(err.value)
+
+
 def test_a_corrupt_chunk_of_the_right_size_fails_its_checksum_when_read(store, planar, capsys):
-    with open(q_chunk(store), "r+b") as fh:
-        data = bytearray(fh.read())
-        data[len(data) // 2] ^= 0xFF
-        fh.seek(0)
-        fh.write(data)
-    assert store_status(store, "abc") == "complete"  # os.stat cannot tell: reading does
-    with pytest.raises(StoreError, match="array q: unreadable") as err:
+    rewrite(store, lambda name, data: flip(data) if name == Q_CHUNK else data)
+    assert store_status(store, "abc") == "complete"  # the zip's directory cannot tell: reading does
+    with pytest.raises(StoreError, match="array q: chunk c/0/0 unreadable .*CRC-32C") as err:
         load_trajectory(store, planar)
     assert store in str(err.value)
     assert verify([os.path.dirname(os.path.dirname(os.path.dirname(store)))]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith(f"{store}: array q: unreadable") and out[-1].endswith("1 damaged")
+    assert out[0].startswith(f"{store}: array q: chunk c/0/0 unreadable") and out[-1].endswith("1 damaged")
 
 
 def test_a_store_from_an_older_version_is_stale_and_never_loaded(store, planar):
-    meta = os.path.join(store, "zarr.json")
-    with open(meta) as fh:
-        doc = json.load(fh)
+    doc = group_doc(store)
     attrs = doc["attributes"]
     attrs["format"] = "hbvm-trajectory/1"
     for key in ("chunks", "problem_fingerprint"):
         attrs.pop(key)
-    doc.pop("consolidated_metadata", None)
-    with open(meta, "w") as fh:
-        json.dump(doc, fh)
+    set_group_doc(store, doc)
     assert store_status(store, "abc") == "stale" and store_status(store) == "stale"
     assert damage(store)[1].startswith("no integrity record")
     with pytest.raises(StoreMismatchError, match="format 'hbvm-trajectory/1'"):
@@ -113,13 +154,10 @@ def test_a_store_from_an_older_version_is_stale_and_never_loaded(store, planar):
 def test_a_store_never_runs_what_its_attrs_name(store, planar, tmp_path):
     """problem_spec / method_entry in the attrs are data: edited to os:system, nothing runs."""
     marker = tmp_path / "marker"
-    meta = os.path.join(store, "zarr.json")
-    with open(meta) as fh:
-        doc = json.load(fh)
+    doc = group_doc(store)
     attrs = {"problem_spec": "os:system", "problem_params": {"command": f"touch {marker}"}, "method_entry": {"k": 2}}
     doc["attributes"].update(attrs)
-    with open(meta, "w") as fh:
-        json.dump(doc, fh)
+    set_group_doc(store, doc)
     traj = load_trajectory(store, planar)
     assert traj.problem is planar and not marker.exists()
     assert np.isfinite(traj.q).all()
@@ -151,7 +189,7 @@ def test_verify_command(store, tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
     ok = subprocess.run(cmd, capture_output=True, text=True, env=env)
     assert ok.returncode == 0 and ok.stdout.strip().endswith("verified 1 store(s) in 1 folder(s): 0 damaged")
-    os.remove(q_chunk(store))
+    rewrite(store, lambda name, data: None if name == Q_CHUNK else data)
     bad = subprocess.run(cmd, capture_output=True, text=True, env=env)
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert bad.stdout.splitlines() == [

@@ -19,20 +19,20 @@ def _names(cfg, results="results"):
 
 def test_the_step_size_as_written():
     assert short_h(0.1) == "0.1" and short_h(5.0) == "5.0" and short_h(0.1 / 2) == "0.05"
-    assert short_h(0.26417540005910617) == "0.264175400059" and run_name(0.025) == "h=0.025.zarr"
+    assert short_h(0.26417540005910617) == "0.264175400059" and run_name(0.025) == "h=0.025.zarr.zip"
     names, st = _names({"t_end": 1.2, "h": [0.1, 0.3, 0.4]})
-    assert names == ["h=0.4.zarr", "h=0.3.zarr", "h=0.1.zarr"]
+    assert names == ["h=0.4.zarr.zip", "h=0.3.zarr.zip", "h=0.1.zarr.zip"]
     assert [j.id for j in st.jobs.values()] == ["hbvm_k1_s1/h=0.4", "hbvm_k1_s1/h=0.3", "hbvm_k1_s1/h=0.1"]
 
 
 def test_the_h2_partner_of_a_user_step_has_a_short_name():
     names, _ = _names({"t_end": 0.6, "h": [0.3, 0.1], "errors": SELF})
-    assert names == ["h=0.3.zarr", "h=0.15.zarr", "h=0.1.zarr", "h=0.05.zarr"]
+    assert names == ["h=0.3.zarr.zip", "h=0.15.zarr.zip", "h=0.1.zarr.zip", "h=0.05.zarr.zip"]
 
 
 def test_numbered_rows_are_named_by_n_and_partners_by_the_n_of_the_halved_step():
     names, st = _names({"t_end": 1, "h0": 0.1, "halvings": 2, "errors": SELF})
-    assert names == ["n=0.zarr", "n=1.zarr", "n=2.zarr", "n=3.zarr"]  # n=3: the h/2 run of n=2
+    assert names == ["n=0.zarr.zip", "n=1.zarr.zip", "n=2.zarr.zip", "n=3.zarr.zip"]  # n=3: the h/2 run of n=2
     assert [(r.job, r.partner) for r in st.rows][0] == ("hbvm_k1_s1/n=0", "hbvm_k1_s1/n=1")
     st = expand_study(
         "c",

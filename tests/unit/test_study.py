@@ -73,7 +73,7 @@ def test_job_ids_hashes_and_stores_are_stable_and_change_with_the_parameters():
     b = expand_study("s", small())
     assert [j.id for j in a.jobs.values()] == ["hbvm_k1_s1/h=0.1", "hbvm_k1_s1/h=0.05"]
     assert [j.hash for j in a.jobs.values()] == [j.hash for j in b.jobs.values()]
-    assert a.jobs["hbvm_k1_s1/h=0.1"].store == "results/s/runs/hbvm_k1_s1/h=0.1.zarr"
+    assert a.jobs["hbvm_k1_s1/h=0.1"].store == "results/s/runs/hbvm_k1_s1/h=0.1.zarr.zip"
     longer = expand_study("s", small(t_end=2))
     assert longer.jobs["hbvm_k1_s1/h=0.1"].hash != a.jobs["hbvm_k1_s1/h=0.1"].hash
     blended = expand_study("s", small(solver="blended"))
@@ -272,7 +272,7 @@ def test_a_grid_makes_one_instance_per_combination_with_its_own_runs():
     assert len({i.fingerprint for i in st.instances}) == 4 and len(st.jobs) == 8 and len(st.rows) == 8
     job = st.jobs["hbvm_k1_s1/theta_dot0=0.5,length=2.0/h=0.05"]
     assert job.params == st.instances[1].params and job.problem_fingerprint == st.instances[1].fingerprint
-    assert job.store.endswith("runs/hbvm_k1_s1/theta_dot0=0.5,length=2.0/h=0.05.zarr")
+    assert job.store.endswith("runs/hbvm_k1_s1/theta_dot0=0.5,length=2.0/h=0.05.zarr.zip")
     assert st.problem_of(job).q0[1] == -2.0
 
 
@@ -286,7 +286,7 @@ def test_reference_self_pairs_runs_within_one_combination():
 def test_without_a_grid_ids_and_stores_are_unchanged():
     st = expand_study("u", small())
     assert [i.key for i in st.instances] == [""] and list(st.jobs) == ["hbvm_k1_s1/h=0.1", "hbvm_k1_s1/h=0.05"]
-    assert st.jobs["hbvm_k1_s1/h=0.1"].store.endswith("runs/hbvm_k1_s1/h=0.1.zarr")
+    assert st.jobs["hbvm_k1_s1/h=0.1"].store.endswith("runs/hbvm_k1_s1/h=0.1.zarr.zip")
 
 
 @pytest.mark.parametrize(

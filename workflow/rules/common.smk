@@ -95,7 +95,7 @@ def lost_runs(name):
     except (OSError, ValueError, KeyError):
         return []
     base = os.path.dirname(path)
-    return [j["id"] for j in jobs if j.get("status") == "ok" and not os.path.isdir(os.path.join(base, j["store"]))]
+    return [j["id"] for j in jobs if j.get("status") == "ok" and not os.path.exists(os.path.join(base, j["store"]))]
 
 
 def damaged_runs(name):

@@ -33,6 +33,12 @@ def reuse(study, retry_failed: bool, log: logging.Logger) -> tuple[list, dict]:
 
     for p in clean_temporaries(study.dir):
         log.info(f"removed the leftover temporary {p}")
+    legacy = remove_legacy_stores(study)
+    if legacy:
+        log.warning(
+            f"removed {legacy} run store(s) in the older folder layout (<run>.zarr): a run store is one "
+            f"file <run>.zarr.zip now; those runs are computed again"
+        )
     todo, summary = [], {}
     for job in study.jobs.values():
         status = store_status(job.store, job.hash, job.problem_fingerprint)  # stale: another hash, format, problem
@@ -49,6 +55,21 @@ def reuse(study, retry_failed: bool, log: logging.Logger) -> tuple[list, dict]:
             todo.append(job)
     log.info(f"{len(study.jobs)} runs: {len(summary)} reused, {len(todo)} to compute")
     return todo, summary
+
+
+def remove_legacy_stores(study) -> int:
+    """Remove the study's run stores (and failure markers) of the folder layout; returns how many."""
+    from hbvm_workflow.layout import legacy_store
+    from hbvm_workflow.storage import FAILED, remove_path
+
+    removed = 0
+    for job in study.jobs.values():
+        old = legacy_store(job.store)
+        for path in (old, old + FAILED) if old else ():
+            if os.path.lexists(path):
+                remove_path(path)
+                removed += path == old
+    return removed
 
 
 def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: dict, threads: int) -> list[str]:
