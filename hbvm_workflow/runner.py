@@ -32,29 +32,68 @@ from .storage import (
 from .study import Job
 
 
-def solve_job(job: Job | dict) -> dict:
+def solve_batch(jobs: list[dict]) -> list[dict]:
+    """``solve_job`` for each job of a batch (one Dask task for many small runs), the problems built once.
+
+    A run that raises does not stop the others: its summary is {"id", "raised": "<type>: <message>"}.
+    A run whose store is already complete for its hash (a batch retried after a lost worker) is not
+    computed again.
+    """
+    from .storage import read_attrs, store_status
+
+    problems: dict[str, tuple] = {}
+    out = []
+    for entry in jobs:
+        job = Job(**entry)
+        try:
+            if os.path.exists(job.store) and store_status(job.store, job.hash, job.problem_fingerprint) == "complete":
+                a = read_attrs(job.store)
+                out.append({"id": job.id, "status": "ok", "steps": a["steps"], "wall_s": a.get("wall_s"),
+                            "mean_iterations": a.get("mean_iterations"), "error": None})  # fmt: skip
+                continue
+            out.append(solve_job(job, problems))
+        except Exception as exc:  # noqa: BLE001 - reported per run by the solve step
+            out.append({"id": job.id, "raised": f"{type(exc).__name__}: {exc}"})
+    return out
+
+
+def _problem(job: Job, cache: dict | None) -> tuple:
+    """(problem, fingerprint) of the job, built once per (spec, params) in ``cache``."""
+    from hbvm_core.fingerprint import problem_fingerprint
+    from hbvm_core.problems import get_problem
+
+    key = json.dumps([job.problem, job.params], sort_keys=True, default=repr)
+    if cache is None or key not in cache:
+        problem = get_problem(job.problem, **job.params)
+        found = (problem, problem_fingerprint(problem))
+        if cache is None:
+            return found
+        cache[key] = found
+    return cache[key]
+
+
+def solve_job(job: Job | dict, problems: dict | None = None) -> dict:
     """Integrate one job into its Zarr store (atomically); runs on a Dask worker.
 
+    ``problems``: a cache of built problems shared by the runs of a batch (``solve_batch``).
     Returns a summary dict: id, hash, store, status ("ok" | "failed"), steps,
     mean_iterations, wall_s, and for a failure the error (step, t, increment).
     """
-    from hbvm_core.fingerprint import problem_fingerprint
     from hbvm_core.methods import from_spec
-    from hbvm_core.problems import get_problem
 
     job = job if isinstance(job, Job) else Job(**job)
-    problem = get_problem(job.problem, **job.params)
-    if job.problem_fingerprint and problem_fingerprint(problem) != job.problem_fingerprint:
+    problem, fingerprint = _problem(job, problems)
+    if job.problem_fingerprint and fingerprint != job.problem_fingerprint:
         raise RuntimeError(
             f"run {job.id}: problem {job.problem!r} computes other values than when the workflow started "
-            f"(fingerprint {problem_fingerprint(problem)}, expected {job.problem_fingerprint}); run again"
+            f"(fingerprint {fingerprint}, expected {job.problem_fingerprint}); run again"
         )
     method = from_spec(job.method)
     attrs = {
         "study": job.study,
         "job_id": job.id,
         "job_hash": job.hash,
-        "problem_fingerprint": problem_fingerprint(problem),
+        "problem_fingerprint": fingerprint,
         "numerics_fingerprint": job.numerics_fingerprint,
         "label": job.label,
         "method_name": job.name,
@@ -182,9 +221,9 @@ def run_to_store(
     tmp = new_temporary(tmp_dir, path)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     base = {
-        "format": FORMAT,
-        "problem_fingerprint": problem_fingerprint(problem),
         **(attrs or {}),
+        "format": FORMAT,
+        "problem_fingerprint": problem_fingerprint(problem),  # of the problem integrated, whatever attrs say
         "problem": problem.name,
         "m": problem.m,
         "nu": problem.nu,

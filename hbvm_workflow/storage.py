@@ -298,6 +298,17 @@ def read_attrs(path: str) -> dict | None:
     return doc.get("attributes", {})
 
 
+def file_signature(path: str) -> list[int] | None:
+    """[size, modification time in ns] of a store file (a folder store: of its zarr.json); None if absent.
+
+    Recorded by the solve step's manifest: a store with another signature is not the file it wrote."""
+    try:
+        st = os.stat(os.path.join(path, "zarr.json") if os.path.isdir(path) else path)
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns]
+
+
 def read_failure(path: str) -> dict | None:
     """The failure marker of the store at ``path``, if any."""
     try:
@@ -307,7 +318,7 @@ def read_failure(path: str) -> dict | None:
         return None
 
 
-def damage(path: str, attrs: dict | None = None) -> tuple[str | None, str] | None:
+def damage(path: str, attrs: dict | None = None, reader=None) -> tuple[str | None, str] | None:
     """(array, what) for the first thing wrong with the store's files, None when intact (os.stat only).
 
     Checks the integrity record of the attrs: every recorded chunk file exists with its recorded size,
@@ -320,6 +331,8 @@ def damage(path: str, attrs: dict | None = None) -> tuple[str | None, str] | Non
         return None, "no integrity record (written by an older version; recompute it)"
     from . import zipstore
 
+    if reader is not None:
+        return reader.damage(attrs["chunks"])
     if zipstore.is_zip_store(path):
         return zipstore.damage(path, attrs["chunks"])
     for name, chunks in attrs["chunks"].items():
@@ -345,17 +358,35 @@ def require_intact(path: str, attrs: dict | None = None) -> dict:
     return attrs
 
 
+@contextlib.contextmanager
+def opened(path: str):
+    """(attrs or None, reader or None) of the store at ``path``: a zip store opened once
+    (``zipstore.ZipStoreReader``, for ``damage`` and ``read_arrays``); None for a folder store."""
+    from . import zipstore
+
+    if not zipstore.is_zip_store(path):
+        yield read_attrs(path), None
+        return
+    try:
+        reader = zipstore.ZipStoreReader(path)
+    except (OSError, zipstore.ZipStoreError):
+        yield None, None
+        return
+    with reader:
+        yield reader.attrs, reader
+
+
 def store_status(path: str, job_hash: str | None = None, fingerprint: str | None = None) -> str:
     """complete (an intact store for this hash), failed (a failure marker for it), stale (other hash,
     format or problem ``fingerprint``), damaged (a store for this hash with a missing or truncated chunk:
     ``damage``), missing."""
-    attrs = read_attrs(path)
-    if attrs is not None and attrs.get("complete") is True:
-        if job_hash is not None and attrs.get("job_hash") != job_hash or attrs.get("format") != FORMAT:
-            return "stale"
-        if fingerprint is not None and attrs.get("problem_fingerprint") != fingerprint:
-            return "stale"
-        return "damaged" if damage(path, attrs) is not None else "complete"
+    with opened(path) as (attrs, reader):
+        if attrs is not None and attrs.get("complete") is True:
+            if job_hash is not None and attrs.get("job_hash") != job_hash or attrs.get("format") != FORMAT:
+                return "stale"
+            if fingerprint is not None and attrs.get("problem_fingerprint") != fingerprint:
+                return "stale"
+            return "damaged" if damage(path, attrs, reader) is not None else "complete"
     fail = read_failure(path)
     if fail is not None:
         return "failed" if job_hash is None or fail.get("job_hash") == job_hash else "stale"
@@ -457,10 +488,15 @@ def load_trajectory(path: str, problem, *, job_hash: str | None = None, method=N
     StoreError
         Naming the store and the array: a missing, truncated or corrupt chunk.
     """
+    with opened(path) as (attrs, reader):
+        return _trajectory(path, problem, attrs, reader, job_hash, method)
+
+
+def _trajectory(path: str, problem, attrs: dict | None, reader, job_hash: str | None, method):
+    """load_trajectory's checks and read, on a store opened once (``opened``)."""
     from hbvm_core.fingerprint import problem_fingerprint
     from hbvm_core.trajectory import Trajectory
 
-    attrs = read_attrs(path)
     if attrs is None or attrs.get("complete") is not True:
         raise FileNotFoundError(f"no complete trajectory store at {path}")
     run = attrs.get("job_id") or path
@@ -478,21 +514,25 @@ def load_trajectory(path: str, problem, *, job_hash: str | None = None, method=N
             f"run {run} was computed for another problem (fingerprint {attrs.get('problem_fingerprint')}, "
             f"the given problem's is {expected})",
         )
-    require_intact(path, attrs)
+    found = damage(path, attrs, reader)
+    if found is not None:
+        raise StoreError(path, *found)
     names = ("t", "q", "p", "tstep", "lam", "iterations")
-    arr = dict(zip(names, read_arrays(path, names)))
+    arr = dict(zip(names, read_arrays(path, names, reader)))
     keys = ("steps", "h", "t_end", "save_every", "compensated", "wall_s", "mean_iterations", "max_iterations")
     tattrs = {k: attrs[k] for k in keys if k in attrs} | {"backend": attrs.get("backend")}
     return Trajectory(problem=problem, method=method, h=float(attrs["h"]), attrs=tattrs, **arr)
 
 
-def read_arrays(path: str, names) -> list:
-    """Every array ``names`` of the store at ``path`` in full; StoreError naming the array if one cannot be read."""
+def read_arrays(path: str, names, reader=None) -> list:
+    """Every array ``names`` of the store at ``path`` in full; StoreError naming the array if one cannot be read.
+
+    ``reader``: the zip store already opened (``opened``)."""
     from . import zipstore
 
-    if zipstore.is_zip_store(path):
+    if reader is not None or zipstore.is_zip_store(path):
         try:
-            found = zipstore.read_arrays(path, names)
+            found = reader.read_arrays(names) if reader is not None else zipstore.read_arrays(path, names)
         except zipstore.ZipStoreError as exc:
             raise StoreError(path, exc.array, exc.what) from None
         return [found[name] for name in names]

@@ -53,7 +53,7 @@ KINDS: dict[str, tuple[str, ...]] = {
 }
 # --------------------------------------------------------------------------- jobs and rows
 #: Job.estimated_seconds: per run (the store), and per step and quadrature node (compiled, numpy)
-RUN_OVERHEAD_S = 0.1
+RUN_OVERHEAD_S = 0.003
 STEP_NODE_S = 1e-6
 NUMPY_STEP_NODE_S = 1e-4
 #: solve_workers: the least work (s) that pays for a second worker process of a study's solve job

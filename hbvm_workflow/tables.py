@@ -38,15 +38,18 @@ def _load(job, cache: dict, problem):
     """A job's trajectory (None if it failed), cached for its use as the next row's h/2 partner.
 
     ``problem``: the study's, built from the config (a store is data: it never builds one)."""
-    from .storage import load_trajectory, read_failure, require_intact, store_status
+    from .storage import StoreMismatchError, load_trajectory, read_failure, store_status
 
     if job.id in cache:
         return cache[job.id]
-    status = store_status(job.store, job.hash)
-    if status == "damaged":
-        require_intact(job.store)  # raises StoreError naming the store and the array
-    if status == "complete":
+    status = "complete"
+    try:  # one read: damage raises StoreError naming the store and the array
         traj = load_trajectory(job.store, problem, job_hash=job.hash)
+    except (FileNotFoundError, StoreMismatchError):
+        status = store_status(job.store, job.hash)
+        status = "stale" if status == "complete" else status  # computed for another problem
+    if status == "complete":
+        pass
     elif status == "failed":
         traj = None
         fail = read_failure(job.store) or {}

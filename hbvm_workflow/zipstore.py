@@ -21,6 +21,7 @@ full, then encoded and appended to the zip.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -50,6 +51,7 @@ class ZipStoreError(RuntimeError):
         super().__init__(f"{f'array {array}: ' if array else ''}{what}")
 
 
+@functools.cache
 def _zstd():
     from numcodecs import Zstd
 
@@ -128,7 +130,7 @@ class ZipStoreWriter:
         meta = array_metadata(shape, chunk_shape, dtype, fill, dims, attrs)
         self.meta[name] = meta
         self.pending[name], self.done[name], self.sizes[name] = [], 0, {}
-        self._put(f"{name}/zarr.json", json.dumps(meta, indent=2).encode())
+        self._put(f"{name}/zarr.json", json.dumps(meta).encode())
 
     def append(self, name: str, rows: np.ndarray) -> None:
         self.pending[name].append(np.asarray(rows))
@@ -173,7 +175,7 @@ class ZipStoreWriter:
             "consolidated_metadata": {"kind": "inline", "must_understand": False, "metadata": self.meta},
             "node_type": "group",
         }
-        self._put("zarr.json", json.dumps(group, indent=2).encode())
+        self._put("zarr.json", json.dumps(group).encode())
         self.zip.close()
 
     def abort(self) -> None:
@@ -185,61 +187,88 @@ def is_zip_store(path: str) -> bool:
     return os.path.isfile(path) or str(path).endswith(".zip")
 
 
+class ZipStoreReader:
+    """The zip store at ``path``, opened once: its group document, its entries' sizes, its arrays.
+
+    Raises ZipStoreError when the file is not a readable zip (truncated, overwritten) or has no
+    ``zarr.json``; OSError when it cannot be opened.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        try:
+            self.zip = zipfile.ZipFile(path)
+        except zipfile.BadZipFile as exc:
+            raise ZipStoreError(None, f"not a readable zip store ({exc})") from None
+        try:
+            self.group = json.loads(self.zip.read("zarr.json"))
+        except KeyError:
+            self.zip.close()
+            raise ZipStoreError(None, "no zarr.json in the zip") from None
+        except (zipfile.BadZipFile, ValueError) as exc:
+            self.zip.close()
+            raise ZipStoreError(None, f"no readable zarr.json ({exc})") from None
+        self.sizes = {i.filename: i.file_size for i in self.zip.infolist()}
+
+    def __enter__(self) -> ZipStoreReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.zip.close()
+
+    @property
+    def attrs(self) -> dict:
+        return self.group.get("attributes", {})
+
+    def damage(self, record: dict) -> tuple[str | None, str] | None:
+        """(array, what) for the first entry of ``record`` ({array: {chunk key: bytes}}) missing from the
+        zip's directory or of another size, or an array without its metadata; None when all are there."""
+        for name, chunks in record.items():
+            if f"{name}/zarr.json" not in self.sizes:
+                return name, "array metadata (zarr.json) missing"
+            for key, size in chunks.items():
+                found = self.sizes.get(f"{name}/{key}")
+                if found is None:
+                    return name, f"chunk {key} missing"
+                if found != size:
+                    return name, f"chunk {key} has {found} bytes, {size} were written"
+        return None
+
+    def read_arrays(self, names: Iterable[str]) -> dict[str, np.ndarray]:
+        """The arrays ``names`` in full, every chunk's CRC-32 (the zip's) and CRC-32C checked.
+
+        Raises ZipStoreError naming the array: not in the store, codecs or data type other than hbvm
+        writes, a chunk failing a checksum.
+        """
+        metas = (self.group.get("consolidated_metadata") or {}).get("metadata") or {}
+        return {name: _read_array(self.zip, self.sizes, name, metas.get(name)) for name in names}
+
+
 def read_group(path: str) -> dict:
     """The group document (``zarr.json``) of the zip store at ``path``; OSError / ZipStoreError if unreadable."""
-    try:
-        with zipfile.ZipFile(path) as zf:
-            return json.loads(zf.read("zarr.json"))
-    except KeyError:
-        raise ZipStoreError(None, "no zarr.json in the zip") from None
-    except (zipfile.BadZipFile, ValueError) as exc:
-        raise ZipStoreError(None, f"not a readable zip store ({exc})") from None
+    with ZipStoreReader(path) as store:
+        return store.group
 
 
 def damage(path: str, record: dict) -> tuple[str | None, str] | None:
-    """(array, what) for the first recorded chunk or array metadata missing from the zip or of another
-    size; None when every entry of ``record`` ({array: {chunk key: bytes}}) is there (the zip's directory only)."""
+    """``ZipStoreReader.damage`` of the store at ``path``; (None, what) when it is not a readable zip store."""
     try:
-        with zipfile.ZipFile(path) as zf:
-            sizes = {i.filename: i.file_size for i in zf.infolist()}
-    except (OSError, zipfile.BadZipFile) as exc:
-        return None, f"not a readable zip store ({exc})"
-    for name, chunks in record.items():
-        if f"{name}/zarr.json" not in sizes:
-            return name, "array metadata (zarr.json) missing"
-        for key, size in chunks.items():
-            found = sizes.get(f"{name}/{key}")
-            if found is None:
-                return name, f"chunk {key} missing"
-            if found != size:
-                return name, f"chunk {key} has {found} bytes, {size} were written"
-    return None
+        with ZipStoreReader(path) as store:
+            return store.damage(record)
+    except (OSError, ZipStoreError) as exc:
+        return None, str(exc.what if isinstance(exc, ZipStoreError) else exc)
 
 
 def read_arrays(path: str, names: Iterable[str]) -> dict[str, np.ndarray]:
-    """The arrays ``names`` of the zip store at ``path`` in full, every chunk's CRC-32 and CRC-32C checked.
-
-    Raises ZipStoreError naming the array: not in the store, codecs or data type other than
-    hbvm writes, a chunk missing from the zip or failing a checksum.
-    """
-    out = {}
+    """``ZipStoreReader.read_arrays`` of the store at ``path``."""
     try:
-        zf = zipfile.ZipFile(path)
-    except (OSError, zipfile.BadZipFile) as exc:
+        with ZipStoreReader(path) as store:
+            return store.read_arrays(names)
+    except OSError as exc:
         raise ZipStoreError(None, f"not a readable zip store ({exc})") from None
-    with zf:
-        try:
-            group = json.loads(zf.read("zarr.json"))
-        except (KeyError, ValueError) as exc:
-            raise ZipStoreError(None, f"no readable zarr.json ({exc})") from None
-        metas = (group.get("consolidated_metadata") or {}).get("metadata") or {}
-        entries = set(zf.namelist())
-        for name in names:
-            out[name] = _read_array(zf, entries, name, metas.get(name))
-    return out
 
 
-def _read_array(zf: zipfile.ZipFile, entries: set, name: str, meta: dict | None) -> np.ndarray:
+def _read_array(zf: zipfile.ZipFile, entries, name: str, meta: dict | None) -> np.ndarray:
     if meta is None:
         raise ZipStoreError(name, "not in the store")
     if meta.get("codecs") != CODECS or meta.get("data_type") not in NUMPY:
@@ -248,6 +277,10 @@ def _read_array(zf: zipfile.ZipFile, entries: set, name: str, meta: dict | None)
     chunk_shape = tuple(meta["chunk_grid"]["configuration"]["chunk_shape"])
     dtype = NUMPY[meta["data_type"]]
     grid = [math.ceil(n / c) for n, c in zip(shape, chunk_shape)]
+    if grid == [1] * len(shape) and shape == chunk_shape:  # one chunk, no padding: most runs
+        key = "c/" + "/".join("0" * len(shape))
+        if f"{name}/{key}" in entries:
+            return _decode(zf, name, key, dtype, chunk_shape).copy()  # writable, as zarr gives it
     padded = tuple(g * c for g, c in zip(grid, chunk_shape))
     full = np.full(padded, _fill_value(meta), dtype=dtype)
     for index in product(*(range(g) for g in grid)):
@@ -255,10 +288,15 @@ def _read_array(zf: zipfile.ZipFile, entries: set, name: str, meta: dict | None)
         entry = f"{name}/{key}"
         if entry not in entries:
             continue  # never written: the fill value (Zarr's rule)
-        try:
-            block = decode_chunk(zf.read(entry), dtype, chunk_shape)
-        except (zipfile.BadZipFile, ValueError, RuntimeError) as exc:
-            raise ZipStoreError(name, f"chunk {key} unreadable ({exc})") from None
+        block = _decode(zf, name, key, dtype, chunk_shape)
         where = tuple(slice(i * c, (i + 1) * c) for i, c in zip(index, chunk_shape))
         full[where] = block
     return full[tuple(slice(0, n) for n in shape)]
+
+
+def _decode(zf: zipfile.ZipFile, name: str, key: str, dtype: np.dtype, chunk_shape: tuple) -> np.ndarray:
+    """One chunk of an array, checked (the zip's CRC-32 on reading, then the CRC-32C)."""
+    try:
+        return decode_chunk(zf.read(f"{name}/{key}"), dtype, chunk_shape)
+    except (zipfile.BadZipFile, ValueError, RuntimeError) as exc:
+        raise ZipStoreError(name, f"chunk {key} unreadable ({exc})") from None

@@ -99,10 +99,12 @@ def lost_runs(name):
 
 
 def damaged_runs(name):
-    """Runs of the study's manifest whose store is damaged: a recorded chunk file missing or of another size
-    (hbvm_workflow.storage.damage: os.stat only; stores of an older format are stale, not damaged)."""
+    """(run id, "damaged" | "changed") for each run of the study's manifest whose store is not the file the
+    solve step wrote: its size or modification time differs from the manifest's record (os.stat only), and
+    then damaged when a recorded chunk is missing or of another size (hbvm_workflow.storage.damage), else
+    changed. Stores of an older format are stale, not damaged."""
     from hbvm_workflow.layout import manifest_path
-    from hbvm_workflow.storage import FORMAT, damage, read_attrs
+    from hbvm_workflow.storage import FORMAT, damage, file_signature, read_attrs
 
     path = manifest_path(RESULTS, name)
     try:
@@ -113,7 +115,12 @@ def damaged_runs(name):
     out = []
     for j in jobs:
         store = os.path.join(os.path.dirname(path), j["store"])
-        attrs = read_attrs(store) if j.get("status") == "ok" else None
-        if attrs is not None and attrs.get("format") == FORMAT and damage(store, attrs) is not None:
-            out.append(j["id"])
+        if j.get("status") != "ok" or (j.get("stat") and j["stat"] == file_signature(store)):
+            continue
+        attrs = read_attrs(store)
+        if attrs is not None and attrs.get("format") == FORMAT:
+            if damage(store, attrs) is not None:
+                out.append((j["id"], "damaged"))
+            elif j.get("stat"):
+                out.append((j["id"], "changed"))
     return out

@@ -31,12 +31,12 @@ if HBVM_RECOVER_MODE == "run" and not hbvm_recover.locked(".snakemake"):
         hbvm_locks.hold_studies(RESULTS, _guarded, config.get("lock_timeout", hbvm_locks.LOCK_TIMEOUT))
     except hbvm_locks.Busy as exc:
         raise WorkflowError(str(exc)) from None
-# A manifest that lists a run as done whose store is damaged or gone is no longer true, nor are the
+# A manifest that lists a run as done whose store is damaged, changed or gone is no longer true, nor are the
 # tables built from it: a run removes the manifest and errors.csv (holding the study's lock, above), so
 # that Snakemake reruns the solve step, which recomputes those runs and reuses the rest, and the
 # aggregation; a dry run only says so.
 for _name in SELECTED if HBVM_RECOVER_MODE is not None else ():
-    _broken = [f"{r} (damaged)" for r in damaged_runs(_name)] + [f"{r} (no store)" for r in lost_runs(_name)]
+    _broken = [f"{r} ({what})" for r, what in damaged_runs(_name)] + [f"{r} (no store)" for r in lost_runs(_name)]
     if _broken:
         _manifest = hbvm_layout.manifest_path(RESULTS, _name)
         _what = f"study {_name}: {len(_broken)} run(s) of {_manifest} are not intact: {', '.join(_broken[:3])}"

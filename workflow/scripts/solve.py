@@ -2,8 +2,9 @@
 
 A run whose store is complete for the same parameter hash (or that failed
 before, unless retry_failed) is reused; every other run of every study is
-submitted to the one cluster (longest first, retried on worker loss) and
-written atomically by the worker. Each study logs to its own file
+submitted to the one cluster in batches (``hbvm_workflow.batching``: one task for
+many small runs, largest first, retried on worker loss) and written atomically by
+the worker. Each study logs to its own file
 (logs/<study>/solve.log) and gets its own manifest results/<study>/solve.json.
 """
 
@@ -72,6 +73,21 @@ def remove_legacy_stores(study) -> int:
     return removed
 
 
+def cut(todo: list, dask_cfg: dict, threads: int) -> list[list]:
+    """The runs in batches sized for the workers planned (``hbvm_workflow.batching``): dask.n_workers or
+    the rule's threads."""
+    from hbvm_workflow.batching import batches
+
+    return batches(todo, int(dask_cfg.get("n_workers") or threads))
+
+
+def batch_key(batch: list) -> str:
+    """A short stable digest of a batch's runs (the Dask key)."""
+    import hashlib
+
+    return hashlib.sha256("\n".join(j.hash for j in batch).encode()).hexdigest()[:16]
+
+
 def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: dict, threads: int) -> list[str]:
     """Every run of ``todo`` on one cluster; results into ``summaries``; returns the runs that raised."""
     from distributed import as_completed
@@ -79,7 +95,7 @@ def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: di
     from hbvm_workflow.cluster import dask_client, forks_local_workers, ship_problem_module
     from hbvm_workflow.cluster import describe as where
     from hbvm_workflow.jobs import FILE_ONLY, Progress
-    from hbvm_workflow.runner import solve_job, warm_up
+    from hbvm_workflow.runner import solve_batch, warm_up
     from hbvm_workflow.storage import clean_temporaries
 
     here = where(dask_cfg, threads)
@@ -91,11 +107,14 @@ def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: di
         dt = time.perf_counter() - t1
         for name in {j.study for j in todo}:
             logs[name].info(f"kernels of {n} (problem, method) pairs ready in {dt:.1f} s (the forked workers inherit)")
+    batches = cut(todo, dask_cfg, threads)
+    for name in {j.study for j in todo}:
+        logs[name].info(f"{len(todo)} runs in {len(batches)} Dask tasks (batched by estimated work)")
     errors = []
     count = {name: 0 for name in studies}
     total = {name: sum(j.study == name for j in todo) for name in studies}
     with (
-        dask_client(dask_cfg, threads=min(threads, len(todo)), tasks=len(todo)) as client,
+        dask_client(dask_cfg, threads=min(threads, len(batches)), tasks=len(batches)) as client,
         Progress(len(todo)) as progress,
     ):
         if not forks_local_workers(dask_cfg):  # forked workers inherit our sys.path
@@ -103,33 +122,37 @@ def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: di
                 shipped = ship_problem_module(client, spec)
                 for name in {j.study for j in todo if j.problem == spec} if shipped else ():
                     logs[name].info(f"problem module {shipped} uploaded to the workers")
+        runs = {job.id: job for job in todo}
         futures = {
             client.submit(
-                solve_job,
-                job.as_dict() | {"store": os.path.abspath(job.store)},
-                key=f"solve-{job.study}-{job.label}-h{job.h!r}-{job.hash}",
+                solve_batch,
+                [job.as_dict() | {"store": os.path.abspath(job.store)} for job in batch],
+                key=f"solve-{len(batch)}-runs-{batch_key(batch)}",
                 retries=int(dask_cfg.get("retries", 2)),
                 pure=False,
-            ): job
-            for job in sorted(todo, key=lambda j: -j.cost())
+            ): batch
+            for batch in batches
         }
         for fut in as_completed(futures):
-            job = futures[fut]
-            log = logs[job.study]
-            count[job.study] += 1
-            done = f"{count[job.study]}/{total[job.study]}"
             try:
-                res = fut.result()
-            except Exception as exc:  # a bug or a lost worker after the retries: report every one
-                errors.append(f"{job.study}: {job.id}: {type(exc).__name__}: {exc}")
-                log.error(f"{done} {job.id}: ERROR {type(exc).__name__}: {exc}")
-                progress.update(failed=True)
-                continue
-            summary = {k: res.get(k) for k in ("status", "steps", "wall_s", "mean_iterations", "error")}
-            summaries[job.study][job.id] = summary | {"computed": True}
-            # the per-run line goes to the study's log only: the progress line counts it on stderr
-            log.info(f"{done} {job.id}: {describe(res)}", extra=FILE_ONLY)
-            progress.update(failed=res.get("status") != "ok")
+                results = fut.result()
+            except Exception as exc:  # a lost worker after the retries: every run of the batch is reported
+                results = [{"id": job.id, "raised": f"{type(exc).__name__}: {exc}"} for job in futures[fut]]
+            for res in results:
+                job = runs[res["id"]]
+                log = logs[job.study]
+                count[job.study] += 1
+                done = f"{count[job.study]}/{total[job.study]}"
+                if "raised" in res:  # a bug, or a lost worker: report every one
+                    errors.append(f"{job.study}: {job.id}: {res['raised']}")
+                    log.error(f"{done} {job.id}: ERROR {res['raised']}")
+                    progress.update(failed=True)
+                    continue
+                summary = {k: res.get(k) for k in ("status", "steps", "wall_s", "mean_iterations", "error")}
+                summaries[job.study][job.id] = summary | {"computed": True}
+                # the per-run line goes to the study's log only: the progress line counts it on stderr
+                log.info(f"{done} {job.id}: {describe(res)}", extra=FILE_ONLY)
+                progress.update(failed=res.get("status") != "ok")
     # every run has finished: what is left is a lost worker's partial store
     for name, study in studies.items():
         for p in clean_temporaries(study.dir):
@@ -138,6 +161,10 @@ def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: di
 
 
 def write_manifest(study, summary: dict, path: str) -> dict:
+    """results/<study>/solve.json: every run, its status and, for a stored run, its file signature
+    (size and mtime: a store changed afterwards is found at the next parse without opening it)."""
+    from hbvm_workflow.storage import file_signature
+
     jobs = []
     for job in study.jobs.values():
         jobs.append(
@@ -150,6 +177,7 @@ def write_manifest(study, summary: dict, path: str) -> dict:
                 "store": os.path.relpath(job.store, study.dir),
                 "hash": job.hash,
                 **summary[job.id],
+                **({"stat": file_signature(job.store)} if summary[job.id]["status"] == "ok" else {}),
             }
         )
     computed = [j["id"] for j in jobs if j["computed"]]
