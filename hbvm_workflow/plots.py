@@ -6,6 +6,9 @@
 - ``invariants`` (fig2): against t, log y: lambda error, hidden constraint, H error, g error;
 - ``constraint_panels`` (fig3): against t, log y: hidden constraint, H error and each |g_i|.
 
+In a study with a ``grid``, the convergence figure has a row of panels per combination and the
+figures of single runs a curve per run and combination, labelled with it (``theta_dot0=1.5``).
+
 Uses the object-oriented matplotlib API (no pyplot state), Agg backend.
 """
 
@@ -217,7 +220,7 @@ def _combinations(study: Study, ds) -> list:
     out = []
     for inst in study.instances:
         at = {key: study.grid[key].index(v) for key, v in inst.values.items()}
-        out.append((inst.key.replace(",", ", "), ds.isel(at)))
+        out.append((_combo_label(inst.key), ds.isel(at)))
     return out
 
 
@@ -332,13 +335,26 @@ def _reference_line(ax, h, y, p, observed: bool, color) -> None:
 
 # --------------------------------------------------------------------------- figures of single runs
 def _runs(study: Study):
-    """(row, Trajectory) for each successful row of the study."""
+    """(row, Job, Trajectory) for each successful row of the study, in the order of its rows (per method,
+    its grid combinations in grid order, their step sizes); each trajectory carries its combination's problem."""
     from .storage import load_trajectory, store_status
 
     for r in study.rows:
         job = study.jobs[r.job]
         if store_status(job.store, job.hash) == "complete":
             yield r, job, load_trajectory(job.store, study.problem_of(r), job_hash=job.hash)
+
+
+def _run_label(study: Study, r, job) -> str:
+    """A curve's legend entry: the method and step size, and the grid combination (``theta_dot0=1.5``) in
+    a study with a grid."""
+    label = f"{job.name}, h = {_hlabel(study, r)}"
+    return f"{label}, {_combo_label(r.combo)}" if r.combo else label
+
+
+def _combo_label(combo: str) -> str:
+    """A grid combination (``Instance.key``, ``a=1,b=2``) as written in legends and headings: ``a=1, b=2``."""
+    return combo.replace(",", ", ")
 
 
 def _reference(study: Study, traj, times):
@@ -353,19 +369,20 @@ def _norm(study: Study):
     return study.convention.norm
 
 
-def solution_error_plot(study: Study, png: str, pdf: str) -> None:
-    """fig1: ||y_n - y(t_n)|| against t / T (or t)."""
+def solution_error_plot(study: Study, png: str, pdf: str):
+    """fig1: ||y_n - y(t_n)|| against t / T (or t): one curve per run, and so per grid combination, each
+    against its combination's period T. Returns the figure."""
     from hbvm_core.metrics import vector_norm
 
     fig, axes = _figure(1, size=(7.0, 3.6))
     ax = axes[0][0]
-    T = study.period
+    periodic = all(inst.period for inst in study.instances or [study.instance_of("")])
     for r, job, traj in _runs(study):
         q, p, _ = _reference(study, traj, traj.t)
         err = vector_norm(traj.y() - np.concatenate([q, p], axis=1), _norm(study))
-        x = traj.t / T if T else traj.t
-        ax.plot(*envelope(x, err), lw=1, label=f"{job.name}, h = {_hlabel(study, r)}")
-    ax.set_xlabel("t / T (periods)" if T else "t")
+        x = traj.t / _period(study, r) if periodic else traj.t
+        ax.plot(*envelope(x, err), lw=1, label=_run_label(study, r, job))
+    ax.set_xlabel("t / T (periods)" if periodic else "t")
     ax.set_ylabel(f"solution error, {_norm(study)}-norm")
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
@@ -373,16 +390,18 @@ def solution_error_plot(study: Study, png: str, pdf: str) -> None:
     ax.legend(fontsize=8)
     ax.set_title(_suptitle(study), fontsize=10)
     save(fig, png, pdf)
+    return fig
 
 
-def _time_panels(study: Study, titles: list[str], curves, png: str, pdf: str) -> None:
-    """Stacked log-y panels against t (shared axis), one curve per run: curves(traj) -> [(t, y), ...]."""
+def _time_panels(study: Study, titles: list[str], curves, png: str, pdf: str):
+    """Stacked log-y panels against t (shared axis), one curve per run and so per grid combination:
+    curves(traj) -> [(t, y), ...]. Returns the figure."""
     fig, axes = _figure(len(titles), size=(7.0, 1.8), sharex=True)
     zeros = [False] * len(titles)
     for r, job, traj in _runs(study):
         for i, (ax, (t, y)) in enumerate(zip(axes[:, 0], curves(traj))):
             zeros[i] |= bool(np.any(np.asarray(y) == 0))
-            ax.semilogy(*envelope(t, _positive(y), PANEL_POINTS), lw=0.8, label=f"{job.name}, h = {_hlabel(study, r)}")
+            ax.semilogy(*envelope(t, _positive(y), PANEL_POINTS), lw=0.8, label=_run_label(study, r, job))
     for ax, title, zero in zip(axes[:, 0], titles, zeros):
         ax.set_title(title + (f"  (exact zeros drawn at {ZERO_FLOOR:g})" if zero else ""), fontsize=9)
         ax.grid(True, alpha=0.3)
@@ -390,10 +409,12 @@ def _time_panels(study: Study, titles: list[str], curves, png: str, pdf: str) ->
     axes[0, 0].legend(fontsize=7)
     fig.suptitle(_suptitle(study), fontsize=10)
     save(fig, png, pdf)
+    return fig
 
 
-def invariants_plot(study: Study, png: str, pdf: str) -> None:
-    """fig2: lambda error, hidden constraint, H error, g error against t (log y)."""
+def invariants_plot(study: Study, png: str, pdf: str):
+    """fig2: lambda error, hidden constraint, H error, g error against t (log y), a curve per run and grid
+    combination. Returns the figure."""
     from hbvm_core.metrics import vector_norm
 
     def curves(traj):
@@ -407,11 +428,12 @@ def invariants_plot(study: Study, png: str, pdf: str) -> None:
 
     titles = ["multiplier error |λ_n − λ(t_n)|", "hidden constraint ‖G(q_n)ᵀ M⁻¹ p_n‖"]
     titles += ["energy error |H(y_n) − H(y_0)|", "constraint error ‖g(q_n)‖∞"]
-    _time_panels(study, titles, curves, png, pdf)
+    return _time_panels(study, titles, curves, png, pdf)
 
 
-def constraint_panels_plot(study: Study, png: str, pdf: str) -> None:
-    """fig3: hidden constraint, H error and each constraint |g_i| against t (log y)."""
+def constraint_panels_plot(study: Study, png: str, pdf: str):
+    """fig3: hidden constraint, H error and each constraint |g_i| against t (log y), a curve per run and
+    grid combination. Returns the figure."""
     from hbvm_core.metrics import vector_norm
 
     nu = study.built_problem.nu
@@ -423,7 +445,7 @@ def constraint_panels_plot(study: Study, png: str, pdf: str) -> None:
 
     titles = ["hidden constraint ‖G(q_n)ᵀ M⁻¹ p_n‖", "energy error |H(y_n) − H(y_0)|"]
     titles += [f"constraint |g_{i + 1}(q_n)|" for i in range(nu)]
-    _time_panels(study, titles, curves, png, pdf)
+    return _time_panels(study, titles, curves, png, pdf)
 
 
 def _suptitle(study: Study) -> str:
@@ -435,8 +457,14 @@ def _hc_norm(study: Study):
     return c.norm if c.hc_norm is None else c.hc_norm
 
 
+def _period(study: Study, r) -> float | None:
+    """The period of a row's grid combination (the study's without a grid)."""
+    return study.instance_of(r.combo).period
+
+
 def _hlabel(study: Study, r) -> str:
-    if r.n is not None and study.period and math.isclose(r.h * r.n, study.period, rel_tol=1e-12):
+    T = _period(study, r)
+    if r.n is not None and T and math.isclose(r.h * r.n, T, rel_tol=1e-12):
         return f"T/{r.n}"
     return f"{r.h:.6g}"
 

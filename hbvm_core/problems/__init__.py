@@ -7,9 +7,8 @@ from collections.abc import Callable
 
 from ..errors import ConfigError
 from ..problem import Problem
-from .parametric import conical_pendulum, planar_pendulum, tethered_satellites
+from .parametric import conical_pendulum, modified_pendulum, planar_pendulum, tethered_satellites
 from .pendulum import theta_pendulum
-from .spherical import modified_pendulum
 
 BUILTIN: dict[str, Callable[[], Problem]] = {
     "planar_pendulum": planar_pendulum,

@@ -17,6 +17,10 @@ conical_pendulum(length, gravity)
     U = gravity z, g = |q|^2 - length^2; uniform circular motion at 45 degrees from the
     vertical (radius = depth = length / sqrt 2) with w^2 = gravity / depth;
     lambda = gravity / (sqrt 2 length), period 2 pi / w.
+modified_pendulum(gravity, level, x0, v0)
+    U = gravity z^4, g = x^6 + y^4 + z^2 - level; q0 = (x0, 0, -sqrt(level - x0^6)) (the point of the
+    surface below x0 in the plane y = 0), p0 = (0, v0, 0) (tangent to the surface). The published
+    problem: gravity = 1, level = 0.625, x0 = 2^-1/2, v0 = 2^-1/4 (the conical pendulum's initial data).
 tethered_satellites(tether, masses)
     M = diag(m1, m1, m1, m2, m2, m2, m3, m3, m3); U = -sum_i m_i / |q_i| (a central field of
     unit strength acting on masses m_i); g_c = |q_i - q_j|^2 - tether^2; the triangle of
@@ -58,6 +62,16 @@ def conical_grad_U_kernel(Q, out, params):
         out[i, 0] = 0.0
         out[i, 1] = 0.0
         out[i, 2] = params[0]
+
+
+@kernel
+def modified_grad_U_kernel(Q, out, params):
+    """U = gravity z^4: grad = (0, 0, 4 gravity z^3); params = (gravity,)."""
+    for i in range(Q.shape[0]):
+        out[i, 0] = 0.0
+        out[i, 1] = 0.0
+        z = Q[i, 2]
+        out[i, 2] = params[0] * (4.0 * (z * z * z))
 
 
 @kernel
@@ -155,6 +169,82 @@ def conical_pendulum(length: float = 1.0, gravity: float = 1.0) -> Problem:
         exact=exact,
         period=2.0 * np.pi / w,
         params={"length": length, "gravity": gravity},
+    )
+
+
+# --------------------------------------------------------------------------- modified pendulum
+#: the published modified pendulum's parameters (docs/method.md 4.3)
+MODIFIED_DEFAULTS = {"gravity": 1.0, "level": 0.625, "x0": spherical.R, "v0": spherical.P0[1]}
+
+
+def modified_pendulum(
+    gravity: float = 1.0, level: float = 0.625, x0: float = spherical.R, v0: float = spherical.P0[1]
+) -> Problem:
+    """U = gravity z^4, g = x^6 + y^4 + z^2 - level (table3); no closed form; the published one at the defaults.
+
+    Parameters
+    ----------
+    gravity : float
+        The strength of the potential U = gravity z^4.
+    level : float
+        The level of the constraint surface x^6 + y^4 + z^2 = level (its size, as the length of a pendulum).
+    x0 : float
+        The initial distance from the axis: q0 = (x0, 0, -sqrt(level - x0^6)), on the surface below the
+        equator (x0^6 <= level); the amplitude of the motion.
+    v0 : float
+        The initial velocity p0 = (0, v0, 0), tangent to the surface.
+    """
+    _positive("modified_pendulum", gravity=gravity, level=level)
+    for key, value in (("x0", x0), ("v0", v0)):
+        if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value)):
+            raise ConfigError(f"modified_pendulum: {key} = {value!r}: expected a finite number")
+    if x0**6 > level:
+        raise ConfigError(
+            f"modified_pendulum: x0 = {x0} is off the surface (needs x0^6 <= level = {level}, "
+            f"|x0| <= {level ** (1 / 6)})"
+        )
+    if (gravity, level, x0, v0) == tuple(MODIFIED_DEFAULTS.values()):
+        return spherical.modified_pendulum()
+    return _modified_pendulum(float(gravity), float(level), float(x0), float(v0))
+
+
+def _modified_pendulum(gravity: float, level: float, x0: float, v0: float) -> Problem:
+    """The modified pendulum with these parameters built with the general callbacks (at the published values
+    it computes the published problem's numbers bit for bit, under another fingerprint)."""
+    # the published initial point where x0 and level are the published ones (no round-off in the sqrt)
+    same_point = (level, x0) == (MODIFIED_DEFAULTS["level"], MODIFIED_DEFAULTS["x0"])
+    z0 = spherical.Q0[2] if same_point else -math.sqrt(level - x0**6)
+
+    def g(Q):
+        x, y, z = Q.T
+        return (x**6 + y**4 + z**2 - level)[:, None]
+
+    def G(Q):
+        x, y, z = Q.T
+        return np.stack([6 * x**5, 4 * y**3, 2 * z], axis=-1)[:, :, None]
+
+    def d2g(Q, V):
+        x, y, _ = Q.T
+        return (30 * x**4 * V[:, 0] ** 2 + 12 * y**2 * V[:, 1] ** 2 + 2 * V[:, 2] ** 2)[:, None]
+
+    def grad_U(Q):
+        out = np.zeros_like(Q)
+        out[:, 2] = gravity * (4 * Q[:, 2] ** 3)
+        return out
+
+    return Problem(
+        name="modified_pendulum",
+        kernels=Kernels(
+            grad_U=f"{__name__}:modified_grad_U_kernel", G=f"{spherical.__name__}:modified_G_kernel", params=(gravity,)
+        ),
+        q0=[x0, 0.0, z0],
+        p0=[0.0, v0, 0.0],
+        U=lambda Q: gravity * Q[:, 2] ** 4,
+        grad_U=grad_U,
+        g=g,
+        G=G,
+        d2g=d2g,
+        params={"gravity": gravity, "level": level, "x0": x0, "v0": v0},
     )
 
 

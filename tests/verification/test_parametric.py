@@ -8,15 +8,19 @@ import hbvm_core as hc
 from hbvm_core.errors import ConfigError
 from hbvm_core.fingerprint import problem_fingerprint
 from hbvm_core.metrics import PUBLISHED, errors
+from hbvm_core.problems import spherical
+from hbvm_core.problems.parametric import _modified_pendulum
 
 DEFAULTS = {
     "planar_pendulum": {"theta_dot0": 1.0, "length": 1.0, "gravity": 1.0},
     "conical_pendulum": {"length": 1.0, "gravity": 1.0},
+    "modified_pendulum": {"gravity": 1.0, "level": 0.625, "x0": 2.0**-0.5, "v0": 2.0**-0.25},
     "tethered_satellites": {"tether": 1.0, "masses": [1.0, 1.0, 1.0]},
 }
 CHANGED = {
     "planar_pendulum": [{"theta_dot0": 1.5}, {"length": 2.0}, {"gravity": 2.0}],
     "conical_pendulum": [{"length": 2.0}, {"gravity": 2.0}],
+    "modified_pendulum": [{"gravity": 2.0}, {"level": 1.0}, {"x0": 0.5}, {"v0": 1.0}],
     "tethered_satellites": [{"tether": 1.5}, {"masses": [1.0, 2.0, 3.0]}],
 }
 
@@ -66,3 +70,49 @@ def test_closed_forms_are_consistent_with_the_equations():
 def test_beyond_the_separatrix_is_refused():
     with pytest.raises(ConfigError, match="separatrix"):
         hc.get_problem("planar_pendulum", theta_dot0=2.0)
+
+
+def _same(a, b) -> bool:
+    return all(np.array_equal(getattr(a, k), getattr(b, k)) for k in ("q", "p", "lam"))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_modified_pendulum_defaults_reproduce_the_published_run_bit_for_bit(backend):
+    """The factory at its defaults and its general callbacks at the published values compute the published
+    problem's numbers exactly; each changed parameter changes them."""
+    method = hc.HBVM(6, 2)
+    old = hc.integrate(spherical.modified_pendulum(), method, 0.1, 3.0, backend=backend)
+    assert old.attrs["backend"] == backend
+    for pb in (
+        hc.get_problem("modified_pendulum"),
+        hc.get_problem("modified_pendulum", **DEFAULTS["modified_pendulum"]),
+        _modified_pendulum(**DEFAULTS["modified_pendulum"]),
+    ):
+        assert _same(hc.integrate(pb, method, 0.1, 3.0, backend=backend), old)
+    for kw in CHANGED["modified_pendulum"]:
+        new = hc.integrate(hc.get_problem("modified_pendulum", **kw), method, 0.1, 3.0, backend=backend)
+        assert not np.array_equal(new.q, old.q), kw
+        assert np.max(np.abs(new.q - old.q)) > 1e-3, kw  # a change of the motion, not of round-off
+
+
+@pytest.mark.parametrize("kw", CHANGED["modified_pendulum"] + [{"gravity": 0.5, "level": 2.0, "x0": 1.1, "v0": 0.3}])
+def test_modified_pendulum_parameters_enter_the_equations(kw):
+    """Consistent initial data on the surface x^6 + y^4 + z^2 = level, and HBVM(3s, s) conserves H and g
+    to round-off (U, g polynomials of degree <= 6) at other parameters too."""
+    pb = hc.get_problem("modified_pendulum", **kw)
+    full = {**DEFAULTS["modified_pendulum"], **kw}
+    assert pb.params == full
+    assert pb.q0[0] == full["x0"] and pb.q0[1] == 0.0 and pb.q0[2] < 0.0 and pb.p0.tolist() == [0.0, full["v0"], 0.0]
+    q = np.array([[0.3, -0.4, 0.5]])
+    assert pb.constraint(q)[0, 0] == pytest.approx(0.3**6 + 0.4**4 + 0.5**2 - full["level"], abs=1e-15)
+    assert pb.U(q)[0] == pytest.approx(full["gravity"] * 0.5**4, rel=1e-15)
+    traj = hc.integrate(pb, hc.HBVM(6, 2), 0.1, 5.0, backend="numpy")
+    assert np.max(traj.energy_error()) < 1e-13
+    assert np.max(np.abs(traj.g())) < 1e-13
+
+
+def test_modified_pendulum_off_the_surface_is_refused():
+    with pytest.raises(ConfigError, match="off the surface"):
+        hc.get_problem("modified_pendulum", x0=1.0)  # x0^6 = 1 > level = 0.625
+    with pytest.raises(ConfigError, match="level"):
+        hc.get_problem("modified_pendulum", level=-1.0)

@@ -81,3 +81,36 @@ def test_a_sweep_study_is_opt_in_and_built_by_the_sweep_target(tmp_path):
         ("0.05", "1.9"),
     ]
     assert (tmp_path / "results" / "sw" / "sw.png").stat().st_size > 10_000
+
+
+def test_a_grid_study_of_the_modified_pendulum_draws_a_curve_per_value(tmp_path):
+    """The modified pendulum's initial velocity swept through Snakemake; the constraint panels of the stores it
+    wrote have one curve per value, labelled with it."""
+    import yaml
+
+    from hbvm_workflow import plots
+    from hbvm_workflow.config import load_studies
+
+    study = {
+        "problem": "modified_pendulum",
+        "grid": {"v0": [0.5, 1.0]},
+        "params": {"gravity": 2.0},
+        "backend": "numpy",
+        "methods": [{"k": 6, "s": 2}],
+        "t_end": 2,
+        "h": [0.1],
+        "errors": {"reference": "none", "hc_norm": 1},
+        "plot": "constraint_panels",
+    }
+    config = write_config(tmp_path, {"mp": study})
+    ok(snakemake(tmp_path, "--cores", "2"))
+    res = tmp_path / "results" / "mp"
+    assert (res / "mp.png").stat().st_size > 10_000
+    assert sorted(p.name for p in (res / "runs" / "hbvm_k6_s2").iterdir()) == ["v0=0.5", "v0=1.0"]
+
+    cfg = {**yaml.safe_load(config.read_text()), "results": str(tmp_path / "results")}
+    (st,) = load_studies(cfg).values()
+    fig = plots.constraint_panels_plot(st, str(tmp_path / "f.png"), str(tmp_path / "f.pdf"))
+    assert len(fig.axes) == 3  # hidden constraint, H error, |g_1|
+    for ax in fig.axes:
+        assert [line.get_label() for line in ax.get_lines()] == [f"HBVM(6,2), h = 0.1, v0={v}" for v in (0.5, 1.0)]
