@@ -3,8 +3,9 @@
     python -m benchmarks.sweep [--runs 2000] [--cores 2] [--json] [--keep DIR]
 
 The sweep: planar pendulum on [0, 1], HBVM(k, 1) for k = 1..10, h = 1/n for
-n = 20, 21, ... (runs / 10 step sizes), errors against the exact solution. Each
-run is a few dozen steps: microseconds of integration, so what is measured is
+n = 20, 21, ... (runs / 10 step sizes, at most 200), errors against the exact
+solution; more than 2000 runs are 2000-run blocks over a grid of initial angular
+velocities theta_dot0 in [0.5, 1.5]. Each run is 20 to 219 steps: microseconds of integration, so what is measured is
 what surrounds a run (Snakemake, scheduling, storage, aggregation). It runs
 ``snakemake --cores N`` in a clean working directory (kernel cache warm: the
 shipped problems' loops are compiled first, untimed) and reports the runs, the
@@ -28,10 +29,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def sweep_config(runs: int) -> dict:
-    """The study of ``runs`` runs (a multiple of 10): 10 methods times runs / 10 step sizes."""
-    if runs < 10 or runs % 10:
-        raise SystemExit(f"--runs {runs}: give a multiple of 10 (10 methods times the step sizes)")
-    n = range(20, 20 + runs // 10)
+    """The study of ``runs`` runs: 10 methods times ``runs / 10`` step sizes up to 2000 runs; beyond,
+    2000-run blocks over a grid of ``runs / 2000`` initial velocities (the runs keep their size)."""
+    if runs < 10 or runs % 10 or (runs > 2000 and runs % 2000):
+        raise SystemExit(f"--runs {runs}: give a multiple of 10 up to 2000, or a multiple of 2000")
+    n = range(20, 20 + min(runs, 2000) // 10)
     study = {
         "title": f"Sweep benchmark: {runs} runs",
         "problem": "planar_pendulum",
@@ -40,6 +42,9 @@ def sweep_config(runs: int) -> dict:
         "h": [1.0 / i for i in n],
         "errors": {"reference": "exact", "norm": 1, "sample": "all"},
     }
+    if runs > 2000:
+        count = runs // 2000
+        study["grid"] = {"theta_dot0": [round(0.5 + i / (count - 1), 6) if count > 1 else 1.0 for i in range(count)]}
     return {"studies": {"sweep": study}, "select": ["sweep"]}
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import multiprocessing
 import os
 
 import numpy as np
@@ -66,14 +67,40 @@ def _load(job, cache: dict, problem):
     return traj
 
 
-def study_rows(study: Study) -> list[dict]:
+def study_rows(study: Study, workers: int = 1) -> list[dict]:
     """One dict per table row (keys COLUMNS + EXTRA, and the grid's keys in a study with a grid), methods in
-    config order, then grid combinations in their order, h decreasing; rates within one method and combination."""
-    out: list[dict] = []
-    for spec in study.methods:
-        for inst in study.instances or [study.instance_of("")]:
-            out += _block_rows(study, spec, inst)
-    return out
+    config order, then grid combinations in their order, h decreasing; rates within one method and combination.
+
+    ``workers`` > 1: the blocks (method, combination) are computed in that many processes forked from this
+    one (where the platform forks; each reads its runs' stores), the rows put back in order.
+    """
+    blocks = [(spec, inst) for spec in study.methods for inst in study.instances or [study.instance_of("")]]
+    if workers > 1 and len(blocks) > 1 and "fork" in multiprocessing.get_all_start_methods():
+        from concurrent.futures import ProcessPoolExecutor
+
+        global _FORKED_STUDY
+        _FORKED_STUDY = study  # inherited by the forked processes: a study holds callables, it is not pickled
+        try:
+            ctx = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(max_workers=min(workers, len(blocks)), mp_context=ctx) as pool:
+                parts = list(
+                    pool.map(_forked_block, range(len(blocks)), chunksize=max(1, len(blocks) // (4 * workers)))
+                )
+        finally:
+            _FORKED_STUDY = None
+    else:
+        parts = [_block_rows(study, spec, inst) for spec, inst in blocks]
+    return [row for part in parts for row in part]
+
+
+#: the study whose blocks forked processes compute (study_rows)
+_FORKED_STUDY: Study | None = None
+
+
+def _forked_block(i: int) -> list[dict]:
+    study = _FORKED_STUDY
+    blocks = [(spec, inst) for spec in study.methods for inst in study.instances or [study.instance_of("")]]
+    return _block_rows(study, *blocks[i])
 
 
 def _block_rows(study: Study, spec, inst) -> list[dict]:
@@ -428,13 +455,14 @@ def aggregate(
     out_tex: str,
     out_html: str | None = None,
     out_timings: str | None = None,
+    workers: int = 1,
 ) -> list[dict]:
     """Compute the rows and write errors.zarr, errors.csv, table.md, table.tex (and table.html, and
-    timings.csv: by default next to errors.csv)."""
+    timings.csv: by default next to errors.csv). ``workers``: processes reading the runs (``study_rows``)."""
     from .layout import tmp_dir
     from .storage import write_dataset
 
-    rows = study_rows(study)
+    rows = study_rows(study, workers)
     write_dataset(errors_dataset(study, rows), out_zarr, tmp_dir=tmp_dir(study.results, study.name))
     grid = tuple(study.grid)  # one column per grid key, only in a study with a grid
     write_csv(rows, out_csv, COLUMNS + EXTRA + grid)

@@ -135,8 +135,8 @@ def processes_in(workdir: Path) -> list[psutil.Process]:
 
 # --------------------------------------------------------------------------- stores
 def final_stores(workdir: Path, study: str) -> list[Path]:
-    """Entries at the final path of a trajectory store (runs/<label>/h=<h>.zarr or n=<n>.zarr), complete or not."""
-    return sorted((workdir / "results" / study / "runs").glob("*/[hn]=*.zarr"))
+    """Entries at the final path of a run store (runs/<label>/h=<h>.zarr.zip or n=<n>.zarr.zip), complete or not."""
+    return sorted((workdir / "results" / study / "runs").glob("*/[hn]=*.zarr.zip"))
 
 
 def temporaries(workdir: Path, study: str) -> list[Path]:
@@ -155,7 +155,7 @@ def verify_store(path: Path) -> None:
     assert a is not None and a.get("complete") is True, f"{path}: at the final path but not complete ({a})"
     points, steps = saved_rows(a["steps"], a["save_every"])
     with quiet_zarr():
-        g = zarr.open_group(str(path), mode="r")
+        g = zarr.open_group(zarr.storage.ZipStore(str(path), mode="r"), mode="r")
         assert g["t"].shape == (points,) and g["q"].shape == (points, a["m"]), path
         assert g["tstep"].shape == (steps,) and g["iterations"].shape == (steps,), path
         for name in ("t", "q", "p", "H", "tstep"):
@@ -165,8 +165,8 @@ def verify_store(path: Path) -> None:
 
 
 def snapshot(paths: list[Path]) -> dict[str, tuple[int, int]]:
-    """(inode, mtime_ns of zarr.json) per store: an untouched store keeps both."""
-    return {str(p): (p.stat().st_ino, (p / "zarr.json").stat().st_mtime_ns) for p in paths}
+    """(inode, mtime_ns) per store file: an untouched store keeps both."""
+    return {str(p): (p.stat().st_ino, p.stat().st_mtime_ns) for p in paths}
 
 
 # --------------------------------------------------------------------------- errors.csv, timings.csv

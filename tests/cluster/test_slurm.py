@@ -198,7 +198,7 @@ def workers_of(workdir: Path) -> set[str]:
     """The Dask worker that computed each run (recorded in its store)."""
     from hbvm_workflow.storage import read_attrs
 
-    stores = sorted((workdir / "results" / "tiny" / "runs").glob("*/[hn]=*.zarr"))
+    stores = sorted((workdir / "results" / "tiny" / "runs").glob("*/[hn]=*.zarr.zip"))
     assert len(stores) == RUNS
     return {read_attrs(str(p))["worker"] for p in stores}
 

@@ -12,6 +12,7 @@ import zipfile
 
 import numpy as np
 import pytest
+from _stores import Q_CHUNK, group_doc, rewrite, set_group_doc
 
 from hbvm_core import HBVM, get_problem
 from hbvm_core.fingerprint import problem_fingerprint
@@ -43,30 +44,6 @@ def store(tmp_path, planar):
     res = run_to_store(path, planar, HBVM(2, 2), 0.1, 2.0, attrs={"job_hash": "abc", "job_id": "m/h=0.1"}, chunk=8)
     assert res["status"] == "ok"
     return path
-
-
-Q_CHUNK = "q/c/0/0"
-
-
-def rewrite(path: str, change) -> None:
-    """Rewrite the zip store at ``path`` with ``change(name, data)`` applied to each entry (None drops it);
-    the zip's own CRC-32 of each entry is recomputed, so only hbvm's checks can tell."""
-    with zipfile.ZipFile(path) as zf:
-        entries = [(info, zf.read(info)) for info in zf.infolist()]
-    with zipfile.ZipFile(path, "w") as zf:
-        for info, data in entries:
-            new = change(info.filename, data)
-            if new is not None:
-                zf.writestr(info, new)
-
-
-def group_doc(path: str) -> dict:
-    with zipfile.ZipFile(path) as zf:
-        return json.loads(zf.read("zarr.json"))
-
-
-def set_group_doc(path: str, doc: dict) -> None:
-    rewrite(path, lambda name, data: json.dumps(doc).encode() if name == "zarr.json" else data)
 
 
 def test_a_store_records_its_chunks_and_checksums_them(store, planar):

@@ -42,7 +42,7 @@ def test_a_grid_study_has_a_column_rows_and_rates_per_value(tmp_path):
             assert [r["n"] for r in block] == ["0", "1", "2"] and block[0]["rate_s"] == ""
             assert abs(float(block[-1]["rate_s"]) - 2) < 0.3, block
     assert len({r["e_s"] for r in rows if r["n"] == "2"}) == 6  # the instances differ
-    assert (res / "runs" / "hbvm_k2_s2" / "length=0.5" / "n=3.zarr").is_dir()  # the h/2 partner, per value
+    assert (res / "runs" / "hbvm_k2_s2" / "length=0.5" / "n=3.zarr.zip").is_file()  # the h/2 partner, per value
 
     ds = open_errors("sweep", results=str(tmp_path / "results"))
     assert ds.e_s.dims == ("scheme", "h", "length") and list(ds.length.values) == LENGTHS

@@ -84,7 +84,7 @@ def test_diverging_and_stalling_runs_are_failed_rows(solved):
     for (k, s, h), row in zip([(2, 2, 2.5), (1, 1, 5.0)], (rows[0], rows[3])):
         exc = core_failure(planar, k, s, h, 10)
         # the failure marker holds what the core reports: step, time, last increment
-        marker = json.loads((res / "runs" / row["method"] / f"h={h!r}.zarr.failed.json").read_text())
+        marker = json.loads((res / "runs" / row["method"] / f"h={h!r}.zarr.zip.failed.json").read_text())
         assert marker["failed"] is True and marker["complete"] is False
         err = marker["error"]
         assert err["type"] == "ConvergenceError"
@@ -94,7 +94,7 @@ def test_diverging_and_stalling_runs_are_failed_rows(solved):
             exc.increment,
             exc.iterations,
         )
-        assert not (res / "runs" / row["method"] / f"h={h!r}.zarr").exists()  # no store, complete or not
+        assert not (res / "runs" / row["method"] / f"h={h!r}.zarr.zip").exists()  # no store, complete or not
         # the row: failed, the reason, and no number where the errors would be
         assert row["error"].startswith(f"step {exc.step} (t = {exc.t:.6g}): ")
         assert f"last increment {exc.increment:.3e}" in row["error"]
@@ -140,13 +140,13 @@ def test_a_callback_turning_nan_mid_run_is_a_failed_row(solved):
         h = float(row["h"])
         exc = core_failure(bad_problems.nan_later(), 2, 2, h, 2)
         assert isinstance(exc, NonFiniteError) and "callback grad_U returned non-finite values at step" in str(exc)
-        marker = json.loads((res / "runs" / "hbvm_k2_s2" / f"h={h!r}.zarr.failed.json").read_text())
+        marker = json.loads((res / "runs" / "hbvm_k2_s2" / f"h={h!r}.zarr.zip.failed.json").read_text())
         assert marker["error"]["type"] == "NonFiniteError" and marker["error"]["message"] == str(exc)
         assert row["error"] == str(exc) and all(row[c] == "" for c in NUMBERS)
     assert "t = 0.7" in rows[0]["error"]
     md = (res / "table.md").read_text()
     assert md.count("| failed |") == 2 and not re.search(r"\bnan\b", md.lower())
-    assert not list((res / "runs").glob("*/h=*.zarr"))  # no store at a final path
+    assert not list((res / "runs").glob("*/h=*.zarr.zip"))  # no store at a final path
 
 
 def test_a_rerun_keeps_the_failures_without_recomputing(solved):

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 from _reliability import ROOT, env, snakemake, write_config
+from _stores import drop, group_doc, set_group_doc, truncate
 
 pytestmark = pytest.mark.slow
 
@@ -83,7 +84,7 @@ def errors_csv(workdir: Path) -> bytes:
 
 def store(workdir: Path, run_id: str) -> Path:
     label, name = run_id.split("/")
-    return workdir / "results" / NAME / "runs" / label / f"{name}.zarr"
+    return workdir / "results" / NAME / "runs" / label / f"{name}.zarr.zip"
 
 
 def verify(workdir: Path) -> subprocess.CompletedProcess:
@@ -112,43 +113,44 @@ def test_an_edited_user_module_recomputes_its_runs(tmp_path, clean):
     assert errors_csv(workdir) != before and errors_csv(workdir) == errors_csv(clean)
     again = run(workdir)  # labels that look like temporaries survive every run
     assert "Nothing to be done" in again.stdout
-    assert all(store(workdir, r).is_dir() for r in RUNS) and errors_csv(workdir) == errors_csv(clean)
+    assert all(store(workdir, r).is_file() for r in RUNS) and errors_csv(workdir) == errors_csv(clean)
 
 
 def test_damaged_old_and_tampered_stores(tmp_path, clean):
     workdir = tmp_path / "damaged"
     shutil.copytree(clean, workdir, symlinks=True)
     deleted, truncated, old, tampered = (store(workdir, r) for r in RUNS[:4])
-    os.remove(deleted / "q" / "c" / "0" / "0")
-    with open(truncated / "q" / "c" / "0" / "0", "r+b") as fh:
-        fh.truncate(3)
+    drop(deleted)
+    truncate(truncated, 3)
     for path, change in ((old, "old"), (tampered, "tampered")):
-        doc = json.loads((path / "zarr.json").read_text())
+        doc = group_doc(path)
         if change == "old":  # what a store written before the integrity record holds
             doc["attributes"]["format"] = "hbvm-trajectory/1"
             del doc["attributes"]["chunks"]
         else:
             marker = workdir / "marker"
             doc["attributes"].update(problem_spec="os:system", problem_params={"command": f"touch {marker}"})
-        (path / "zarr.json").write_text(json.dumps(doc))
+        set_group_doc(path, doc)
 
     bad = verify(workdir)
     assert bad.returncode == 1, bad.stdout + bad.stderr
     lines = bad.stdout.splitlines()
-    assert f"results/{NAME}/runs/{RUNS[0]}.zarr: array q: chunk c/0/0 missing" in lines
-    assert f"results/{NAME}/runs/{RUNS[1]}.zarr: array q: chunk c/0/0 has 3 bytes" in bad.stdout
+    assert f"results/{NAME}/runs/{RUNS[0]}.zarr.zip: array q: chunk c/0/0 missing" in lines
+    assert f"results/{NAME}/runs/{RUNS[1]}.zarr.zip: array q: chunk c/0/0 has 3 bytes" in bad.stdout
     assert lines[-1] == "verified 7 store(s) in 1 folder(s): 3 damaged"
 
     again = run(workdir)  # the same command: the manifest is no longer true, so the solve step reruns
-    assert (
-        f"study {NAME}: 2 run(s) of results/{NAME}/solve.json are not intact: "
-        f"{RUNS[1]} (damaged), {RUNS[0]} (damaged); the solve step recomputes them"
-    ) in again.stdout  # when it starts
+    changed = [line for line in again.stdout.splitlines() if "are not intact" in line]
+    assert len(changed) == 1 and changed[0].endswith("; the solve step recomputes them"), again.stdout
+    # found by the parse (one stat per run against the manifest): the damaged ones, the old and the tampered one
+    for run_id, what in ((RUNS[0], "damaged"), (RUNS[1], "damaged"), (RUNS[2], "changed"), (RUNS[3], "changed")):
+        assert f"{run_id} ({what})" in changed[0]
+    assert f"study {NAME}: 4 run(s) of results/{NAME}/solve.json are not intact: " in changed[0]
     log = (workdir / "logs" / NAME / "solve.log").read_text().splitlines()
     warned = [line for line in log if "damaged store" in line]
     assert len(warned) == 2
-    assert any(f"{RUNS[0]}.zarr: array q: chunk c/0/0 missing; recomputing it" in line for line in warned)
-    assert any(f"{RUNS[1]}.zarr: array q: chunk c/0/0 has 3 bytes" in line for line in warned)
+    assert any(f"{RUNS[0]}.zarr.zip: array q: chunk c/0/0 missing; recomputing it" in line for line in warned)
+    assert any(f"{RUNS[1]}.zarr.zip: array q: chunk c/0/0 has 3 bytes" in line for line in warned)
     assert sorted(manifest(workdir)["computed"]) == RUNS[:3]  # the damaged ones and the old one, no other
     assert not (workdir / "marker").exists()
     assert errors_csv(workdir) == errors_csv(clean)

@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 import xarray as xr
 import yaml
+from zarr.storage import ZipStore
 
 from hbvm_core import get_problem, integrate
 from hbvm_core.methods import from_spec
@@ -84,7 +85,7 @@ def read_csv(path: Path) -> list[dict]:
 
 
 def stores(workdir: Path, study: str) -> list[Path]:
-    return sorted((workdir / "results" / study / "runs").glob("*/[hn]=*.zarr"))
+    return sorted((workdir / "results" / study / "runs").glob("*/[hn]=*.zarr.zip"))
 
 
 def expected_errors(cfg: dict, k: int, s: int, h: float) -> dict:
@@ -104,7 +105,7 @@ def check_outputs(workdir: Path, study: str, cfg: dict, n_runs: int) -> list[dic
     runs = stores(workdir, study)
     assert len(runs) == n_runs
     for run in runs:
-        ds = xr.open_zarr(run)
+        ds = xr.open_zarr(ZipStore(run, mode="r"))
         a = ds.attrs
         assert a["complete"] is True and a["study"] == study and a["problem"] == cfg["problem"]
         assert ds.sizes["t"] == a["steps"] + 1 and ds.sizes["tstep"] == a["steps"]
@@ -146,9 +147,9 @@ def test_small_study_end_to_end_with_a_local_cluster(tmp_path):
     # reference: self: the h/2 partner runs were scheduled (2 rows, 3 runs), and e_s is their difference at t = 0.1 j
     selfrows = check_outputs(tmp_path, "tinyself", SELF, 3)
     # named by the row label n: n=0 (h = 0.1), n=1 (0.05), n=2 (0.025: the h/2 partner of n=1)
-    assert [p.name for p in stores(tmp_path, "tinyself")] == ["n=0.zarr", "n=1.zarr", "n=2.zarr"]
-    h0 = xr.open_zarr(stores(tmp_path, "tinyself")[2])
-    h1 = xr.open_zarr(stores(tmp_path, "tinyself")[1])
+    assert [p.name for p in stores(tmp_path, "tinyself")] == ["n=0.zarr.zip", "n=1.zarr.zip", "n=2.zarr.zip"]
+    h0 = xr.open_zarr(ZipStore(stores(tmp_path, "tinyself")[2], mode="r"))
+    h1 = xr.open_zarr(ZipStore(stores(tmp_path, "tinyself")[1], mode="r"))
     t = np.arange(6) * 0.1
     y = lambda ds: np.concatenate([ds.q.sel(t=t, method="nearest"), ds.p.sel(t=t, method="nearest")], axis=1)  # noqa: E731
     assert float(selfrows[1]["e_s"]) == np.abs(y(h1) - y(h0)).max()
@@ -171,10 +172,10 @@ def test_small_study_end_to_end_with_a_local_cluster(tmp_path):
     assert run.sizes["t"] == 21 and run.attrs["h"] == 0.05
 
     # an unchanged rerun does nothing and touches no store
-    before = {p: (p / "zarr.json").stat().st_mtime_ns for p in stores(tmp_path, "tiny")}
+    before = {p: p.stat().st_mtime_ns for p in stores(tmp_path, "tiny")}
     again = ok(snakemake(tmp_path, "--cores", "2"))
     assert "Nothing to be done" in again.stdout + again.stderr
-    assert before == {p: (p / "zarr.json").stat().st_mtime_ns for p in stores(tmp_path, "tiny")}
+    assert before == {p: p.stat().st_mtime_ns for p in stores(tmp_path, "tiny")}
 
     # the report holds the tables and the plots
     ok(snakemake(tmp_path, "--report", str(tmp_path / "report.html")))
@@ -188,8 +189,8 @@ def test_adding_one_h_computes_exactly_one_new_run(tmp_path):
     study = {k: v for k, v in study.items() if v is not None}
     write_config(tmp_path, {"inc": study})
     ok(snakemake(tmp_path, "--cores", "2"))
-    old = {p.name: (p.stat().st_ino, (p / "zarr.json").stat().st_mtime_ns) for p in stores(tmp_path, "inc")}
-    assert sorted(old) == ["h=0.05.zarr", "h=0.1.zarr"]
+    old = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in stores(tmp_path, "inc")}
+    assert sorted(old) == ["h=0.05.zarr.zip", "h=0.1.zarr.zip"]
 
     write_config(tmp_path, {"inc": dict(study, h=[0.1, 0.05, 0.025])})
     proc = ok(snakemake(tmp_path, "--cores", "2"))
@@ -197,8 +198,8 @@ def test_adding_one_h_computes_exactly_one_new_run(tmp_path):
     assert manifest["computed"] == ["hbvm_k1_s1/h=0.025"]
     assert "3 runs: 2 reused, 1 to compute" in (tmp_path / "logs" / "inc" / "solve.log").read_text()
     assert proc.stderr.count("rule solve:") == 1
-    new = {p.name: (p.stat().st_ino, (p / "zarr.json").stat().st_mtime_ns) for p in stores(tmp_path, "inc")}
-    assert {k: new[k] for k in old} == old and sorted(new) == ["h=0.025.zarr", "h=0.05.zarr", "h=0.1.zarr"]
+    new = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in stores(tmp_path, "inc")}
+    assert {k: new[k] for k in old} == old and sorted(new) == ["h=0.025.zarr.zip", "h=0.05.zarr.zip", "h=0.1.zarr.zip"]
     rows = read_csv(tmp_path / "results" / "inc" / "errors.csv")
     assert [r["h"] for r in rows] == ["0.1", "0.05", "0.025"] and abs(float(rows[2]["rate_s"]) - 2) < 0.05
 
@@ -312,8 +313,8 @@ def test_a_failed_run_is_shown_as_failed_and_the_aggregation_completes(tmp_path)
     assert [r["status"] for r in rows] == ["failed", "ok", "ok"]
     assert rows[0]["e_s"] == "" and "step 0" in rows[0]["error"] and float(rows[1]["e_s"]) > 0
     assert rows[1]["rate_s"] == "" and rows[2]["rate_s"] != ""  # no rate against a failed row
-    assert (res / "runs" / "hbvm_k1_s1" / "h=2.0.zarr.failed.json").exists()
-    assert not (res / "runs" / "hbvm_k1_s1" / "h=2.0.zarr").exists()
+    assert (res / "runs" / "hbvm_k1_s1" / "h=2.0.zarr.zip.failed.json").exists()
+    assert not (res / "runs" / "hbvm_k1_s1" / "h=2.0.zarr.zip").exists()
     md = (res / "table.md").read_text()
     assert "| 2 | failed |" in md and "nan" not in md.lower()
     ds = xr.open_zarr(res / "errors.zarr")

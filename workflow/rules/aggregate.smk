@@ -11,6 +11,13 @@
 from hbvm_workflow.cluster import rule_resources  # config resources.<rule>
 
 
+def aggregate_threads(names):
+    """One per study, and for a large study one per 500 runs (its runs are read in that many processes);
+    Snakemake caps it at --cores."""
+    runs = sum(len(STUDIES[n].jobs) for n in names)
+    return max(len(names), -(-runs // 500))
+
+
 def aggregate_outputs(names):
     """The outputs of the studies ``names`` (names, or the wildcard "{study}"), a list per kind of output."""
 
@@ -41,7 +48,7 @@ if DEFAULT_STUDIES:
             studies=DEFAULT_STUDIES,
             # everything that defines the studies' tables and plots: a change reruns them
             cfg={name: STUDIES[name].cfg for name in DEFAULT_STUDIES},
-        threads: len(DEFAULT_STUDIES)
+        threads: aggregate_threads(DEFAULT_STUDIES)
         resources:
             **rule_resources(config, "aggregate", mem_mb=2000, runtime=30),
         log:
@@ -60,6 +67,7 @@ rule aggregate_study:
     params:
         studies=lambda wc: [wc.study],
         cfg=lambda wc: {wc.study: STUDIES[wc.study].cfg},
+    threads: lambda wc: aggregate_threads([wc.study])
     resources:
         **rule_resources(config, "aggregate", mem_mb=2000, runtime=30),
     log:

@@ -102,7 +102,7 @@ def damaged_runs(name):
     """(run id, "damaged" | "changed") for each run of the study's manifest whose store is not the file the
     solve step wrote: its size or modification time differs from the manifest's record (os.stat only), and
     then damaged when a recorded chunk is missing or of another size (hbvm_workflow.storage.damage), else
-    changed. Stores of an older format are stale, not damaged."""
+    changed. Without a recorded signature (an older manifest) only damage counts."""
     from hbvm_workflow.layout import manifest_path
     from hbvm_workflow.storage import FORMAT, damage, file_signature, read_attrs
 
@@ -118,9 +118,8 @@ def damaged_runs(name):
         if j.get("status") != "ok" or (j.get("stat") and j["stat"] == file_signature(store)):
             continue
         attrs = read_attrs(store)
-        if attrs is not None and attrs.get("format") == FORMAT:
-            if damage(store, attrs) is not None:
-                out.append((j["id"], "damaged"))
-            elif j.get("stat"):
-                out.append((j["id"], "changed"))
+        if attrs is not None and attrs.get("format") == FORMAT and damage(store, attrs) is not None:
+            out.append((j["id"], "damaged"))
+        elif j.get("stat") and os.path.exists(store):  # edited, replaced, of another format (a gone one: lost_runs)
+            out.append((j["id"], "changed"))
     return out

@@ -13,8 +13,8 @@ import time
 OUTPUTS = ("zarr", "csv", "timings", "md", "tex", "html", "png", "pdf")
 
 
-def aggregate_study(name: str, config: dict, out: dict, log_path: str) -> str:
-    """Tables and figure of one study; returns a one-line summary (also logged)."""
+def aggregate_study(name: str, config: dict, out: dict, log_path: str, workers: int = 1) -> str:
+    """Tables and figure of one study (its runs read in ``workers`` processes); returns a one-line summary."""
     from hbvm_workflow.config import load_studies
     from hbvm_workflow.figures import study_plot
     from hbvm_workflow.jobs import study_logger
@@ -26,7 +26,7 @@ def aggregate_study(name: str, config: dict, out: dict, log_path: str) -> str:
     study = load_studies(config, names=[name])[name]
     for p in clean_temporaries(study.dir):  # e.g. the errors.zarr of a killed aggregation
         log.info(f"removed the leftover temporary {p}")
-    rows = aggregate(study, out["zarr"], out["csv"], out["md"], out["tex"], out["html"], out["timings"])
+    rows = aggregate(study, out["zarr"], out["csv"], out["md"], out["tex"], out["html"], out["timings"], workers)
     failed = sum(r["status"] != "ok" for r in rows)
     t1 = time.perf_counter()
     log.info(f"aggregated {len(rows)} rows ({failed} not ok) in {t1 - t0:.2f} s")
@@ -61,9 +61,9 @@ def aggregate_all(smk) -> None:
         for i, (name, log) in enumerate(zip(names, as_list(smk.log)))
     ]
     workers = min(len(args), max(1, int(smk.threads)))
-    if workers == 1:
+    if workers == 1:  # one study (its runs read in the job's threads), or one thread
         for a in args:
-            aggregate_study(*a)
+            aggregate_study(*a, workers=max(1, int(smk.threads)) if len(args) == 1 else 1)
         return
 
     import multiprocessing

@@ -122,7 +122,6 @@ def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: di
                 shipped = ship_problem_module(client, spec)
                 for name in {j.study for j in todo if j.problem == spec} if shipped else ():
                     logs[name].info(f"problem module {shipped} uploaded to the workers")
-        runs = {job.id: job for job in todo}
         futures = {
             client.submit(
                 solve_batch,
@@ -134,12 +133,12 @@ def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: di
             for batch in batches
         }
         for fut in as_completed(futures):
+            batch = futures[fut]
             try:
                 results = fut.result()
             except Exception as exc:  # a lost worker after the retries: every run of the batch is reported
-                results = [{"id": job.id, "raised": f"{type(exc).__name__}: {exc}"} for job in futures[fut]]
-            for res in results:
-                job = runs[res["id"]]
+                results = [{"id": job.id, "raised": f"{type(exc).__name__}: {exc}"} for job in batch]
+            for job, res in zip(batch, results, strict=True):  # in the batch's order (ids repeat across studies)
                 log = logs[job.study]
                 count[job.study] += 1
                 done = f"{count[job.study]}/{total[job.study]}"
