@@ -82,10 +82,14 @@ def cut(todo: list, dask_cfg: dict, threads: int) -> list[list]:
 
 
 def batch_key(batch: list) -> str:
-    """A short stable digest of a batch's runs (the Dask key)."""
+    """The Dask key of a batch: its first (largest) run, how many more, and a digest of all their hashes:
+    ``solve-<study>-<label>-h<h>-<digest>``, or ``solve-<study>-<label>-h<h>+<more>-<digest>``."""
     import hashlib
 
-    return hashlib.sha256("\n".join(j.hash for j in batch).encode()).hexdigest()[:16]
+    first = batch[0]
+    more = f"+{len(batch) - 1}" if len(batch) > 1 else ""
+    digest = hashlib.sha256("\n".join(j.hash for j in batch).encode()).hexdigest()[:16]
+    return f"solve-{first.study}-{first.label}-h{first.h!r}{more}-{digest}"
 
 
 def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: dict, threads: int) -> list[str]:
@@ -126,7 +130,7 @@ def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: di
             client.submit(
                 solve_batch,
                 [job.as_dict() | {"store": os.path.abspath(job.store)} for job in batch],
-                key=f"solve-{len(batch)}-runs-{batch_key(batch)}",
+                key=batch_key(batch),
                 retries=int(dask_cfg.get("retries", 2)),
                 pure=False,
             ): batch
