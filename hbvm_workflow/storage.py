@@ -1,6 +1,10 @@
 """Trajectory stores: one Zarr store (an xarray Dataset) per run, written in chunks and published atomically.
 
-Layout of a store (xarray names; ``xr.open_zarr(path)`` opens it)::
+A run's store is one file, ``<run>.zarr.zip``: a Zarr v3 store in a zip, written and read by
+``zipstore`` (``xr.open_zarr(zarr.storage.ZipStore(path, mode="r"))`` opens it too). The
+errors of a study (``write_dataset``: errors.zarr) are a folder store written by xarray.
+
+Layout of a run store (xarray names)::
 
     t          (t)                 saved times n h (every save_every steps, and t_end)
     q, p       (t, dof)            positions and momenta
@@ -14,16 +18,17 @@ Layout of a store (xarray names; ``xr.open_zarr(path)`` opens it)::
 and attrs with every parameter (problem, method entry, h, t_end, solver
 settings), the package versions, the wall time and ``complete``; the job hash
 and the problem's fingerprint (``hbvm_core.fingerprint``) it was computed for;
-the rows (``points``, ``step_rows``) and ``chunks``: per array, the chunk files
-it was written with and their sizes in bytes.
+the rows (``points``, ``step_rows``) and ``chunks``: per array, the chunks
+it was written with (zip entries, or files of a folder store) and their sizes in bytes.
 
 Stores are data: nothing read from one is imported, called or used to build a
 problem or a method (``load_trajectory`` takes the problem from the caller and
 refuses a store computed for another one).
 
 Integrity: every chunk ends with a CRC-32C checksum (Zarr's ``crc32c`` codec,
-after the compressor). ``damage`` checks that every recorded chunk file exists
-with its size (os.stat only: what the solve step does before reusing a store);
+after the compressor), and a zip entry has the zip's CRC-32. ``damage`` checks that
+every recorded chunk exists with its size (the zip's directory, or os.stat for a
+folder: what the solve step does before reusing a store);
 reading a store checks the same first and names the store and the array when a
 chunk is missing, truncated or fails its checksum (``StoreError``).
 

@@ -157,3 +157,20 @@ def test_damaged_old_and_tampered_stores(tmp_path, clean):
     assert errors_csv(workdir) == errors_csv(clean)
     good = verify(workdir)
     assert good.returncode == 0 and good.stdout.splitlines() == ["verified 7 store(s) in 1 folder(s): 0 damaged"]
+
+
+def test_a_results_folder_of_the_older_layout_says_so_and_recomputes(tmp_path, clean):
+    """A run store of the folder layout (<run>.zarr, before stores were one file) is removed with one warning
+    line and its run computed again; the others are reused."""
+    workdir = tmp_path / "legacy"
+    shutil.copytree(clean, workdir, symlinks=True)
+    new = store(workdir, RUNS[0])
+    old = new.with_suffix("")  # <run>.zarr
+    old.mkdir()
+    (old / "zarr.json").write_text(json.dumps({"zarr_format": 3, "node_type": "group", "attributes": {}}))
+    os.remove(new)
+    run(workdir)
+    log = (workdir / "logs" / NAME / "solve.log").read_text()
+    assert "removed 1 run store(s) in the older folder layout (<run>.zarr)" in log
+    assert sorted(manifest(workdir)["computed"]) == [RUNS[0]] and not old.exists() and new.is_file()
+    assert errors_csv(workdir) == errors_csv(clean)
