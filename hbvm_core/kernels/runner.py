@@ -1,8 +1,9 @@
 """The Python side of the compiled time loops: buffers, chunked emission to the sink, errors.
 
 ``CompiledRunner`` drives the constant-multiplier loop (template ``hbvm.py``),
-``PolynomialRunner`` the polynomial-multiplier one (``polynomial.py``); both
-modules come from ``registry.loop_module``. Same contract as
+``PolynomialRunner`` the polynomial-multiplier one (``polynomial.py``),
+``RattleRunner`` the RATTLE one (``rattle.py``); all modules come from
+``registry.loop_module``. Same contract as
 ``hbvm_core.integrate.python_runner``: points every ``save_every`` steps (and
 the last), per-step (t, lam, iterations) every ``save_every`` steps, emitted to
 the sink in blocks of ``chunk`` rows; the compiled ``run_chunk`` fills
@@ -59,11 +60,19 @@ class LoopRunner:
 
     module = None
 
+    def guess_rows(self, method) -> int:
+        """Rows of the per-step guess carried between steps (gamma: one per coefficient)."""
+        return method.tableau.s
+
     def loop_arguments(self, problem, q, p, cq, cp, gamma_prev, state, h, N, save_every) -> tuple:
         raise NotImplementedError
 
+    def tail_arguments(self) -> tuple:
+        """The loop's arguments after ``info`` (none for the HBVM loops)."""
+        return ()
+
     def __call__(self, problem, method, h, N, compensated, save_every, chunk, sink) -> dict:
-        m, nu, s = problem.m, problem.nu, method.tableau.s
+        m, nu, s = problem.m, problem.nu, self.guess_rows(method)
         q, p = problem.q0.copy(), problem.p0.copy()
         cq, cp = np.zeros(m), np.zeros(m)
         gamma_prev = np.zeros((s, m))
@@ -86,9 +95,10 @@ class LoopRunner:
             emit(0)
         args = self.loop_arguments(problem, q, p, cq, cp, gamma_prev, state, float(h), int(N), int(save_every))
         run = self.module.run_chunk
+        tail = self.tail_arguments()
         first = True
         while True:
-            status = run(*args, *pts, *stp, info)
+            status = run(*args, *pts, *stp, info, *tail)
             if first:
                 note_compiled(self.module)
                 first = False
@@ -111,12 +121,12 @@ class LoopRunner:
         raise NotImplementedError
 
     @staticmethod
-    def _error(info: np.ndarray, h: float) -> ConvergenceError:
+    def _error(info: np.ndarray, h: float, reasons: dict[int, str] = REASONS) -> ConvergenceError:
         """The ConvergenceError of a failed run_chunk (info = [status, step, iterations, increment])."""
         status, n, it, d = int(info[0]), int(info[1]), int(info[2]), float(info[3])
         if status == 3:
             it, d = 0, float("nan")
-        return ConvergenceError(n, n * h, d, it, REASONS[status])
+        return ConvergenceError(n, n * h, d, it, reasons[status])
 
     @staticmethod
     def _name_non_finite(problem: Problem, Q: np.ndarray, n: int, h: float) -> None:
@@ -126,6 +136,25 @@ class LoopRunner:
                 problem.check_finite(Q)
             except NonFiniteError as exc:
                 raise NonFiniteError(f"{exc} at step {n} (t = {n * h:.6g})") from None
+
+
+def check_callbacks(problem: Problem, module, params: np.ndarray) -> None:
+    """ProblemError when a compiled callback bound in ``module`` disagrees with the numpy one near q0."""
+    Q = np.stack([problem.q0, problem.q0 + 1e-3])
+    pairs = [("grad_U", problem.grad_U, module.grad_U_original, (2, problem.m))]
+    if problem.nu:
+        pairs.append(("G", problem.G, module.G_original, (2, problem.m, problem.nu)))
+        if hasattr(module, "g_original"):
+            pairs.append(("g", problem.g, module.g_original, (2, problem.nu)))
+    for key, f, kernel, shape in pairs:
+        ref = np.asarray(f(Q), dtype=float)
+        out = np.zeros(shape)
+        kernel(Q, out, params)
+        err = float(np.max(np.abs(out - ref))) if ref.shape == shape else np.inf
+        if not err <= 1e-12 * (1.0 + float(np.max(np.abs(ref)))):
+            raise ProblemError(
+                f"{problem.name}: kernels.{key} disagrees with the numpy {key} near q0 (max difference {err:.3e})"
+            )
 
 
 class CompiledRunner(LoopRunner):
@@ -148,19 +177,7 @@ class CompiledRunner(LoopRunner):
 
     def _check_callbacks(self, problem: Problem) -> None:
         """The compiled callbacks must agree with the numpy ones (at q0 and a nearby point): a mismatch is an error."""
-        Q = np.stack([problem.q0, problem.q0 + 1e-3])
-        pairs = [("grad_U", problem.grad_U, self.module.grad_U_original, (2, problem.m))]
-        if problem.nu:
-            pairs.append(("G", problem.G, self.module.G_original, (2, problem.m, problem.nu)))
-        for key, f, kernel, shape in pairs:
-            ref = np.asarray(f(Q), dtype=float)
-            out = np.zeros(shape)
-            kernel(Q, out, self.params)
-            err = float(np.max(np.abs(out - ref))) if ref.shape == shape else np.inf
-            if not err <= 1e-12 * (1.0 + float(np.max(np.abs(ref)))):
-                raise ProblemError(
-                    f"{problem.name}: kernels.{key} disagrees with the numpy {key} near q0 (max difference {err:.3e})"
-                )
+        check_callbacks(problem, self.module, self.params)
 
     def loop_arguments(self, problem, q, p, cq, cp, gamma_prev, state, h, N, save_every) -> tuple:
         lam_prev = initial_multiplier(problem) if self.solver == 1 else np.zeros(problem.nu)
@@ -200,3 +217,42 @@ class PolynomialRunner(LoopRunner):
         if int(info[0]) != 4:
             self._name_non_finite(problem, q0[None, :], int(info[1]), h)
         raise self._error(info, h)
+
+
+#: the RATTLE loop's status codes -> the reasons ``RattleStepper.step`` gives
+RATTLE_REASONS = {
+    1: "Newton on the position constraint did not converge",
+    2: "non-finite Newton increment (diverged)",
+    3: "singular Newton matrix (Singular matrix)",
+    4: "non-finite state after the step",
+}
+
+
+class RattleRunner(LoopRunner):
+    """The compiled RATTLE loop (template ``rattle.py``) for one problem with compiled grad_U, G and g."""
+
+    def __init__(self, method, problem: Problem):
+        self.L = cholesky_factor(problem)
+        self.params = np.array(problem.kernels.params, dtype=float).reshape(-1)
+        constants = {"M_SIZE": problem.m, "NU_SIZE": problem.nu, "HAS_M": self.L.size > 0}
+        self.module = loop_module("rattle", problem.kernels, constants)
+        rule = method.rule
+        self.rule = np.array([rule.rtol, rule.stall_rtol, rule.max_iter], dtype=float)
+        self.q_fail = np.zeros(problem.m)
+        check_callbacks(problem, self.module, self.params)
+
+    def guess_rows(self, method) -> int:
+        return 1  # RATTLE carries lam (its own argument), not a gamma
+
+    def loop_arguments(self, problem, q, p, cq, cp, gamma_prev, state, h, N, save_every) -> tuple:
+        lam = np.zeros(problem.nu)  # RattleStepper's first Newton start
+        return (q, p, cq, cp, lam, state, h, N, save_every, self.rule, self.L, self.params)
+
+    def tail_arguments(self) -> tuple:
+        return (self.q_fail,)
+
+    def _fail(self, problem: Problem, q0: np.ndarray, h: float, guess: np.ndarray, info: np.ndarray) -> None:
+        """Raise what ``RattleStepper.step`` raises for the same failure (ConvergenceError, or NonFiniteError)."""
+        if int(info[0]) == 2:
+            self._name_non_finite(problem, self.q_fail[None, :], int(info[1]), h)
+        raise self._error(info, h, RATTLE_REASONS)

@@ -299,7 +299,7 @@ def test_is_cached_reads_the_marker_written_after_the_first_compile(conical):
     """uncached_loop / is_cached: our marker next to the generated module, no numba internals."""
     from hbvm_core.kernels import is_cached, uncached_loop
     from hbvm_core.kernels.registry import _marker
-    from hbvm_core.methods import RATTLE
+    from hbvm_core.methods import DOP853
 
     method = hc.HBVM(2, 2)
     hc.integrate(conical, method, conical.period / 100, conical.period / 100, backend="numba")
@@ -312,7 +312,7 @@ def test_is_cached_reads_the_marker_written_after_the_first_compile(conical):
         assert uncached_loop(method, conical) == module.__name__ and not is_cached(method, conical)
     finally:
         moved.rename(marker)
-    assert is_cached(RATTLE(), conical)  # no compiled loop: nothing to cache
+    assert is_cached(DOP853(1e-8), conical)  # no compiled loop: nothing to cache
     assert is_cached(hc.HBVM(2, 2), nan_theta_pendulum())  # an in-memory module: nothing to cache on disk
 
 
