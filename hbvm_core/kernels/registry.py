@@ -345,12 +345,16 @@ def _marker(module: types.ModuleType) -> Path | None:
 
 def note_compiled(module: types.ModuleType) -> None:
     """After a call of the module's ``run_chunk``: record that numba's disk cache holds its loop."""
+    if getattr(module, "_hbvm_noted", False):  # once per process and module: not a file-system call per run
+        return
     marker = _marker(module)
     if marker is not None and not marker.exists() and module.run_chunk.signatures:
         try:
             marker.touch()
         except OSError:
-            pass
+            return
+    if marker is None or marker.exists():
+        module._hbvm_noted = True
 
 
 def is_compiled(module: types.ModuleType) -> bool:

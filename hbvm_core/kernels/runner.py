@@ -13,13 +13,14 @@ with the number of steps.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
 
 from ..blended import initial_multiplier
 from ..errors import ConvergenceError, NonFiniteError, ProblemError
-from ..legendre import shifted_legendre
+from ..legendre import shifted_legendre, tableau
 from ..problem import Problem
 from .registry import loop_module, note_compiled
 
@@ -45,6 +46,31 @@ def specialise_ks() -> bool:
     return os.environ.get("HBVM_SPECIALISE_KS", "") not in ("", "0")
 
 
+def buffer_rows(chunk: int, N: int, save_every: int) -> int:
+    """Rows of a save buffer: ``chunk``, or fewer when the whole run fits (at most N // save_every + 2 points,
+    the initial one included): a short run does not allocate (and page in) a full chunk."""
+    return min(chunk, N // save_every + 2)
+
+
+@functools.cache
+def constant_tables(k: int, s: int) -> tuple[np.ndarray, ...]:
+    """Ihat, W, X, E of HBVM(k, s) as the loop takes them, built once per (k, s) (never written by a loop)."""
+    tab = tableau(k, s)
+    return tuple(np.array(a, dtype=float, order="C") for a in (tab.Ihat, tab.W, tab.X, tab.E))
+
+
+@functools.cache
+def polynomial_tables(k: int, s: int) -> tuple[np.ndarray, ...]:
+    """Ihat, W, X, Bf, E, P0 of the polynomial-multiplier loop, built once per (k, s) (never written by a loop).
+
+    Bf[(i, n), l] = b_l P_i(c_l) P_n(c_l) (docs/method.md 6), P0 = P_i(0)."""
+    tab = tableau(k, s)
+    Bf = np.einsum("lj,li->jil", tab.W, tab.Phat).reshape(s * s, k)
+    P0 = shifted_legendre(s - 1, np.zeros(1))[0]
+    # writable C-ordered copies: numba types read-only arrays differently (a second compile)
+    return tuple(np.array(a, dtype=float, order="C") for a in (tab.Ihat, tab.W, tab.X, Bf, tab.E, P0))
+
+
 def cholesky_factor(problem: Problem) -> np.ndarray:
     """Lower Cholesky factor of M, or an empty (0, 0) array for M = I."""
     if problem.M is None:
@@ -67,8 +93,8 @@ class LoopRunner:
     def loop_arguments(self, problem, q, p, cq, cp, gamma_prev, state, h, N, save_every) -> tuple:
         raise NotImplementedError
 
-    def tail_arguments(self) -> tuple:
-        """The loop's arguments after ``info`` (none for the HBVM loops)."""
+    def tail_arguments(self, problem: Problem) -> tuple:
+        """The loop's arguments after ``info``, fresh for each call (none for the HBVM loops); ``_fail`` gets them."""
         return ()
 
     def __call__(self, problem, method, h, N, compensated, save_every, chunk, sink) -> dict:
@@ -78,6 +104,7 @@ class LoopRunner:
         gamma_prev = np.zeros((s, m))
         state = np.array([0, 0, 1, 0, 0, 0, int(bool(compensated))], dtype=np.int64)
         info = np.zeros(4)
+        chunk = buffer_rows(chunk, N, save_every)
         pts = (np.empty(chunk), np.empty((chunk, m)), np.empty((chunk, m)))
         stp = (np.empty(chunk), np.empty((chunk, nu)), np.empty(chunk, dtype=np.int32))
         pts[0][0], pts[1][0], pts[2][0] = 0.0, q, p
@@ -95,7 +122,7 @@ class LoopRunner:
             emit(0)
         args = self.loop_arguments(problem, q, p, cq, cp, gamma_prev, state, float(h), int(N), int(save_every))
         run = self.module.run_chunk
-        tail = self.tail_arguments()
+        tail = self.tail_arguments(problem)
         first = True
         while True:
             status = run(*args, *pts, *stp, info, *tail)
@@ -103,7 +130,7 @@ class LoopRunner:
                 note_compiled(self.module)
                 first = False
             if status != 0:
-                self._fail(problem, q, h, gamma_prev, info)
+                self._fail(problem, q, h, gamma_prev, info, *tail)
             full = False
             for which in (0, 1):
                 if state[2 + which] == chunk:
@@ -169,7 +196,7 @@ class CompiledRunner(LoopRunner):
         if specialise_ks():
             constants |= {"K_SIZE": tab.k, "S_SIZE": tab.s}
         self.module = loop_module("hbvm", problem.kernels, constants)
-        self.tab = tuple(np.array(a, dtype=float, order="C") for a in (tab.Ihat, tab.W, tab.X, tab.E))
+        self.tab = constant_tables(tab.k, tab.s)
         rule = method.rule
         self.rule = np.array([rule.rtol, rule.stall_rtol, rule.max_iter], dtype=float)
         self.warm = WARM_CODES[method.warm_start]
@@ -196,12 +223,7 @@ class PolynomialRunner(LoopRunner):
 
     def __init__(self, method, problem: Problem):
         self.module = loop_module("polynomial", problem.kernels, {})
-        tab = method.tableau
-        s, k = tab.s, tab.k
-        Bf = np.einsum("lj,li->jil", tab.W, tab.Phat).reshape(s * s, k)
-        P0 = shifted_legendre(s - 1, np.zeros(1))[0]
-        # writable C-ordered copies: numba types read-only arrays differently (a second compile)
-        self.arrays = tuple(np.array(a, dtype=float, order="C") for a in (tab.Ihat, tab.W, tab.X, Bf, tab.E, P0))
+        self.arrays = polynomial_tables(method.tableau.k, method.tableau.s)
         rule = method.rule
         self.rule = np.array([rule.rtol, rule.stall_rtol, rule.max_iter], dtype=float)
         self.warm = WARM_CODES[method.warm_start]
@@ -238,7 +260,6 @@ class RattleRunner(LoopRunner):
         self.module = loop_module("rattle", problem.kernels, constants)
         rule = method.rule
         self.rule = np.array([rule.rtol, rule.stall_rtol, rule.max_iter], dtype=float)
-        self.q_fail = np.zeros(problem.m)
         check_callbacks(problem, self.module, self.params)
 
     def guess_rows(self, method) -> int:
@@ -248,11 +269,11 @@ class RattleRunner(LoopRunner):
         lam = np.zeros(problem.nu)  # RattleStepper's first Newton start
         return (q, p, cq, cp, lam, state, h, N, save_every, self.rule, self.L, self.params)
 
-    def tail_arguments(self) -> tuple:
-        return (self.q_fail,)
+    def tail_arguments(self, problem: Problem) -> tuple:
+        return (np.zeros(problem.m),)  # q_fail: the last Newton iterate q1 of a failed step
 
-    def _fail(self, problem: Problem, q0: np.ndarray, h: float, guess: np.ndarray, info: np.ndarray) -> None:
+    def _fail(self, problem: Problem, q0: np.ndarray, h: float, guess: np.ndarray, info: np.ndarray, q_fail) -> None:
         """Raise what ``RattleStepper.step`` raises for the same failure (ConvergenceError, or NonFiniteError)."""
         if int(info[0]) == 2:
-            self._name_non_finite(problem, self.q_fail[None, :], int(info[1]), h)
+            self._name_non_finite(problem, q_fail[None, :], int(info[1]), h)
         raise self._error(info, h, RATTLE_REASONS)
