@@ -190,9 +190,11 @@ def saved(n: int, N: int, save_every: int) -> bool:
     return n % save_every == 0 or n == N
 
 
-def python_runner(problem: Problem, method, h: float, N: int, compensated: bool, save_every: int, chunk: int, sink):
-    """The reference (numpy) time loop over the method's stepper."""
-    stepper = method.stepper(problem)
+def python_runner(
+    problem: Problem, method, h: float, N: int, compensated: bool, save_every: int, chunk: int, sink, stepper=None
+):
+    """The reference (numpy) time loop over the method's stepper (or the ``stepper`` given)."""
+    stepper = method.stepper(problem) if stepper is None else stepper
     m, nu = problem.m, problem.nu
     q, p = problem.q0.copy(), problem.p0.copy()
     cq, cp = np.zeros(m), np.zeros(m)
