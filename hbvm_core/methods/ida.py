@@ -1,6 +1,7 @@
 """The stabilized index-2 DAE (Gear-Gupta-Leimkuhler) by SUNDIALS IDA (scikit-sundae).
 
-A baseline, not an HBVM: the standard DAE solver a user would reach for. With
+A baseline, not an HBVM: the standard DAE solver a user would reach for (the shell it shares with DOP853:
+``continuous``). With
 y = (q, p, lambda, mu) IDA solves F(t, y, y') = 0 for
 
     q' = M^{-1} p - G(q) mu,    p' = -grad U(q) - G(q) lambda,
@@ -32,7 +33,6 @@ numpy residual stays for ``backend="numpy"``.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -40,18 +40,10 @@ import numpy as np
 
 from ..errors import ConfigError, ConvergenceError
 from ..problem import Problem
-from .base import Method, only_keys
+from .continuous import ContinuousMethod, OutputGridStepper
 
 #: The absolute tolerance that takes the multipliers out of IDA's error test.
 _FREE = 1e30
-
-
-def _tolerance(key: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{key} = {value!r}: expected a finite tolerance > 0")
-    if value < 1e-14:
-        raise ConfigError(f"{key} = {value!r}: below what IDA can meet in double precision (>= 1e-14)")
-    return float(value)
 
 
 def _ida_class():
@@ -63,46 +55,16 @@ def _ida_class():
 
 
 @dataclass(frozen=True)
-class IDA(Method):
+class IDA(ContinuousMethod):
     """SUNDIALS IDA on the stabilized index-2 DAE at tolerance rtol (atol defaults to rtol)."""
 
     rtol: float = 1e-8
     atol: float | None = None
 
     kind: ClassVar[str] = "ida"
+    SOLVER: ClassVar[str] = "IDA"
 
-    def __post_init__(self) -> None:
-        _tolerance("rtol", self.rtol)
-        if self.atol is not None:
-            _tolerance("atol", self.atol)
-
-    @property
-    def tolerances(self) -> tuple[float, float]:
-        return float(self.rtol), float(self.rtol if self.atol is None else self.atol)
-
-    @property
-    def name(self) -> str:
-        rtol, atol = self.tolerances
-        return f"IDA({rtol:.0e})" if atol == rtol else f"IDA({rtol:.0e},{atol:.0e})"
-
-    def attrs(self) -> dict:
-        rtol, atol = self.tolerances
-        return {"method": "ida", "rtol": rtol, "atol": atol}
-
-    def spec(self) -> dict:
-        entry = {"method": "ida", "rtol": self.rtol}
-        if self.atol is not None:
-            entry["atol"] = self.atol
-        return entry
-
-    @classmethod
-    def from_entry(cls, entry: dict) -> IDA:
-        only_keys(entry, {"rtol", "atol"}, "IDA")
-        return cls(**entry)
-
-    def stepper(self, problem: Problem, callbacks: CompiledCallbacks | None = None) -> IDAStepper:
-        if problem.nu and problem.d2g is None:
-            raise ConfigError(f"method = ida: problem {problem.name} has no d2g, needed for lambda(q, p)")
+    def make_stepper(self, problem: Problem, callbacks: CompiledCallbacks | None = None) -> IDAStepper:
         return IDAStepper(self, problem, callbacks)
 
     def compiled_runner(self, problem: Problem):
@@ -151,16 +113,13 @@ class IDARunner:
         return stats | {"backend": "numba"}
 
 
-class IDAStepper:
+class IDAStepper(OutputGridStepper):
     """Advances the stabilized index-2 DAE by one output interval per call."""
 
     def __init__(self, method: IDA, problem: Problem, callbacks: CompiledCallbacks | None = None):
-        self.method = method
-        self.problem = problem
+        super().__init__(method, problem)
         self.callbacks = callbacks
-        self.solver = None
         self.nfev = 0  # residual evaluations of the current integration so far
-        self.y_out: np.ndarray | None = None  # the state (q, p) this stepper returned last
         self._ida = _ida_class()
 
     # --- the DAE ------------------------------------------------------------------------
@@ -234,18 +193,10 @@ class IDAStepper:
 
     def step(self, q0: np.ndarray, p0: np.ndarray, h: float, n: int = 0, t: float = 0.0):
         """Advance by the output step h; returns (dq, dp, lambda(q0, p0), residual evaluations)."""
-        pb = self.problem
-        m = pb.m
-        if h <= 0:
-            raise ConfigError(f"h = {h!r}: the IDA baseline integrates forward only")
+        m = self.problem.m
+        self.check_forward(h)
         y0 = np.concatenate([q0, p0])
-        restart = (
-            self.solver is None
-            or n == 0
-            or self.y_out is None
-            or np.max(np.abs(y0 - self.y_out)) > 1e-13 * (1.0 + np.max(np.abs(y0)))
-        )
-        if restart:
+        if self.must_restart(y0, n):
             self._start(t, q0, p0, n)
         nfev0 = self.nfev
         res = self.solver.step(t + h)
@@ -253,7 +204,4 @@ class IDAStepper:
         if not res.success or not np.all(np.isfinite(y1)):
             raise ConvergenceError(n, t, float("nan"), int(res.nfev) - nfev0, f"IDA failed ({res.message})")
         self.nfev = int(res.nfev)
-        q1, p1 = y1[:m].copy(), y1[m : 2 * m].copy()
-        lam = pb.multiplier(q0[None, :], p0[None, :])[0] if pb.nu else np.zeros(0)
-        self.y_out = np.concatenate([q1, p1])
-        return q1 - q0, p1 - p0, lam, self.nfev - nfev0
+        return self.finish(q0, p0, y1[:m].copy(), y1[m : 2 * m].copy(), self.nfev - nfev0)
