@@ -333,6 +333,11 @@ def test_kernel_templates_expand_to_one_loop_with_short_functions():
     code = "\n".join(line for line in expanded.splitlines() if not line.strip().startswith("#"))
     assert "@inline_source" not in code.splitlines() and "def run_chunk(" in code
     assert [name for name in helpers if f"{name}(" in code] == ["_minv"]  # the one njit helper (M != I)
+    # the RATTLE loop too: its helpers are pasted, only _minv is called
+    source = TEMPLATES["rattle"].read_text()
+    helpers = [line.split("(")[0][4:] for line in source.splitlines() if line.startswith("def _")]
+    code = "\n".join(line for line in expand_inline(source).splitlines() if not line.strip().startswith("#"))
+    assert len(helpers) >= 4 and [name for name in helpers if f"{name}(" in code] == ["_minv"]
 
 
 def test_compiled_runner_is_built_once_per_problem_and_method_and_rebuilt_when_the_problem_changes():
