@@ -7,6 +7,7 @@ from _util import agrees, fitted_order
 import hbvm_core as hc
 from hbvm_core.errors import ConfigError
 from hbvm_core.fingerprint import problem_fingerprint
+from hbvm_core.methods import RATTLE
 from hbvm_core.metrics import PUBLISHED, errors
 
 DEFAULTS = {
@@ -66,3 +67,23 @@ def test_closed_forms_are_consistent_with_the_equations():
 def test_beyond_the_separatrix_is_refused():
     with pytest.raises(ConfigError, match="separatrix"):
         hc.get_problem("planar_pendulum", theta_dot0=2.0)
+
+
+@pytest.mark.parametrize(
+    "name,kw",
+    [
+        ("planar_pendulum", {"length": 2.0}),
+        ("conical_pendulum", {"length": 2.0}),
+        ("tethered_satellites", {"tether": 1.5, "masses": [1.0, 2.0, 3.0]}),
+    ],
+)
+def test_rattle_runs_compiled_at_any_parameters(name, kw):
+    """The parametric problems' compiled g reads the length from Kernels.params: RATTLE's loop (with M != I for
+    the tethered masses) repeats the numpy RATTLE to round-off and keeps g at round-off."""
+    problem = hc.get_problem(name, **kw)
+    ref = hc.integrate(problem, RATTLE(), 0.05, 2.0, backend="numpy")
+    traj = hc.integrate(problem, RATTLE(), 0.05, 2.0)
+    assert traj.attrs["backend"] == "numba"
+    np.testing.assert_allclose(traj.q, ref.q, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(traj.p, ref.p, rtol=0, atol=1e-12)
+    assert np.abs(traj.g()).max() <= 1e-13
