@@ -39,7 +39,7 @@ PACKAGE = Path(__file__).resolve().parent
 #: the loop modules of the compiled paths, by method kind (parsed source hashed)
 LOOP_SOURCES = {
     "hbvm-constant": ("kernels/hbvm.py", "kernels/runner.py"),
-    "hbvm-polynomial": ("methods/polynomial_kernel.py", "methods/polynomial_runner.py"),
+    "hbvm-polynomial": ("kernels/polynomial.py", "kernels/runner.py"),
     "rattle": ("kernels/rattle.py", "kernels/runner.py"),
     "dop853": (),
 }
