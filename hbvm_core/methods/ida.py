@@ -27,8 +27,8 @@ most of its time in it (about 12 us a call on the planar pendulum, 40 us on
 the tethered satellites, 50-75 % of a run). Where the problem has compiled
 callbacks for grad_U, G and g (``Kernels``; every built-in problem),
 ``compiled_runner`` gives the same time loop with a residual that calls them
-instead (8-11 us a call on the built-in problems, whatever m), checked against the numpy ones near q0 first; the
-numpy residual stays for ``backend="numpy"``.
+instead (8-11 us a call on the built-in problems), checked against the numpy
+ones near q0 first; the numpy residual stays for ``backend="numpy"``.
 """
 
 from __future__ import annotations
