@@ -39,8 +39,8 @@ PACKAGE = Path(__file__).resolve().parent
 #: the loop modules of the compiled paths, by method kind (parsed source hashed)
 LOOP_SOURCES = {
     "hbvm-constant": ("kernels/hbvm.py", "kernels/runner.py"),
-    "hbvm-polynomial": ("methods/polynomial_kernel.py", "methods/polynomial_runner.py"),
-    "rattle": (),
+    "hbvm-polynomial": ("kernels/polynomial.py", "kernels/runner.py"),
+    "rattle": ("kernels/rattle.py", "kernels/runner.py"),
     "dop853": (),
 }
 #: the probe runs of each method kind: (method entry, steps)
@@ -154,10 +154,11 @@ def _feed_kernels(d, kernels, Q, m: int, nu: int) -> None:
         return
     params = np.asarray(getattr(kernels, "params", ()), dtype=float)
     _feed(d, "kernels.params", params)
-    for key in ("grad_U", "G"):
+    for key in ("grad_U", "G", "g"):
         f = getattr(kernels, key, None)
         if f is None:
-            _feed(d, f"kernels.{key}", None)
+            if key != "g":  # a problem without a compiled g keeps the fingerprint it had before g was one
+                _feed(d, f"kernels.{key}", None)
             continue
         if isinstance(f, str):  # 'module:function': its module's source (importing it would import numba)
             module, _, attr = f.partition(":")
@@ -168,7 +169,7 @@ def _feed_kernels(d, kernels, Q, m: int, nu: int) -> None:
         module = getattr(py, "__module__", None)
         origin = _module_file(module) if module and module != "__main__" else None
         _feed(d, f"kernels.{key}.source", [getattr(py, "__qualname__", repr(py)), origin and source_digest(origin)])
-        out = np.zeros((len(Q), m) if key == "grad_U" else (len(Q), m, nu))
+        out = np.zeros({"grad_U": (len(Q), m), "G": (len(Q), m, nu), "g": (len(Q), nu)}[key])
         try:
             with np.errstate(all="ignore"):
                 py(Q, out, params)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
 from typing import Protocol
 
 import numpy as np
@@ -147,7 +148,7 @@ def _select_runner(problem: Problem, method, backend: str):
     if backend not in ("auto", "numpy", "numba"):
         raise ConfigError(f"backend = {backend!r}: expected auto, numpy or numba")
     if backend != "numpy":
-        runner = method.compiled_runner(problem)
+        runner = compiled_runner(problem, method)
         if runner is not None:
             return runner
         if backend == "numba":
@@ -155,19 +156,51 @@ def _select_runner(problem: Problem, method, backend: str):
     return python_runner
 
 
+#: (id(problem), method) -> (weak reference to the problem, what the runner was built from, the runner)
+_RUNNERS: dict[tuple, tuple] = {}
+_RUNNERS_MAX = 64
+
+
+def _built_from(problem: Problem) -> tuple:
+    """What a compiled runner is built from: compiled and numpy callbacks, M (compared by identity)."""
+    return (problem.kernels, problem.M, problem.grad_U, problem.G, problem.g, problem.q0)
+
+
+def compiled_runner(problem: Problem, method):
+    """``method.compiled_runner(problem)``, built once per (problem object, method) and reused while the problem
+    keeps the same callbacks and M: building one finds the loop module, copies the coefficient tables and
+    checks the compiled callbacks against the numpy ones, most of the fixed cost of a short run."""
+    key = (id(problem), method)
+    try:
+        hit = _RUNNERS.get(key)
+    except TypeError:  # an unhashable method: nothing to key on
+        return method.compiled_runner(problem)
+    now = _built_from(problem)
+    if hit is not None and hit[0]() is problem and all(a is b for a, b in zip(hit[1], now)):
+        return hit[2]
+    runner = method.compiled_runner(problem)
+    if len(_RUNNERS) >= _RUNNERS_MAX:
+        _RUNNERS.pop(next(iter(_RUNNERS)))
+    _RUNNERS[key] = (weakref.ref(problem), now, runner)
+    return runner
+
+
 def saved(n: int, N: int, save_every: int) -> bool:
     """Whether point n (0..N) is saved."""
     return n % save_every == 0 or n == N
 
 
-def python_runner(problem: Problem, method, h: float, N: int, compensated: bool, save_every: int, chunk: int, sink):
-    """The reference (numpy) time loop over the method's stepper."""
-    stepper = method.stepper(problem)
+def python_runner(
+    problem: Problem, method, h: float, N: int, compensated: bool, save_every: int, chunk: int, sink, stepper=None
+):
+    """The reference (numpy) time loop over the method's stepper (or the ``stepper`` given)."""
+    stepper = method.stepper(problem) if stepper is None else stepper
     m, nu = problem.m, problem.nu
     q, p = problem.q0.copy(), problem.p0.copy()
     cq, cp = np.zeros(m), np.zeros(m)
-    pts = _Buffer(sink.points, chunk, [(), (m,), (m,)])
-    stp = _Buffer(sink.steps, chunk, [(), (nu,), ()], dtypes=[float, float, np.int32])
+    rows = min(chunk, N // save_every + 2)  # a short run does not allocate a full chunk
+    pts = _Buffer(sink.points, rows, [(), (m,), (m,)])
+    stp = _Buffer(sink.steps, rows, [(), (nu,), ()], dtypes=[float, float, np.int32])
     pts.add(0.0, q, p)
     total, worst = 0, 0
     for n in range(N):

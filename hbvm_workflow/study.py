@@ -134,13 +134,14 @@ class Job:
     def estimated_seconds(self) -> float:
         """A rough wall time of the run on one core, for sizing a solve job (``solve_workers``).
 
-        Compiled loops run built-in problems' HBVM at about a microsecond per step and
+        Compiled loops run built-in problems' HBVM (and RATTLE) at about a microsecond per step and
         quadrature node (benchmarks/README.md: 0.63 us for HBVM(2,2), 5.2 us for HBVM(6,2));
         the numpy path, a user's problem and the baselines cost some hundred times more.
         """
         from hbvm_core.problems import BUILTIN
 
-        compiled = self.backend != "numpy" and self.method.get("method", "hbvm") == "hbvm" and self.problem in BUILTIN
+        kind = self.method.get("method", "hbvm")
+        compiled = self.backend != "numpy" and kind in ("hbvm", "rattle") and self.problem in BUILTIN
         return RUN_OVERHEAD_S + self.cost() * (STEP_NODE_S if compiled else NUMPY_STEP_NODE_S)
 
 

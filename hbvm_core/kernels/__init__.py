@@ -1,10 +1,12 @@
-"""Compiled (numba) kernels of HBVM(k, s): the step and the time loop run compiled for problems that opt in.
+"""Compiled (numba) kernels of HBVM(k, s) and RATTLE: the step and the time loop run compiled for problems
+that opt in.
 
 A problem opts in by setting ``Problem.kernels = Kernels(grad_U=..., G=...)``
 with numba-compiled callbacks that write into preallocated arrays:
 
     grad_U(Q, out, params)   Q (n, m), out (n, m)       gradient of U at the rows of Q
     G(Q, out, params)        Q (n, m), out (n, m, nu)   column i = gradient of g_i (omit when nu = 0)
+    g(Q, out, params)        Q (n, m), out (n, nu)      the constraint values (optional: RATTLE's loop)
 
 ``params`` is ``Kernels.params`` as a float64 array (masses, lengths, ...), so
 one compiled loop serves every parameter value.

@@ -5,9 +5,10 @@ Numba does not cache a function that takes other jitted functions as arguments
 over them miss the cache too -- both measured, see benchmarks/README.md). So a
 loop is specialised by code generation instead: the source of a template
 (``TEMPLATES``: ``hbvm.py`` for the constant multiplier, ``polynomial.py`` for
-the polynomial one), with its ``@inline_source`` helpers pasted into their call
+the polynomial one, ``rattle.py`` for RATTLE), with its ``@inline_source`` helpers pasted into their call
 sites (``expand_inline``), is written to ``<cache dir>/<template>_kernel_<hash>.py``
-followed by a footer that binds ``grad_U`` and ``G`` to the problem's callbacks
+followed by a footer that binds the callbacks the template uses (``CALLBACKS``:
+``grad_U`` and ``G``, and the constraint ``g`` for RATTLE) to the problem's callbacks
 by import (as copies that numba inlines into the loop: 1.6x faster than calls
 on the conical pendulum) and sets the template's compile-time constants; numba
 caches that module like any other (``__pycache__`` next to it). The hash covers
@@ -48,9 +49,14 @@ from ..errors import ConfigError, ProblemError
 from .spec import Kernels, kernel
 
 #: template name -> its file; the generated module of template T is <cache>/T_kernel_<hash>.py
-TEMPLATES = {"hbvm": Path(__file__).with_name("hbvm.py"), "polynomial": Path(__file__).with_name("polynomial.py")}
-CALLBACKS = ("grad_U", "G")
-NO_CONSTRAINTS = "hbvm_core.kernels.registry:no_constraints"
+TEMPLATES = {name: Path(__file__).with_name(f"{name}.py") for name in ("hbvm", "polynomial", "rattle")}
+#: the callbacks a template's generated module binds (the RATTLE loop also evaluates the constraint g)
+CALLBACKS = {"hbvm": ("grad_U", "G"), "polynomial": ("grad_U", "G"), "rattle": ("grad_U", "G", "g")}
+#: what stands in for a missing callback of an unconstrained problem (nu = 0)
+NO_CONSTRAINTS = {
+    "G": "hbvm_core.kernels.registry:no_constraints",
+    "g": "hbvm_core.kernels.registry:no_constraint_values",
+}
 _MODULES: dict[str, types.ModuleType] = {}
 _BY_KEY: dict[tuple, types.ModuleType] = {}  # (template, kernels, constants) -> module: skips the hashing
 _COMPILED: dict[object, object] = {}  # plain function marked by ``kernel`` -> its numba dispatcher
@@ -70,6 +76,11 @@ def compiled(f):
 @kernel
 def no_constraints(Q, out, params):
     """G for an unconstrained problem (nu = 0): nothing to write."""
+
+
+@kernel
+def no_constraint_values(Q, out, params):
+    """g for an unconstrained problem (nu = 0): nothing to write."""
 
 
 def inline_copy(f):
@@ -219,11 +230,12 @@ def callback_source(f) -> str:
 def loop_module(template: str, kernels: Kernels, constants: dict) -> types.ModuleType:
     """The generated module of ``template`` for these callbacks and compile-time ``constants``.
 
-    Its ``run_chunk`` is the compiled loop, ``grad_U_original`` / ``G_original`` the callbacks as given.
+    Its ``run_chunk`` is the compiled loop, ``<name>_original`` the callbacks as given (``CALLBACKS``).
     """
     if not isinstance(kernels, Kernels):
         raise ConfigError(f"kernels = {kernels!r}: expected hbvm_core.kernels.Kernels(grad_U=..., G=...)")
-    key = (template, kernels.grad_U, kernels.G, tuple(sorted(constants.items())))
+    bound = tuple(getattr(kernels, name) for name in CALLBACKS[template])
+    key = (template, bound, tuple(sorted(constants.items())))
     try:
         if key in _BY_KEY:
             return _BY_KEY[key]
@@ -236,12 +248,16 @@ def loop_module(template: str, kernels: Kernels, constants: dict) -> types.Modul
 
 
 def _loop_module(template: str, kernels: Kernels, constants: dict) -> types.ModuleType:
-    G = kernels.G
-    if G is None:
-        if constants.get("NU_SIZE", 0) > 0:
-            raise ProblemError(f"kernels.G is missing: the problem has nu = {constants['NU_SIZE']} constraints")
-        G = NO_CONSTRAINTS
-    callbacks = {"grad_U": resolve_callback("grad_U", kernels.grad_U), "G": resolve_callback("G", G)}
+    callbacks = {}
+    for name in CALLBACKS[template]:
+        f = getattr(kernels, name)
+        if f is None and name in NO_CONSTRAINTS:
+            if constants.get("NU_SIZE", 0) > 0:
+                raise ProblemError(
+                    f"kernels.{name} is missing: the problem has nu = {constants['NU_SIZE']} constraints"
+                )
+            f = NO_CONSTRAINTS[name]
+        callbacks[name] = resolve_callback(name, f)
     import numba
 
     source = expand_inline(TEMPLATES[template].read_text())
@@ -329,12 +345,16 @@ def _marker(module: types.ModuleType) -> Path | None:
 
 def note_compiled(module: types.ModuleType) -> None:
     """After a call of the module's ``run_chunk``: record that numba's disk cache holds its loop."""
+    if getattr(module, "_hbvm_noted", False):  # once per process and module: not a file-system call per run
+        return
     marker = _marker(module)
     if marker is not None and not marker.exists() and module.run_chunk.signatures:
         try:
             marker.touch()
         except OSError:
-            pass
+            return
+    if marker is None or marker.exists():
+        module._hbvm_noted = True
 
 
 def is_compiled(module: types.ModuleType) -> bool:

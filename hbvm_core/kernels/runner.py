@@ -1,8 +1,9 @@
 """The Python side of the compiled time loops: buffers, chunked emission to the sink, errors.
 
 ``CompiledRunner`` drives the constant-multiplier loop (template ``hbvm.py``),
-``PolynomialRunner`` the polynomial-multiplier one (``polynomial.py``); both
-modules come from ``registry.loop_module``. Same contract as
+``PolynomialRunner`` the polynomial-multiplier one (``polynomial.py``),
+``RattleRunner`` the RATTLE one (``rattle.py``); all modules come from
+``registry.loop_module``. Same contract as
 ``hbvm_core.integrate.python_runner``: points every ``save_every`` steps (and
 the last), per-step (t, lam, iterations) every ``save_every`` steps, emitted to
 the sink in blocks of ``chunk`` rows; the compiled ``run_chunk`` fills
@@ -12,13 +13,14 @@ with the number of steps.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
 
 from ..blended import initial_multiplier
 from ..errors import ConvergenceError, NonFiniteError, ProblemError
-from ..legendre import shifted_legendre
+from ..legendre import shifted_legendre, tableau
 from ..problem import Problem
 from .registry import loop_module, note_compiled
 
@@ -44,6 +46,31 @@ def specialise_ks() -> bool:
     return os.environ.get("HBVM_SPECIALISE_KS", "") not in ("", "0")
 
 
+def buffer_rows(chunk: int, N: int, save_every: int) -> int:
+    """Rows of a save buffer: ``chunk``, or fewer when the whole run fits (at most N // save_every + 2 points,
+    the initial one included): a short run does not allocate (and page in) a full chunk."""
+    return min(chunk, N // save_every + 2)
+
+
+@functools.cache
+def constant_tables(k: int, s: int) -> tuple[np.ndarray, ...]:
+    """Ihat, W, X, E of HBVM(k, s) as the loop takes them, built once per (k, s) (never written by a loop)."""
+    tab = tableau(k, s)
+    return tuple(np.array(a, dtype=float, order="C") for a in (tab.Ihat, tab.W, tab.X, tab.E))
+
+
+@functools.cache
+def polynomial_tables(k: int, s: int) -> tuple[np.ndarray, ...]:
+    """Ihat, W, X, Bf, E, P0 of the polynomial-multiplier loop, built once per (k, s) (never written by a loop).
+
+    Bf[(i, n), l] = b_l P_i(c_l) P_n(c_l) (docs/method.md 6), P0 = P_i(0)."""
+    tab = tableau(k, s)
+    Bf = np.einsum("lj,li->jil", tab.W, tab.Phat).reshape(s * s, k)
+    P0 = shifted_legendre(s - 1, np.zeros(1))[0]
+    # writable C-ordered copies: numba types read-only arrays differently (a second compile)
+    return tuple(np.array(a, dtype=float, order="C") for a in (tab.Ihat, tab.W, tab.X, Bf, tab.E, P0))
+
+
 def cholesky_factor(problem: Problem) -> np.ndarray:
     """Lower Cholesky factor of M, or an empty (0, 0) array for M = I."""
     if problem.M is None:
@@ -59,16 +86,25 @@ class LoopRunner:
 
     module = None
 
+    def guess_rows(self, method) -> int:
+        """Rows of the per-step guess carried between steps (gamma: one per coefficient)."""
+        return method.tableau.s
+
     def loop_arguments(self, problem, q, p, cq, cp, gamma_prev, state, h, N, save_every) -> tuple:
         raise NotImplementedError
 
+    def tail_arguments(self, problem: Problem) -> tuple:
+        """The loop's arguments after ``info``, fresh for each call (none for the HBVM loops); ``_fail`` gets them."""
+        return ()
+
     def __call__(self, problem, method, h, N, compensated, save_every, chunk, sink) -> dict:
-        m, nu, s = problem.m, problem.nu, method.tableau.s
+        m, nu, s = problem.m, problem.nu, self.guess_rows(method)
         q, p = problem.q0.copy(), problem.p0.copy()
         cq, cp = np.zeros(m), np.zeros(m)
         gamma_prev = np.zeros((s, m))
         state = np.array([0, 0, 1, 0, 0, 0, int(bool(compensated))], dtype=np.int64)
         info = np.zeros(4)
+        chunk = buffer_rows(chunk, N, save_every)
         pts = (np.empty(chunk), np.empty((chunk, m)), np.empty((chunk, m)))
         stp = (np.empty(chunk), np.empty((chunk, nu)), np.empty(chunk, dtype=np.int32))
         pts[0][0], pts[1][0], pts[2][0] = 0.0, q, p
@@ -86,14 +122,15 @@ class LoopRunner:
             emit(0)
         args = self.loop_arguments(problem, q, p, cq, cp, gamma_prev, state, float(h), int(N), int(save_every))
         run = self.module.run_chunk
+        tail = self.tail_arguments(problem)
         first = True
         while True:
-            status = run(*args, *pts, *stp, info)
+            status = run(*args, *pts, *stp, info, *tail)
             if first:
                 note_compiled(self.module)
                 first = False
             if status != 0:
-                self._fail(problem, q, h, gamma_prev, info)
+                self._fail(problem, q, h, gamma_prev, info, *tail)
             full = False
             for which in (0, 1):
                 if state[2 + which] == chunk:
@@ -111,12 +148,12 @@ class LoopRunner:
         raise NotImplementedError
 
     @staticmethod
-    def _error(info: np.ndarray, h: float) -> ConvergenceError:
+    def _error(info: np.ndarray, h: float, reasons: dict[int, str] = REASONS) -> ConvergenceError:
         """The ConvergenceError of a failed run_chunk (info = [status, step, iterations, increment])."""
         status, n, it, d = int(info[0]), int(info[1]), int(info[2]), float(info[3])
         if status == 3:
             it, d = 0, float("nan")
-        return ConvergenceError(n, n * h, d, it, REASONS[status])
+        return ConvergenceError(n, n * h, d, it, reasons[status])
 
     @staticmethod
     def _name_non_finite(problem: Problem, Q: np.ndarray, n: int, h: float) -> None:
@@ -126,6 +163,25 @@ class LoopRunner:
                 problem.check_finite(Q)
             except NonFiniteError as exc:
                 raise NonFiniteError(f"{exc} at step {n} (t = {n * h:.6g})") from None
+
+
+def check_callbacks(problem: Problem, module, params: np.ndarray) -> None:
+    """ProblemError when a compiled callback bound in ``module`` disagrees with the numpy one near q0."""
+    Q = np.stack([problem.q0, problem.q0 + 1e-3])
+    pairs = [("grad_U", problem.grad_U, module.grad_U_original, (2, problem.m))]
+    if problem.nu:
+        pairs.append(("G", problem.G, module.G_original, (2, problem.m, problem.nu)))
+        if hasattr(module, "g_original"):
+            pairs.append(("g", problem.g, module.g_original, (2, problem.nu)))
+    for key, f, kernel, shape in pairs:
+        ref = np.asarray(f(Q), dtype=float)
+        out = np.zeros(shape)
+        kernel(Q, out, params)
+        err = float(np.max(np.abs(out - ref))) if ref.shape == shape else np.inf
+        if not err <= 1e-12 * (1.0 + float(np.max(np.abs(ref)))):
+            raise ProblemError(
+                f"{problem.name}: kernels.{key} disagrees with the numpy {key} near q0 (max difference {err:.3e})"
+            )
 
 
 class CompiledRunner(LoopRunner):
@@ -140,7 +196,7 @@ class CompiledRunner(LoopRunner):
         if specialise_ks():
             constants |= {"K_SIZE": tab.k, "S_SIZE": tab.s}
         self.module = loop_module("hbvm", problem.kernels, constants)
-        self.tab = tuple(np.array(a, dtype=float, order="C") for a in (tab.Ihat, tab.W, tab.X, tab.E))
+        self.tab = constant_tables(tab.k, tab.s)
         rule = method.rule
         self.rule = np.array([rule.rtol, rule.stall_rtol, rule.max_iter], dtype=float)
         self.warm = WARM_CODES[method.warm_start]
@@ -148,19 +204,7 @@ class CompiledRunner(LoopRunner):
 
     def _check_callbacks(self, problem: Problem) -> None:
         """The compiled callbacks must agree with the numpy ones (at q0 and a nearby point): a mismatch is an error."""
-        Q = np.stack([problem.q0, problem.q0 + 1e-3])
-        pairs = [("grad_U", problem.grad_U, self.module.grad_U_original, (2, problem.m))]
-        if problem.nu:
-            pairs.append(("G", problem.G, self.module.G_original, (2, problem.m, problem.nu)))
-        for key, f, kernel, shape in pairs:
-            ref = np.asarray(f(Q), dtype=float)
-            out = np.zeros(shape)
-            kernel(Q, out, self.params)
-            err = float(np.max(np.abs(out - ref))) if ref.shape == shape else np.inf
-            if not err <= 1e-12 * (1.0 + float(np.max(np.abs(ref)))):
-                raise ProblemError(
-                    f"{problem.name}: kernels.{key} disagrees with the numpy {key} near q0 (max difference {err:.3e})"
-                )
+        check_callbacks(problem, self.module, self.params)
 
     def loop_arguments(self, problem, q, p, cq, cp, gamma_prev, state, h, N, save_every) -> tuple:
         lam_prev = initial_multiplier(problem) if self.solver == 1 else np.zeros(problem.nu)
@@ -179,12 +223,7 @@ class PolynomialRunner(LoopRunner):
 
     def __init__(self, method, problem: Problem):
         self.module = loop_module("polynomial", problem.kernels, {})
-        tab = method.tableau
-        s, k = tab.s, tab.k
-        Bf = np.einsum("lj,li->jil", tab.W, tab.Phat).reshape(s * s, k)
-        P0 = shifted_legendre(s - 1, np.zeros(1))[0]
-        # writable C-ordered copies: numba types read-only arrays differently (a second compile)
-        self.arrays = tuple(np.array(a, dtype=float, order="C") for a in (tab.Ihat, tab.W, tab.X, Bf, tab.E, P0))
+        self.arrays = polynomial_tables(method.tableau.k, method.tableau.s)
         rule = method.rule
         self.rule = np.array([rule.rtol, rule.stall_rtol, rule.max_iter], dtype=float)
         self.warm = WARM_CODES[method.warm_start]
@@ -200,3 +239,41 @@ class PolynomialRunner(LoopRunner):
         if int(info[0]) != 4:
             self._name_non_finite(problem, q0[None, :], int(info[1]), h)
         raise self._error(info, h)
+
+
+#: the RATTLE loop's status codes -> the reasons ``RattleStepper.step`` gives
+RATTLE_REASONS = {
+    1: "Newton on the position constraint did not converge",
+    2: "non-finite Newton increment (diverged)",
+    3: "singular Newton matrix (Singular matrix)",
+    4: "non-finite state after the step",
+}
+
+
+class RattleRunner(LoopRunner):
+    """The compiled RATTLE loop (template ``rattle.py``) for one problem with compiled grad_U, G and g."""
+
+    def __init__(self, method, problem: Problem):
+        self.L = cholesky_factor(problem)
+        self.params = np.array(problem.kernels.params, dtype=float).reshape(-1)
+        constants = {"M_SIZE": problem.m, "NU_SIZE": problem.nu, "HAS_M": self.L.size > 0}
+        self.module = loop_module("rattle", problem.kernels, constants)
+        rule = method.rule
+        self.rule = np.array([rule.rtol, rule.stall_rtol, rule.max_iter], dtype=float)
+        check_callbacks(problem, self.module, self.params)
+
+    def guess_rows(self, method) -> int:
+        return 1  # RATTLE carries lam (its own argument), not a gamma
+
+    def loop_arguments(self, problem, q, p, cq, cp, gamma_prev, state, h, N, save_every) -> tuple:
+        lam = np.zeros(problem.nu)  # RattleStepper's first Newton start
+        return (q, p, cq, cp, lam, state, h, N, save_every, self.rule, self.L, self.params)
+
+    def tail_arguments(self, problem: Problem) -> tuple:
+        return (np.zeros(problem.m),)  # q_fail: the last Newton iterate q1 of a failed step
+
+    def _fail(self, problem: Problem, q0: np.ndarray, h: float, guess: np.ndarray, info: np.ndarray, q_fail) -> None:
+        """Raise what ``RattleStepper.step`` raises for the same failure (ConvergenceError, or NonFiniteError)."""
+        if int(info[0]) == 2:
+            self._name_non_finite(problem, q_fail[None, :], int(info[1]), h)
+        raise self._error(info, h, RATTLE_REASONS)

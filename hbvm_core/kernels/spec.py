@@ -8,11 +8,16 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Kernels:
-    """The compiled callbacks of a problem (njit functions or 'module:function' strings) and their params."""
+    """The compiled callbacks of a problem (njit functions or 'module:function' strings) and their params.
+
+    ``g(Q, out, params)`` (out (n, nu): the constraint values) is optional: only the compiled RATTLE loop
+    needs it (docs/method.md 5); the HBVM loops bind ``grad_U`` and ``G`` alone.
+    """
 
     grad_U: Any
     G: Any = None
     params: tuple[float, ...] = ()
+    g: Any = None
 
 
 def kernel(f):

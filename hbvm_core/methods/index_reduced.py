@@ -1,7 +1,8 @@
 """The index-reduced ODE q' = M^{-1} p, p' = -grad U - G lambda(q, p) (docs/method.md 1) by scipy's DOP853.
 
 A baseline, not an HBVM: the step h of the time loop is the *output* spacing;
-inside each output interval DOP853 adapts its own steps to rtol, atol.
+inside each output interval DOP853 adapts its own steps to rtol, atol (the
+shell it shares with IDA: ``continuous``).
 
 - projection=False: one continuous integration; the state at t_n + h is taken
   from the solver's dense output (as solve_ivp does with t_eval).
@@ -26,20 +27,12 @@ from ..errors import ConfigError, ConvergenceError
 from ..problem import Problem
 from ..solvers import StoppingRule
 from ._small import solve_small
-from .base import Method, only_keys
+from .continuous import ContinuousMethod, OutputGridStepper
 from .polynomial import project_momentum
 
 
-def _tolerance(key: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{key} = {value!r}: expected a finite tolerance > 0")
-    if value < 1e-14:
-        raise ConfigError(f"{key} = {value!r}: below what DOP853 can meet in double precision (>= 1e-14)")
-    return float(value)
-
-
 @dataclass(frozen=True)
-class DOP853(Method):
+class DOP853(ContinuousMethod):
     """DOP853 on the index-reduced ODE at tolerance rtol (atol defaults to rtol), optionally projected."""
 
     rtol: float = 1e-8
@@ -48,56 +41,36 @@ class DOP853(Method):
     rule: StoppingRule = field(default_factory=StoppingRule)
 
     kind: ClassVar[str] = "dop853"
+    SOLVER: ClassVar[str] = "DOP853"
+    OPTIONS: ClassVar[frozenset[str]] = frozenset({"rtol", "atol", "projection"})
 
     def __post_init__(self) -> None:
-        _tolerance("rtol", self.rtol)
-        if self.atol is not None:
-            _tolerance("atol", self.atol)
+        super().__post_init__()
         if not isinstance(self.projection, bool):
             raise ConfigError(f"projection = {self.projection!r}: expected true or false")
 
-    @property
-    def tolerances(self) -> tuple[float, float]:
-        return float(self.rtol), float(self.rtol if self.atol is None else self.atol)
-
-    @property
-    def name(self) -> str:
-        rtol, atol = self.tolerances
-        tol = f"{rtol:.0e}" if atol == rtol else f"{rtol:.0e},{atol:.0e}"
-        return f"DOP853({tol})" + ("-proj" if self.projection else "")
+    def _name_suffix(self) -> str:
+        return "-proj" if self.projection else ""
 
     def attrs(self) -> dict:
-        rtol, atol = self.tolerances
-        return {"method": "dop853", "rtol": rtol, "atol": atol, "projection": self.projection}
+        return super().attrs() | {"projection": self.projection}
 
     def spec(self) -> dict:
-        entry = {"method": "dop853", "rtol": self.rtol}
-        if self.atol is not None:
-            entry["atol"] = self.atol
+        entry = super().spec()
         if self.projection:
             entry["projection"] = True
         return entry
 
-    @classmethod
-    def from_entry(cls, entry: dict) -> DOP853:
-        only_keys(entry, {"rtol", "atol", "projection"}, "DOP853")
-        return cls(**entry)
-
-    def stepper(self, problem: Problem) -> DOP853Stepper:
-        if problem.nu and problem.d2g is None:
-            raise ConfigError(f"method = dop853: problem {problem.name} has no d2g, needed for lambda(q, p)")
+    def make_stepper(self, problem: Problem) -> DOP853Stepper:
         return DOP853Stepper(self, problem)
 
 
-class DOP853Stepper:
+class DOP853Stepper(OutputGridStepper):
     """Advances the index-reduced ODE by one output interval per call."""
 
     def __init__(self, method: DOP853, problem: Problem):
-        self.method = method
-        self.problem = problem
-        self.solver = None
+        super().__init__(method, problem)
         self.dense = None  # dense output of the solver's last step, built on demand
-        self.y_out: np.ndarray | None = None  # the state this stepper returned last
         self.first_step: float | None = None
 
     def _start(self, t: float, y: np.ndarray, t_bound: float) -> None:
@@ -125,17 +98,10 @@ class DOP853Stepper:
     def step(self, q0: np.ndarray, p0: np.ndarray, h: float, n: int = 0, t: float = 0.0):
         """Advance by the output step h; returns (dq, dp, lambda(q0, p0), RHS evaluations)."""
         pb = self.problem
-        if h <= 0:
-            raise ConfigError(f"h = {h!r}: the DOP853 baseline integrates forward only")
+        self.check_forward(h)
         y0 = np.concatenate([q0, p0])
         T = t + h
-        restart = (
-            self.method.projection
-            or self.solver is None
-            or n == 0
-            or self.y_out is None
-            or np.max(np.abs(y0 - self.y_out)) > 1e-13 * (1.0 + np.max(np.abs(y0)))
-        )
+        restart = self.method.projection or self.must_restart(y0, n)
         nfev0 = 0 if restart else self.solver.nfev
         if restart:
             self._start(t, y0, T if self.method.projection else math.inf)
@@ -146,9 +112,7 @@ class DOP853Stepper:
             q1 = project_position(pb, q1, self.method.rule, n, t)
             p1 = project_momentum(pb, q1, p1)
             self.first_step = float(self.solver.h_abs) if np.isfinite(self.solver.h_abs) else None
-        lam = pb.multiplier(q0[None, :], p0[None, :])[0] if pb.nu else np.zeros(0)
-        self.y_out = np.concatenate([q1, p1])
-        return q1 - q0, p1 - p0, lam, int(iterations)
+        return self.finish(q0, p0, q1, p1, iterations)
 
 
 def project_position(problem: Problem, q: np.ndarray, rule: StoppingRule, n: int = 0, t: float = 0.0) -> np.ndarray:

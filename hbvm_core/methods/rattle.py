@@ -45,6 +45,15 @@ class RATTLE(Method):
     def stepper(self, problem: Problem) -> RattleStepper:
         return RattleStepper(self, problem)
 
+    def compiled_runner(self, problem: Problem):
+        """The compiled (numba) loop when the problem's ``kernels`` give grad_U, and G and g where nu > 0, else None."""
+        kernels = problem.kernels
+        if kernels is None or (problem.nu > 0 and (kernels.G is None or getattr(kernels, "g", None) is None)):
+            return None
+        from ..kernels.runner import RattleRunner
+
+        return RattleRunner(self, problem)
+
 
 class RattleStepper:
     """One RATTLE step at a time; warm-starts Newton from the previous step's lam."""

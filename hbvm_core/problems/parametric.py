@@ -49,7 +49,7 @@ def _positive(name: str, **values: float) -> None:
 # --------------------------------------------------------------------------- compiled callbacks
 @kernel
 def planar_grad_U_kernel(Q, out, params):
-    """U = gravity y; params = (gravity,)."""
+    """U = gravity y; params[0] = gravity."""
     for i in range(Q.shape[0]):
         out[i, 0] = 0.0
         out[i, 1] = params[0]
@@ -57,7 +57,7 @@ def planar_grad_U_kernel(Q, out, params):
 
 @kernel
 def conical_grad_U_kernel(Q, out, params):
-    """U = gravity z; params = (gravity,)."""
+    """U = gravity z; params[0] = gravity."""
     for i in range(Q.shape[0]):
         out[i, 0] = 0.0
         out[i, 1] = 0.0
@@ -76,7 +76,7 @@ def modified_grad_U_kernel(Q, out, params):
 
 @kernel
 def tethered_grad_U_kernel(Q, out, params):
-    """U = -sum_i m_i/|q_i|: grad = m_i q_i / |q_i|^3; params = (m1, m2, m3)."""
+    """U = -sum_i m_i/|q_i|: grad = m_i q_i / |q_i|^3; params[:3] = (m1, m2, m3)."""
     for i in range(Q.shape[0]):
         for b in range(3):
             x, y, z = Q[i, 3 * b], Q[i, 3 * b + 1], Q[i, 3 * b + 2]
@@ -85,6 +85,29 @@ def tethered_grad_U_kernel(Q, out, params):
             out[i, 3 * b] = c * x
             out[i, 3 * b + 1] = c * y
             out[i, 3 * b + 2] = c * z
+
+
+@kernel
+def circle_g_kernel(Q, out, params):
+    """g = |q|^2 - length^2 (planar and conical pendulum, for the compiled RATTLE); params = (gravity, length^2)."""
+    for i in range(Q.shape[0]):
+        acc = 0.0
+        for a in range(Q.shape[1]):
+            acc += Q[i, a] * Q[i, a]
+        out[i, 0] = acc - params[1]
+
+
+@kernel
+def tethered_g_kernel(Q, out, params):
+    """g_c = |q_i - q_j|^2 - tether^2 for the pairs (1,2), (2,3), (3,1); params = (m1, m2, m3, tether^2)."""
+    for i in range(Q.shape[0]):
+        for c in range(3):
+            bi, bj = c, (c + 1) % 3
+            acc = 0.0
+            for x in range(3):
+                d = Q[i, 3 * bi + x] - Q[i, 3 * bj + x]
+                acc += d * d
+            out[i, c] = acc - params[3]
 
 
 # --------------------------------------------------------------------------- planar pendulum
@@ -122,7 +145,10 @@ def planar_pendulum(theta_dot0: float = 1.0, length: float = 1.0, gravity: float
     return Problem(
         name="planar_pendulum",
         kernels=Kernels(
-            grad_U=f"{__name__}:planar_grad_U_kernel", G=f"{pendulum.__name__}:planar_G_kernel", params=(gravity,)
+            grad_U=f"{__name__}:planar_grad_U_kernel",
+            G=f"{pendulum.__name__}:planar_G_kernel",
+            g=f"{__name__}:circle_g_kernel",
+            params=(gravity, L2),
         ),
         q0=[0.0, -length],
         p0=[length * theta_dot0, 0.0],
@@ -157,7 +183,10 @@ def conical_pendulum(length: float = 1.0, gravity: float = 1.0) -> Problem:
     return Problem(
         name="conical_pendulum",
         kernels=Kernels(
-            grad_U=f"{__name__}:conical_grad_U_kernel", G=f"{spherical.__name__}:sphere_G_kernel", params=(gravity,)
+            grad_U=f"{__name__}:conical_grad_U_kernel",
+            G=f"{spherical.__name__}:sphere_G_kernel",
+            g=f"{__name__}:circle_g_kernel",
+            params=(gravity, L2),
         ),
         q0=[r, 0.0, -r],
         p0=[0.0, r * w, 0.0],
@@ -289,6 +318,11 @@ def tethered_satellites(tether: float = 1.0, masses=(1.0, 1.0, 1.0)) -> Problem:
         G=tethered.G,
         d2g=tethered.d2g,
         M=np.repeat(m, 3),
-        kernels=Kernels(grad_U=f"{__name__}:tethered_grad_U_kernel", G=f"{tethered.__name__}:G_kernel", params=masses),
+        kernels=Kernels(
+            grad_U=f"{__name__}:tethered_grad_U_kernel",
+            G=f"{tethered.__name__}:G_kernel",
+            g=f"{__name__}:tethered_g_kernel",
+            params=(*masses, T2),
+        ),
         params={"tether": tether, "masses": list(masses)},
     )

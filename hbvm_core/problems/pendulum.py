@@ -53,6 +53,13 @@ def planar_G_kernel(Q, out, params):
 
 
 @kernel
+def planar_g_kernel(Q, out, params):
+    """g = x^2 + y^2 - 1 (for the compiled RATTLE)."""
+    for i in range(Q.shape[0]):
+        out[i, 0] = Q[i, 0] * Q[i, 0] + Q[i, 1] * Q[i, 1] - 1.0
+
+
+@kernel
 def theta_grad_U_kernel(Q, out, params):
     """U = -cos(theta): grad = sin(theta)."""
     for i in range(Q.shape[0]):
@@ -63,7 +70,9 @@ def planar_pendulum() -> Problem:
     """Planar pendulum, m = 2, nu = 1 (table1)."""
     return Problem(
         name="planar_pendulum",
-        kernels=Kernels(grad_U=f"{__name__}:planar_grad_U_kernel", G=f"{__name__}:planar_G_kernel"),
+        kernels=Kernels(
+            grad_U=f"{__name__}:planar_grad_U_kernel", G=f"{__name__}:planar_G_kernel", g=f"{__name__}:planar_g_kernel"
+        ),
         q0=[0.0, -1.0],
         p0=[1.0, 0.0],
         U=lambda Q: Q[:, 1].copy(),

@@ -35,6 +35,16 @@ def sphere_G_kernel(Q, out, params):
 
 
 @kernel
+def sphere_g_kernel(Q, out, params):
+    """g = |q|^2 - 1 (for the compiled RATTLE)."""
+    for i in range(Q.shape[0]):
+        acc = 0.0
+        for a in range(Q.shape[1]):
+            acc += Q[i, a] * Q[i, a]
+        out[i, 0] = acc - 1.0
+
+
+@kernel
 def conical_grad_U_kernel(Q, out, params):
     """U = z."""
     for i in range(Q.shape[0]):
@@ -64,11 +74,21 @@ def modified_G_kernel(Q, out, params):
         out[i, 2, 0] = 2.0 * Q[i, 2]
 
 
+@kernel
+def modified_g_kernel(Q, out, params):
+    """g = x^6 + y^4 + z^2 - 0.625 (for the compiled RATTLE)."""
+    for i in range(Q.shape[0]):
+        x2, y2, z = Q[i, 0] * Q[i, 0], Q[i, 1] * Q[i, 1], Q[i, 2]
+        out[i, 0] = x2 * x2 * x2 + y2 * y2 + z * z - 0.625
+
+
 def conical_pendulum() -> Problem:
     """U = z, g = |q|^2 - 1 (table2, fig1, fig2)."""
     return Problem(
         name="conical_pendulum",
-        kernels=Kernels(grad_U=f"{__name__}:conical_grad_U_kernel", G=f"{__name__}:sphere_G_kernel"),
+        kernels=Kernels(
+            grad_U=f"{__name__}:conical_grad_U_kernel", G=f"{__name__}:sphere_G_kernel", g=f"{__name__}:sphere_g_kernel"
+        ),
         q0=Q0,
         p0=P0,
         U=lambda Q: Q[:, 2].copy(),
@@ -103,7 +123,11 @@ def modified_pendulum() -> Problem:
 
     return Problem(
         name="modified_pendulum",
-        kernels=Kernels(grad_U=f"{__name__}:modified_grad_U_kernel", G=f"{__name__}:modified_G_kernel"),
+        kernels=Kernels(
+            grad_U=f"{__name__}:modified_grad_U_kernel",
+            G=f"{__name__}:modified_G_kernel",
+            g=f"{__name__}:modified_g_kernel",
+        ),
         q0=Q0,
         p0=P0,
         U=lambda Q: Q[:, 2] ** 4,

@@ -86,6 +86,19 @@ def G_kernel(Q, out, params):
                 out[i, 3 * bj + x, c] = -d
 
 
+@kernel
+def g_kernel(Q, out, params):
+    """g_c = |q_i - q_j|^2 - 1 for the pairs (1,2), (2,3), (3,1) (for the compiled RATTLE)."""
+    for i in range(Q.shape[0]):
+        for c in range(3):
+            bi, bj = c, (c + 1) % 3
+            acc = 0.0
+            for x in range(3):
+                d = Q[i, 3 * bi + x] - Q[i, 3 * bj + x]
+                acc += d * d
+            out[i, c] = acc - 1.0
+
+
 def tethered_satellites() -> Problem:
     """m = 9, nu = 3 (table4, fig3); no closed form."""
     p0 = np.zeros(9)
@@ -99,5 +112,5 @@ def tethered_satellites() -> Problem:
         g=g,
         G=G,
         d2g=d2g,
-        kernels=Kernels(grad_U=f"{__name__}:grad_U_kernel", G=f"{__name__}:G_kernel"),
+        kernels=Kernels(grad_U=f"{__name__}:grad_U_kernel", G=f"{__name__}:G_kernel", g=f"{__name__}:g_kernel"),
     )

@@ -107,3 +107,15 @@ def test_job_hashes_follow_exactly_the_fingerprints_they_depend_on(monkeypatch):
     assert after["hbvm_k2_s2/h=0.1"] == before["hbvm_k2_s2/h=0.1"] and after["rattle/h=0.1"] != before["rattle/h=0.1"]
     monkeypatch.setattr(fp, "problem_fingerprint", lambda pb: "other")
     assert not set(before.values()) & {j.hash for j in expand_study("s", cfg).jobs.values()}
+
+
+def test_every_loop_source_of_the_numerics_exists():
+    """The compiled loops a method kind's fingerprint covers are files of the package (a moved template would
+    otherwise hash as 'unreadable' and changes to it would go unnoticed)."""
+    from hbvm_core.fingerprint import LOOP_SOURCES, PACKAGE
+
+    paths = {rel for rels in LOOP_SOURCES.values() for rel in rels}
+    assert {"kernels/hbvm.py", "kernels/polynomial.py", "kernels/rattle.py", "kernels/runner.py"} <= paths
+    assert all((PACKAGE / rel).is_file() for rel in paths), sorted(
+        rel for rel in paths if not (PACKAGE / rel).is_file()
+    )

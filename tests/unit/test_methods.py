@@ -29,7 +29,10 @@ def test_every_method_implements_the_interface(entry, cls, label, name):
 
 
 def test_compiled_runner_is_none_where_there_is_no_compiled_loop(planar):
-    assert RATTLE().compiled_runner(planar) is None and DOP853().compiled_runner(planar) is None
+    assert DOP853().compiled_runner(planar) is None
+    assert RATTLE().compiled_runner(planar) is not None  # the planar pendulum has a compiled g
+    user = hc.get_problem("tests.user_problems:double_pendulum")
+    assert RATTLE().compiled_runner(user) is None
     assert HBVM(2, 2).compiled_runner(hc.get_problem("tests.user_problems:double_pendulum")) is None
 
 

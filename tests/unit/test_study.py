@@ -222,7 +222,8 @@ def test_solve_workers_size_a_solve_job_by_its_estimated_work(published):
     # the numpy path (a user's problem, a baseline) costs ~100x the compiled loop per step
     user = [job(i, 20_000, problem="tests.user_problems:double_pendulum") for i in range(8)]
     assert solve_workers(user, cores=8) == 8 and solve_workers(user[:1], cores=8) == 1
-    assert job(0, 20_000, method="rattle").estimated_seconds() == RUN_OVERHEAD_S + 20_000 * NUMPY_STEP_NODE_S
+    assert job(0, 20_000, method="dop853").estimated_seconds() == RUN_OVERHEAD_S + 20_000 * NUMPY_STEP_NODE_S
+    assert job(0, 20_000, method="rattle").estimated_seconds() == RUN_OVERHEAD_S + 20_000 * STEP_NODE_S  # compiled
     assert job(0, 20_000).estimated_seconds() == RUN_OVERHEAD_S + 20_000 * 6 * STEP_NODE_S
     assert solve_workers([], cores=4) == 1
 
@@ -323,3 +324,19 @@ def test_the_shipped_sweep_study_and_a_sweep_needs_one_grid_key(published):
     assert st.kind == "sweep" and st.plot == "sweep" and len(st.instances) == 7 and len(st.jobs) == 2 * 7 * 4
     with pytest.raises(ConfigError, match=r"studies\.w: kind sweep needs a grid of exactly one key, got 0"):
         expand_study("w", small(kind="sweep"))
+
+
+def test_shipped_beyond_studies_run_every_method_on_its_fastest_backend(published):
+    """The work-precision studies leave the backend to each method (auto); the long-time ones include IDA."""
+    wp = [s for s in published.values() if s.kind == "work_precision"]
+    lt = [s for s in published.values() if s.kind == "long_time"]
+    assert wp and lt
+    for study in wp:
+        assert {job.backend for job in study.jobs.values()} == {"auto"}, study.name
+        kinds = {m.entry.get("method", "hbvm") for m in study.methods}
+        assert kinds == {"hbvm", "rattle", "dop853", "ida"}, study.name
+        poly = [m.entry for m in study.methods if m.entry.get("multiplier") == "polynomial"]
+        assert {bool(e.get("projection")) for e in poly} == {True, False}, study.name
+    for study in lt:
+        ida = [job for job in study.jobs.values() if job.method.get("method") == "ida"]
+        assert len(ida) == 1 and ida[0].steps == 10**5, study.name

@@ -89,3 +89,30 @@ def test_study_job_with_ida_solves(tmp_path):
     assert job.label == "ida_rtol1e-09"
     out = solve_job(job)
     assert out["status"] == "ok" and out["steps"] == 10 and math.isfinite(out["mean_iterations"])
+
+
+@pytest.mark.parametrize("name", ["planar_pendulum", "conical_pendulum", "modified_pendulum", "tethered_satellites"])
+def test_the_compiled_residual_is_the_numpy_residual(name):
+    """IDA's residual over the compiled callbacks equals the numpy one to round-off, away from the solution too."""
+    problem = hc.get_problem(name)
+    runner = IDA(1e-8).compiled_runner(problem)
+    assert runner is not None
+    numpy_st, compiled_st = IDA(1e-8).stepper(problem), IDA(1e-8).stepper(problem, runner.callbacks)
+    rng = np.random.default_rng(1)
+    y, yp = numpy_st.consistent(problem.q0, problem.p0)
+    for _ in range(5):
+        z, zp = y + 0.1 * rng.standard_normal(y.size), yp + rng.standard_normal(y.size)
+        a, b = np.full(y.size, np.nan), np.full(y.size, np.nan)
+        numpy_st.residual(0.0, z, zp, a)
+        compiled_st.residual_compiled(0.0, z, zp, b)
+        np.testing.assert_allclose(b, a, rtol=1e-14, atol=1e-14)
+
+
+def test_ida_runs_on_the_compiled_callbacks_unless_backend_numpy(planar):
+    fast = hc.integrate(planar, IDA(1e-9), 0.5, 10.0)
+    slow = hc.integrate(planar, IDA(1e-9), 0.5, 10.0, backend="numpy")
+    assert fast.attrs["backend"] == "numba" and slow.attrs["backend"] == "numpy"
+    # the same DAE solved to the same tolerance (global error about 100 rtol): equally accurate
+    e_fast, e_slow = _state_error(planar, fast), _state_error(planar, slow)
+    assert e_fast < 1e-6 and e_slow < 1e-6 and 1 / 3 < e_fast / e_slow < 3
+    assert np.abs(fast.q - slow.q).max() < 1e-6

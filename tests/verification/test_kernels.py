@@ -299,7 +299,7 @@ def test_is_cached_reads_the_marker_written_after_the_first_compile(conical):
     """uncached_loop / is_cached: our marker next to the generated module, no numba internals."""
     from hbvm_core.kernels import is_cached, uncached_loop
     from hbvm_core.kernels.registry import _marker
-    from hbvm_core.methods import RATTLE
+    from hbvm_core.methods import DOP853
 
     method = hc.HBVM(2, 2)
     hc.integrate(conical, method, conical.period / 100, conical.period / 100, backend="numba")
@@ -312,7 +312,7 @@ def test_is_cached_reads_the_marker_written_after_the_first_compile(conical):
         assert uncached_loop(method, conical) == module.__name__ and not is_cached(method, conical)
     finally:
         moved.rename(marker)
-    assert is_cached(RATTLE(), conical)  # no compiled loop: nothing to cache
+    assert is_cached(DOP853(1e-8), conical)  # no compiled loop: nothing to cache
     assert is_cached(hc.HBVM(2, 2), nan_theta_pendulum())  # an in-memory module: nothing to cache on disk
 
 
@@ -333,3 +333,50 @@ def test_kernel_templates_expand_to_one_loop_with_short_functions():
     code = "\n".join(line for line in expanded.splitlines() if not line.strip().startswith("#"))
     assert "@inline_source" not in code.splitlines() and "def run_chunk(" in code
     assert [name for name in helpers if f"{name}(" in code] == ["_minv"]  # the one njit helper (M != I)
+    # the RATTLE loop too: its helpers are pasted, only _minv is called
+    source = TEMPLATES["rattle"].read_text()
+    helpers = [line.split("(")[0][4:] for line in source.splitlines() if line.startswith("def _")]
+    code = "\n".join(line for line in expand_inline(source).splitlines() if not line.strip().startswith("#"))
+    assert len(helpers) >= 4 and [name for name in helpers if f"{name}(" in code] == ["_minv"]
+
+
+def test_compiled_runner_is_built_once_per_problem_and_method_and_rebuilt_when_the_problem_changes():
+    """integrate reuses the runner of a (problem object, method) -- its tables, loop module and checked
+    callbacks -- and builds (and checks) a new one when the problem's callbacks are replaced."""
+    from hbvm_core.integrate import compiled_runner
+
+    problem = hc.get_problem("planar_pendulum")
+    method = hc.HBVM(4, 2)
+    first = compiled_runner(problem, method)
+    assert compiled_runner(problem, hc.HBVM(4, 2)) is first  # an equal method object: the same runner
+    assert compiled_runner(problem, hc.HBVM(4, 3)) is not first
+    assert compiled_runner(hc.get_problem("planar_pendulum"), method) is not first  # another problem object
+    problem.grad_U = lambda Q: np.broadcast_to([0.0, 2.0], Q.shape).copy()  # now disagrees with kernels.grad_U
+    with pytest.raises(hc.ProblemError, match="kernels.grad_U disagrees"):
+        hc.integrate(problem, method, 0.1, 1.0)
+
+
+def test_a_short_run_allocates_only_the_rows_it_saves():
+    """The save buffers of a short run hold its points, not a whole chunk; chunked emission is unchanged."""
+    from hbvm_core.integrate import MemorySink
+    from hbvm_core.kernels.runner import buffer_rows
+
+    assert buffer_rows(65536, 80, 1) == 82 and buffer_rows(65536, 10**6, 1) == 65536 and buffer_rows(5, 80, 1) == 5
+
+    class Blocks(MemorySink):
+        def __init__(self):
+            super().__init__()
+            self.sizes = []
+
+        def points(self, start, t, q, p):
+            self.sizes.append(len(t))
+            super().points(start, t, q, p)
+
+    problem = hc.get_problem("planar_pendulum")
+    for backend in ("numpy", "numba"):
+        sink = Blocks()
+        hc.integrate(problem, hc.HBVM(4, 2), 0.1, 2.0, sink=sink, chunk=8, backend=backend)
+        assert sink.sizes == [8, 8, 5]  # 21 points in blocks of chunk = 8
+        sink = Blocks()
+        hc.integrate(problem, hc.HBVM(4, 2), 0.1, 2.0, sink=sink, save_every=3, backend=backend)
+        assert sink.sizes == [8]  # t = 0, 0.3, ..., 1.8 and t = 2: one block

@@ -7,6 +7,7 @@ from _util import agrees, fitted_order
 import hbvm_core as hc
 from hbvm_core.errors import ConfigError
 from hbvm_core.fingerprint import problem_fingerprint
+from hbvm_core.methods import RATTLE
 from hbvm_core.metrics import PUBLISHED, errors
 from hbvm_core.problems import spherical
 from hbvm_core.problems.parametric import _modified_pendulum
@@ -116,3 +117,23 @@ def test_modified_pendulum_off_the_surface_is_refused():
         hc.get_problem("modified_pendulum", x0=1.0)  # x0^6 = 1 > level = 0.625
     with pytest.raises(ConfigError, match="level"):
         hc.get_problem("modified_pendulum", level=-1.0)
+
+
+@pytest.mark.parametrize(
+    "name,kw",
+    [
+        ("planar_pendulum", {"length": 2.0}),
+        ("conical_pendulum", {"length": 2.0}),
+        ("tethered_satellites", {"tether": 1.5, "masses": [1.0, 2.0, 3.0]}),
+    ],
+)
+def test_rattle_runs_compiled_at_any_parameters(name, kw):
+    """The parametric problems' compiled g reads the length from Kernels.params: RATTLE's loop (with M != I for
+    the tethered masses) repeats the numpy RATTLE to round-off and keeps g at round-off."""
+    problem = hc.get_problem(name, **kw)
+    ref = hc.integrate(problem, RATTLE(), 0.05, 2.0, backend="numpy")
+    traj = hc.integrate(problem, RATTLE(), 0.05, 2.0)
+    assert traj.attrs["backend"] == "numba"
+    np.testing.assert_allclose(traj.q, ref.q, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(traj.p, ref.p, rtol=0, atol=1e-12)
+    assert np.abs(traj.g()).max() <= 1e-13

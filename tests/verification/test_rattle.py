@@ -7,6 +7,7 @@ import pytest
 from _util import fitted_order
 
 import hbvm_core as hc
+from hbvm_core.kernels import kernel
 from hbvm_core.methods import DOP853, HBVM, RATTLE, from_spec
 from hbvm_core.problems.pendulum import theta_to_planar
 
@@ -21,6 +22,7 @@ def test_rattle_is_second_order_with_constraints_at_roundoff(planar):
     e_s, e_lam = [], []
     for h in hs:
         traj = hc.integrate(planar, RATTLE(), h, 10.0)
+        assert traj.attrs["backend"] == "numba"  # the compiled loop, chosen by RATTLE.compiled_runner
         e_s.append(_state_error(planar, traj))
         e_lam.append(np.abs(traj.lam - planar.exact(traj.tstep)[2]).max())
         assert np.abs(traj.g()).max() <= 1e-15
@@ -99,5 +101,65 @@ def test_rattle_from_spec_and_bad_keys():
 
 
 def test_rattle_reports_a_diverging_newton_iteration(planar):
-    with pytest.raises(hc.ConvergenceError, match="step"):
-        hc.integrate(planar, RATTLE(), 50.0, 500.0)
+    messages = []
+    for backend in ("numpy", "numba"):
+        with pytest.raises(hc.ConvergenceError, match="step") as info:
+            hc.integrate(planar, RATTLE(), 50.0, 500.0, backend=backend)
+        messages.append((info.value.step, info.value.reason))
+    assert messages[0] == messages[1]  # the compiled loop fails at the same step for the same reason
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "planar_pendulum",
+        "tethered_satellites",
+        "theta_pendulum",
+        pytest.param("conical_pendulum", marks=pytest.mark.slow),
+        pytest.param("modified_pendulum", marks=pytest.mark.slow),
+    ],
+)
+def test_compiled_rattle_equals_the_numpy_rattle(name):
+    """The compiled loop (kernels/rattle.py) repeats RattleStepper.step to round-off, multiplier included."""
+    problem = hc.get_problem(name)
+    ref = hc.integrate(problem, RATTLE(), 0.05, 5.0, backend="numpy", save_every=4)
+    traj = hc.integrate(problem, RATTLE(), 0.05, 5.0, backend="numba", save_every=4)
+    assert traj.attrs["backend"] == "numba" and ref.attrs["backend"] == "numpy"
+    np.testing.assert_array_equal(traj.t, ref.t)
+    np.testing.assert_allclose(traj.q, ref.q, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(traj.p, ref.p, rtol=0, atol=1e-13)
+    # lam comes from g(q1) = 0 through q1 = qfree - h^2/2 M^-1 G lam: q's round-off over h^2/2 = 1.25e-3
+    np.testing.assert_allclose(traj.lam, ref.lam, rtol=0, atol=1e-13 / 1.25e-3)
+    assert abs(traj.attrs["mean_iterations"] - ref.attrs["mean_iterations"]) <= 0.05
+    if problem.nu:
+        assert np.abs(traj.g()).max() <= 1e-14
+
+
+def test_compiled_rattle_with_a_mass_matrix(planar):
+    """M != I (a diagonal M = 2 I, and a full SPD M): the Cholesky path of the loop agrees with numpy's."""
+    full = np.array([[2.0, 0.5], [0.5, 1.0]])
+    for M in (2.0 * np.eye(2), full):
+        # p0 = M (1, 0): M^-1 p0 is tangent to the circle at q0 = (0, -1)
+        problem = dataclasses.replace(planar, M=M, p0=M @ [1.0, 0.0], exact=None)
+        ref = hc.integrate(problem, RATTLE(), 0.1, 5.0, backend="numpy")
+        traj = hc.integrate(problem, RATTLE(), 0.1, 5.0, backend="numba")
+        np.testing.assert_allclose(traj.q, ref.q, rtol=0, atol=1e-13)
+        np.testing.assert_allclose(traj.p, ref.p, rtol=0, atol=1e-13)
+        assert np.abs(traj.hidden()).max() <= 1e-14
+
+
+@kernel
+def twice_g(Q, out, params):
+    """2 (x^2 + y^2 - 1): zero where the planar pendulum's g is, but not its g."""
+    for i in range(Q.shape[0]):
+        out[i, 0] = 2.0 * (Q[i, 0] * Q[i, 0] + Q[i, 1] * Q[i, 1] - 1.0)
+
+
+def test_compiled_rattle_checks_its_constraint_kernel(planar):
+    """A compiled g that disagrees with the numpy g is refused, as for grad_U and G."""
+    problem = dataclasses.replace(planar, kernels=dataclasses.replace(planar.kernels, g=f"{__name__}:twice_g"))
+    with pytest.raises(hc.ProblemError, match="kernels.g disagrees"):
+        hc.integrate(problem, RATTLE(), 0.1, 1.0)
+    without = dataclasses.replace(planar, kernels=dataclasses.replace(planar.kernels, g=None))
+    assert RATTLE().compiled_runner(without) is None  # no compiled g: the numpy RATTLE
+    assert hc.integrate(without, RATTLE(), 0.1, 1.0).attrs["backend"] == "numpy"
