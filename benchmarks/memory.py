@@ -62,6 +62,9 @@ CHILD = textwrap.dedent(
 
 
 def store_size_mb(path: str) -> float:
+    """The store's size: its one file, or the files of a folder store."""
+    if os.path.isfile(path):
+        return os.path.getsize(path) / 2**20
     total = 0
     for root, _, files in os.walk(path):
         total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
@@ -72,7 +75,7 @@ def measure(steps_list, save_every: int = 1, chunk: int = 65536) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for steps in [0, *steps_list]:
-            path = os.path.join(tmp, f"tethered_{steps}.zarr")
+            path = os.path.join(tmp, f"tethered_{steps}.zarr.zip")
             res = subprocess.run(
                 [sys.executable, "-c", CHILD, str(steps), str(save_every), str(chunk), path],
                 capture_output=True,

@@ -144,6 +144,8 @@ def _block_rows(study: Study, spec, inst) -> list[dict]:
             else:
                 e = errors(traj, study.convention, partner=partner)
             row.update(e)
+        # what each run loaded here recorded (timings.csv), so that run_timings need not open it again
+        row["_stored"] = {j.id: t.attrs for j, t in ((job, traj), (study.jobs.get(r.partner), partner)) if t}
         if traj is not None:
             row["scales"] = roundoff_scales(traj)
             row["mean_iterations"] = float(traj.attrs.get("mean_iterations", math.nan))
@@ -161,19 +163,23 @@ def _block_rows(study: Study, spec, inst) -> list[dict]:
     return rows
 
 
-def run_timings(study: Study) -> list[dict]:
+def run_timings(study: Study, rows: list[dict] | None = None) -> list[dict]:
     """One dict per run (keys TIMINGS), methods in config order and h decreasing (h/2 partners included):
-    the wall time, backend and Dask worker its store (or failure marker: time to the failure) recorded."""
+    the wall time, backend and Dask worker its store (or failure marker: time to the failure) recorded.
+
+    ``rows``: the study's rows (``study_rows``), whose runs' attrs are used instead of opening their stores again.
+    """
     from .storage import read_attrs, read_failure
 
+    stored = {run: attrs for row in rows or () for run, attrs in row.get("_stored", {}).items()}
     out = []
     order = {inst.key: i for i, inst in enumerate(study.instances)}
     for spec in study.methods:
         jobs = (j for j in study.jobs.values() if j.label == spec.label)
         for job in sorted(jobs, key=lambda j: (order.get(j.combo, 0), -j.h)):
-            attrs = read_attrs(job.store)
+            attrs = stored.get(job.id) or read_attrs(job.store)
             status = "ok"
-            if attrs is None or attrs.get("complete") is not True:
+            if attrs is None or (job.id not in stored and attrs.get("complete") is not True):
                 attrs, status = read_failure(job.store) or {}, "failed"
             wall = attrs.get("wall_s")
             out.append(
@@ -467,7 +473,7 @@ def aggregate(
     grid = tuple(study.grid)  # one column per grid key, only in a study with a grid
     write_csv(rows, out_csv, COLUMNS + EXTRA + grid)
     timings = out_timings or os.path.join(os.path.dirname(out_csv), "timings.csv")
-    write_csv(run_timings(study), timings, TIMINGS + grid)
+    write_csv(run_timings(study, rows), timings, TIMINGS + grid)
     texts = [(out_md, markdown_table(study, rows)), (out_tex, latex_table(study, rows))]
     if out_html:
         texts.append((out_html, html_table(study, rows)))
