@@ -1,13 +1,16 @@
 """The compiled-kernel cache from the command line.
 
-    python -m hbvm_core kernels warm [--solver fixed-point blended] [--problems NAME ...] [-j N]
+    python -m hbvm_core kernels warm [--loops hbvm polynomial rattle] [--solver fixed-point blended]
+                                     [--problems NAME ...] [-j N]
     python -m hbvm_core kernels info
     python -m hbvm_core kernels clear
 
-warm compiles (or finds in the cache) the loop of every built-in problem, one
-process per problem and solver, N at a time (default: all cores), so that later
-runs -- Snakemake jobs, Dask workers -- only load them. info lists the cache;
-clear removes the generated modules and numba's cache of them.
+warm compiles (or finds in the cache) the loops of every built-in problem -- the
+constant-multiplier HBVM with each solver, the polynomial-multiplier HBVM and
+RATTLE, where the problem has one -- one process per problem and loop, N at a
+time (default: all cores), so that later runs -- Snakemake jobs, Dask workers --
+only load them. info lists the cache; clear removes the generated modules and
+numba's cache of them.
 """
 
 from __future__ import annotations
@@ -18,23 +21,58 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 
+#: the compiled loops warm can compile: "hbvm" stands for the constant-multiplier loop of each ``--solver``
+LOOPS = ("hbvm", "polynomial", "rattle")
+SOLVERS = ("fixed-point", "blended")
 
-def _warm_one(args: tuple[str, str]) -> tuple[str, str, float]:
-    name, solver = args
+
+def loop_method(loop: str):
+    """A method whose compiled loop is ``loop`` ("fixed-point", "blended", "polynomial" or "rattle").
+
+    One loop serves every (k, s) (unless HBVM_SPECIALISE_KS is set), so any k and s will do."""
+    from .methods import HBVM, RATTLE, PolynomialHBVM
+
+    if loop == "rattle":
+        return RATTLE()
+    if loop == "polynomial":
+        return PolynomialHBVM(2, 2)
+    return HBVM(2, 1, solver=loop)
+
+
+def loop_label(loop: str) -> str:
+    """The loop as warm reports it."""
+    return {"polynomial": "HBVM polynomial", "rattle": "RATTLE"}.get(loop, f"HBVM {loop}")
+
+
+def warm_tasks(problems: list[str], solvers: list[str], loops: tuple[str, ...] | list[str]) -> list[tuple[str, str]]:
+    """(problem, loop) pairs to warm, loop one of "fixed-point", "blended", "polynomial", "rattle"."""
+    names = [x for loop in LOOPS if loop in loops for x in (solvers if loop == "hbvm" else [loop])]
+    return [(p, loop) for p in problems for loop in names]
+
+
+def _warm_one(args: tuple[str, str]) -> tuple[str, str, float | None]:
+    """Compile (or load) one loop by a one-step run; the seconds taken, or None where there is no compiled loop."""
+    name, loop = args
     import hbvm_core as hc
+    from hbvm_core.integrate import compiled_runner
 
     t0 = time.perf_counter()
     pb = hc.get_problem(name)
+    method = loop_method(loop)
+    if compiled_runner(pb, method) is None:
+        return name, loop, None
     h = 0.01 if pb.period is None else pb.period / 100
-    hc.integrate(pb, hc.HBVM(2, 1, solver=solver), h, h, backend="numba")
-    return name, solver, time.perf_counter() - t0
+    hc.integrate(pb, method, h, h, backend="numba")
+    return name, loop, time.perf_counter() - t0
 
 
-def warm(problems: list[str], solvers: list[str], jobs: int) -> None:
-    tasks = [(p, s) for p in problems for s in solvers]
+def warm(problems: list[str], solvers: list[str], jobs: int, loops: tuple[str, ...] | list[str] = LOOPS) -> None:
+    """Warm each (problem, loop) of ``warm_tasks``, ``jobs`` processes at a time, one line of output per loop."""
+    tasks = warm_tasks(problems, solvers, loops)
     with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(tasks)))) as pool:
-        for name, solver, dt in pool.map(_warm_one, tasks):
-            print(f"{name:22s} {solver:12s} ready in {dt:6.1f} s")
+        for name, loop, dt in pool.map(_warm_one, tasks):
+            done = "no compiled loop (runs on numpy)" if dt is None else f"ready in {dt:6.1f} s"
+            print(f"{name:22s} {loop_label(loop):18s} {done}")
 
 
 def main(argv=None) -> int:
@@ -46,14 +84,15 @@ def main(argv=None) -> int:
     kernels = top.add_parser("kernels", help="the compiled-kernel cache")
     sub = kernels.add_subparsers(dest="cmd", required=True)
     w = sub.add_parser("warm", help="compile the built-in problems' loops into the cache")
-    w.add_argument("--solver", nargs="+", default=["fixed-point", "blended"], choices=["fixed-point", "blended"])
+    w.add_argument("--loops", nargs="+", default=list(LOOPS), choices=LOOPS)
+    w.add_argument("--solver", nargs="+", default=list(SOLVERS), choices=SOLVERS, help="the hbvm loops' solvers")
     w.add_argument("--problems", nargs="+", default=sorted(BUILTIN), choices=sorted(BUILTIN))
     w.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
     sub.add_parser("info", help="where the cache is and what it holds")
     sub.add_parser("clear", help="remove the generated loop modules and their numba cache")
     args = ap.parse_args(argv)
     if args.cmd == "warm":
-        warm(args.problems, args.solver, args.jobs)
+        warm(args.problems, args.solver, args.jobs, args.loops)
     elif args.cmd == "info":
         print("\n".join(cache_info()))
     else:

@@ -66,7 +66,7 @@ def conical_grad_U_kernel(Q, out, params):
 
 @kernel
 def modified_grad_U_kernel(Q, out, params):
-    """U = gravity z^4: grad = (0, 0, 4 gravity z^3); params = (gravity,)."""
+    """U = gravity z^4: grad = (0, 0, 4 gravity z^3); params[0] = gravity."""
     for i in range(Q.shape[0]):
         out[i, 0] = 0.0
         out[i, 1] = 0.0
@@ -95,6 +95,14 @@ def circle_g_kernel(Q, out, params):
         for a in range(Q.shape[1]):
             acc += Q[i, a] * Q[i, a]
         out[i, 0] = acc - params[1]
+
+
+@kernel
+def modified_g_kernel(Q, out, params):
+    """g = x^6 + y^4 + z^2 - level (for the compiled RATTLE); params = (gravity, level)."""
+    for i in range(Q.shape[0]):
+        x2, y2, z = Q[i, 0] * Q[i, 0], Q[i, 1] * Q[i, 1], Q[i, 2]
+        out[i, 0] = x2 * x2 * x2 + y2 * y2 + z * z - params[1]
 
 
 @kernel
@@ -264,7 +272,10 @@ def _modified_pendulum(gravity: float, level: float, x0: float, v0: float) -> Pr
     return Problem(
         name="modified_pendulum",
         kernels=Kernels(
-            grad_U=f"{__name__}:modified_grad_U_kernel", G=f"{spherical.__name__}:modified_G_kernel", params=(gravity,)
+            grad_U=f"{__name__}:modified_grad_U_kernel",
+            G=f"{spherical.__name__}:modified_G_kernel",
+            g=f"{__name__}:modified_g_kernel",
+            params=(gravity, level),
         ),
         q0=[x0, 0.0, z0],
         p0=[0.0, v0, 0.0],

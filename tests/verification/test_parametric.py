@@ -124,12 +124,13 @@ def test_modified_pendulum_off_the_surface_is_refused():
     [
         ("planar_pendulum", {"length": 2.0}),
         ("conical_pendulum", {"length": 2.0}),
+        ("modified_pendulum", {"gravity": 0.5, "level": 2.0, "x0": 1.1, "v0": 0.3}),
         ("tethered_satellites", {"tether": 1.5, "masses": [1.0, 2.0, 3.0]}),
     ],
 )
 def test_rattle_runs_compiled_at_any_parameters(name, kw):
-    """The parametric problems' compiled g reads the length from Kernels.params: RATTLE's loop (with M != I for
-    the tethered masses) repeats the numpy RATTLE to round-off and keeps g at round-off."""
+    """The parametric problems' compiled g reads the length (the level) from Kernels.params: RATTLE's loop (with
+    M != I for the tethered masses) repeats the numpy RATTLE to round-off and keeps g at round-off."""
     problem = hc.get_problem(name, **kw)
     ref = hc.integrate(problem, RATTLE(), 0.05, 2.0, backend="numpy")
     traj = hc.integrate(problem, RATTLE(), 0.05, 2.0)
