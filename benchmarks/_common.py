@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
+import sys
 import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 class NullSink:
@@ -49,3 +54,18 @@ def best_of(fn, repeats: int) -> tuple[float, float]:
         walls.append(time.perf_counter() - w0)
         cpus.append(time.thread_time() - c0)
     return min(walls), min(cpus)
+
+
+def timed_snakemake(work, *args: str, cores: int = 2, env: dict | None = None) -> float:
+    """Wall seconds of ``snakemake --cores <cores> <args> --quiet all`` on this repository's Snakefile in
+    ``work``; RuntimeError with the end of stderr if it fails."""
+    cmd = [
+        sys.executable, "-m", "snakemake", "--cores", str(cores), "--snakefile", str(REPO / "Snakefile"),
+        "--directory", str(work), *args, "--quiet", "all",
+    ]  # fmt: skip
+    t0 = time.perf_counter()
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if res.returncode != 0:
+        raise RuntimeError(f"snakemake failed ({res.returncode}):\n{res.stderr[-3000:]}")
+    return wall

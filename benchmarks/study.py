@@ -29,9 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ._common import machine
+from ._common import machine, timed_snakemake
 
-REPO = Path(__file__).resolve().parents[1]
 PUBLISHED = ["table1", "table2", "table3", "table4", "fig1", "fig2", "fig3"]
 
 
@@ -46,21 +45,14 @@ def published(cold: bool = False) -> dict:
             subprocess.run(warm, check=True, env=env, capture_output=True)
         work = os.path.join(tmp, "work")
         os.makedirs(work)
-        cmd = [
-            sys.executable, "-m", "snakemake", "--cores", "2", "--snakefile", str(REPO / "Snakefile"),
-            "--directory", work, "--config", f"select=[{','.join(PUBLISHED)}]", "--quiet", "all",
-        ]  # fmt: skip
-        t0 = time.perf_counter()
-        res = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        wall = time.perf_counter() - t0
-        if res.returncode != 0:
-            raise RuntimeError(f"snakemake failed ({res.returncode}):\n{res.stderr[-3000:]}")
+        select = f"select=[{','.join(PUBLISHED)}]"
+        wall = timed_snakemake(work, "--config", select, env=env)
         outputs = sorted(str(p.relative_to(work)) for p in Path(work, "results").glob("*/table.md"))
         figures = sorted(str(p.relative_to(work)) for p in Path(work, "results").glob("*/*.png"))
     return {
         "benchmark": "published_study",
         "load_average_after": os.getloadavg()[0],
-        "command": " ".join(cmd[1:]).replace(str(REPO) + "/", ""),
+        "command": f"snakemake --cores 2 --config {select} all",
         "kernel_cache": "cold" if cold else "warm",
         "wall_s": wall,
         "tables": outputs,

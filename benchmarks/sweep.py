@@ -20,12 +20,9 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from ._common import machine
-
-REPO = Path(__file__).resolve().parents[1]
+from ._common import machine, timed_snakemake
 
 
 def sweep_config(runs: int) -> dict:
@@ -66,15 +63,7 @@ def run(runs: int, cores: int, keep: str | None = None) -> dict:
         work.mkdir(parents=True, exist_ok=True)
         cfg = work / "sweep.json"
         cfg.write_text(json.dumps(sweep_config(runs)))
-        cmd = [
-            sys.executable, "-m", "snakemake", "--cores", str(cores), "--snakefile", str(REPO / "Snakefile"),
-            "--directory", str(work), "--configfile", str(cfg), "--quiet", "all",
-        ]  # fmt: skip
-        t0 = time.perf_counter()
-        res = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        wall = time.perf_counter() - t0
-        if res.returncode != 0:
-            raise RuntimeError(f"snakemake failed ({res.returncode}):\n{res.stderr[-3000:]}")
+        wall = timed_snakemake(work, "--configfile", str(cfg), cores=cores, env=env)
         files, size = footprint(work / "results" / "sweep" / "runs")
         rows = sum(1 for _ in open(work / "results" / "sweep" / "errors.csv")) - 1
     return {
