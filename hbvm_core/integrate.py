@@ -190,6 +190,12 @@ def saved(n: int, N: int, save_every: int) -> bool:
     return n % save_every == 0 or n == N
 
 
+def buffer_rows(chunk: int, N: int, save_every: int) -> int:
+    """Rows of a save buffer (this loop's and the compiled ones'): ``chunk``, or fewer when the whole run fits
+    (at most N // save_every + 2 points, the initial one included): a short run does not allocate a full chunk."""
+    return min(chunk, N // save_every + 2)
+
+
 def python_runner(
     problem: Problem, method, h: float, N: int, compensated: bool, save_every: int, chunk: int, sink, stepper=None
 ):
@@ -198,7 +204,7 @@ def python_runner(
     m, nu = problem.m, problem.nu
     q, p = problem.q0.copy(), problem.p0.copy()
     cq, cp = np.zeros(m), np.zeros(m)
-    rows = min(chunk, N // save_every + 2)  # a short run does not allocate a full chunk
+    rows = buffer_rows(chunk, N, save_every)
     pts = _Buffer(sink.points, rows, [(), (m,), (m,)])
     stp = _Buffer(sink.steps, rows, [(), (nu,), ()], dtypes=[float, float, np.int32])
     pts.add(0.0, q, p)

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..blended import initial_multiplier
 from ..errors import ConvergenceError, NonFiniteError, ProblemError
+from ..integrate import buffer_rows
 from ..legendre import shifted_legendre, tableau
 from ..problem import Problem
 from .registry import loop_module, note_compiled
@@ -44,12 +45,6 @@ def specialise_ks() -> bool:
     1.2-1.7x and 1.1-1.5x; benchmarks/README.md's earlier table: 1.5x (conical) and 1.0x (tethered),
     fixed point. So it pays for long runs of one method, not for studies of many (k, s)."""
     return os.environ.get("HBVM_SPECIALISE_KS", "") not in ("", "0")
-
-
-def buffer_rows(chunk: int, N: int, save_every: int) -> int:
-    """Rows of a save buffer: ``chunk``, or fewer when the whole run fits (at most N // save_every + 2 points,
-    the initial one included): a short run does not allocate (and page in) a full chunk."""
-    return min(chunk, N // save_every + 2)
 
 
 @functools.cache

@@ -358,8 +358,7 @@ def test_compiled_runner_is_built_once_per_problem_and_method_and_rebuilt_when_t
 
 def test_a_short_run_allocates_only_the_rows_it_saves():
     """The save buffers of a short run hold its points, not a whole chunk; chunked emission is unchanged."""
-    from hbvm_core.integrate import MemorySink
-    from hbvm_core.kernels.runner import buffer_rows
+    from hbvm_core.integrate import MemorySink, buffer_rows
 
     assert buffer_rows(65536, 80, 1) == 82 and buffer_rows(65536, 10**6, 1) == 65536 and buffer_rows(5, 80, 1) == 5
 
