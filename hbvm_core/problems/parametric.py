@@ -256,14 +256,6 @@ def _modified_pendulum(gravity: float, level: float, x0: float, v0: float) -> Pr
         x, y, z = Q.T
         return (x**6 + y**4 + z**2 - level)[:, None]
 
-    def G(Q):
-        x, y, z = Q.T
-        return np.stack([6 * x**5, 4 * y**3, 2 * z], axis=-1)[:, :, None]
-
-    def d2g(Q, V):
-        x, y, _ = Q.T
-        return (30 * x**4 * V[:, 0] ** 2 + 12 * y**2 * V[:, 1] ** 2 + 2 * V[:, 2] ** 2)[:, None]
-
     def grad_U(Q):
         out = np.zeros_like(Q)
         out[:, 2] = gravity * (4 * Q[:, 2] ** 3)
@@ -282,8 +274,8 @@ def _modified_pendulum(gravity: float, level: float, x0: float, v0: float) -> Pr
         U=lambda Q: gravity * Q[:, 2] ** 4,
         grad_U=grad_U,
         g=g,
-        G=G,
-        d2g=d2g,
+        G=spherical.modified_G,
+        d2g=spherical.modified_d2g,
         params={"gravity": gravity, "level": level, "x0": x0, "v0": v0},
     )
 

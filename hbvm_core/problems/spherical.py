@@ -101,20 +101,24 @@ def conical_pendulum() -> Problem:
     )
 
 
+def modified_G(Q: np.ndarray) -> np.ndarray:
+    """G(q) of the modified pendulum's g = x^6 + y^4 + z^2 - level (any level)."""
+    x, y, z = Q.T
+    return np.stack([6 * x**5, 4 * y**3, 2 * z], axis=-1)[:, :, None]
+
+
+def modified_d2g(Q: np.ndarray, V: np.ndarray) -> np.ndarray:
+    """The second derivative of the modified pendulum's g along V (any level)."""
+    x, y, _ = Q.T
+    return (30 * x**4 * V[:, 0] ** 2 + 12 * y**2 * V[:, 1] ** 2 + 2 * V[:, 2] ** 2)[:, None]
+
+
 def modified_pendulum() -> Problem:
     """U = z^4, g = x^6 + y^4 + z^2 - 0.625 (table3); no closed form."""
 
     def g(Q):
         x, y, z = Q.T
         return (x**6 + y**4 + z**2 - 0.625)[:, None]
-
-    def G(Q):
-        x, y, z = Q.T
-        return np.stack([6 * x**5, 4 * y**3, 2 * z], axis=-1)[:, :, None]
-
-    def d2g(Q, V):
-        x, y, _ = Q.T
-        return (30 * x**4 * V[:, 0] ** 2 + 12 * y**2 * V[:, 1] ** 2 + 2 * V[:, 2] ** 2)[:, None]
 
     def grad_U(Q):
         out = np.zeros_like(Q)
@@ -133,6 +137,6 @@ def modified_pendulum() -> Problem:
         U=lambda Q: Q[:, 2] ** 4,
         grad_U=grad_U,
         g=g,
-        G=G,
-        d2g=d2g,
+        G=modified_G,
+        d2g=modified_d2g,
     )
