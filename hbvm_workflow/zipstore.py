@@ -15,8 +15,8 @@ the first dimension, codecs bytes (little endian) -> zstd -> crc32c; this module
 writes exactly that and reads exactly that back (anything else is refused), and
 the tests check both directions against zarr and xarray.
 
-Memory stays bounded by one chunk per array: rows are buffered until a chunk is
-full, then encoded and appended to the zip.
+Memory stays bounded by about two chunks per array: rows wait in a buffer until a
+chunk is full (a block handed in may overfill it), then are encoded and appended to the zip.
 """
 
 from __future__ import annotations
