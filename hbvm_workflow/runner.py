@@ -39,15 +39,16 @@ def solve_batch(jobs: list[dict]) -> list[dict]:
     A run whose store is already complete for its hash (a batch retried after a lost worker) is not
     computed again.
     """
-    from .storage import read_attrs, store_status
+    from .storage import store_state
 
     problems: dict[str, tuple] = {}
     out = []
     for entry in jobs:
         job = Job(**entry)
         try:
-            if os.path.exists(job.store) and store_status(job.store, job.hash, job.problem_fingerprint) == "complete":
-                a = read_attrs(job.store)
+            published = os.path.exists(job.store)  # a batch retried after a lost worker
+            status, a = store_state(job.store, job.hash, job.problem_fingerprint) if published else ("missing", None)
+            if status == "complete":
                 out.append({"id": job.id, "status": "ok", "steps": a["steps"], "wall_s": a.get("wall_s"),
                             "mean_iterations": a.get("mean_iterations"), "error": None})  # fmt: skip
                 continue

@@ -385,17 +385,23 @@ def store_status(path: str, job_hash: str | None = None, fingerprint: str | None
     """complete (an intact store for this hash), failed (a failure marker for it), stale (other hash,
     format or problem ``fingerprint``), damaged (a store for this hash with a missing or truncated chunk:
     ``damage``), missing."""
+    return store_state(path, job_hash, fingerprint)[0]
+
+
+def store_state(path: str, job_hash: str | None = None, fingerprint: str | None = None) -> tuple[str, dict | None]:
+    """(``store_status``, what it read: the store's attrs, or for a failed run its failure marker), the store
+    opened once."""
     with opened(path) as (attrs, reader):
         if attrs is not None and attrs.get("complete") is True:
             if job_hash is not None and attrs.get("job_hash") != job_hash or attrs.get("format") != FORMAT:
-                return "stale"
+                return "stale", attrs
             if fingerprint is not None and attrs.get("problem_fingerprint") != fingerprint:
-                return "stale"
-            return "damaged" if damage(path, attrs, reader) is not None else "complete"
+                return "stale", attrs
+            return ("damaged" if damage(path, attrs, reader) is not None else "complete"), attrs
     fail = read_failure(path)
     if fail is not None:
-        return "failed" if job_hash is None or fail.get("job_hash") == job_hash else "stale"
-    return "missing" if attrs is None else "stale"
+        return ("failed" if job_hash is None or fail.get("job_hash") == job_hash else "stale"), fail
+    return ("missing" if attrs is None else "stale"), attrs
 
 
 def clean_temporaries(study_dir: str) -> list[str]:

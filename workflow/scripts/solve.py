@@ -30,7 +30,7 @@ def describe(res: dict) -> str:
 
 def reuse(study, retry_failed: bool, log: logging.Logger) -> tuple[list, dict]:
     """(runs to compute, summary of the reused ones by job id) of one study."""
-    from hbvm_workflow.storage import clean_temporaries, damage, read_attrs, read_failure, store_status
+    from hbvm_workflow.storage import clean_temporaries, damage, store_state
 
     for p in clean_temporaries(study.dir):
         log.info(f"removed the leftover temporary {p}")
@@ -42,16 +42,14 @@ def reuse(study, retry_failed: bool, log: logging.Logger) -> tuple[list, dict]:
         )
     todo, summary = [], {}
     for job in study.jobs.values():
-        status = store_status(job.store, job.hash, job.problem_fingerprint)  # stale: another hash, format, problem
+        status, a = store_state(job.store, job.hash, job.problem_fingerprint)  # stale: another hash, format, problem
         if status == "damaged":
             array, what = damage(job.store)
             log.warning(f"damaged store {job.store}: {f'array {array}: ' if array else ''}{what}; recomputing it")
         if status == "complete":
-            a = read_attrs(job.store)
             summary[job.id] = {"status": "ok", "steps": a["steps"], "wall_s": a.get("wall_s"), "computed": False}
         elif status == "failed" and not retry_failed:
-            fail = read_failure(job.store) or {}
-            summary[job.id] = {"status": "failed", "steps": job.steps, "error": fail.get("error"), "computed": False}
+            summary[job.id] = {"status": "failed", "steps": job.steps, "error": a.get("error"), "computed": False}
         else:
             todo.append(job)
     log.info(f"{len(study.jobs)} runs: {len(summary)} reused, {len(todo)} to compute")
