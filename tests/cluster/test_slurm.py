@@ -1,25 +1,32 @@
-"""Scale-out on a real SLURM cluster: the same small study three ways, the same errors.csv.
+"""Scale-out on a real SLURM cluster of several hosts: the same small studies three ways, the same errors.csv.
 
-The study's problem is a user module (``slurm_user_problem:pendulum``) in the working directory,
-so the SLURM jobs and the Dask workers they start must import it from there.
+The cluster is the multi-host lab of ``.ci/lab_up.sh`` (``.ci/lab.md``): a head host and two compute
+hosts, each a network namespace with its own hostname, SLURM's slurmctld on the head and a slurmd on each
+compute host (partition with ``LLN=YES``: each job goes to the least loaded node). The test process stays
+in the root namespace; snakemake, sbatch and squeue run on the head host (``_lab.Lab.cmd``: nsenter).
 
-- locally (``snakemake --cores 2``, a Dask LocalCluster): the reference errors.csv;
+The studies' problem is a user module (``slurm_user_problem:pendulum``) in the working directory, so the
+SLURM jobs and the Dask workers they start must import it from there. Its gradient sleeps a little at each
+call, as an expensive callback would: the runs overlap the workers' start-up (so that every worker gets
+some), without loading the 2-core CI machine.
+
+- locally (``snakemake --cores 2``, a Dask LocalCluster, in the root namespace): the reference errors.csv;
 - through Snakemake's SLURM executor with the shipped profile
-  (``--workflow-profile workflow/profiles/slurm``): solve and aggregate are sbatch jobs with
-  the resources of config.yaml's ``resources:`` and the rule's threads;
-- with ``dask: {cluster: slurm}``: the solve step's Dask workers are SLURM jobs started by
-  dask-jobqueue's SLURMCluster, as many as the pending runs need up to ``dask.jobs``, and
-  cancelled at the end; worker jobs that SLURM holds back are reported after ``dask.worker_timeout``
-  with their squeue state, and cancelled.
+  (``--workflow-profile workflow/profiles/slurm``): one solve job per study (``solve_per_study``), which
+  SLURM puts on both compute hosts, then one aggregate job, with the resources of config.yaml's
+  ``resources:`` and the rule's threads;
+- with ``dask: {cluster: slurm, interface: lab0}``: the solve step (on the head) starts its Dask workers as
+  SLURM jobs (dask-jobqueue's SLURMCluster), on both compute hosts, as many as the pending runs need up to
+  ``dask.jobs``, and cancels them at the end; worker jobs that SLURM holds back are reported after
+  ``dask.worker_timeout`` with their squeue state, and cancelled.
 
-errors.csv is compared byte for byte, the whole file (the measured wall times are in
-timings.csv). A thread polls ``squeue`` while the workflow runs; what it saw is printed, attached to
-the test report (``record_property``) and written to ``squeue.txt`` in the test's folder.
+Each test reads from the run stores which host computed each run and asserts two distinct compute hosts.
+errors.csv is compared byte for byte, the whole file: every host is this machine, with the same code and
+libraries (the measured wall times are in timings.csv). A thread polls ``squeue`` while the workflow runs;
+what it saw is printed, attached to the test report (``record_property``) and written to ``squeue.txt``.
 
-The tests marked ``slurm`` need a running SLURM whose node is up (``.ci/slurm_up.sh`` starts a
-single-node one on 127.0.0.1, as CI does); elsewhere they skip and say why. Every address is on
-127.0.0.1: SLURM's (slurm.conf), the Dask scheduler's and the workers' (hbvm_workflow.cluster).
-The job-script test at the end needs no SLURM and always runs.
+Without the lab (no root, or not started) the tests marked ``slurm`` skip and say why. Every address is on
+loopback or inside the lab. The job-script test at the end needs no SLURM and always runs.
 """
 
 from __future__ import annotations
@@ -29,7 +36,6 @@ import filecmp
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -38,6 +44,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from _lab import Lab, run_hosts, unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -46,10 +53,15 @@ PROFILE = ROOT / "workflow" / "profiles" / "slurm"
 LIMIT = 300
 #: a user problem module in the working directory: the SLURM jobs and the Dask workers must import it
 USER_MODULE = (
-    '"""The planar pendulum, given as a user problem (module:factory) from the working directory."""\n'
-    "import hbvm_core\n\n\n"
+    '"""The planar pendulum, given as a user problem (module:factory) from the working directory; its gradient\n'
+    'sleeps DELAY s per call, as an expensive callback would (the numbers are the built-in problem\'s)."""\n'
+    "import dataclasses\nimport time\n\nimport hbvm_core\n\nDELAY = 0.02\n\n\n"
     "def pendulum():\n"
-    '    return hbvm_core.get_problem("planar_pendulum")\n'
+    '    pb = hbvm_core.get_problem("planar_pendulum")\n\n'
+    "    def grad_U(Q):\n"
+    "        time.sleep(DELAY)\n"
+    "        return pb.grad_U(Q)\n\n"
+    "    return dataclasses.replace(pb, grad_U=grad_U)\n"
 )
 STUDY = {
     "problem": "slurm_user_problem:pendulum",
@@ -61,57 +73,71 @@ STUDY = {
     "errors": {"reference": "exact", "norm": 1, "sample": "all"},
 }
 RUNS = 4  # 2 methods x 2 step sizes
-#: local Dask workers of the solve job run as one SLURM job (its threads, so its --cpus-per-task)
+#: two studies: the SLURM profile makes one solve job of each, on two hosts
+STUDIES = {"tiny": STUDY, "tiny2": STUDY | {"h0": 0.125}}
+#: local Dask workers of each solve job (its threads, so its --cpus-per-task)
 WORKERS = 2
-#: resources of the SLURM executor's jobs, from config.yaml (small enough for a 2-core CI node)
+#: resources of the SLURM executor's jobs, from config.yaml (small enough for a 2-core CI machine)
 RESOURCES = {"solve": {"mem_mb": 700, "runtime": 7}, "aggregate": {"mem_mb": 600, "runtime": 6}}
 
-
-def slurm_unavailable() -> str | None:
-    """Why the SLURM tests cannot run here, or None when sinfo shows a node that takes jobs."""
-    if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
-        return "SLURM is not installed (no sinfo/sbatch); CI starts one with .ci/slurm_up.sh"
-    try:
-        out = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"sinfo failed: {exc}"
-    states = out.stdout.split()
-    if out.returncode != 0 or not any(s.rstrip("*~#") in ("idle", "mixed", "allocated") for s in states):
-        why = out.stderr.strip().splitlines()[-1:] or states or ["no nodes"]
-        return f"no SLURM node is up (sinfo -h -o %T: {why[0]}); start one with: sudo bash .ci/slurm_up.sh"
-    return None
-
-
-SKIP = slurm_unavailable()
+SKIP = unavailable()
 
 
 def needs_slurm(test):
-    """Marked slurm (and slow), skipped with the reason where no SLURM node is up."""
+    """Marked slurm (and slow), skipped with the reason where the lab is not up."""
     return pytest.mark.slurm(pytest.mark.slow(pytest.mark.skipif(SKIP is not None, reason=SKIP or "")(test)))
 
 
+@pytest.fixture(scope="module")
+def lab():
+    if SKIP is not None:
+        pytest.skip(SKIP)
+    lab = Lab()
+    yield lab
+    lab.stop_all()
+
+
 # --------------------------------------------------------------------------- helpers
-def write_config(workdir: Path, **extra) -> Path:
+def write_config(workdir: Path, studies: dict | None = None, **extra) -> Path:
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "slurm_user_problem.py").write_text(USER_MODULE)
     path = workdir / "config.yaml"
-    path.write_text(yaml.safe_dump({"studies": {"tiny": STUDY}, **extra}, sort_keys=False))
+    path.write_text(yaml.safe_dump({"studies": studies or {"tiny": STUDY}, **extra}, sort_keys=False))
     return path
 
 
-def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+def snakemake_cmd(workdir: Path, *args: str) -> list[str]:
     """The repository's Snakefile on workdir/config.yaml, under `timeout -k 10 LIMIT` (Snakemake catches SIGTERM)."""
     cmd = ["timeout", "-k", "10", str(LIMIT), str(BIN / "snakemake"), "-s", str(ROOT / "Snakefile")]
-    cmd += ["-d", str(workdir), "--configfile", str(workdir / "config.yaml"), *args]
-    env = dict(os.environ, MPLBACKEND="Agg", PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=LIMIT + 30, env=env, cwd=workdir)
+    return cmd + ["-d", str(workdir), "--configfile", str(workdir / "config.yaml"), *args]
+
+
+def finished(workdir: Path, proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     (workdir / "snakemake.log").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, f"snakemake exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     return proc
 
 
+def snakemake_here(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    """snakemake in this (the root) namespace: a local run."""
+    env = Lab.env(MPLBACKEND="Agg")
+    cmd = snakemake_cmd(workdir, *args)
+    return finished(
+        workdir, subprocess.run(cmd, capture_output=True, text=True, timeout=LIMIT + 30, env=env, cwd=workdir)
+    )
+
+
+def snakemake_on(lab: Lab, workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    """snakemake on the lab's head host (SLURM jobs, Dask workers on the compute hosts)."""
+    proc = lab.run(
+        lab.head, *snakemake_cmd(workdir, *args), cwd=workdir, env=Lab.env(MPLBACKEND="Agg"), timeout=LIMIT + 30
+    )
+    return finished(workdir, proc)
+
+
 def assert_same_errors(path: Path, reference: Path) -> None:
-    """errors.csv byte for byte as the local run's (every run in it, none failed)."""
+    """errors.csv byte for byte as the local run's (every run in it, none failed): every lab host is this
+    machine, with the same code and libraries."""
     assert filecmp.cmp(path, reference, shallow=False), (
         f"{path} differs from the local run:\n{path.read_text()}\n{reference.read_text()}"
     )
@@ -120,20 +146,24 @@ def assert_same_errors(path: Path, reference: Path) -> None:
     assert len(rows) == RUNS and all(r["status"] == "ok" for r in rows)
 
 
-def squeue_jobs(*args: str) -> list[dict]:
-    """squeue rows (every state, incl. jobs finished in the last MinJobAge seconds) as dicts."""
-    fields = {"id": "%i", "name": "%j", "state": "%T", "cpus": "%C", "mem": "%m", "time": "%l", "comment": "%k"}
-    fmt = "|".join(fields.values())
-    out = subprocess.run(["squeue", "-h", "-t", "all", "-o", fmt, *args], capture_output=True, text=True, timeout=20)
-    return [dict(zip(fields, line.split("|"), strict=True)) for line in out.stdout.splitlines() if line.strip()]
+SQUEUE_FIELDS = {"id": "%i", "name": "%j", "state": "%T", "cpus": "%C", "mem": "%m", "time": "%l", "comment": "%k"}
+SQUEUE_FIELDS |= {"nodes": "%N"}
+
+
+def squeue_jobs(lab: Lab, *args: str) -> list[dict]:
+    """squeue rows on the head (every state, incl. jobs finished in the last MinJobAge seconds) as dicts."""
+    fmt = "|".join(SQUEUE_FIELDS.values())
+    out = lab.run(lab.head, "squeue", "-h", "-t", "all", "-o", fmt, *args, timeout=20)
+    return [dict(zip(SQUEUE_FIELDS, line.split("|"), strict=True)) for line in out.stdout.splitlines() if line.strip()]
 
 
 class SqueueWatch(threading.Thread):
     """Polls squeue every 0.3 s: every (job, state, ...) it saw, with the first time, for the jobs started meanwhile."""
 
-    def __init__(self) -> None:
+    def __init__(self, lab: Lab) -> None:
         super().__init__(daemon=True)
-        self.before = {j["id"] for j in squeue_jobs()}
+        self.lab = lab
+        self.before = {j["id"] for j in squeue_jobs(lab)}
         self.seen: dict[tuple, float] = {}
         self.t0 = time.monotonic()
         self.halt = threading.Event()
@@ -141,7 +171,7 @@ class SqueueWatch(threading.Thread):
     def run(self) -> None:
         while not self.halt.is_set():
             try:
-                jobs = squeue_jobs()
+                jobs = squeue_jobs(self.lab)
             except (OSError, subprocess.SubprocessError):
                 jobs = []
             for j in jobs:
@@ -154,25 +184,29 @@ class SqueueWatch(threading.Thread):
         self.join(10)
 
     def jobs(self) -> dict[str, dict]:
-        """The jobs seen, by id, with the states they were seen in."""
+        """The jobs seen, by id, with the states they were seen in and the nodes they ran on."""
         out: dict[str, dict] = {}
         for key in sorted(self.seen, key=self.seen.get):
-            j = dict(zip(("id", "name", "state", "cpus", "mem", "time", "comment"), key, strict=True))
-            out.setdefault(j["id"], {**j, "states": []})["states"].append(j["state"])
+            j = dict(zip(SQUEUE_FIELDS, key, strict=True))
+            job = out.setdefault(j["id"], {**j, "states": [], "on": set()})
+            job["states"].append(j["state"])
+            job["on"] |= set(j["nodes"].split(",")) - {""}
         return out
 
     def report(self) -> str:
-        lines = ["  t/s  JOBID NAME                 STATE       CPUS MIN_MEMORY TIME_LIMIT COMMENT"]
+        lines = ["  t/s  JOBID NAME                 STATE       CPUS MIN_MEMORY TIME_LIMIT NODES  COMMENT"]
         for key, t in sorted(self.seen.items(), key=lambda kv: kv[1]):
-            i, name, state, cpus, mem, limit, comment = key
-            lines.append(f"{t:5.1f} {i:>6} {name[:20]:20} {state:11} {cpus:>4} {mem:>10} {limit:>10} {comment}")
+            i, name, state, cpus, mem, limit, comment, nodes = key
+            lines.append(
+                f"{t:5.1f} {i:>6} {name[:20]:20} {state:11} {cpus:>4} {mem:>10} {limit:>10} {nodes:6} {comment}"
+            )
         return "\n".join(lines)
 
     def cancel_leftovers(self) -> None:
         """scancel the jobs this test started that are still queued or running (by id)."""
         ids = [i for i, j in self.jobs().items() if j["states"][-1] in ("PENDING", "RUNNING", "CONFIGURING")]
         if ids:
-            subprocess.run(["scancel", *ids], capture_output=True, timeout=20)
+            self.lab.run(self.lab.head, "scancel", *ids, timeout=20)
 
 
 def record(watch: SqueueWatch, workdir: Path, record_property, title: str) -> str:
@@ -184,35 +218,38 @@ def record(watch: SqueueWatch, workdir: Path, record_property, title: str) -> st
 
 
 @pytest.fixture(scope="module")
-def local_errors(tmp_path_factory) -> Path:
-    """errors.csv of the study run locally (snakemake --cores 2, LocalCluster)."""
+def local_errors(tmp_path_factory) -> dict[str, Path]:
+    """errors.csv of each study run locally (snakemake --cores 2, LocalCluster), by study."""
     if SKIP is not None:
         pytest.skip(SKIP)
     workdir = tmp_path_factory.mktemp("local")
-    write_config(workdir)
-    snakemake(workdir, "--cores", "2")
-    return workdir / "results" / "tiny" / "errors.csv"
+    write_config(workdir, STUDIES)
+    snakemake_here(workdir, "--cores", "2")
+    return {name: workdir / "results" / name / "errors.csv" for name in STUDIES}
 
 
-def workers_of(workdir: Path) -> set[str]:
+def workers_of(workdir: Path, study: str = "tiny") -> set[str]:
     """The Dask worker that computed each run (recorded in its store)."""
     from hbvm_workflow.storage import read_attrs
 
-    stores = sorted((workdir / "results" / "tiny" / "runs").glob("*/[hn]=*.zarr.zip"))
+    stores = sorted((workdir / "results" / study / "runs").glob("*/[hn]=*.zarr.zip"))
     assert len(stores) == RUNS
     return {read_attrs(str(p))["worker"] for p in stores}
 
 
 # --------------------------------------------------------------------------- tests
 @needs_slurm
-def test_the_rules_run_as_slurm_jobs_with_the_shipped_profile(tmp_path, local_errors, record_property):
-    """snakemake --workflow-profile workflow/profiles/slurm: solve and aggregate are sbatch jobs; same errors.csv."""
-    write_config(tmp_path, resources=RESOURCES, dask={"n_workers": WORKERS})
-    watch = SqueueWatch()
+def test_the_shipped_profile_spreads_the_studies_over_the_compute_hosts(tmp_path, lab, local_errors, record_property):
+    """snakemake --workflow-profile workflow/profiles/slurm: one solve job per study, on both compute hosts, then
+    one aggregate job; the same errors.csv as locally."""
+    write_config(tmp_path, STUDIES, resources=RESOURCES, dask={"n_workers": WORKERS})
+    watch = SqueueWatch(lab)
     watch.start()
     t0 = time.monotonic()
     try:
-        proc = snakemake(tmp_path, "--workflow-profile", str(PROFILE), "--slurm-init-seconds-before-status-checks", "1")
+        proc = snakemake_on(
+            lab, tmp_path, "--workflow-profile", str(PROFILE), "--slurm-init-seconds-before-status-checks", "1"
+        )
     finally:
         watch.stop()
         watch.cancel_leftovers()
@@ -220,47 +257,58 @@ def test_the_rules_run_as_slurm_jobs_with_the_shipped_profile(tmp_path, local_er
     record(watch, tmp_path, record_property, f"squeue during `snakemake --workflow-profile slurm` ({wall:.0f} s):")
     out = proc.stdout + proc.stderr
 
-    # each rule with an action was one sbatch job (one for all the default target's studies: no wildcards),
-    # and squeue saw it with the rule's resources
-    submitted = dict(re.findall(r"slurm_logs/rule_(\w+?)/(\d+)\.log", out))
-    assert sorted(submitted) == ["aggregate", "solve"], out[-3000:]
+    # each rule with an action was sbatch jobs: solve_study once per study (solve_per_study), aggregate once
+    submitted = re.findall(r"slurm_logs/rule_(\w+?)/(?:(\w+)/)?(\d+)\.log", out)
+    rules = sorted((rule, study) for rule, study, _ in submitted)
+    assert rules == [("aggregate", ""), ("solve_study", "tiny"), ("solve_study", "tiny2")], out[-3000:]
     jobs = watch.jobs()
-    for rule, jobid in submitted.items():
+    for rule, _, jobid in submitted:
         assert jobid in jobs, f"squeue never showed the {rule} job {jobid}:\n{watch.report()}"
         job = jobs[jobid]
-        assert job["comment"] == f"rule_{rule}"
-        assert job["mem"] == f"{RESOURCES[rule]['mem_mb']}M"  # config resources.<rule>.mem_mb -> --mem
-        assert job["time"] == f"{RESOURCES[rule]['runtime']}:00"  # runtime (minutes) -> -t
+        kind = rule.removesuffix("_study")
+        assert job["comment"].startswith(f"rule_{rule}")
+        assert job["mem"] == f"{RESOURCES[kind]['mem_mb']}M"  # config resources.<rule>.mem_mb -> --mem
+        assert job["time"] == f"{RESOURCES[kind]['runtime']}:00"  # runtime (minutes) -> -t
         assert "RUNNING" in job["states"] and job["states"][-1] == "COMPLETED"
-    assert jobs[submitted["solve"]]["cpus"] == str(WORKERS)  # threads (dask.n_workers) -> --cpus-per-task
-    assert jobs[submitted["aggregate"]]["cpus"] == "1"
+        # threads -> --cpus-per-task: the solve job's local workers; aggregate: one per study
+        assert job["cpus"] == str(WORKERS if kind == "solve" else len(STUDIES))
     assert "localrule all" in out  # only the target rule ran here
 
-    # the runs were computed inside the solve job, on its LocalCluster on loopback; the numbers are the local ones
-    assert all(w.startswith("tls://127.0.0.1:") for w in workers_of(tmp_path))  # TLS: temporary credentials
-    assert f"LocalCluster ({WORKERS} worker processes" in (tmp_path / "logs" / "tiny" / "solve.log").read_text()
-    assert_same_errors(tmp_path / "results" / "tiny" / "errors.csv", local_errors)
+    # the two solve jobs ran side by side on the two compute hosts: each study's runs carry its job's host
+    solve_nodes = {study: jobs[jobid]["on"] for rule, study, jobid in submitted if rule == "solve_study"}
+    hosts = {study: set(run_hosts(tmp_path / "results" / study).values()) for study in STUDIES}
+    assert all(len(h) == 1 for h in hosts.values()), hosts  # a study's runs: its one job's LocalCluster
+    assert hosts == solve_nodes, (hosts, watch.report())  # the host in the stores is the job's node
+    assert set().union(*hosts.values()) == set(lab.compute), (hosts, watch.report())  # both compute hosts
+
+    for study in STUDIES:
+        # computed inside the solve job, on its LocalCluster on loopback; the numbers are the local ones
+        assert all(w.startswith("tls://127.0.0.1:") for w in workers_of(tmp_path, study))  # TLS, temporary
+        assert f"LocalCluster ({WORKERS} worker processes" in (tmp_path / "logs" / study / "solve.log").read_text()
+        assert_same_errors(tmp_path / "results" / study / "errors.csv", local_errors[study])
 
 
 @needs_slurm
-def test_dask_workers_run_as_slurm_jobs(tmp_path, local_errors, record_property):
-    """dask: {cluster: slurm}: the solve step's workers are SLURM jobs (dask-jobqueue); same errors.csv."""
+def test_dask_workers_run_as_slurm_jobs_on_both_compute_hosts(tmp_path, lab, local_errors, record_property):
+    """dask: {cluster: slurm, interface: lab0}: the solve step (on the head) starts its workers as SLURM jobs
+    (dask-jobqueue), on both compute hosts; same errors.csv."""
     cap = RUNS - 1  # fewer worker jobs than runs: the cap holds
     dask = {
         "cluster": "slurm",
+        "interface": "lab0",  # every lab host's interface on the bridge (as ib0 on a real cluster)
         "cores": 1,
         "memory": "500MB",
         "walltime": "00:10:00",
-        "queue": "debug",
+        "queue": "lab",
         "jobs": cap,
         "worker_timeout": 120,
     }
     write_config(tmp_path, dask=dask)
-    watch = SqueueWatch()
+    watch = SqueueWatch(lab)
     watch.start()
     t0 = time.monotonic()
     try:
-        snakemake(tmp_path, "--cores", "2")
+        snakemake_on(lab, tmp_path, "--cores", "2")
         wall = time.monotonic() - t0
         time.sleep(1.0)  # one more poll: the cancelled worker jobs' final state
     finally:
@@ -280,40 +328,51 @@ def test_dask_workers_run_as_slurm_jobs(tmp_path, local_errors, record_property)
         assert "RUNNING" in j["states"], watch.report()
         assert (j["cpus"], j["mem"], j["time"]) == ("1", "477M", "10:00")  # 500 MB = 477 MiB; walltime
     # closed at the end: none is still queued or running
-    final = {j["id"]: j["state"] for j in squeue_jobs("-j", ",".join(jobs))}
+    final = {j["id"]: j["state"] for j in squeue_jobs(lab, "-j", ",".join(jobs))}
     assert set(final.values()) <= {"CANCELLED", "COMPLETED"}, final
 
-    # every run was computed on one of those workers, and every worker address was on loopback
+    # every run was computed on one of those workers, each on its job's compute host, and the runs on both
     logs = {i: (tmp_path / "logs" / "dask-slurm" / f"dask-worker-{i}.err").read_text() for i in jobs}
-    # "Start Nanny at: 'tls://...'", "Start worker at: tls://...", "dashboard at: 127.0.0.1:port"
+    # "Start Nanny at: 'tls://...'", "Start worker at: tls://...", "dashboard at: host:port"
     listen = re.compile(r"(?:Start Nanny|Start worker|dashboard) at:\s+'?([^'\s]+)'?$", re.M)
     addresses = {i: listen.findall(text) for i, text in logs.items()}
     assert all(len(a) == 3 for a in addresses.values()), addresses
-    assert all(re.fullmatch(r"(tls://)?127\.0\.0\.1:\d+", a) for a in sum(addresses.values(), [])), addresses
+    for i, found in addresses.items():  # each on its node's lab address: inside the lab
+        node = next(iter(jobs[i]["on"]))
+        assert all(re.fullmatch(rf"(tls://)?{re.escape(lab.address(node))}:\d+", a) for a in found), (node, found)
     started = {m for t in logs.values() for m in re.findall(r"Start worker at:\s+(\S+)", t)}
     assert workers_of(tmp_path) <= started
+    hosts = run_hosts(tmp_path / "results" / "tiny")
+    assert len(hosts) == RUNS and set(hosts.values()) == set(lab.compute), (hosts, watch.report())
     log = (tmp_path / "logs" / "tiny" / "solve.log").read_text()
-    assert f"computing on SLURMCluster (up to {cap} worker jobs of 1 cores, on 127.0.0.1)" in log
+    assert f"computing on SLURMCluster (up to {cap} worker jobs of 1 cores, on lab0)" in log
     manifest = json.loads((tmp_path / "results" / "tiny" / "solve.json").read_text())
     assert len(manifest["computed"]) == RUNS
-    assert_same_errors(tmp_path / "results" / "tiny" / "errors.csv", local_errors)
+    assert_same_errors(tmp_path / "results" / "tiny" / "errors.csv", local_errors["tiny"])
+
+
+#: run on the head: a SLURMCluster whose worker jobs SLURM holds back (--begin in an hour)
+HELD_BACK = """
+from hbvm_core.errors import HBVMError
+from hbvm_workflow.cluster import dask_client
+cfg = {"cluster": "slurm", "memory": "200MB", "job_extra_directives": ["--begin=now+1hour"], "worker_timeout": 3}
+try:
+    with dask_client(cfg, tasks=2):
+        print("a worker joined")
+except HBVMError as exc:
+    print(exc)
+"""
 
 
 @needs_slurm
-def test_workers_that_never_start_are_reported_and_cancelled(tmp_path, monkeypatch):
+def test_workers_that_never_start_are_reported_and_cancelled(tmp_path, lab):
     """Worker jobs held back by SLURM: the solve step's client fails after dask.worker_timeout, naming their state."""
-    from hbvm_core.errors import HBVMError
-    from hbvm_workflow.cluster import dask_client
-
-    monkeypatch.chdir(tmp_path)
-    cfg = {"cluster": "slurm", "memory": "200MB", "job_extra_directives": ["--begin=now+1hour"], "worker_timeout": 3}
-    with pytest.raises(HBVMError) as err, dask_client(cfg, tasks=2):
-        pytest.fail("a worker joined")  # pragma: no cover
-    msg = str(err.value)
-    assert "no Dask worker joined within dask.worker_timeout = 3 s" in msg
+    proc = lab.run(lab.head, sys.executable, "-c", HELD_BACK, cwd=tmp_path, timeout=120)
+    msg = proc.stdout.strip()
+    assert "no Dask worker joined within dask.worker_timeout = 3 s" in msg, proc.stdout + proc.stderr
     ids = re.findall(r"(\d+) PENDING BeginTime", msg)
     assert len(ids) == 2, msg  # two pending runs: two worker jobs
-    states = {j["id"]: j["state"] for j in squeue_jobs("-j", ",".join(ids))}
+    states = {j["id"]: j["state"] for j in squeue_jobs(lab, "-j", ",".join(ids))}
     assert states == dict.fromkeys(ids, "CANCELLED"), states  # closed: the held jobs are gone too
 
 

@@ -50,6 +50,13 @@ def default_studies():
     return [name for name in SELECTED if STUDY_TARGETS[STUDIES[name].kind](name)]
 
 
+def solved_together():
+    """The studies that rule solve computes in one job: the default target's, unless the config asks for
+    one solve job per study (``solve_per_study``, set by the SLURM profile: a batch scheduler then spreads
+    the studies' jobs over its nodes). The others get one solve_study job each."""
+    return [] if config.get("solve_per_study") else default_studies()
+
+
 def study_regex(names):
     """A wildcard constraint matching exactly ``names`` (nothing when there are none)."""
     return "|".join(re.escape(n) for n in names) if names else "(?!)"
@@ -77,7 +84,10 @@ def solve_threads(names, share=1.0):
 
 
 def study_solve_threads(wildcards):
-    """solve_study: one study's share of the work of the studies asked for by name (all but the default ones)."""
+    """solve_study: one study's share of the work of the studies asked for by name (all but the default ones);
+    with ``solve_per_study`` each study's job is sized by its own work (its own allocation on a cluster)."""
+    if config.get("solve_per_study"):
+        return solve_threads([wildcards.study])
     others = [n for n in STUDIES if n not in default_studies()]
     work = {n: sum(j.estimated_seconds() for j in STUDIES[n].jobs.values()) for n in others}
     share = work.get(wildcards.study, 0.0) / max(sum(work.values()), 1e-9)
