@@ -36,7 +36,6 @@ fail() {
     dump_logs
     exit 1
 }
-trap 'rc=$?; if [ $rc -ne 0 ]; then echo "[lab_up] failed: tearing down" >&2; bash .ci/lab_down.sh >&2 || true; fi' EXIT
 
 [ "$(id -u)" -eq 0 ] || fail "must run as root"
 [ ! -e "$LAB" ] || fail "$LAB exists: the lab is up (or was not torn down); run .ci/lab_down.sh first"
@@ -44,7 +43,10 @@ for h in "${HOSTS[@]}" net; do
     [ ! -e "/run/netns/hbvm-lab-$h" ] || fail "namespace hbvm-lab-$h exists; run .ci/lab_down.sh first"
 done
 
-# ---------------------------------------------------------------- packages (as .ci/slurm_up.sh did)
+# from here on a failure tears down what was started (not before: a lab already up stays up)
+trap 'rc=$?; if [ $rc -ne 0 ]; then echo "[lab_up] failed: tearing down" >&2; bash .ci/lab_down.sh >&2 || true; fi' EXIT
+
+# ---------------------------------------------------------------- packages (Debian's)
 if ! command -v slurmctld >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1; then
     log "installing slurm-wlm and munge via apt-get"
     export DEBIAN_FRONTEND=noninteractive
