@@ -416,3 +416,22 @@ def test_the_worker_job_script_is_on_loopback_and_runs_this_python(tmp_path, mon
         slurm_options({"interface": "ib0", "scheduler_host": "10.0.0.1"})
     with pytest.raises(ConfigError, match=r"dask\.processes = 3"):
         slurm_options({"cores": 4, "processes": 3})
+
+
+def test_solve_per_study_gives_each_study_its_solve_job_and_the_profile_sets_it(tmp_path):
+    """solve_per_study: one solve_study job per study of the default target (a dry run; no SLURM needed), one
+    solve job for all of them without it; the SLURM profile sets it."""
+    write_config(tmp_path, STUDIES)
+
+    def planned(*args: str) -> list[str]:
+        cmd = snakemake_cmd(tmp_path, "-n", "--cores", "2", *args)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=LIMIT, env=Lab.env(), cwd=tmp_path)
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        return sorted(re.findall(r"^rule (solve\w*):\n\s+output: (\S+)", out.stdout + out.stderr, re.M))
+
+    assert planned() == [("solve", "results/tiny/solve.json,")]  # both studies' manifests: one job
+    assert planned("--config", "solve_per_study=True") == [
+        ("solve_study", "results/tiny/solve.json"),
+        ("solve_study", "results/tiny2/solve.json"),
+    ]
+    assert "solve_per_study=True" in yaml.safe_load(PROFILE.joinpath("config.yaml").read_text())["config"]
