@@ -55,7 +55,7 @@ LIMIT = 300
 USER_MODULE = (
     '"""The planar pendulum, given as a user problem (module:factory) from the working directory; its gradient\n'
     'sleeps DELAY s per call, as an expensive callback would (the numbers are the built-in problem\'s)."""\n'
-    "import dataclasses\nimport time\n\nimport hbvm_core\n\nDELAY = 0.01\n\n\n"
+    "import dataclasses\nimport time\n\nimport hbvm_core\n\nDELAY = 0.02\n\n\n"
     "def pendulum():\n"
     '    pb = hbvm_core.get_problem("planar_pendulum")\n\n'
     "    def grad_U(Q):\n"
