@@ -113,7 +113,15 @@ class Lab:
 
 
 def unavailable() -> str | None:
-    """Why the lab cannot be used here, or None when it is up and its compute hosts take jobs."""
+    """Why the lab cannot be used here (the tests skip), or None when it is up and its compute hosts take jobs.
+    Where the lab must be up (``HBVM_LAB_REQUIRED=1``, set by .ci/run) a reason is an error instead."""
+    why = _why_unavailable()
+    if why is not None and os.environ.get("HBVM_LAB_REQUIRED") == "1":
+        raise RuntimeError(f"HBVM_LAB_REQUIRED=1 but {why}")
+    return why
+
+
+def _why_unavailable() -> str | None:
     if not sys.platform.startswith("linux") or os.geteuid() != 0:
         return "the multi-host lab needs Linux and root (CI starts it with: sudo bash .ci/lab_up.sh)"
     if not (LAB_DIR / "lab.env").is_file():
