@@ -80,9 +80,11 @@ def solve_job(job: Job | dict, problems: dict | None = None) -> dict:
     Returns a summary dict: id, hash, store, status ("ok" | "failed"), steps,
     mean_iterations, wall_s, and for a failure the error (step, t, increment).
     """
-    from hbvm_core.methods import from_spec
+    from hbvm_core.methods import from_spec, load_method_modules
 
     job = job if isinstance(job, Job) else Job(**job)
+    if job.method_module:  # a method registered outside hbvm_core (config: method_modules)
+        load_method_modules([job.method_module])
     problem, fingerprint = _problem(job, problems)
     if job.problem_fingerprint and fingerprint != job.problem_fingerprint:
         raise RuntimeError(

@@ -52,10 +52,8 @@ KINDS: dict[str, tuple[str, ...]] = {
     "sweep": ("sweep",),  # a one-key grid: error constants and iterations against the value (workflow/rules/sweep.smk)
 }
 # --------------------------------------------------------------------------- jobs and rows
-#: Job.estimated_seconds: per run (the store), and per step and quadrature node (compiled, numpy)
+#: Job.estimated_seconds: per run (the store); per step, each method's cost model (``Method.STEP_SECONDS``)
 RUN_OVERHEAD_S = 0.003
-STEP_NODE_S = 1e-6
-NUMPY_STEP_NODE_S = 1e-4
 #: solve_workers: the least work (s) that pays for a second worker process of a study's solve job
 WORK_PER_WORKER_S = 5.0
 #: the most rows of a Zarr chunk (schema.yaml: chunk): a chunk is built in memory
@@ -85,6 +83,9 @@ class Job:
     numerics_fingerprint: str = ""
     #: the grid combination of the run (``layout.combo_name``: ``L=0.5``); "" in a study without a grid
     combo: str = ""
+    #: the module that registers the method, when outside hbvm_core (config ``method_modules``): a worker
+    #: imports it before building the method
+    method_module: str = ""
 
     @property
     def id(self) -> str:
@@ -120,8 +121,12 @@ class Job:
         return asdict(self)
 
     def cost(self) -> float:
-        """Relative cost (steps x quadrature nodes), for scheduling the longest jobs first."""
-        return self.steps * max(1, int(self.method.get("k", 1)))
+        """Relative cost (steps x the method's work per step, ``Method.work_units``: HBVM's quadrature nodes),
+        for scheduling the longest jobs first."""
+        from hbvm_core.methods import method_class
+
+        cls = method_class(self.method)
+        return self.steps * (cls.work_units(self.method) if cls is not None else 1)
 
     def stored_bytes(self, m: int, nu: int) -> int:
         """The size of the run's store, uncompressed: per saved point t, q, p, H, g, hc (storage.ZarrSink.SPEC),
@@ -132,17 +137,14 @@ class Job:
         return points * 8 * (2 + 2 * m + 2 * nu) + steps * (8 + 8 * nu + 4)
 
     def estimated_seconds(self) -> float:
-        """A rough wall time of the run on one core, for sizing a solve job (``solve_workers``).
-
-        Compiled loops run built-in problems' HBVM (and RATTLE) at about a microsecond per step and
-        quadrature node (benchmarks/README.md: 0.63 us for HBVM(2,2), 5.2 us for HBVM(6,2));
-        the numpy path, a user's problem and the baselines cost some hundred times more.
-        """
+        """A rough wall time of the run on one core, for sizing a solve job (``solve_workers``): the method's
+        cost model (``Method.STEP_SECONDS``), compiled for a built-in problem unless ``backend: numpy``."""
+        from hbvm_core.methods import Method, method_class
         from hbvm_core.problems import BUILTIN
 
-        kind = self.method.get("method", "hbvm")
-        compiled = self.backend != "numpy" and kind in ("hbvm", "rattle") and self.problem in BUILTIN
-        return RUN_OVERHEAD_S + self.cost() * (STEP_NODE_S if compiled else NUMPY_STEP_NODE_S)
+        compiled_s, numpy_s = (method_class(self.method) or Method).STEP_SECONDS
+        compiled = compiled_s is not None and self.backend != "numpy" and self.problem in BUILTIN
+        return RUN_OVERHEAD_S + self.cost() * (compiled_s if compiled else numpy_s)
 
 
 def solve_workers(jobs, cores: int, share: float = 1.0) -> int:
@@ -200,6 +202,10 @@ class MethodSpec:
     k: int | None
     s: int | None
     rows: list[Row] = field(default_factory=list)
+    #: the method object (its claims: ``orders``, ``conserves``) and the module that registers it when outside
+    #: hbvm_core
+    method: Any = field(default=None, repr=False, compare=False)
+    module: str = ""
 
 
 @dataclass
@@ -360,7 +366,7 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
     if not isinstance(cfg["methods"], list) or not cfg["methods"]:
         raise ConfigError(f"{where}.methods: expected a non-empty list of method entries")
     for i, raw in enumerate(cfg["methods"]):
-        spec = _method(f"{where}.methods[{i}]", raw, cfg, study.methods)
+        spec = _method(f"{where}.methods[{i}]", raw, cfg, study.methods, [inst.problem for inst in instances])
         for inst in instances:
             _add_runs(study, spec, raw, f"{where}.methods[{i}]", inst)
         study.methods.append(spec)
@@ -417,8 +423,9 @@ def _convention(where: str, cfg: dict, problem) -> tuple[str, Any]:
     return reference, convention
 
 
-def _method(where: str, raw, cfg: dict, earlier: list[MethodSpec]) -> MethodSpec:
-    """The MethodSpec of one method entry: its canonical (hashed) entry, its label and display name."""
+def _method(where: str, raw, cfg: dict, earlier: list[MethodSpec], problems=()) -> MethodSpec:
+    """The MethodSpec of one method entry: its canonical (hashed) entry, its label and display name; ConfigError
+    when one of ``problems`` lacks what the method needs (``Method.check_problem``)."""
     from hbvm_core.methods import from_spec
 
     if not isinstance(raw, dict):
@@ -432,12 +439,16 @@ def _method(where: str, raw, cfg: dict, earlier: list[MethodSpec]) -> MethodSpec
             raise ConfigError(f"{where}: k = {k} < s = {s}; HBVM(k, s) needs k >= s")
     try:
         method = from_spec(entry)
+        for problem in problems:
+            method.check_problem(problem)
     except (ConfigError, TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: {exc}") from None
     label = raw.get("label") or method_label(entry)
     if any(m.label == label for m in earlier):
         raise ConfigError(f"{where}: duplicate method {label!r} in the study (give a distinct label)")
-    return MethodSpec(label, method.name, entry, entry.get("k"), entry.get("s"))
+    module = type(method).__module__
+    return MethodSpec(label, method.name, entry, entry.get("k"), entry.get("s"), method=method,
+                      module="" if module.startswith("hbvm_core.") else module)  # fmt: skip
 
 
 def _grid(where: str, cfg: dict) -> dict:
@@ -527,6 +538,7 @@ def _add_runs(study: Study, spec: MethodSpec, raw: dict, where: str, inst: Insta
                 problem_fingerprint=inst.fingerprint,
                 numerics_fingerprint=numerics,
                 combo=inst.key,
+                method_module=spec.module,
             )
             job.run = run_stem(hh, nn)
             job.store = store_path(study.results, study.name, spec.label, hh, nn, inst.key)

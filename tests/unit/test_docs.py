@@ -31,7 +31,9 @@ FIRST_STUDY = {
 
 
 def schema_keys() -> dict[str, list[str]]:
-    spec = yaml.safe_load((ROOT / "hbvm_workflow" / "schema.yaml").read_text())
+    from hbvm_workflow.schema import schema
+
+    spec = schema()  # schema.yaml with the method entry keys the registered methods declare
     d = spec["$defs"]
     resources = spec["properties"]["resources"]["additionalProperties"]["properties"]
     return {

@@ -124,6 +124,10 @@ def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: di
                 shipped = ship_problem_module(client, spec)
                 for name in {j.study for j in todo if j.problem == spec} if shipped else ():
                     logs[name].info(f"problem module {shipped} uploaded to the workers")
+            for module in sorted({job.method_module for job in todo} - {""}):  # config: method_modules
+                shipped = ship_problem_module(client, f"{module}:")
+                for name in {j.study for j in todo if j.method_module == module} if shipped else ():
+                    logs[name].info(f"method module {shipped} uploaded to the workers")
         futures = {
             client.submit(
                 solve_batch,
