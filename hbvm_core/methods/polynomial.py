@@ -28,7 +28,6 @@ from ._small import solve_small
 from .base import only_keys
 from .hbvm import HBVMBase, initial_gamma
 
-
 #: the order in lambda of the plain scheme (measured on the planar pendulum: tests/verification/test_claims.py)
 LAMBDA_ORDER_PLAIN = 1
 
