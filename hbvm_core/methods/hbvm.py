@@ -178,6 +178,15 @@ class HBVM(HBVMBase):
         """Order 2 in q and p, 1 in lambda, with a varying multiplier (docs/method.md 3)."""
         return {"q": 2, "p": 2, "lam": 1}
 
+    @property
+    def summary(self) -> str:
+        if self.solver == "blended":
+            return (
+                "the same with the simplified-Newton (blended) iteration (method.md section 3): the same "
+                "trajectory to round-off"
+            )
+        return self.SUMMARY
+
     def _check_options(self) -> None:
         if self.solver not in SOLVERS:
             raise ConfigError(f"solver = {self.solver!r}: expected one of {', '.join(SOLVERS)}")
