@@ -3,7 +3,8 @@
 The schema is the only place config defaults live; ``defaults`` reads them back for the
 code that needs them, and ``validate_config`` fills them in. ``config.load_studies`` is
 the entry point that uses both. A method entry's own keys are not in the file: ``schema``
-adds those the registered methods declare (``Method.ENTRY_KEYS``, ``method_entry_keys``).
+adds those the registered methods declare (``Method.ENTRY_KEYS``, ``method_entry_keys``),
+and the study's ``kind`` and ``plot`` values of the study kinds (``kinds.KINDS``).
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ def schema(path: str | os.PathLike | None = None) -> dict:
     method = spec.get("$defs", {}).get("method")
     if method is not None:
         method["properties"] = {**method_entry_keys(), **method.get("properties", {})}
+    study = spec.get("$defs", {}).get("study", {}).get("properties", {})
+    if "kind" in study and "plot" in study:  # the study kinds' registry (hbvm_workflow.kinds)
+        from .kinds import KINDS, plot_names
+
+        study["kind"]["enum"] = list(KINDS)
+        study["plot"]["enum"] = plot_names()
     return spec
 
 

@@ -38,19 +38,13 @@ from typing import Any
 from hbvm_core.errors import ConfigError, NonFiniteError, ProblemError
 from hbvm_core.methods import method_label  # noqa: F401  (re-exported)
 
+from .kinds import KINDS
 from .layout import COLUMNS, EXTRA, TIMINGS, combo_name, manifest_path, run_stem, store_path  # noqa: F401
 from .schema import defaults
 
 STEP_KEYS = ("h", "h0", "halvings", "period_divisions")
 METHOD_META_KEYS = (*STEP_KEYS, "label")
 REFERENCES = ("exact", "reference", "self", "none")
-#: Study kinds and the plots each may use; beyond.smk registers work_precision, long_time.
-KINDS: dict[str, tuple[str, ...]] = {
-    "convergence": ("convergence", "solution_error", "invariants", "constraint_panels"),
-    "work_precision": ("work_precision",),  # hbvm_workflow.beyond, workflow/rules/beyond.smk
-    "long_time": ("long_time",),
-    "sweep": ("sweep",),  # a one-key grid: error constants and iterations against the value (workflow/rules/sweep.smk)
-}
 # --------------------------------------------------------------------------- jobs and rows
 #: Job.estimated_seconds: per run (the store); per step, each method's cost model (``Method.STEP_SECONDS``)
 RUN_OVERHEAD_S = 0.003
@@ -376,11 +370,12 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
 def _study_entry(where: str, cfg: dict) -> dict:
     """The study entry with the schema's defaults (``config.defaults``) and its kind, plot and chunk checked."""
     kind = cfg.get("kind", "convergence")
-    cfg = {**defaults("study"), "plot": KINDS.get(kind, ("convergence",))[0], **cfg}
+    cfg = {**defaults("study"), "plot": KINDS[kind].plots[0] if kind in KINDS else "convergence", **cfg}
     if cfg["kind"] not in KINDS:
         raise ConfigError(f"{where}.kind = {cfg['kind']!r}: expected one of {', '.join(KINDS)}")
-    if cfg["plot"] not in KINDS[cfg["kind"]]:
-        raise ConfigError(f"{where}.plot = {cfg['plot']!r}: expected one of {', '.join(KINDS[cfg['kind']])}")
+    plots = KINDS[cfg["kind"]].plots
+    if cfg["plot"] not in plots:
+        raise ConfigError(f"{where}.plot = {cfg['plot']!r}: expected one of {', '.join(plots)}")
     for key in ("problem", "methods", "errors"):
         if key not in cfg:
             raise ConfigError(f"{where}: missing key {key!r}")
@@ -462,8 +457,9 @@ def _grid(where: str, cfg: dict) -> dict:
         raise ConfigError(f"{where}: kind sweep needs a grid of exactly one key, got {len(grid)}")
     if not grid:
         return {}
-    if cfg["kind"] not in ("convergence", "sweep"):
-        raise ConfigError(f"{where}.grid: a grid is for convergence and sweep studies, not kind {cfg['kind']}")
+    if not KINDS[cfg["kind"]].grid:
+        with_grid = " and ".join(name for name, kind in KINDS.items() if kind.grid)
+        raise ConfigError(f"{where}.grid: a grid is for {with_grid} studies, not kind {cfg['kind']}")
     try:
         factory = resolve_factory(cfg["problem"])
         signature = inspect.signature(factory)

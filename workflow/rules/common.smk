@@ -10,6 +10,7 @@ from snakemake.logging import logger
 
 from hbvm_core.errors import ConfigError
 from hbvm_workflow.config import load_studies
+from hbvm_workflow.kinds import KINDS as STUDY_KINDS
 from hbvm_workflow.study import solve_workers
 
 # User problems given as module.path:factory may live in the working directory.
@@ -29,25 +30,30 @@ wildcard_constraints:
     study="|".join(re.escape(name) for name in STUDIES),
 
 
-def convergence_targets(name):
-    d = f"{RESULTS}/{name}"
-    tables = [f"{d}/errors.csv", f"{d}/errors.zarr", f"{d}/table.md", f"{d}/table.tex", f"{d}/table.html"]
-    return tables + [f"{d}/{name}.png", f"{d}/{name}.pdf"]
+def study_targets(name):
+    """The files of a study (its kind's entry in hbvm_workflow.kinds.KINDS)."""
+    return STUDY_KINDS[STUDIES[name].kind].targets(RESULTS, name)
 
 
-# Targets of each study kind; further kinds register theirs here.
-STUDY_TARGETS = {"convergence": convergence_targets}
+def default_targets(name):
+    """A selected study's files in the default target: every kind's, the opt-in ones' only when asked for."""
+    kind = STUDY_KINDS[STUDIES[name].kind]
+    return kind.targets(RESULTS, name) if kind.in_default(name, config) else []
+
+
+# Targets of the default target besides the studies' own (the beyond summaries: rules/beyond.smk).
+EXTRA_DEFAULT_TARGETS = []
 
 
 def all_targets():
-    return [t for name in SELECTED for t in STUDY_TARGETS[STUDIES[name].kind](name)]
+    return [t for name in SELECTED for t in default_targets(name)] + [t for f in EXTRA_DEFAULT_TARGETS for t in f()]
 
 
 def default_studies():
     """The studies of the default target, in config order: rules solve and aggregate build them together,
     one job each for all of them (one Python start-up, one Dask cluster); other studies asked for by name
     (`snakemake beyond`, a file of a study not selected) get one solve_study / aggregate_study job each."""
-    return [name for name in SELECTED if STUDY_TARGETS[STUDIES[name].kind](name)]
+    return [name for name in SELECTED if default_targets(name)]
 
 
 def study_regex(names):

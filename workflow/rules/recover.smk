@@ -25,7 +25,7 @@ if HBVM_RECOVER_MODE == "run" and not hbvm_recover.locked(".snakemake"):
     _guarded = [
         n
         for n, s in STUDIES.items()
-        if os.path.isdir(os.path.join(RESULTS, n)) or (n in SELECTED and STUDY_TARGETS.get(s.kind, lambda n: [])(n))
+        if os.path.isdir(os.path.join(RESULTS, n)) or (n in SELECTED and default_targets(n))
     ]
     try:
         hbvm_locks.hold_studies(RESULTS, _guarded, config.get("lock_timeout", hbvm_locks.LOCK_TIMEOUT))
