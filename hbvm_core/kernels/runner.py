@@ -19,7 +19,7 @@ import os
 import numpy as np
 
 from ..blended import initial_multiplier
-from ..errors import ConvergenceError, NonFiniteError, ProblemError
+from ..errors import ConvergenceError, ProblemError
 from ..integrate import buffer_rows
 from ..legendre import shifted_legendre, tableau
 from ..problem import Problem
@@ -153,11 +153,7 @@ class LoopRunner:
     @staticmethod
     def _name_non_finite(problem: Problem, Q: np.ndarray, n: int, h: float) -> None:
         """NonFiniteError naming the callback that returns NaN/inf at the points Q, as the numpy stepper does."""
-        if np.all(np.isfinite(Q)):
-            try:
-                problem.check_finite(Q)
-            except NonFiniteError as exc:
-                raise NonFiniteError(f"{exc} at step {n} (t = {n * h:.6g})") from None
+        problem.check_finite(Q, n, n * h)
 
 
 def check_callbacks(problem: Problem, module, params: np.ndarray) -> None:

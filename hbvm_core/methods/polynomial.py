@@ -165,9 +165,7 @@ class PolynomialStepper:
         except np.linalg.LinAlgError as exc:
             raise ConvergenceError(n, t, float("nan"), 0, f"singular multiplier system ({exc})") from None
         except ConvergenceError:
-            Q = q0 + h * (self.tab.Ihat @ gamma)
-            if np.all(np.isfinite(Q)):
-                pb.check_finite(Q)  # names a callback returning NaN/inf, if any
+            pb.check_finite(q0 + h * (self.tab.Ihat @ gamma), n, t)  # names a callback returning NaN/inf, if any
             raise
         lam, psi0, phi0 = aux
         self.gamma = gamma

@@ -102,8 +102,7 @@ class RattleStepper:
                 lam = lam + dlam
                 d = float(np.max(np.abs(c * (MG0 @ dlam))))  # change of q1
                 if not np.isfinite(d):
-                    if np.all(np.isfinite(q1)):
-                        pb.check_finite(Q1)
+                    pb.check_finite(Q1, n, t)
                     raise ConvergenceError(n, t, d, it, "non-finite Newton increment (diverged)")
                 if rule.done(d, d_prev, max(1.0, float(np.max(np.abs(q1))))):
                     break
