@@ -56,6 +56,8 @@ from typing import Any
 
 import numpy as np
 
+from hbvm_core.errors import HBVMError
+
 FORMAT = "hbvm-trajectory/3"
 #: the name of a study's folder of temporaries (layout.tmp_dir)
 TMP_DIR = ".tmp"
@@ -64,7 +66,7 @@ FAILED = ".failed.json"
 STATUSES = ("complete", "failed", "stale", "damaged", "missing")
 
 
-class StoreError(RuntimeError):
+class StoreError(HBVMError, RuntimeError):
     """A store that cannot be trusted: a missing, truncated or corrupt chunk, or no integrity record."""
 
     def __init__(self, store: str, array: str | None, what: str):
@@ -626,7 +628,12 @@ def open_errors(study: str, results: str = "results"):
     path = Path(results) / study / "errors.zarr"
     if not path.exists():
         raise FileNotFoundError(f"{path}: no aggregated study {study!r} under {results!r} (run snakemake first)")
-    return open_trajectory(str(path), load=True)
+    return open_errors_at(str(path))
+
+
+def open_errors_at(path: str):
+    """The errors store (errors.zarr) at ``path``, checked and loaded (``open_errors`` by a study's name)."""
+    return open_trajectory(path, load=True)
 
 
 def open_study(study: str, results: str = "results"):

@@ -187,7 +187,7 @@ class Instance:
 
 
 @dataclass
-class MethodSpec:
+class StudyMethod:
     """A method of a study: its label, display name, from_spec entry and rows."""
 
     label: str
@@ -215,7 +215,7 @@ class Study:
     period: float | None
     reference: str
     convention: Any  # hbvm_core.metrics.ErrorConvention (reference "none": invariants only)
-    methods: list[MethodSpec]
+    methods: list[StudyMethod]
     jobs: dict[str, Job]
     plot: str
     expected_rates: dict
@@ -223,8 +223,8 @@ class Study:
     cfg: dict
     #: (m, nu) of the problem
     dims: tuple[int, int] = (0, 0)
-    #: the problem built from the config (once, by expand_study); see ``built_problem``
-    instance: Any = field(default=None, repr=False, compare=False)
+    #: the problem built from the config (once, by expand_study); read it as ``built_problem``
+    _problem: Any = field(default=None, repr=False, compare=False)
     #: the grid (key -> values) and one Instance per combination (the one instance, key "", without a grid)
     grid: dict = field(default_factory=dict)
     instances: list = field(default_factory=list)
@@ -245,11 +245,11 @@ class Study:
     @property
     def built_problem(self):
         """The study's problem, built from the config once (readers of stores take it from here, never from a store)."""
-        if self.instance is None:
+        if self._problem is None:
             from hbvm_core.problems import get_problem
 
-            self.instance = get_problem(self.problem, **self.params)
-        return self.instance
+            self._problem = get_problem(self.problem, **self.params)
+        return self._problem
 
     @property
     def dir(self) -> str:
@@ -352,7 +352,7 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
         expected_rates=dict(cfg.get("expected_rates") or {}),
         results=results,
         cfg=cfg,
-        instance=problem,
+        _problem=problem,
         dims=(int(problem.m), int(problem.nu)),
         grid=grid,
         instances=instances,
@@ -418,8 +418,8 @@ def _convention(where: str, cfg: dict, problem) -> tuple[str, Any]:
     return reference, convention
 
 
-def _method(where: str, raw, cfg: dict, earlier: list[MethodSpec], problems=()) -> MethodSpec:
-    """The MethodSpec of one method entry: its canonical (hashed) entry, its label and display name; ConfigError
+def _method(where: str, raw, cfg: dict, earlier: list[StudyMethod], problems=()) -> StudyMethod:
+    """The StudyMethod of one method entry: its canonical (hashed) entry, its label and display name; ConfigError
     when one of ``problems`` lacks what the method needs (``Method.check_problem``)."""
     from hbvm_core.methods import from_spec
 
@@ -442,7 +442,7 @@ def _method(where: str, raw, cfg: dict, earlier: list[MethodSpec], problems=()) 
     if any(m.label == label for m in earlier):
         raise ConfigError(f"{where}: duplicate method {label!r} in the study (give a distinct label)")
     module = type(method).__module__
-    return MethodSpec(label, method.name, entry, entry.get("k"), entry.get("s"), method=method,
+    return StudyMethod(label, method.name, entry, entry.get("k"), entry.get("s"), method=method,
                       module="" if module.startswith("hbvm_core.") else module)  # fmt: skip
 
 
@@ -495,7 +495,7 @@ def _combinations(grid: dict) -> list[dict]:
     return [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
 
 
-def _add_runs(study: Study, spec: MethodSpec, raw: dict, where: str, inst: Instance) -> None:
+def _add_runs(study: Study, spec: StudyMethod, raw: dict, where: str, inst: Instance) -> None:
     """The rows of one method (its own step-size rule or the study's) for one problem instance and their
     jobs: the row's run and, for ``errors.reference: self``, its h/2 partner (of the same instance), each
     named (``layout.run_stem``) and hashed."""

@@ -21,6 +21,8 @@ import os
 
 import numpy as np
 
+from hbvm_core.errors import HBVMError
+
 from .layout import COLUMNS, EXTRA, TIMINGS, manifest_of_store  # noqa: F401  (re-exported)
 from .study import Study
 
@@ -31,7 +33,7 @@ RATES = {"rate_s": "e_s", "rate_lambda": "e_lambda", "rate_hc": "e_hc"}
 ROUNDOFF = {"rate_s": "roundoff_s", "rate_lambda": "roundoff_lambda", "rate_hc": "roundoff_hc"}
 
 
-class MissingStoreError(FileNotFoundError):
+class MissingStoreError(HBVMError, FileNotFoundError):
     """A run that the solve step should have produced is missing (deleted afterwards)."""
 
 

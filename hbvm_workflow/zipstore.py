@@ -31,6 +31,8 @@ from itertools import product
 
 import numpy as np
 
+from hbvm_core.errors import HBVMError
+
 #: the codec chain of every array (Zarr v3 metadata)
 CODECS = [
     {"name": "bytes", "configuration": {"endian": "little"}},
@@ -43,7 +45,7 @@ NUMPY = {v: np.dtype(k).newbyteorder("<") for k, v in DTYPES.items()}
 EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
-class ZipStoreError(RuntimeError):
+class ZipStoreError(HBVMError, RuntimeError):
     """(array, what): a zip store that cannot be read as hbvm wrote it."""
 
     def __init__(self, array: str | None, what: str):

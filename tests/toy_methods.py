@@ -35,7 +35,7 @@ class ExplicitEuler(Method):
     def attrs(self) -> dict:
         return {"method": self.kind}
 
-    def spec(self) -> dict:
+    def entry(self) -> dict:
         return {"method": self.kind}
 
     def stepper(self, problem):

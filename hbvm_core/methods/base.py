@@ -102,8 +102,8 @@ class Method(ABC):
         """What identifies the method in a trajectory's metadata."""
 
     @abstractmethod
-    def spec(self) -> dict[str, Any]:
-        """The canonical method entry of this method (defaults left out): ``from_spec(m.spec())`` rebuilds it."""
+    def entry(self) -> dict[str, Any]:
+        """The canonical method entry of this method (defaults left out): ``from_spec(m.entry())`` rebuilds it."""
 
     @abstractmethod
     def stepper(self, problem):
@@ -114,8 +114,8 @@ class Method(ABC):
         return None
 
     def label(self) -> str:
-        """The stable, file-name safe label of ``spec()`` (``method_label``)."""
-        return method_label(self.spec())
+        """The stable, file-name safe label of ``entry()`` (``method_label``)."""
+        return method_label(self.entry())
 
     @classmethod
     def from_entry(cls, entry: dict) -> Method:

@@ -69,7 +69,7 @@ class ContinuousMethod(Method):
         rtol, atol = self.tolerances
         return {"method": self.kind, "rtol": rtol, "atol": atol}
 
-    def spec(self) -> dict:
+    def entry(self) -> dict:
         entry = {"method": self.kind, "rtol": self.rtol}
         if self.atol is not None:
             entry["atol"] = self.atol

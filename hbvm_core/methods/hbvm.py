@@ -94,7 +94,7 @@ class HBVMBase(Method):
             "max_iter": self.rule.max_iter,
         }
 
-    def spec(self) -> dict:
+    def entry(self) -> dict:
         entry = {"method": "hbvm", "k": self.k, "s": self.s}
         if self.multiplier != "constant":
             entry["multiplier"] = self.multiplier

@@ -81,8 +81,8 @@ class DOP853(ContinuousMethod):
     def attrs(self) -> dict:
         return super().attrs() | {"projection": self.projection}
 
-    def spec(self) -> dict:
-        entry = super().spec()
+    def entry(self) -> dict:
+        entry = super().entry()
         if self.projection:
             entry["projection"] = True
         return entry

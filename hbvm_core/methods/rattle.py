@@ -50,7 +50,7 @@ class RATTLE(Method):
     def attrs(self) -> dict:
         return {"method": "rattle", "rtol": self.rule.rtol, "max_iter": self.rule.max_iter}
 
-    def spec(self) -> dict:
+    def entry(self) -> dict:
         return {"method": "rattle"}
 
     def stepper(self, problem: Problem) -> RattleStepper:

@@ -24,7 +24,7 @@ def test_every_method_implements_the_interface(entry, cls, label, name):
     method = from_spec(entry)
     assert type(method) is cls and isinstance(method, Method)
     assert method.name == name and method.label() == label == method_label(entry)
-    assert from_spec(method.spec()) == method
+    assert from_spec(method.entry()) == method
     assert method.attrs()["method"] == entry.get("method", "hbvm")
 
 
