@@ -24,15 +24,16 @@ from ..integrate import buffer_rows
 from ..legendre import shifted_legendre, tableau
 from ..problem import Problem
 from .registry import loop_module, note_compiled
+from .rules import DIVERGED, NO_CONVERGENCE, NON_FINITE_STATE, SINGULAR
 
 SOLVER_CODES = {"fixed-point": 0, "blended": 1}
 WARM_CODES = {"extrapolate": 0, "previous": 1, "p0": 2}
-#: run_chunk's status codes (both templates) -> the ConvergenceError's reason
+#: run_chunk's status codes (``rules``) -> the ConvergenceError's reason, as the numpy steppers word it
 REASONS = {
-    1: "no convergence",
-    2: "non-finite increment (diverged)",
-    3: "singular multiplier system (Singular matrix)",
-    4: "non-finite state after the step",
+    NO_CONVERGENCE: "no convergence",
+    DIVERGED: "non-finite increment (diverged)",
+    SINGULAR: "singular multiplier system (Singular matrix)",
+    NON_FINITE_STATE: "non-finite state after the step",
 }
 
 
@@ -146,7 +147,7 @@ class LoopRunner:
     def _error(info: np.ndarray, h: float, reasons: dict[int, str] = REASONS) -> ConvergenceError:
         """The ConvergenceError of a failed run_chunk (info = [status, step, iterations, increment])."""
         status, n, it, d = int(info[0]), int(info[1]), int(info[2]), float(info[3])
-        if status == 3:
+        if status == SINGULAR:
             it, d = 0, float("nan")
         return ConvergenceError(n, n * h, d, it, reasons[status])
 
@@ -234,10 +235,10 @@ class PolynomialRunner(LoopRunner):
 
 #: the RATTLE loop's status codes -> the reasons ``RattleStepper.step`` gives
 RATTLE_REASONS = {
-    1: "Newton on the position constraint did not converge",
-    2: "non-finite Newton increment (diverged)",
-    3: "singular Newton matrix (Singular matrix)",
-    4: "non-finite state after the step",
+    NO_CONVERGENCE: "Newton on the position constraint did not converge",
+    DIVERGED: "non-finite Newton increment (diverged)",
+    SINGULAR: "singular Newton matrix (Singular matrix)",
+    NON_FINITE_STATE: "non-finite state after the step",
 }
 
 
