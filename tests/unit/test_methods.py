@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import pytest
 
 import hbvm_core as hc
@@ -44,9 +47,6 @@ def test_registry_names_the_methods_in_its_error():
 
 def test_the_schema_method_entry_is_built_from_what_the_methods_declare(monkeypatch):
     """A method's ENTRY_KEYS are the config schema's method entry keys: a new method's keys are checked at once."""
-    from dataclasses import dataclass
-    from typing import ClassVar
-
     from hbvm_core.methods import EntryKey
     from hbvm_workflow.schema import schema, validate_config
 
