@@ -74,6 +74,15 @@ class StoreError(HBVMError, RuntimeError):
         super().__init__(f"{self.store}: {f'array {array}: ' if array else ''}{what}")
 
 
+class MissingStoreError(HBVMError, FileNotFoundError):
+    """A store that is not there: a run the solve step should have produced (deleted afterwards), a study not
+    yet solved or aggregated."""
+
+
+class RunNotFoundError(HBVMError, KeyError):
+    """No run of a study matches the label, (k, s) or step size asked for (``select_run``)."""
+
+
 class StoreMismatchError(StoreError):
     """A store computed for another run (job hash) or another problem (fingerprint) than the caller's."""
 
@@ -207,9 +216,11 @@ class ZarrSink:
         """Verify that every row was written, then record ``attrs``, the chunk record and complete = True."""
         if self.written["points"] != self.n_points or self.written["steps"] != self.n_steps:
             self.writer.abort()
-            raise RuntimeError(
-                f"store {self.path}: wrote {self.written['points']}/{self.n_points} points and "
-                f"{self.written['steps']}/{self.n_steps} steps"
+            raise StoreError(
+                self.path,
+                None,
+                f"wrote {self.written['points']}/{self.n_points} points and "
+                f"{self.written['steps']}/{self.n_steps} steps",
             )
         self.writer.flush()
         rows = {"points": self.n_points, "step_rows": self.n_steps, "chunks": self.writer.sizes}
@@ -494,8 +505,8 @@ def load_trajectory(path: str, problem, *, job_hash: str | None = None, method=N
 
     Raises
     ------
-    FileNotFoundError
-        No complete store at ``path``.
+    MissingStoreError
+        No complete store at ``path`` (a FileNotFoundError).
     StoreMismatchError
         One line naming the run: another store format, ``job_hash`` or problem fingerprint.
     StoreError
@@ -511,7 +522,7 @@ def _trajectory(path: str, problem, attrs: dict | None, reader, job_hash: str | 
     from hbvm_core.trajectory import Trajectory
 
     if attrs is None or attrs.get("complete") is not True:
-        raise FileNotFoundError(f"no complete trajectory store at {path}")
+        raise MissingStoreError(f"no complete trajectory store at {path}")
     run = attrs.get("job_id") or path
     if attrs.get("format") != FORMAT:
         raise StoreMismatchError(path, None, f"run {run}: format {attrs.get('format')!r}, expected {FORMAT!r}")
@@ -620,14 +631,14 @@ def open_errors(study: str, results: str = "results"):
 
     Raises
     ------
-    FileNotFoundError
-        The study has not been aggregated.
+    MissingStoreError
+        The study has not been aggregated (a FileNotFoundError).
     StoreError
         A damaged errors store (naming the array).
     """
     path = Path(results) / study / "errors.zarr"
     if not path.exists():
-        raise FileNotFoundError(f"{path}: no aggregated study {study!r} under {results!r} (run snakemake first)")
+        raise MissingStoreError(f"{path}: no aggregated study {study!r} under {results!r} (run snakemake first)")
     return open_errors_at(str(path))
 
 
@@ -656,8 +667,8 @@ def open_study(study: str, results: str = "results"):
 
     Raises
     ------
-    FileNotFoundError
-        The study has not been solved.
+    MissingStoreError
+        The study has not been solved (a FileNotFoundError).
     """
     import xarray as xr
 
@@ -666,7 +677,7 @@ def open_study(study: str, results: str = "results"):
     base = Path(study_dir(results, study))
     manifest = Path(manifest_path(results, study))
     if not manifest.exists():
-        raise FileNotFoundError(f"{manifest}: no solved study {study!r} under {results!r} (run snakemake first)")
+        raise MissingStoreError(f"{manifest}: no solved study {study!r} under {results!r} (run snakemake first)")
     with open(manifest) as fh:
         jobs = json.load(fh)["jobs"]
     nodes: dict[str, Any] = {}
@@ -706,8 +717,8 @@ def select_run(tree, h: float, k: int | None = None, s: int | None = None, label
 
     Raises
     ------
-    KeyError
-        No such run (naming the nearest step size when only h is off).
+    RunNotFoundError
+        No such run (a KeyError; naming the nearest step size when only h is off).
     """
     cands = []
     for run in tree.subtree:  # the runs are the nodes with a step size (below the label, or the combination)
@@ -721,8 +732,8 @@ def select_run(tree, h: float, k: int | None = None, s: int | None = None, label
             continue
         cands.append(run)
     if not cands:
-        raise KeyError(f"no run with label={label!r} k={k!r} s={s!r}")
+        raise RunNotFoundError(f"no run with label={label!r} k={k!r} s={s!r}")
     best = min(cands, key=lambda r: abs(r.attrs["h"] - h))
     if not math.isclose(best.attrs["h"], h, rel_tol=1e-9):
-        raise KeyError(f"no run with h = {h!r} (nearest {best.attrs['h']!r})")
+        raise RunNotFoundError(f"no run with h = {h!r} (nearest {best.attrs['h']!r})")
     return best.to_dataset()

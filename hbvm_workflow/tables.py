@@ -21,9 +21,8 @@ import os
 
 import numpy as np
 
-from hbvm_core.errors import HBVMError
-
 from .layout import COLUMNS, EXTRA, TIMINGS, manifest_of_store  # noqa: F401  (re-exported)
+from .storage import MissingStoreError  # noqa: F401  (re-exported)
 from .study import Study
 
 NUMERIC = ("e_s", "rate_s", "e_lambda", "rate_lambda", "e_H", "e_g", "e_hc", "rate_hc", "steps", "mean_iterations")
@@ -31,10 +30,6 @@ STATUS = {"ok": 0, "failed": 1, "partner failed": 2}
 RATES = {"rate_s": "e_s", "rate_lambda": "e_lambda", "rate_hc": "e_hc"}
 #: rate column -> the flag (errors.zarr only) of a pair of errors both at the round-off floor
 ROUNDOFF = {"rate_s": "roundoff_s", "rate_lambda": "roundoff_lambda", "rate_hc": "roundoff_hc"}
-
-
-class MissingStoreError(HBVMError, FileNotFoundError):
-    """A run that the solve step should have produced is missing (deleted afterwards)."""
 
 
 def _load(job, cache: dict, problem):
