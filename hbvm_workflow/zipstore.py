@@ -50,6 +50,9 @@ class ZipStoreError(RuntimeError):
         self.array, self.what = array, what
         super().__init__(f"{f'array {array}: ' if array else ''}{what}")
 
+    def __reduce__(self):
+        return type(self), (self.array, self.what)
+
 
 @functools.cache
 def _zstd():

@@ -12,6 +12,7 @@ from snakemake.logging import logger
 from hbvm_workflow import layout as hbvm_layout
 from hbvm_workflow import locks as hbvm_locks
 from hbvm_workflow import recover as hbvm_recover
+from hbvm_workflow import storage as hbvm_storage
 
 HBVM_RECOVER_MODE = hbvm_recover.mode(hbvm_recover.cli_args(), workflow.is_main_process)
 if HBVM_RECOVER_MODE is not None:
@@ -36,15 +37,25 @@ if HBVM_RECOVER_MODE == "run" and not hbvm_recover.locked(".snakemake"):
 # that Snakemake reruns the solve step, which recomputes those runs and reuses the rest, and the
 # aggregation; a dry run only says so.
 for _name in SELECTED if HBVM_RECOVER_MODE is not None else ():
-    _broken = [f"{r} ({what})" for r, what in damaged_runs(_name)] + [f"{r} (no store)" for r in lost_runs(_name)]
+    _found = damaged_runs(_name)
+    _broken = [f"{r} ({'changed' if what == 'changed' else 'damaged'})" for r, _, what in _found]
+    _broken += [f"{r} (no store)" for r in lost_runs(_name)]
     if _broken:
         _manifest = hbvm_layout.manifest_path(RESULTS, _name)
         _what = f"study {_name}: {len(_broken)} run(s) of {_manifest} are not intact: {', '.join(_broken[:3])}"
         _what += ", ..." if len(_broken) > 3 else ""
         if HBVM_RECOVER_MODE == "run" and not hbvm_recover.locked(".snakemake"):
+            for _run, _store, _damage in _found:
+                if _damage != "changed":  # a damaged store is set aside: the solve step recomputes the run
+                    _aside = hbvm_storage.set_aside(_store)
+                    _where = f"; set aside as {_aside}" if _aside else ""
+                    logger.warning(f"damaged store {_store}: {_damage}{_where}")
             for _path in (_manifest, hbvm_layout.aggregate_outputs(RESULTS, _name)["csv"]):
                 if os.path.exists(_path):
                     os.remove(_path)
             logger.warning(f"{_what}; the solve step recomputes them")
         else:
+            for _run, _store, _damage in _found:
+                if _damage != "changed":
+                    logger.warning(f"damaged store {_store}: {_damage}")
             logger.warning(f"{_what}; a run would recompute them")

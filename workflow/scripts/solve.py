@@ -30,7 +30,7 @@ def describe(res: dict) -> str:
 
 def reuse(study, retry_failed: bool, log: logging.Logger) -> tuple[list, dict]:
     """(runs to compute, summary of the reused ones by job id) of one study."""
-    from hbvm_workflow.storage import clean_temporaries, damage, store_state
+    from hbvm_workflow.storage import clean_temporaries, damage, set_aside, store_state
 
     for p in clean_temporaries(study.dir):
         log.info(f"removed the leftover temporary {p}")
@@ -45,7 +45,11 @@ def reuse(study, retry_failed: bool, log: logging.Logger) -> tuple[list, dict]:
         status, a = store_state(job.store, job.hash, job.problem_fingerprint)  # stale: another hash, format, problem
         if status == "damaged":
             array, what = damage(job.store)
-            log.warning(f"damaged store {job.store}: {f'array {array}: ' if array else ''}{what}; recomputing it")
+            aside = set_aside(job.store)
+            where = f"; set aside as {aside}" if aside else ""
+            log.warning(
+                f"damaged store {job.store}: {f'array {array}: ' if array else ''}{what}{where}; recomputing it"
+            )
         if status == "complete":
             summary[job.id] = {"status": "ok", "steps": a["steps"], "wall_s": a.get("wall_s"), "computed": False}
         elif status == "failed" and not retry_failed:
