@@ -60,7 +60,7 @@ FORMAT = "hbvm-trajectory/3"
 #: the name of a study's folder of temporaries (layout.tmp_dir)
 TMP_DIR = ".tmp"
 FAILED = ".failed.json"
-#: where a damaged store is set aside, in the study's folder of temporaries (``set_aside``; kept by ``clean_temporaries``)
+#: where a damaged store is set aside in the study's folder of temporaries (``set_aside``; kept there)
 DAMAGED_DIR = "damaged"
 #: the status of a store: see ``store_status``
 STATUSES = ("complete", "failed", "stale", "damaged", "missing")

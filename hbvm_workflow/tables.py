@@ -79,9 +79,11 @@ def _recompute(job, problem, exc):
     import sys
 
     from .runner import solve_job
-    from .storage import load_trajectory, read_failure
+    from .storage import load_trajectory
 
-    line = f"damaged store {exc}; recomputing run {job.id}"
+    array = f"array {exc.array}: " if exc.array else ""
+    aside = f"; set aside as {exc.aside}" if getattr(exc, "aside", None) else ""
+    line = f"damaged store {exc.store}: {array}{exc.what}{aside}; recomputing run {job.id} now"
     log = logging.getLogger(f"hbvm.aggregate.{job.study}")
     log.warning(line) if log.handlers else print(f"hbvm: study {job.study}: {line}", file=sys.stderr, flush=True)
     if solve_job(job)["status"] != "ok":

@@ -95,7 +95,8 @@ def test_two_working_directories_share_one_study(reference, tmp_path):
     waited = [
         i
         for i, log in enumerate(logs)
-        if f"study {NAME}: waiting (up to 600 s) for pid {procs[1 - i].pid} on " in log
+        if f"study {NAME} is being written by pid {procs[1 - i].pid} on " in log
+        and "waits up to 600 s" in log
         and f" in {dirs[1 - i]} since " in log
     ]
     assert len(waited) == 1, [log[-2000:] for log in logs]
