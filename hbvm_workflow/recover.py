@@ -134,8 +134,8 @@ def recover(
 
 def targeted_studies(args: argparse.Namespace | None, results: str, default: list[str], every: list[str]) -> list[str]:
     """The studies a run of the command line ``args`` may build: ``default`` (the default target's) without
-    targets or with the rules that build them (all, solve, aggregate); a file under ``results/<study>/`` names
-    its study; any other target (another rule) may build any study: ``every``."""
+    targets or with the rules that build them (all, solve, aggregate) or a file of one of them (their solve and
+    aggregate jobs build them together); a file under ``results/<study>/`` of another study names it; any other target (another rule) may build any study: ``every``."""
     targets = list(getattr(args, "targets", None) or [])
     if not targets:
         return list(default)
@@ -144,7 +144,7 @@ def targeted_studies(args: argparse.Namespace | None, results: str, default: lis
         if target in ("all", "solve", "aggregate"):
             found.update(default)
         elif (study := study_of(target, results, set(every))) is not None:
-            found.add(study)
+            found.update(default if study in default else [study])  # one job builds the default studies together
         else:
             return list(every)
     return sorted(found)

@@ -286,10 +286,14 @@ def write_json_atomic(path: str, payload: dict, tmp_dir: str | None = None) -> N
     """Write ``payload`` as JSON at ``path`` through a temporary in ``tmp_dir`` (default: ``default_tmp_dir``)."""
     tmp = new_temporary(tmp_dir or default_tmp_dir(path), path)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(tmp, "w") as fh:
-        json.dump(jsonable(payload), fh, indent=1, sort_keys=True)
-        fh.write("\n")
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as fh:
+            json.dump(jsonable(payload), fh, indent=1, sort_keys=True)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:  # a full disk: no temporary left behind
+        remove_path(tmp)
+        raise
 
 
 # --------------------------------------------------------------------------- reading

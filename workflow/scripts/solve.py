@@ -189,10 +189,15 @@ def write_manifest(study, summary: dict, path: str) -> dict:
     failed = [j["id"] for j in jobs if j["status"] == "failed"]
     manifest = {"study": study.name, "jobs": jobs, "computed": computed, "failed": failed}
     tmp = path + ".tmp"
-    with open(tmp, "w") as fh:
-        json.dump(manifest, fh, indent=1)
-        fh.write("\n")
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as fh:
+            json.dump(manifest, fh, indent=1)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:  # a full disk: no temporary left behind
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
     return manifest
 
 
@@ -221,8 +226,10 @@ def solve(smk, names: list) -> None:
         pending, summaries[name] = reuse(study, retry_failed, logs[name])
         todo += pending
     errors = compute(todo, studies, logs, summaries, config.get("dask") or {}, smk.threads) if todo else []
-    if errors:
-        raise RuntimeError(f"{len(errors)} run(s) raised: " + "; ".join(errors))
+    if errors:  # one line (the solve step's log has every run's): no traceback on the terminal
+        from hbvm_core.errors import HBVMError
+
+        raise HBVMError(f"{len(errors)} run(s) raised: " + "; ".join(errors))
 
     for name, study in studies.items():
         m = write_manifest(study, summaries[name], manifests[name])
