@@ -108,10 +108,11 @@ def test_a_study_written_elsewhere_stops_naming_the_holder(tmp_path):
         proc = snakemake(tmp_path, "--cores", "2")
     out = proc.stdout
     assert proc.returncode != 0 and "Traceback" not in out, out[-3000:]
-    lines = [line for line in out.splitlines() if line.startswith("hbvm: ")]
-    holder = f"pid {os.getpid()} on {socket.gethostname()} in {os.getcwd()} since "
-    assert len(lines) == 1 and lines[0].startswith(f"hbvm: study {NAME} is being written by {holder}"), out[-3000:]
-    assert "waited 1 s" in lines[0] and not final_stores(tmp_path, NAME)
+    holder = f"study {NAME} is being written by pid {os.getpid()} on {socket.gethostname()} in {os.getcwd()} since "
+    waits = [line for line in out.splitlines() if line.startswith(holder) and "this run waits up to 1 s" in line]
+    stops = [line for line in out.splitlines() if line.startswith(holder) and "waited 1 s, this run stops" in line]
+    assert len(waits) == 1 and len(stops) == 1, out[-3000:]
+    assert "--unlock" not in out and "LockException" not in out and not final_stores(tmp_path, NAME)
 
 
 def test_an_orphaned_solve_job_keeps_the_lock_until_it_ends(reference, tmp_path):

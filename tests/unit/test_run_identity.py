@@ -1,0 +1,104 @@
+"""Every field that determines a run's numbers changes its job hash; the chunk, which does not, does not; the
+reference ODE's cache keeps problem instances apart (each measured against its own reference).
+
+A store is reused when its job hash matches (docs/reliability.md), so a field left out of the hash would
+let a store computed with another value of it stand in for this run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hbvm_core import HBVM, get_problem
+from hbvm_core.references import _CACHE, reference_solution
+from hbvm_workflow.runner import run_to_store
+from hbvm_workflow.storage import load_trajectory
+from hbvm_workflow.study import expand_study
+
+BASE = {
+    "problem": "planar_pendulum",
+    "methods": [{"k": 2, "s": 2}],
+    "t_end": 1,
+    "h": [0.1],
+    "errors": {"reference": "exact", "norm": 1, "sample": "all"},
+}
+
+#: one change of each field of a run (none of them is the default)
+CHANGES = {
+    "save_every": {"save_every": 2},
+    "compensated": {"compensated": False},
+    "backend numpy": {"backend": "numpy"},
+    "backend numba": {"backend": "numba"},
+    "t_end": {"t_end": 2},
+    "h": {"h": [0.05]},
+    "params": {"params": {"gravity": 2.0}},
+    "method k": {"methods": [{"k": 3, "s": 2}]},
+    "method s": {"methods": [{"k": 2, "s": 1}]},
+    "method solver": {"methods": [{"k": 2, "s": 2, "solver": "blended"}]},
+    "method warm_start": {"methods": [{"k": 2, "s": 2, "warm_start": "p0"}]},
+    "method multiplier": {"methods": [{"k": 2, "s": 2, "multiplier": "polynomial"}]},
+    "method projection": {"methods": [{"k": 2, "s": 2, "multiplier": "polynomial", "projection": True}]},
+    "method kind": {"methods": [{"method": "rattle"}]},
+    "method rtol": {"methods": [{"method": "dop853", "rtol": 1e-8}]},
+    "method atol": {"methods": [{"method": "dop853", "rtol": 1e-8, "atol": 1e-10}]},
+}
+
+
+def one_hash(**change) -> str:
+    jobs = list(expand_study("s", BASE | change).jobs.values())
+    assert len(jobs) == 1
+    return jobs[0].hash
+
+
+def test_each_field_of_a_run_changes_its_hash():
+    base = one_hash()
+    hashes = {name: one_hash(**change) for name, change in CHANGES.items()}
+    assert base == one_hash()  # stable
+    same = sorted(name for name, h in hashes.items() if h == base)
+    assert same == [], f"fields that do not change the job hash: {same}"
+    assert len(set(hashes.values())) == len(CHANGES)  # and no two changes collide
+
+
+def test_each_value_of_a_grid_is_its_own_run():
+    study = expand_study("s", BASE | {"grid": {"gravity": [1.0, 2.0, 3.0]}})
+    hashes = [j.hash for j in study.jobs.values()]
+    assert len(hashes) == 3 and len(set(hashes)) == 3
+    alone = expand_study("s", BASE | {"params": {"gravity": 2.0}})
+    assert next(iter(alone.jobs.values())).hash in hashes  # a grid value is the same run as that param
+
+
+def test_the_chunk_is_not_in_the_hash_and_does_not_change_the_numbers(tmp_path):
+    assert one_hash(chunk=7) == one_hash()
+    pb = get_problem("planar_pendulum")
+    stores = [str(tmp_path / f"c{c}" / "runs" / "m" / "h=0.1.zarr.zip") for c in (3, 65536)]
+    for path, chunk in zip(stores, (3, 65536)):
+        assert run_to_store(path, pb, HBVM(2, 2), 0.1, 1.0, chunk=chunk, backend="numpy")["status"] == "ok"
+    a, b = (load_trajectory(p, pb) for p in stores)
+    # the same steps in the same order, only written out in other blocks: the same bits
+    for name in ("t", "q", "p", "lam", "iterations"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+
+
+def test_the_reference_cache_keeps_instances_apart():
+    """Two pendulums that differ only by their gravity (same q0, p0, callbacks): each ODE reference matches its
+    own closed form, whichever was asked for first (the closed form is an independent oracle: Jacobi sn, cn)."""
+    _CACHE.clear()
+    times = np.linspace(0.0, 3.0, 7)
+    for order in ((1.0, 2.0), (2.0, 1.0)):
+        _CACHE.clear()
+        for gravity in order:
+            pb = get_problem("planar_pendulum", gravity=gravity, theta_dot0=0.5)
+            q, p, lam = reference_solution(pb, times, kind="ode")
+            qx, px, lx = pb.exact(times)
+            # DOP853 at rtol = atol = 1e-13 over 3 time units of an O(1) solution: 1e-9 is far above its error
+            # and far below the distance between the two instances (O(1))
+            assert np.max(np.abs(q - qx)) < 1e-9 and np.max(np.abs(p - px)) < 1e-9, (order, gravity)
+            assert np.max(np.abs(lam - lx)) < 1e-9, (order, gravity)
+    one, two = (get_problem("planar_pendulum", gravity=g, theta_dot0=0.5).exact(times)[0] for g in (1.0, 2.0))
+    assert np.max(np.abs(one - two)) > 0.1  # the two instances are far apart: a mix-up cannot pass
+
+
+@pytest.mark.parametrize("field", ["gravity", "length"])
+def test_params_that_leave_the_initial_data_alone_still_change_the_hash(field):
+    assert one_hash(params={field: 2.0}) != one_hash()
