@@ -8,7 +8,8 @@ next run finds Snakemake's lock and can take the run lock exclusively, no proces
 is alive (an orphaned solve job included), and it does what ``--unlock`` does. The outputs the
 killed run left half-written carry Snakemake's incomplete markers: the default workflow profile
 (``rerun-incomplete: true``) has Snakemake recompute them. While a process of the earlier run lives,
-the lock stays and Snakemake refuses the run (one line says which processes hold it).
+the lock stays: a run of the studies it holds stops in one line naming those processes (``Held``),
+before Snakemake would refuse it with advice to ``--unlock``; a run of other studies goes on, told nothing.
 """
 
 from __future__ import annotations
