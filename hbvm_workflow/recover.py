@@ -136,7 +136,8 @@ def recover(
 def targeted_studies(args: argparse.Namespace | None, results: str, default: list[str], every: list[str]) -> list[str]:
     """The studies a run of the command line ``args`` may build: ``default`` (the default target's) without
     targets or with the rules that build them (all, solve, aggregate) or a file of one of them (their solve and
-    aggregate jobs build them together); a file under ``results/<study>/`` of another study names it; any other target (another rule) may build any study: ``every``."""
+    aggregate jobs build them together); a file under ``results/<study>/`` of another study names it; any other
+    target (another rule) may build any study: ``every``."""
     targets = list(getattr(args, "targets", None) or [])
     if not targets:
         return list(default)
