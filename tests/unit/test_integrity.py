@@ -22,6 +22,7 @@ from hbvm_workflow.storage import (
     FORMAT,
     StoreError,
     StoreMismatchError,
+    clean_temporaries,
     damage,
     load_trajectory,
     open_trajectory,
@@ -118,6 +119,8 @@ def test_a_corrupt_chunk_of_the_right_size_fails_its_checksum_when_read(store, p
         load_trajectory(store, planar)
     # the reader sets the damaged store aside, into the study's .tmp/damaged: the next run recomputes it
     assert store in str(err.value) and not os.path.exists(store) and os.path.isfile(err.value.aside)
+    study = os.path.dirname(os.path.dirname(os.path.dirname(store)))
+    assert clean_temporaries(study) == [] and os.path.isfile(err.value.aside)  # kept to be looked at
     assert os.path.dirname(err.value.aside) == os.path.join(
         os.path.dirname(os.path.dirname(os.path.dirname(store))), ".tmp", "damaged"
     )
