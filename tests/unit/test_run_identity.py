@@ -12,8 +12,8 @@ import pytest
 
 from hbvm_core import HBVM, get_problem
 from hbvm_core.references import _CACHE, reference_solution
-from hbvm_workflow.runner import run_to_store
-from hbvm_workflow.storage import load_trajectory
+from hbvm_workflow.runner import run_to_store, solve_job
+from hbvm_workflow.storage import load_trajectory, read_attrs
 from hbvm_workflow.study import expand_study
 
 BASE = {
@@ -102,3 +102,19 @@ def test_the_reference_cache_keeps_instances_apart():
 @pytest.mark.parametrize("field", ["gravity", "length"])
 def test_params_that_leave_the_initial_data_alone_still_change_the_hash(field):
     assert one_hash(params={field: 2.0}) != one_hash()
+
+
+def test_a_run_is_computed_for_its_own_params(tmp_path, monkeypatch):
+    """The worker builds the problem with the run's params: the store is that instance's (gravity 2 falls
+    faster: its y(1) is below the default pendulum's)."""
+    monkeypatch.chdir(tmp_path)
+    heavy = next(iter(expand_study("s", BASE | {"params": {"gravity": 2.0}, "backend": "numpy"}).jobs.values()))
+    light = next(iter(expand_study("t", BASE | {"backend": "numpy"}).jobs.values()))
+    for job in (heavy, light):
+        assert solve_job(job)["status"] == "ok"
+    a, b = (read_attrs(j.store) for j in (heavy, light))
+    assert a["params"]["gravity"] == 2.0 and a["problem_fingerprint"] == heavy.problem_fingerprint
+    assert b["problem_fingerprint"] == light.problem_fingerprint != heavy.problem_fingerprint
+    # from rest at the bottom with theta'(0) = 1: the heavier pendulum swings less high (y stays lower)
+    y = [load_trajectory(j.store, get_problem("planar_pendulum", **j.params)).q[:, 1].max() for j in (heavy, light)]
+    assert y[0] < y[1] - 0.05
