@@ -181,11 +181,15 @@ class ZarrSink:
         size = {"t": self.n_points, "tstep": self.n_steps, "dof": problem.m, "constraint": problem.nu}
         rows = {"t": max(1, min(chunk, self.n_points)), "tstep": max(1, min(chunk, self.n_steps))}
         self.writer = ZipStoreWriter(self.path)
-        for name, (dims, dtype, fill, long_name, description) in self.SPEC.items():
-            shape = tuple(size[d] for d in dims)
-            chunks = (rows[dims[0]],) + tuple(max(1, n) for n in shape[1:])
-            attrs = {"long_name": long_name, "description": description}
-            self.writer.create(name, shape, chunks, dtype, fill, dims, attrs)
+        try:
+            for name, (dims, dtype, fill, long_name, description) in self.SPEC.items():
+                shape = tuple(size[d] for d in dims)
+                chunks = (rows[dims[0]],) + tuple(max(1, n) for n in shape[1:])
+                attrs = {"long_name": long_name, "description": description}
+                self.writer.create(name, shape, chunks, dtype, fill, dims, attrs)
+        except BaseException:  # a full disk already: close the zip here (the caller has no sink to abort)
+            self.writer.abort()
+            raise
 
     def _write(self, values: dict) -> None:
         for name, v in values.items():

@@ -182,7 +182,11 @@ class ZipStoreWriter:
         self.zip.close()
 
     def abort(self) -> None:
-        self.zip.close()
+        """Close the unfinished zip; what it cannot write (a full disk) is dropped, the file is closed."""
+        try:
+            self.zip.close()
+        except OSError:
+            pass
 
 
 def is_zip_store(path: str) -> bool:

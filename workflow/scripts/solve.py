@@ -150,7 +150,8 @@ def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: di
                 done = f"{count[job.study]}/{total[job.study]}"
                 if "raised" in res:  # a bug, or a lost worker: report every one
                     errors.append(f"{job.study}: {job.id}: {res['raised']}")
-                    log.error(f"{done} {job.id}: ERROR {res['raised']}")
+                    # to the log file: the terminal gets every such run in the step's one closing line
+                    log.error(f"{done} {job.id}: ERROR {res['raised']}", extra=FILE_ONLY)
                     progress.update(failed=True)
                     continue
                 summary = {k: res.get(k) for k in ("status", "steps", "wall_s", "mean_iterations", "error")}
