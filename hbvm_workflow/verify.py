@@ -20,7 +20,7 @@ import os
 import sys
 
 from .layout import STORE_SUFFIX, manifest_path
-from .storage import TMP_DIR, StoreError, damage, read_arrays, read_attrs
+from .storage import TMP_DIR, corruption
 
 #: the name of a study's manifest (``layout.manifest_path``)
 MANIFEST = os.path.basename(manifest_path("results", "study"))
@@ -46,17 +46,7 @@ def find_stores(folder: str) -> list[str]:
 
 def check_store(path: str) -> tuple[str | None, str] | None:
     """(array, what) for the first problem of the store at ``path``, None when it is intact (reads it all)."""
-    attrs = read_attrs(path)
-    if attrs is None:
-        return None, "no readable zarr.json (not a store, or a damaged one)"
-    found = damage(path, attrs)
-    if found is not None:
-        return found
-    try:
-        read_arrays(path, list(attrs["chunks"]))
-    except StoreError as exc:
-        return exc.array, exc.what
-    return None
+    return corruption(path)
 
 
 def manifests(folder: str) -> list[str]:
