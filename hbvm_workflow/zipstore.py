@@ -52,6 +52,9 @@ class ZipStoreError(HBVMError, RuntimeError):
         self.array, self.what = array, what
         super().__init__(f"{f'array {array}: ' if array else ''}{what}")
 
+    def __reduce__(self):
+        return type(self), (self.array, self.what)
+
 
 @functools.cache
 def _zstd():
@@ -181,7 +184,11 @@ class ZipStoreWriter:
         self.zip.close()
 
     def abort(self) -> None:
-        self.zip.close()
+        """Close the unfinished zip; what it cannot write (a full disk) is dropped, the file is closed."""
+        try:
+            self.zip.close()
+        except OSError:
+            pass
 
 
 def is_zip_store(path: str) -> bool:

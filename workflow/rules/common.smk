@@ -105,12 +105,13 @@ def lost_runs(name):
 
 
 def damaged_runs(name):
-    """(run id, "damaged" | "changed") for each run of the study's manifest whose store is not the file the
-    solve step wrote: its size or modification time differs from the manifest's record (os.stat only), and
-    then damaged when a recorded chunk is missing or of another size (hbvm_workflow.storage.damage), else
-    changed. Without a recorded signature (an older manifest) only damage counts."""
+    """(run id, store, what) for each run of the study's manifest whose store is not the file the solve step
+    wrote: its size or modification time differs from the manifest's record (os.stat only); such a store is
+    then checked in full (hbvm_workflow.storage.corruption: every chunk read and its checksums checked), and
+    ``what`` names the array and the damage, or is "changed" for an intact store (copied, touched, replaced).
+    Without a recorded signature (an older manifest) only missing or truncated chunks count."""
     from hbvm_workflow.layout import manifest_path
-    from hbvm_workflow.storage import FORMAT, damage, file_signature, read_attrs
+    from hbvm_workflow.storage import FORMAT, corruption, damage, file_signature, read_attrs
 
     path = manifest_path(RESULTS, name)
     try:
@@ -124,8 +125,11 @@ def damaged_runs(name):
         if j.get("status") != "ok" or (j.get("stat") and j["stat"] == file_signature(store)):
             continue
         attrs = read_attrs(store)
-        if attrs is not None and attrs.get("format") == FORMAT and damage(store, attrs) is not None:
-            out.append((j["id"], "damaged"))
+        ours = attrs is not None and attrs.get("format") == FORMAT
+        found = (corruption(store, attrs) if j.get("stat") else damage(store, attrs)) if ours else None
+        if found is not None:
+            array, what = found
+            out.append((j["id"], store, f"{f'array {array}: ' if array else ''}{what}"))
         elif j.get("stat") and os.path.exists(store):  # edited, replaced, of another format (a gone one: lost_runs)
-            out.append((j["id"], "changed"))
+            out.append((j["id"], store, "changed"))
     return out
