@@ -58,7 +58,11 @@ class Problem:
     params : dict
         Anything that defines the problem, for the stores' attrs.
     kernels : hbvm_core.kernels.Kernels, optional
-        Compiled callbacks: the problem then takes the compiled loop.
+        Compiled callbacks: the problem then takes the compiled loop (and, with ``Kernels.d2g``, lambda(q, p)
+        and the reference ODE run compiled too).
+    identity : str, optional
+        The canonical text of what the problem computes, independent of the host (set by
+        ``hbvm_core.expressions``: the expressions in canonical form); None for callbacks.
     check : bool
         Run ``validate()`` on construction.
 
@@ -94,6 +98,7 @@ class Problem:
     period: float | None = None
     params: dict[str, Any] = field(default_factory=dict)
     kernels: Any = None
+    identity: str | None = None
     check: bool = True
 
     def __post_init__(self) -> None:
@@ -105,11 +110,20 @@ class Problem:
         if (self.g is None) != (self.G is None):
             raise ProblemError(f"{self.name}: give both g and G, or neither")
         self._chol, self._diag = None, None
+        self._reference = None
         if self.M is not None:
             self._set_mass(m)
         self.nu = 0 if self.g is None else self._probe_nu()
         if self.check:
             self.validate()
+
+    @staticmethod
+    def from_expressions(*args, **kwargs) -> Problem:
+        """A problem from expressions: ``hbvm_core.expressions.from_expressions`` (exact derivatives, generated
+        numpy callbacks and compiled kernels)."""
+        from .expressions import from_expressions
+
+        return from_expressions(*args, **kwargs)
 
     # --- sizes and linear algebra -------------------------------------------------
     def _set_mass(self, m: int) -> None:
@@ -187,10 +201,31 @@ class Problem:
         v = self.minv_rows(p[:, :, None])[:, :, 0] if self._chol is not None else p
         return np.einsum("nmk,nm->nk", self.G(q), v)
 
+    def compiled_reference(self):
+        """(module, M^{-1}, params) of the compiled lambda(q, p) and reduced ODE (``kernels/reference.py``) when
+        the problem's kernels give d2g (or nu = 0), else None."""
+        k = self.kernels
+        if k is None or (self.nu and getattr(k, "d2g", None) is None):
+            return None
+        if getattr(self, "_reference", None) is None:
+            from .kernels.registry import loop_module
+
+            module = loop_module("reference", k, {"M_SIZE": self.m, "NU_SIZE": self.nu})
+            minv = np.zeros((0, 0)) if self.M is None else self.minv(np.eye(self.m))
+            self._reference = (module, np.ascontiguousarray(minv), np.array(k.params, dtype=float))
+        return self._reference
+
     def multiplier(self, q: Array, p: Array) -> Array:
         """lambda(q, p) = [G^T M^{-1} G]^{-1} [d2g(v, v) - G^T M^{-1} grad U], v = M^{-1} p (docs/method.md 1)."""
         if self.nu == 0:
             return np.zeros((q.shape[0], 0))
+        compiled = self.compiled_reference()
+        if compiled is not None:
+            module, minv, params = compiled
+            out = np.empty((q.shape[0], self.nu))
+            q, p = np.ascontiguousarray(q, dtype=float), np.ascontiguousarray(p, dtype=float)
+            module.multiplier(q, p, minv, params, out)
+            return out
         if self.d2g is None:
             raise ProblemError(f"{self.name}: the multiplier lambda(q, p) needs d2g (the Hessian form of g)")
         Gq = self.G(q)
@@ -202,6 +237,10 @@ class Problem:
 
     def index_reduced_rhs(self, t: float, y: Array) -> Array:
         """y' for the index-reduced ODE y = (q, p): q' = M^{-1} p, p' = -grad U - G lambda(q, p)."""
+        compiled = self.compiled_reference()
+        if compiled is not None:
+            module, minv, params = compiled
+            return module.rhs(np.ascontiguousarray(y, dtype=float), minv, params)
         m = self.m
         q, p = y[None, :m], y[None, m:]
         v = self.minv(p[0])

@@ -69,7 +69,8 @@ class Job:
     study: str
     label: str
     name: str
-    problem: str
+    #: the problem as the config gives it: a name, 'module:factory', or a mapping of expressions
+    problem: str | dict
     params: dict
     method: dict
     h: float
@@ -98,11 +99,14 @@ class Job:
 
     def spec(self) -> dict:
         """Everything that determines the trajectory (the hash input): the config's entries, what the
-        problem computes and the identity of the numerics (``hbvm_core.fingerprint``)."""
+        problem computes and the identity of the numerics (``hbvm_core.fingerprint``). A problem of expressions
+        counts by its name and fingerprint (its canonical expressions), not by the text of its mapping."""
+        from hbvm_core.problems import problem_name
+
         return {
             "problem_fingerprint": self.problem_fingerprint,
             "numerics_fingerprint": self.numerics_fingerprint,
-            "problem": self.problem,
+            "problem": problem_name(self.problem),
             "params": self.params,
             "method": self.method,
             "h": self.h,
@@ -141,7 +145,8 @@ class Job:
         from hbvm_core.problems import BUILTIN
 
         kind = self.method.get("method", "hbvm")
-        compiled = self.backend != "numpy" and kind in ("hbvm", "rattle") and self.problem in BUILTIN
+        ours = isinstance(self.problem, dict) or self.problem in BUILTIN  # expressions: compiled kernels too
+        compiled = self.backend != "numpy" and kind in ("hbvm", "rattle") and ours
         return RUN_OVERHEAD_S + self.cost() * (STEP_NODE_S if compiled else NUMPY_STEP_NODE_S)
 
 
@@ -248,7 +253,7 @@ class Study:
         if self.instance is None:
             from hbvm_core.problems import get_problem
 
-            self.instance = get_problem(self.problem, **self.params)
+            self.instance = get_problem(self.cfg.get("problem", self.problem), **self.params)
         return self.instance
 
     @property
@@ -319,6 +324,7 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
     (``_add_runs``).
     """
     from hbvm_core.fingerprint import problem_fingerprint
+    from hbvm_core.problems import problem_name
 
     where = f"studies.{name}"
     cfg = _study_entry(where, cfg)
@@ -340,7 +346,7 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
         name=name,
         kind=cfg["kind"],
         title=cfg.get("title") or name,
-        problem=cfg["problem"],
+        problem=problem_name(cfg["problem"]),
         params=dict(cfg["params"]),
         t_end=t_end,
         period=problem.period,
@@ -384,6 +390,13 @@ def _study_entry(where: str, cfg: dict) -> dict:
     return cfg
 
 
+def _name(cfg: dict) -> str:
+    """The study's problem as named in messages (a mapping of expressions by its ``name``)."""
+    from hbvm_core.problems import problem_name
+
+    return problem_name(cfg["problem"])
+
+
 def _interval(where: str, cfg: dict, problem) -> float:
     """t_end of the study: ``t_end``, or ``periods`` times the problem's period."""
     if ("t_end" in cfg) == ("periods" in cfg):
@@ -391,7 +404,7 @@ def _interval(where: str, cfg: dict, problem) -> float:
     if "periods" in cfg:
         if problem.period is None:
             raise ConfigError(
-                f"{where}.periods: problem {cfg['problem']!r} has no period; give t_end (or period= in the problem)"
+                f"{where}.periods: problem {_name(cfg)!r} has no period; give t_end (or period= in the problem)"
             )
         t_end = float(cfg["periods"]) * problem.period
     else:
@@ -411,7 +424,7 @@ def _convention(where: str, cfg: dict, problem) -> tuple[str, Any]:
     try:
         convention = ErrorConvention.from_config(dict(errs, reference="self") if reference == "none" else errs)
         if reference != "none":
-            convention.check_problem(problem, cfg["problem"])
+            convention.check_problem(problem, _name(cfg))
     except ConfigError as exc:
         raise ConfigError(f"{where}.{exc}") from None
     return reference, convention
@@ -471,7 +484,7 @@ def _grid(where: str, cfg: dict) -> dict:
             takes = key in ps or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in ps.values())
             if not takes:
                 raise ConfigError(
-                    f"{where}.grid.{key}: not a keyword of problem {cfg['problem']!r} "
+                    f"{where}.grid.{key}: not a keyword of problem {_name(cfg)!r} "
                     f"(its keywords: {', '.join(ps) or 'none'})"
                 )
         if not isinstance(values, list) or not values:
@@ -515,7 +528,7 @@ def _add_runs(study: Study, spec: MethodSpec, raw: dict, where: str, inst: Insta
                 study=study.name,
                 label=spec.label,
                 name=spec.name,
-                problem=study.problem,
+                problem=cfg["problem"],
                 params=dict(inst.params),
                 method=spec.entry,
                 h=hh,
@@ -553,7 +566,7 @@ def build_problem(where: str, spec: str, params: dict):
     from hbvm_core import Problem
     from hbvm_core.problems import resolve_factory
 
-    what = f"{where}.problem = {spec!r}"
+    what = f"{where}.problem = {spec!r}" if isinstance(spec, str) else f"{where}.problem {spec.get('name')!r}"
     try:
         factory = resolve_factory(spec)
     except ConfigError as exc:

@@ -120,7 +120,7 @@ def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: di
         Progress(len(todo)) as progress,
     ):
         if not forks_local_workers(dask_cfg):  # forked workers inherit our sys.path
-            for spec in sorted({job.problem for job in todo}):
+            for spec in sorted({job.problem for job in todo if isinstance(job.problem, str)}):
                 shipped = ship_problem_module(client, spec)
                 for name in {j.study for j in todo if j.problem == spec} if shipped else ():
                     logs[name].info(f"problem module {shipped} uploaded to the workers")
