@@ -93,6 +93,14 @@ def parse(text: str, names: dict[str, Any], key: str):
         return _short(ast.get_source_segment(text.strip(), node) or type(node).__name__)
 
     def refuse(node, why: str):
+        # the innermost unknown name in it first (``__import__`` in ``__import__('os').system``), else the node
+        known = set(names) | set(CONSTANT_NAMES) | set(funcs)
+        unknown = sorted(
+            (n for n in ast.walk(node) if isinstance(n, ast.Name) and n.id not in known and n is not node),
+            key=lambda n: (n.lineno, n.col_offset),
+        )
+        if unknown:
+            node, why = unknown[0], "is not a known name"
         allowed = f"names {', '.join(names) or '(none)'}; functions {', '.join(funcs)}"
         raise ConfigError(f"{what}: {token(node)!r} {why} (allowed: numbers, + - * / **, {allowed})")
 
