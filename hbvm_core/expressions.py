@@ -88,6 +88,8 @@ def parse(text: str, names: dict[str, Any], key: str):
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as exc:
         raise ConfigError(f"{what}: not a formula ({exc.msg})") from None
+    except (ValueError, RecursionError, MemoryError) as exc:  # a null byte, nesting too deep
+        raise ConfigError(f"{what}: not a formula ({type(exc).__name__})") from None
 
     def token(node) -> str:
         return _short(ast.get_source_segment(text.strip(), node) or type(node).__name__)
@@ -419,22 +421,27 @@ def _printers():
     from sympy.printing.numpy import NumPyPrinter
     from sympy.printing.pycode import PythonCodePrinter
 
-    def power(printer, expr):
-        """Small integer powers as products (as the hand-written kernels: no libm pow)."""
+    def power(printer, expr, sqrt: str):
+        """Small integer powers as products and half-integer ones as products with one square root (as the
+        hand-written kernels: no libm pow; |q|^-3 of a central force is 1/(r2*sqrt(r2)))."""
         base, expo = expr.args
+        b = printer.parenthesize(base, sp.printing.precedence.PRECEDENCE["Mul"])
         if expo.is_Integer and 2 <= abs(int(expo)) <= 4:
-            b = printer.parenthesize(base, sp.printing.precedence.PRECEDENCE["Mul"])
-            prod = "*".join([b] * abs(int(expo)))
-            return f"({prod})" if expo > 0 else f"(1.0/({prod}))"
-        return None
+            factors = [b] * abs(int(expo))
+        elif expo.is_Rational and expo.q == 2 and abs(expo.p) <= 7:
+            factors = [b] * (abs(int(expo.p)) // 2) + [f"{sqrt}({printer.doprint(base)})"]
+        else:
+            return None
+        prod = "*".join(factors)
+        return f"({prod})" if expo > 0 else f"(1.0/({prod}))"
 
     class Scalar(PythonCodePrinter):
         def _print_Pow(self, expr, rational=False):
-            return power(self, expr) or super()._print_Pow(expr, rational=rational)
+            return power(self, expr, "math.sqrt") or super()._print_Pow(expr, rational=rational)
 
     class Vector(NumPyPrinter):
         def _print_Pow(self, expr, rational=False):
-            return power(self, expr) or super()._print_Pow(expr, rational=rational)
+            return power(self, expr, "numpy.sqrt") or super()._print_Pow(expr, rational=rational)
 
     settings = {"fully_qualified_modules": True, "standard": "python3"}
     return Scalar(settings), Vector(settings)
