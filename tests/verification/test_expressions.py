@@ -100,6 +100,9 @@ def test_expressions_match_the_hand_written_problem(case, method, backend):
     spec, hand = CASES[case]
     ours, theirs = from_mapping(spec), hand()
     entry, steps = METHODS[method]
+    if backend == "numba" and from_spec(dict(entry)).compiled_runner(ours) is None:
+        assert method == "hbvm-polynomial" and ours.M is not None  # the only combination without a compiled loop
+        pytest.skip("the compiled loop of the polynomial multiplier takes M = I only")
     a = hc.integrate(ours, from_spec(dict(entry)), H, steps * H, backend=backend)
     # the hand-written double pendulum has numpy callbacks only: the compiled expressions are compared to them
     b = hc.integrate(theirs, from_spec(dict(entry)), H, steps * H, backend=backend if theirs.kernels else "numpy")
