@@ -388,9 +388,11 @@ def cache_info() -> list[str]:
 
 
 def clear_cache() -> Path:
-    """Remove the generated loop modules, their markers and numba's cache of them; returns the folder."""
+    """Remove the generated loop modules, their markers, the modules of problems from expressions
+    (``hbvm_core.expressions``) and numba's cache of them; returns the folder."""
     folder = cache_dir()
-    for pattern in ("*_kernel_*.py", "*_kernel_*.compiled", "hbvm_kernel_*.py", "poly_kernel_*.py"):
+    patterns = ("*_kernel_*.py", "*_kernel_*.compiled", "hbvm_kernel_*.py", "poly_kernel_*.py", "hbvm_expr_*.py")
+    for pattern in patterns:
         for path in folder.glob(pattern):
             path.unlink()
     shutil.rmtree(folder / "__pycache__", ignore_errors=True)
