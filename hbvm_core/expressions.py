@@ -316,11 +316,15 @@ class Model:
         return "hbvm-expressions-1:" + json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
     def _module(self):
+        import sys
+
         from .kernels.registry import import_generated
 
         text = generate_source(self)
-        tag = hashlib.sha256(text.encode()).hexdigest()[:20]
-        return import_generated(f"hbvm_expr_{tag}", f"hbvm_expr_{tag}", text)
+        name = f"hbvm_expr_{hashlib.sha256(text.encode()).hexdigest()[:20]}"
+        if name in sys.modules:  # the same expressions built again in this process
+            return sys.modules[name]
+        return import_generated(name, name, text)
 
     # --- a problem at parameter values
     def values(self, **overrides) -> dict[str, float]:
