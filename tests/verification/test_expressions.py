@@ -137,6 +137,10 @@ def test_derivatives_and_multiplier_match(case):
     assert ours.compiled_reference() is not None  # lambda(q, p) runs compiled
     # a (nu x nu) solve of equal data: its condition times round-off
     assert np.abs(ours.multiplier(Q, P) - lam).max() <= 1e3 * EPS * max(1.0, np.abs(lam).max())
+    for q, p in zip(Q, P):  # the compiled right-hand side of the reference ODE against the hand-written numpy one
+        y = np.concatenate([q, p])
+        want = theirs.index_reduced_rhs(0.0, y)
+        assert np.abs(ours.index_reduced_rhs(0.0, y) - want).max() <= 1e3 * EPS * max(1.0, np.abs(want).max())
 
 
 def test_exact_period_and_reference_ode_of_the_conical_pendulum():
