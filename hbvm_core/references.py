@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, SolverError
 from .problem import Problem
 
 KINDS = ("auto", "exact", "ode", "hbvm")
@@ -86,7 +86,7 @@ def dense_solution(problem: Problem, t_max: float, rtol: float = 1e-13, atol: fl
         dense_output=True,
     )
     if not sol.success:
-        raise RuntimeError(f"reference ODE for {problem.name!r} failed: {sol.message}")
+        raise SolverError(f"reference ODE for {problem.name!r} failed: {sol.message}")
     return sol.sol
 
 
