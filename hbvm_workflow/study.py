@@ -246,9 +246,11 @@ class Study:
     def built_problem(self):
         """The study's problem, built from the config once (readers of stores take it from here, never from a store)."""
         if self.instance is None:
+            from hbvm_core.checks import derivative_checks
             from hbvm_core.problems import get_problem
 
-            self.instance = get_problem(self.problem, **self.params)
+            with derivative_checks(self.cfg.get("check_derivatives", True)):
+                self.instance = get_problem(self.problem, **self.params)
         return self.instance
 
     @property
@@ -327,7 +329,7 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
     for values in _combinations(grid):
         params = {**cfg["params"], **values}
         what = f"{where}[{combo_name(values)}]" if values else where
-        problem = build_problem(what, cfg["problem"], params)
+        problem = build_problem(what, cfg["problem"], params, cfg.get("check_derivatives", True))
         t_end = _interval(what, cfg, problem)
         reference, convention = _convention(what, cfg, problem)
         fingerprint = problem_fingerprint(problem)
@@ -544,13 +546,15 @@ def _add_runs(study: Study, spec: MethodSpec, raw: dict, where: str, inst: Insta
         spec.rows.append(row)
 
 
-def build_problem(where: str, spec: str, params: dict):
+def build_problem(where: str, spec: str, params: dict, check_derivatives: bool = True):
     """The study's problem from ``spec`` and ``params``; ConfigError with one line naming the study, the spec
     and the exception when the module fails to import, the params do not fit the factory's signature
-    (bad params), or the factory raises (its own error, reported as such, whatever its type)."""
+    (bad params), or the factory raises (its own error, reported as such, whatever its type).
+    ``check_derivatives``: the study's key; False skips ``hbvm_core.checks.check_derivatives``."""
     import inspect
 
     from hbvm_core import Problem
+    from hbvm_core.checks import derivative_checks
     from hbvm_core.problems import resolve_factory
 
     what = f"{where}.problem = {spec!r}"
@@ -567,7 +571,8 @@ def build_problem(where: str, spec: str, params: dict):
     except ValueError:  # no signature to check (a builtin): the call tells
         pass
     try:
-        problem = factory(**params)
+        with derivative_checks(check_derivatives):
+            problem = factory(**params)
     except (ProblemError, NonFiniteError) as exc:  # a user problem that cannot be integrated
         raise ConfigError(f"{what}: {exc}") from None
     except ConfigError as exc:
