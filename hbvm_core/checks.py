@@ -43,6 +43,9 @@ TOL = 1e-6
 #: Accepted relative discrepancy between a compiled callback and its numpy twin: the same formula evaluated
 #: in another order agrees to a few eps times the terms' size; any real difference is of order one.
 TOL_KERNEL = 1e-9
+#: Below FLOOR |f| / (size of q) a derivative of f counts as zero: the rounding of its central difference,
+#: eps^(2/3) |f| / (size of q), is then at most eps^(2/3) / FLOOR ~ 4e-8 of the scale, well below TOL.
+FLOOR = 1e-3
 SWITCH = "check_derivatives=False (study key check_derivatives: false) skips this check"
 _ENABLED: contextvars.ContextVar[bool] = contextvars.ContextVar("hbvm_check_derivatives", default=True)
 
@@ -109,9 +112,9 @@ def _where(P: np.ndarray, j: int) -> str:
 def _compare(problem, key: str, against: str, given: np.ndarray, reference: np.ndarray, floor: np.ndarray, P, tol):
     """ProblemError if max |given - reference| exceeds tol times the scale of the values at that point.
 
-    The scale of point j: the largest of |given|, |reference| and ``floor[j]`` (the size below which the
-    differences are rounding: |f| / (size of q) for a derivative of f), so that an exact zero against rounding
-    noise is no discrepancy."""
+    The scale of point j: the largest of |given|, |reference| and ``floor[j]`` (FLOOR |f| / (size of q) for a
+    derivative of f: below it a derivative is rounding noise), so that an exact zero against the rounding of its
+    central difference is no discrepancy."""
     n = len(P)
     diff = np.abs(given - reference).reshape(n, -1).max(axis=1)
     scale = np.maximum.reduce(
@@ -149,18 +152,19 @@ def check_derivatives(problem) -> None:
         U = np.asarray(problem.U(X), dtype=float).reshape(2, n, m)
         U0 = np.abs(np.asarray(problem.U(P), dtype=float))
         fd = (U[0] - U[1]) / (2 * h)
-        _compare(problem, "grad_U", "the central differences of U", problem.grad_U(P), fd, U0 / size, P, TOL)
+        _compare(problem, "grad_U", "the central differences of U", problem.grad_U(P), fd, FLOOR * U0 / size, P, TOL)
         if problem.nu:
             nu = problem.nu
             g = np.asarray(problem.g(X), dtype=float).reshape(2, n, m, nu)
             G = np.asarray(problem.G(P), dtype=float)
             g0 = np.abs(np.asarray(problem.g(P), dtype=float)).max(axis=1)
-            _compare(problem, "G", "the central differences of g", G, (g[0] - g[1]) / (2 * h), g0 / size, P, TOL)
+            fdG = (g[0] - g[1]) / (2 * h)
+            _compare(problem, "G", "the central differences of g", G, fdG, FLOOR * g0 / size, P, TOL)
             if problem.d2g is not None:
                 V = _directions(m, n)
                 GV = np.asarray(problem.G(np.concatenate([P + h * V, P - h * V])), dtype=float).reshape(2, n, m, nu)
                 fd2 = np.einsum("nmi,nm->ni", (GV[0] - GV[1]) / (2 * h), V)
-                floor = np.abs(G).reshape(n, -1).max(axis=1) / size
+                floor = FLOOR * np.abs(G).reshape(n, -1).max(axis=1) / size
                 _compare(problem, "d2g", "the central differences of G", problem.d2g(P, V), fd2, floor, P, TOL)
     if problem.kernels is not None:
         _check_kernels(problem, P)
