@@ -267,8 +267,23 @@ class Study:
         return "n" if all(r.n is not None for r in self.rows) else "h"
 
     def job_hashes(self) -> list[list[str]]:
-        """[[id, hash], ...]: a Snakemake param, so a changed study reruns its solve step."""
+        """[[id, hash], ...]: what the study's runs are."""
         return [[j.id, j.hash] for j in self.jobs.values()]
+
+    def runs_digest(self) -> str:
+        """A digest of ``job_hashes``: the name of the solve step's marker of this set of runs
+        (``layout.runs_marker``), so that a changed study reruns its solve step."""
+        return hashlib.sha256(json.dumps(self.job_hashes()).encode()).hexdigest()[:16]
+
+
+#: Study keys that change only how the numbers are shown (tables, figure) or checked, never the numbers: the
+#: workflow's rule aggregate does not rerun for them, rule render does.
+PRESENTATION_KEYS = ("title", "plot", "expected_rates", "accuracy_targets", "check_derivatives")
+
+
+def number_config(cfg: dict) -> dict:
+    """A study entry without its ``PRESENTATION_KEYS``: what defines its errors and rates."""
+    return {k: v for k, v in cfg.items() if k not in PRESENTATION_KEYS}
 
 
 # --------------------------------------------------------------------------- expansion
