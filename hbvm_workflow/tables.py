@@ -522,12 +522,14 @@ def rows_from_outputs(study: Study, csv_path: str, zarr_path: str) -> list[dict]
     rows = []
     for (spec, inst, r), raw in zip(expected, found):
         if raw["method"] != spec.label or float(raw["h"]) != r.h:
-            raise ValueError(f"{csv_path}: row {raw['method']} h = {raw['h']} where the study has {spec.label} h = {r.h}")
+            where = f"row {raw['method']} h = {raw['h']}"
+            raise ValueError(f"{csv_path}: {where} where the study has {spec.label} h = {r.h}")
         row: dict = {"method": spec.label, "h": r.h, "n": r.n, "combo": inst.key, **inst.values}
         row["status"], row["error"] = raw["status"], raw["error"]
         for key in NUMERIC:
             row[key] = float(raw[key]) if raw[key] != "" else math.nan
-        at = (labels.index(spec.label), hs.index(r.h), *(values.index(inst.values[k]) for k, values in study.grid.items()))
+        grid_at = (values.index(inst.values[k]) for k, values in study.grid.items())
+        at = (labels.index(spec.label), hs.index(r.h), *grid_at)
         for flag in ROUNDOFF.values():
             row[flag] = bool(ds[flag].values[at])
         rows.append(row)
