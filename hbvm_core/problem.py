@@ -65,12 +65,16 @@ class Problem:
         ``hbvm_core.expressions``: the expressions in canonical form); None for callbacks.
     check : bool
         Run ``validate()`` on construction.
+    check_derivatives : bool
+        In ``validate()``, compare grad_U, G, d2g and the compiled callbacks with central differences
+        of U, g, G and with the numpy callbacks (``hbvm_core.checks``); False skips that comparison.
 
     Raises
     ------
     ProblemError
-        For wrong shapes, an M that is not symmetric positive definite, inconsistent initial data
-        or a singular G^T M^{-1} G at q0.
+        For callbacks that are not vectorised, a derivative that does not match the central
+        differences of its function (``check_derivatives``), wrong shapes, an M that is not symmetric
+        positive definite, inconsistent initial data or a singular G^T M^{-1} G at q0.
     NonFiniteError
         When a callback returns NaN/inf at q0.
 
@@ -100,6 +104,7 @@ class Problem:
     kernels: Any = None
     identity: str | None = None
     check: bool = True
+    check_derivatives: bool = True
 
     def __post_init__(self) -> None:
         self.q0 = np.array(self.q0, dtype=float).reshape(-1)
@@ -178,6 +183,9 @@ class Problem:
 
     # --- callbacks on single states and trajectories ---------------------------------
     def _probe_nu(self) -> int:
+        from .checks import check_vectorised
+
+        check_vectorised(self, keys=("g",))
         gq = np.asarray(self.g(self.q0[None, :]))
         if gq.ndim != 2 or gq.shape[0] != 1:
             raise ProblemError(f"{self.name}: g(Q) must return shape (n, nu), got {gq.shape} for n = 1")
@@ -251,7 +259,11 @@ class Problem:
 
     # --- validation ------------------------------------------------------------------
     def validate(self) -> None:
-        """Check shapes, finiteness, consistency of (q0, p0) and regularity of G^T M^{-1} G."""
+        """Check vectorisation, shapes, finiteness, derivatives (``hbvm_core.checks``), consistency of (q0, p0)
+        and regularity of G^T M^{-1} G."""
+        from .checks import check_derivatives, check_vectorised, enabled
+
+        check_vectorised(self)
         m, nu = self.m, self.nu
         Q = np.stack([self.q0, self.q0 + 1e-3])
         expected = {"U": (2,), "grad_U": (2, m)}
@@ -270,6 +282,8 @@ class Problem:
                 raise NonFiniteError(f"{self.name}: callback {key} returned non-finite values at q0")
         if not (np.all(np.isfinite(self.q0)) and np.all(np.isfinite(self.p0))):
             raise ProblemError(f"{self.name}: q0 or p0 is not finite")
+        if self.check_derivatives and enabled():
+            check_derivatives(self)
         if nu == 0:
             return
         if nu >= m:

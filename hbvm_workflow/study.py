@@ -251,9 +251,11 @@ class Study:
     def built_problem(self):
         """The study's problem, built from the config once (readers of stores take it from here, never from a store)."""
         if self._problem is None:
+            from hbvm_core.checks import derivative_checks
             from hbvm_core.problems import get_problem
 
-            self._problem = get_problem(self.cfg.get("problem", self.problem), **self.params)
+            with derivative_checks(self.cfg.get("check_derivatives", True)):
+                self._problem = get_problem(self.cfg.get("problem", self.problem), **self.params)
         return self._problem
 
     @property
@@ -270,8 +272,23 @@ class Study:
         return "n" if all(r.n is not None for r in self.rows) else "h"
 
     def job_hashes(self) -> list[list[str]]:
-        """[[id, hash], ...]: a Snakemake param, so a changed study reruns its solve step."""
+        """[[id, hash], ...]: what the study's runs are."""
         return [[j.id, j.hash] for j in self.jobs.values()]
+
+    def runs_digest(self) -> str:
+        """A digest of ``job_hashes``: the name of the solve step's marker of this set of runs
+        (``layout.runs_marker``), so that a changed study reruns its solve step."""
+        return hashlib.sha256(json.dumps(self.job_hashes()).encode()).hexdigest()[:16]
+
+
+#: Study keys that change only how the numbers are shown (tables, figure) or checked, never the numbers: the
+#: workflow's rule aggregate does not rerun for them, rule render does.
+PRESENTATION_KEYS = ("title", "plot", "expected_rates", "accuracy_targets", "check_derivatives")
+
+
+def number_config(cfg: dict) -> dict:
+    """A study entry without its ``PRESENTATION_KEYS``: what defines its errors and rates."""
+    return {k: v for k, v in cfg.items() if k not in PRESENTATION_KEYS}
 
 
 # --------------------------------------------------------------------------- expansion
@@ -333,7 +350,7 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
     for values in _combinations(grid):
         params = {**cfg["params"], **values}
         what = f"{where}[{combo_name(values)}]" if values else where
-        problem = build_problem(what, cfg["problem"], params)
+        problem = build_problem(what, cfg["problem"], params, cfg.get("check_derivatives", True))
         t_end = _interval(what, cfg, problem)
         reference, convention = _convention(what, cfg, problem)
         fingerprint = problem_fingerprint(problem)
@@ -565,13 +582,15 @@ def _add_runs(study: Study, spec: StudyMethod, raw: dict, where: str, inst: Inst
         spec.rows.append(row)
 
 
-def build_problem(where: str, spec: str, params: dict):
+def build_problem(where: str, spec: str, params: dict, check_derivatives: bool = True):
     """The study's problem from ``spec`` and ``params``; ConfigError with one line naming the study, the spec
     and the exception when the module fails to import, the params do not fit the factory's signature
-    (bad params), or the factory raises (its own error, reported as such, whatever its type)."""
+    (bad params), or the factory raises (its own error, reported as such, whatever its type).
+    ``check_derivatives``: the study's key; False skips ``hbvm_core.checks.check_derivatives``."""
     import inspect
 
     from hbvm_core import Problem
+    from hbvm_core.checks import derivative_checks
     from hbvm_core.problems import resolve_factory
 
     what = f"{where}.problem = {spec!r}" if isinstance(spec, str) else f"{where}.problem {spec.get('name')!r}"
@@ -588,7 +607,8 @@ def build_problem(where: str, spec: str, params: dict):
     except ValueError:  # no signature to check (a builtin): the call tells
         pass
     try:
-        problem = factory(**params)
+        with derivative_checks(check_derivatives):
+            problem = factory(**params)
     except (ProblemError, NonFiniteError) as exc:  # a user problem that cannot be integrated
         raise ConfigError(f"{what}: {exc}") from None
     except ConfigError as exc:
