@@ -257,21 +257,21 @@ def test_the_shipped_profile_spreads_the_studies_over_the_compute_hosts(tmp_path
     record(watch, tmp_path, record_property, f"squeue during `snakemake --workflow-profile slurm` ({wall:.0f} s):")
     out = proc.stdout + proc.stderr
 
-    # each rule with an action was sbatch jobs: solve_study once per study (solve_per_study), aggregate once
+    # each rule with an action was sbatch jobs, one per study: solve_study (solve_per_study), aggregate, render
     submitted = re.findall(r"slurm_logs/rule_(\w+?)/(?:(\w+)/)?(\d+)\.log", out)
     rules = sorted((rule, study) for rule, study, _ in submitted)
-    assert rules == [("aggregate", ""), ("solve_study", "tiny"), ("solve_study", "tiny2")], out[-3000:]
+    assert rules == [(r, s) for r in ("aggregate", "render", "solve_study") for s in sorted(STUDIES)], out[-3000:]
     jobs = watch.jobs()
     for rule, _, jobid in submitted:
         assert jobid in jobs, f"squeue never showed the {rule} job {jobid}:\n{watch.report()}"
         job = jobs[jobid]
-        kind = rule.removesuffix("_study")
+        kind = "solve" if rule == "solve_study" else "aggregate"  # render takes resources.aggregate
         assert job["comment"].startswith(f"rule_{rule}")
         assert job["mem"] == f"{RESOURCES[kind]['mem_mb']}M"  # config resources.<rule>.mem_mb -> --mem
         assert job["time"] == f"{RESOURCES[kind]['runtime']}:00"  # runtime (minutes) -> -t
         assert "RUNNING" in job["states"] and job["states"][-1] == "COMPLETED"
-        # threads -> --cpus-per-task: the solve job's local workers; aggregate: one per study
-        assert job["cpus"] == str(WORKERS if kind == "solve" else len(STUDIES))
+        # threads -> --cpus-per-task: the solve job's local workers; aggregate and render: one
+        assert job["cpus"] == str(WORKERS if kind == "solve" else 1)
     assert "localrule all" in out  # only the target rule ran here
 
     # the two solve jobs ran side by side on the two compute hosts: each study's runs carry its job's host
