@@ -13,7 +13,7 @@ some), without loading the 2-core CI machine.
 - locally (``snakemake --cores 2``, a Dask LocalCluster, in the root namespace): the reference errors.csv;
 - through Snakemake's SLURM executor with the shipped profile
   (``--workflow-profile workflow/profiles/slurm``): one solve job per study (``solve_per_study``), which
-  SLURM puts on both compute hosts, then one aggregate job, with the resources of config.yaml's
+  SLURM puts on both compute hosts, then an aggregate and a render job per study, with the resources of config.yaml's
   ``resources:`` and the rule's threads;
 - with ``dask: {cluster: slurm, interface: lab0}``: the solve step (on the head) starts its Dask workers as
   SLURM jobs (dask-jobqueue's SLURMCluster), on both compute hosts, as many as the pending runs need up to
@@ -241,7 +241,7 @@ def workers_of(workdir: Path, study: str = "tiny") -> set[str]:
 @needs_slurm
 def test_the_shipped_profile_spreads_the_studies_over_the_compute_hosts(tmp_path, lab, local_errors, record_property):
     """snakemake --workflow-profile workflow/profiles/slurm: one solve job per study, on both compute hosts, then
-    one aggregate job; the same errors.csv as locally."""
+    an aggregate and a render job per study; the same errors.csv as locally."""
     write_config(tmp_path, STUDIES, resources=RESOURCES, dask={"n_workers": WORKERS})
     watch = SqueueWatch(lab)
     watch.start()
