@@ -59,6 +59,10 @@ class Problem:
         Anything that defines the problem, for the stores' attrs.
     kernels : hbvm_core.kernels.Kernels, optional
         Compiled callbacks: the problem then takes the compiled loop.
+    identity : str, optional
+        A canonical description of the callbacks that is the same on every host (an expression
+        problem's expressions). When given, a run's identity (``hbvm_core.fingerprint``) hashes it
+        instead of the source of the modules that define the callbacks.
     check : bool
         Run ``validate()`` on construction.
 
@@ -94,6 +98,7 @@ class Problem:
     period: float | None = None
     params: dict[str, Any] = field(default_factory=dict)
     kernels: Any = None
+    identity: str | None = None
     check: bool = True
 
     def __post_init__(self) -> None:

@@ -58,19 +58,35 @@ def solve_batch(jobs: list[dict]) -> list[dict]:
     return out
 
 
-def _problem(job: Job, cache: dict | None) -> tuple:
-    """(problem, fingerprint) of the job, built once per (spec, params) in ``cache``."""
-    from hbvm_core.fingerprint import problem_fingerprint
+def _problem(job: Job, cache: dict | None):
+    """The job's problem, built once per (spec, params) in ``cache``."""
     from hbvm_core.problems import get_problem
 
     key = json.dumps([job.problem, job.params], sort_keys=True, default=repr)
     if cache is None or key not in cache:
         problem = get_problem(job.problem, **job.params)
-        found = (problem, problem_fingerprint(problem))
         if cache is None:
-            return found
-        cache[key] = found
+            return problem
+        cache[key] = problem
     return cache[key]
+
+
+def check_problem(job: Job, problem) -> dict | None:
+    """The job's reference probe (``hbvm_core.fingerprint.problem_probe``), after checking that ``problem`` (built
+    here) is the one planned: the same structure, and values that agree to ``PROBE_RTOL`` x scale (round-off of
+    another host is not a reason to refuse). None for a job planned without them. RuntimeError otherwise."""
+    from hbvm_core.fingerprint import PROBE_RTOL, problem_mismatch
+
+    if not job.problem_structure:
+        return None
+    probe = json.loads(job.problem_probe) if job.problem_probe else None
+    why = problem_mismatch(problem, job.problem_structure, probe)
+    if why is not None:
+        raise RuntimeError(
+            f"run {job.id}: problem {job.problem!r} on host {platform.node()} is not the one planned when the "
+            f"workflow started ({why}; round-off up to {PROBE_RTOL:g} x scale is accepted); run again"
+        )
+    return probe
 
 
 def solve_job(job: Job | dict, problems: dict | None = None) -> dict:
@@ -83,18 +99,21 @@ def solve_job(job: Job | dict, problems: dict | None = None) -> dict:
     from hbvm_core.methods import from_spec
 
     job = job if isinstance(job, Job) else Job(**job)
-    problem, fingerprint = _problem(job, problems)
-    if job.problem_fingerprint and fingerprint != job.problem_fingerprint:
-        raise RuntimeError(
-            f"run {job.id}: problem {job.problem!r} computes other values than when the workflow started "
-            f"(fingerprint {fingerprint}, expected {job.problem_fingerprint}); run again"
-        )
+    problem = _problem(job, problems)
+    probe = check_problem(job, problem)
     method = from_spec(job.method)
+    identity = {}
+    if probe is not None:  # the planned identity, checked above: the record a later plan snaps to
+        identity = {
+            "problem_fingerprint": job.problem_fingerprint,
+            "problem_structure": job.problem_structure,
+            "problem_probe": probe,
+        }
     attrs = {
         "study": job.study,
         "job_id": job.id,
         "job_hash": job.hash,
-        "problem_fingerprint": fingerprint,
+        **identity,
         "numerics_fingerprint": job.numerics_fingerprint,
         "label": job.label,
         "method_name": job.name,
@@ -215,16 +234,19 @@ def run_to_store(
     and renamed into place. Returns {"status": "ok" | "failed", "steps", "mean_iterations", "max_iterations", "wall_s",
     "backend", "error"}.
     """
-    from hbvm_core.fingerprint import problem_fingerprint
+    from hbvm_core.fingerprint import problem_fingerprint, problem_probe, problem_structure
 
     N = number_of_steps(h, t_end)
     tmp_dir = tmp_dir or default_tmp_dir(path)
     tmp = new_temporary(tmp_dir, path)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     base = {
+        # the problem's identity: its own, unless the caller gives the planned one it checked (``check_problem``)
+        "problem_fingerprint": problem_fingerprint(problem),
+        "problem_structure": problem_structure(problem),
+        "problem_probe": problem_probe(problem),
         **(attrs or {}),
         "format": FORMAT,
-        "problem_fingerprint": problem_fingerprint(problem),  # of the problem integrated, whatever attrs say
         "problem": problem.name,
         "m": problem.m,
         "nu": problem.nu,

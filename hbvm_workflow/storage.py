@@ -505,7 +505,7 @@ def load_trajectory(path: str, problem, *, job_hash: str | None = None, method=N
 
 def _trajectory(path: str, problem, attrs: dict | None, reader, job_hash: str | None, method):
     """load_trajectory's checks and read, on a store opened once (``opened``)."""
-    from hbvm_core.fingerprint import problem_fingerprint
+    from hbvm_core.fingerprint import problem_mismatch
     from hbvm_core.trajectory import Trajectory
 
     if attrs is None or attrs.get("complete") is not True:
@@ -517,14 +517,9 @@ def _trajectory(path: str, problem, attrs: dict | None, reader, job_hash: str | 
         raise StoreMismatchError(
             path, None, f"run {run} was computed for hash {attrs.get('job_hash')}, expected {job_hash}"
         )
-    expected = problem_fingerprint(problem)
-    if attrs.get("problem_fingerprint") != expected:
-        raise StoreMismatchError(
-            path,
-            None,
-            f"run {run} was computed for another problem (fingerprint {attrs.get('problem_fingerprint')}, "
-            f"the given problem's is {expected})",
-        )
+    why = problem_mismatch(problem, attrs.get("problem_structure"), attrs.get("problem_probe"))
+    if why is not None:
+        raise StoreMismatchError(path, None, f"run {run} was computed for another problem: {why}")
     found = damage(path, attrs, reader)
     if found is not None:
         raise StoreError(path, *found)

@@ -36,6 +36,8 @@ class Method(ABC):
     kind: ClassVar[str]
     #: Entry keys that ``label_parts`` spells out (never repeated as ``key-value`` in a label).
     LABEL_KEYS: ClassVar[tuple[str, ...]] = ()
+    #: The modules (relative to hbvm_core) whose parsed source identifies its numbers (``hbvm_core.fingerprint``).
+    numerics_sources: ClassVar[tuple[str, ...]] = ()
 
     @property
     @abstractmethod

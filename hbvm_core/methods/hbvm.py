@@ -137,6 +137,10 @@ class HBVM(HBVMBase):
     """
 
     multiplier: ClassVar[str] = "constant"
+    numerics_sources: ClassVar[tuple[str, ...]] = (
+        "methods/hbvm.py", "methods/_small.py", "legendre.py", "solvers.py", "blended.py", "integrate.py",
+        "kernels/hbvm.py", "kernels/runner.py",
+    )  # fmt: skip
 
     k: int
     s: int

@@ -63,6 +63,7 @@ class IDA(ContinuousMethod):
 
     kind: ClassVar[str] = "ida"
     SOLVER: ClassVar[str] = "IDA"
+    numerics_sources: ClassVar[tuple[str, ...]] = ("methods/ida.py", "methods/continuous.py", "integrate.py")
 
     def make_stepper(self, problem: Problem, callbacks: CompiledCallbacks | None = None) -> IDAStepper:
         return IDAStepper(self, problem, callbacks)

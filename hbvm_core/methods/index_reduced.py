@@ -42,6 +42,10 @@ class DOP853(ContinuousMethod):
 
     kind: ClassVar[str] = "dop853"
     SOLVER: ClassVar[str] = "DOP853"
+    numerics_sources: ClassVar[tuple[str, ...]] = (
+        "methods/index_reduced.py", "methods/continuous.py", "methods/polynomial.py", "methods/_small.py",
+        "solvers.py", "integrate.py",
+    )  # fmt: skip
     OPTIONS: ClassVar[frozenset[str]] = frozenset({"rtol", "atol", "projection"})
 
     def __post_init__(self) -> None:

@@ -31,6 +31,10 @@ class RATTLE(Method):
     rule: StoppingRule = field(default_factory=StoppingRule)
 
     kind: ClassVar[str] = "rattle"
+    numerics_sources: ClassVar[tuple[str, ...]] = (
+        "methods/rattle.py", "methods/_small.py", "solvers.py", "integrate.py", "kernels/rattle.py",
+        "kernels/runner.py",
+    )  # fmt: skip
 
     @property
     def name(self) -> str:
