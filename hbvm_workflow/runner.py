@@ -9,13 +9,14 @@ iteration diverges. Storage only writes and reads stores.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import platform
 import time
 from pathlib import Path
 
-from hbvm_core.errors import ConvergenceError, NonFiniteError
+from hbvm_core.errors import ConfigError, ConvergenceError, NonFiniteError
 from hbvm_core.integrate import integrate, number_of_steps
 
 from .storage import (
@@ -71,6 +72,27 @@ def _problem(job: Job, cache: dict | None):
     return cache[key]
 
 
+def check_shared(job: Job) -> None:
+    """RuntimeError (one line naming this host and the path) when this host cannot see what it shares with the
+    host of the solve step: the study's results folder (it exists there: the study's lock is in it) and the
+    kernel cache that HBVM_KERNEL_CACHE names. Checked before anything is written: a worker that does not share
+    the file system would otherwise write its stores where nobody reads them (docs/clusters.md)."""
+    from .layout import study_of_path
+
+    study = study_of_path(job.store) if job.store else None
+    if study and not os.path.isdir(study):
+        raise RuntimeError(
+            f"run {job.id}: host {platform.node()} cannot see the results folder {study} "
+            "(it must be shared with the host of the solve step: docs/clusters.md)"
+        )
+    cache = os.environ.get("HBVM_KERNEL_CACHE")
+    if cache and not os.path.isdir(cache):
+        raise RuntimeError(
+            f"run {job.id}: host {platform.node()} cannot see the kernel cache {cache} (HBVM_KERNEL_CACHE; "
+            "it must be shared with the host of the solve step, or unset for a cache of the host's own)"
+        )
+
+
 def check_problem(job: Job, problem) -> dict | None:
     """The job's reference probe (``hbvm_core.fingerprint.problem_probe``), after checking that ``problem`` (built
     here) is the one planned: the same structure, and values that agree to ``PROBE_RTOL`` x scale (round-off of
@@ -99,7 +121,16 @@ def solve_job(job: Job | dict, problems: dict | None = None) -> dict:
     from hbvm_core.methods import from_spec
 
     job = job if isinstance(job, Job) else Job(**job)
-    problem = _problem(job, problems)
+    check_shared(job)
+    try:
+        problem = _problem(job, problems)
+    except ConfigError as exc:
+        if not job.module_file:
+            raise
+        raise RuntimeError(
+            f"run {job.id}: host {platform.node()} cannot import the problem module {job.module_file} "
+            f"(it must be shared with, or uploaded by, the host of the solve step: docs/clusters.md): {exc}"
+        ) from None
     probe = check_problem(job, problem)
     method = from_spec(job.method)
     identity = {}
@@ -204,6 +235,20 @@ def _uncached_loops(jobs) -> list[Job]:
     return list(cold.values())
 
 
+@functools.cache
+def cpu_model() -> str:
+    """The CPU model of this host (/proc/cpuinfo "model name"; else what ``platform`` says), for the stores' attrs."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key.strip().lower() == "model name" and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
 def _worker_address() -> str | None:
     """The Dask worker running this job (recorded in the store), None outside a worker."""
     try:
@@ -263,6 +308,7 @@ def run_to_store(
         "backend_requested": backend,
         "versions": versions(),
         "host": platform.node(),
+        "cpu": cpu_model(),
     }
     t0 = time.perf_counter()
     sink = None

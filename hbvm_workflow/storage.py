@@ -526,7 +526,7 @@ def _trajectory(path: str, problem, attrs: dict | None, reader, job_hash: str | 
     names = ("t", "q", "p", "tstep", "lam", "iterations")
     arr = dict(zip(names, read_arrays(path, names, reader)))
     keys = ("steps", "h", "t_end", "save_every", "compensated", "wall_s", "mean_iterations", "max_iterations")
-    tattrs = {k: attrs[k] for k in keys if k in attrs} | {k: attrs.get(k) for k in ("backend", "worker")}
+    tattrs = {k: attrs[k] for k in keys if k in attrs} | {k: attrs.get(k) for k in ("backend", "worker", "host", "cpu")}
     return Trajectory(problem=problem, method=method, h=float(attrs["h"]), attrs=tattrs, **arr)
 
 

@@ -87,6 +87,9 @@ class Job:
     #: problem's structure and its reference values (``problem_probe``, as JSON text shared by the runs)
     problem_structure: str = ""
     problem_probe: str = ""
+    #: the file of a ``module:factory`` problem's module where the solve step found it (named when a worker
+    #: cannot import it; not part of the hash)
+    module_file: str = ""
     #: the grid combination of the run (``layout.combo_name``: ``L=0.5``); "" in a study without a grid
     combo: str = ""
 

@@ -150,6 +150,7 @@ def _block_rows(study: Study, spec, inst) -> list[dict]:
             row["scales"] = roundoff_scales(traj)
             row["mean_iterations"] = float(traj.attrs.get("mean_iterations", math.nan))
             row["wall_s"] = float(traj.attrs.get("wall_s", math.nan))
+            row["host"] = str(traj.attrs.get("host") or "")
         rows.append(row)
     h = [row["h"] for row in rows]
     for rate, e in RATES.items():
@@ -192,6 +193,7 @@ def run_timings(study: Study, rows: list[dict] | None = None) -> list[dict]:
                     "wall_s": math.nan if wall is None else float(wall),
                     "backend": attrs.get("backend", ""),
                     "worker": attrs.get("worker") or "",
+                    "host": attrs.get("host") or "",
                     "status": status,
                     **study.instance_of(job.combo).values,
                 }
@@ -272,6 +274,7 @@ def errors_dataset(study: Study, rows: list[dict]):
     flags = {f: np.zeros(shape, dtype=bool) for f in ROUNDOFF.values()}
     status = np.full(shape, -1, dtype="i1")
     nval = np.full(shape, -1, dtype="i8")
+    host = np.full(shape, "", dtype=object)
     for row in rows:
         at = (mi[row["method"]], hi[row["h"]], *(values.index(row[key]) for key, values in grid.items()))
         for c in data:
@@ -280,6 +283,7 @@ def errors_dataset(study: Study, rows: list[dict]):
         for f in flags:
             flags[f][at] = bool(row.get(f, False))
         status[at] = STATUS[row["status"]]
+        host[at] = row.get("host") or ""
         nval[at] = -1 if row["n"] is None else int(row["n"])
     coords = {
         "scheme": ("scheme", np.array(labels, dtype=object)),
@@ -296,6 +300,8 @@ def errors_dataset(study: Study, rows: list[dict]):
     for f, e in zip(ROUNDOFF.values(), RATES.values()):
         ds[f] = (dims, flags[f])
         ds[f].attrs.update(long_name=f"{e} of this and the previous h both at the round-off floor (no rate)", units="1")
+    ds["host"] = (dims, host)
+    ds["host"].attrs.update(long_name="host that computed the run", units="1", description="'': not run")
     ds["status"] = (dims, status)
     ds["status"].attrs.update(
         long_name="run status", units="1", flag_values=[-1, 0, 1, 2], flag_meanings="not_run ok failed partner_failed"
