@@ -74,12 +74,10 @@ def _problem(job: Job, cache: dict | None):
 
 def check_shared(job: Job) -> None:
     """RuntimeError (one line naming this host and the path) when this host cannot see what it shares with the
-    host of the solve step: the study's results folder (it exists there: the study's lock is in it) and the
-    kernel cache that HBVM_KERNEL_CACHE names. Checked before anything is written: a worker that does not share
-    the file system would otherwise write its stores where nobody reads them (docs/clusters.md)."""
-    from .layout import study_of_path
-
-    study = study_of_path(job.store) if job.store else None
+    host of the solve step: the study's results folder (``job.study_dir``: it exists there, the study's lock is
+    in it) and the kernel cache that HBVM_KERNEL_CACHE names. Checked before anything is written: a worker that
+    does not share the file system would otherwise write its stores where nobody reads them (docs/clusters.md)."""
+    study = job.study_dir
     if study and not os.path.isdir(study):
         raise RuntimeError(
             f"run {job.id}: host {platform.node()} cannot see the results folder {study} "

@@ -87,8 +87,9 @@ class Job:
     #: problem's structure and its reference values (``problem_probe``, as JSON text shared by the runs)
     problem_structure: str = ""
     problem_probe: str = ""
-    #: the file of a ``module:factory`` problem's module where the solve step found it (named when a worker
-    #: cannot import it; not part of the hash)
+    #: what the solve step shares with the workers (checked by them, not part of the hash): the study's folder
+    #: and the file of a ``module:factory`` problem's module where the solve step found it
+    study_dir: str = ""
     module_file: str = ""
     #: the grid combination of the run (``layout.combo_name``: ``L=0.5``); "" in a study without a grid
     combo: str = ""

@@ -292,6 +292,7 @@ def errors_dataset(study: Study, rows: list[dict]):
         "k": ("scheme", np.array([m.k or 0 for m in study.methods], dtype="i8")),
         "s": ("scheme", np.array([m.s or 0 for m in study.methods], dtype="i8")),
         "n": (dims, nval),
+        "host": (dims, host),
         **{key: (key, _grid_coord(values)) for key, values in grid.items()},
     }
     ds = xr.Dataset({c: (dims, v) for c, v in data.items()}, coords=coords)
@@ -300,8 +301,6 @@ def errors_dataset(study: Study, rows: list[dict]):
     for f, e in zip(ROUNDOFF.values(), RATES.values()):
         ds[f] = (dims, flags[f])
         ds[f].attrs.update(long_name=f"{e} of this and the previous h both at the round-off floor (no rate)", units="1")
-    ds["host"] = (dims, host)
-    ds["host"].attrs.update(long_name="host that computed the run", units="1", description="'': not run")
     ds["status"] = (dims, status)
     ds["status"].attrs.update(
         long_name="run status", units="1", flag_values=[-1, 0, 1, 2], flag_meanings="not_run ok failed partner_failed"
@@ -313,6 +312,7 @@ def errors_dataset(study: Study, rows: list[dict]):
         "k": ("HBVM k", "1", "0: not an HBVM method"),
         "s": ("HBVM s", "1", "0: not an HBVM method"),
         "n": ("row label n", "1", "n of the step-size rule (halvings, period_divisions); -1: explicit h or not run"),
+        "host": ("host", "1", "the machine that computed the run; '': not run"),
     }
     for key in grid:
         coord_attrs[key] = (f"problem parameter {key}", "1", "a grid value (a keyword of the problem factory)")

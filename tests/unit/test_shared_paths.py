@@ -22,9 +22,10 @@ STUDY = {
 
 
 def planned(results) -> dict:
-    """The one run of STUDY as the solve step ships it to a worker (absolute store path)."""
-    job = next(iter(expand_study("s", STUDY, results=str(results)).jobs.values()))
-    return job.as_dict() | {"store": os.path.abspath(job.store)}
+    """The one run of STUDY as the solve step ships it to a worker (absolute paths, the study's folder)."""
+    study = expand_study("s", STUDY, results=str(results))
+    job = next(iter(study.jobs.values()))
+    return job.as_dict() | {"store": os.path.abspath(job.store), "study_dir": os.path.abspath(study.dir)}
 
 
 def test_a_worker_that_cannot_see_the_results_folder_stops_naming_host_and_path(tmp_path):

@@ -129,7 +129,12 @@ def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: di
             client.submit(
                 solve_batch,
                 [
-                    job.as_dict() | {"store": os.path.abspath(job.store), "module_file": modules[job.problem]}
+                    job.as_dict()
+                    | {
+                        "store": os.path.abspath(job.store),
+                        "study_dir": os.path.abspath(studies[job.study].dir),
+                        "module_file": modules[job.problem],
+                    }
                     for job in batch
                 ],
                 key=batch_key(batch),
