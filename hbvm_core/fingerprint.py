@@ -207,7 +207,7 @@ def _defining_module(f) -> str | None:
     while isinstance(f, functools.partial):
         f = f.func
     module = getattr(f, "__module__", None) or type(f).__module__
-    return None if module in (None, "__main__", "builtins") else module
+    return None if module in (None, "builtins") else module  # __main__: a script's file, where it has one
 
 
 def _qualname(f) -> str:

@@ -10,8 +10,9 @@ import numpy as np
 import hbvm_core as hc
 
 #: Another host's round-off, simulated: a problem built by ``perturbed`` while this variable holds an integer u
-#: has its callbacks' values, q0 and p0 multiplied by (1 + u * 2**-52), u units in the last place, as another
-#: BLAS or libm would compute them. Read when the problem is built (in the process that builds it: a worker).
+#: has its callbacks' values and p0 multiplied by (1 + u * 2**-52), u units in the last place, as another
+#: BLAS or libm would compute them (q0 stays on the constraint). Read when the problem is built (in the process
+#: that builds it: a worker).
 PERTURB_ULPS = "HBVM_TEST_PERTURB_ULPS"
 
 
@@ -119,7 +120,7 @@ def perturbed(problem: hc.Problem) -> hc.Problem:
 
     return hc.Problem(
         name=problem.name,
-        q0=factor * problem.q0,
+        q0=problem.q0,
         p0=factor * problem.p0,
         U=scaled(problem.U),
         grad_U=scaled(problem.grad_U),

@@ -58,7 +58,7 @@ def test_another_hosts_round_off_keeps_the_identity(monkeypatch):
     other_host(monkeypatch)
     there = sphere_quadratic()
     a, b = problem_probe(here), problem_probe(there)
-    assert a["grad_U"]["data"] != b["grad_U"]["data"] and a["q0"] != b["q0"]  # the bits differ ...
+    assert a["grad_U"]["data"] != b["grad_U"]["data"] and a["p0"] != b["p0"]  # the bits differ ...
     assert probe_mismatch(a, b) is None  # ... by round-off only
     assert problem_structure(here) == problem_structure(there)
     assert problem_fingerprint(here) == problem_fingerprint(there)
