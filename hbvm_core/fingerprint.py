@@ -1,22 +1,30 @@
-"""Fingerprints of what determines the numbers of a run: the problem as built, and the numerics.
+"""What identifies the numbers of a run, the same on every host: the problem's structure and values, the numerics.
 
-``problem_fingerprint(problem)`` hashes, bit for bit, what the problem computes:
-q0, p0, M, params, sizes and period, and the values of its callbacks (U, grad_U,
-g, G, d2g where given) at q0 and at a few fixed probe points near it. Its
-compiled callbacks (``Problem.kernels``) are covered by the source of the
-module that defines each one (parsed, so comments and formatting do not count)
-and, where they are numba functions already, by the values of their Python
-functions at the same points. Cached on the problem instance.
+Two hosts that differ only in round-off (BLAS kernels, SIMD paths, FMA
+contraction, libm, thread counts) compute a problem's values a few units in
+the last place apart. Nothing here hashes such values bit for bit:
 
-``method_fingerprint(entry)`` identifies the numerics of one method entry's
-kind (HBVM constant multiplier per solver, polynomial multiplier, RATTLE,
-DOP853): the package version, the bits of a few steps of that kind on a small
-probe problem (the numpy path), and for the kinds with a compiled loop the
-parsed source of the loop modules. A refactor that changes no number and no
-loop leaves it unchanged. The steps cost about a second (scipy's DOP853 import
-mostly), so their bits are cached per process and on disk under the kernel
-cache directory, keyed by the bytes of every source file of this package and
-the numpy/scipy versions: any edit recomputes them (not the runs).
+- ``problem_structure(problem)`` hashes what is exact on every host: the
+  problem's name, params and sizes (m, nu), and the parsed source (docstrings,
+  comments and formatting do not count: ``source_digest``) of the modules that
+  define its callbacks and compiled callbacks, and of the modules they import
+  that belong to the project (not the standard library or site-packages,
+  except the defining module's own package). A problem with ``identity`` (a
+  canonical, host-independent description: an expression problem's
+  expressions) is hashed by it instead of its sources.
+- ``problem_probe(problem)`` records its values: q0, p0, M, period, and the
+  values of its callbacks (U, grad_U, g, G, d2g, compiled callbacks) at q0 and
+  at three fixed probe points near it. Two records agree (``probe_mismatch``)
+  when every value is within ``PROBE_RTOL`` times the scale of its quantity
+  (the largest magnitude over the probe points).
+- ``problem_fingerprint(problem)`` is the identity of the structure alone;
+  ``problem_identity`` snaps a problem to the identity recorded for the same
+  structure and agreeing values (the stores of a study), or mints a new one
+  when its values moved by more than round-off (a data file the factory reads).
+- ``method_fingerprint(entry)`` identifies the numerics of a method entry's
+  class: the package version and the parsed source of the modules that
+  implement it (``Method.numerics_sources``: tableau, stopping rule, solvers,
+  compiled loops). No probe steps: their bits depend on the host.
 """
 
 from __future__ import annotations
@@ -26,9 +34,13 @@ import functools
 import hashlib
 import importlib.util
 import json
+import math
 import os
+import site
 import sys
+import sysconfig
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -36,48 +48,199 @@ import numpy as np
 from ._version import __version__
 
 PACKAGE = Path(__file__).resolve().parent
-#: the loop modules of the compiled paths, by method kind (parsed source hashed)
-LOOP_SOURCES = {
-    "hbvm-constant": ("kernels/hbvm.py", "kernels/runner.py"),
-    "hbvm-polynomial": ("kernels/polynomial.py", "kernels/runner.py"),
-    "rattle": ("kernels/rattle.py", "kernels/runner.py"),
-    "dop853": (),
-}
-#: the probe runs of each method kind: (method entry, steps)
-PROBES = {
-    "hbvm-constant-fixed-point": {"k": 3, "s": 2, "solver": "fixed-point"},
-    "hbvm-constant-blended": {"k": 3, "s": 2, "solver": "blended"},
-    "hbvm-polynomial": {"k": 4, "s": 2, "multiplier": "polynomial", "projection": True},
-    "rattle": {"method": "rattle"},
-    "dop853": {"method": "dop853", "rtol": 1e-8, "projection": True},
-}
-PROBE_STEPS = 4
-PROBE_H = 0.05
-_ATTR = "_hbvm_fingerprint"
+#: Two probe records agree when |a - b| <= PROBE_RTOL * scale for each value (scale: the largest magnitude of
+#: that quantity over the probe points). Round-off of a callback is some m * eps ~ 1e-13 of its scale even for
+#: m ~ 1e3 terms with cancellation; 1e-10 leaves a margin of 1e3 over that, and a change that matters to a
+#: convergence study (errors resolved to a few digits) moves values by far more.
+PROBE_RTOL = 1e-10
+#: the significant digits of the values in a minted identity (its name only; agreement uses PROBE_RTOL)
+MINT_DIGITS = 6
+_CALLBACKS = ("U", "grad_U", "g", "G", "d2g", "exact")
+_STRUCTURE, _PROBE = "_hbvm_structure", "_hbvm_probe"
 
 
-# --------------------------------------------------------------------------- helpers
-def _feed(digest, label: str, value) -> None:
-    """Add a labelled value to ``digest``: arrays bit for bit (dtype, shape, bytes), others as JSON."""
-    digest.update(f"\n{label}:".encode())
-    if value is None:
-        digest.update(b"none")
-        return
-    if isinstance(value, np.ndarray) or isinstance(value, (list, tuple)) and value and hasattr(value[0], "shape"):
-        arr = np.ascontiguousarray(np.asarray(value))
-        digest.update(f"{arr.dtype.str}{arr.shape}".encode())
-        digest.update(arr.tobytes())
-        return
-    digest.update(json.dumps(value, sort_keys=True, default=repr).encode())
-
-
-def _call(f, *args):
-    """f(*args) as a float array, or the name of what it raised (a fingerprint never fails on a callback)."""
+# --------------------------------------------------------------------------- sources
+def source_digest(path: str | os.PathLike) -> str:
+    """The hash of a Python file's syntax tree without docstrings (comments and formatting do not count)."""
     try:
-        with np.errstate(all="ignore"):
-            return np.asarray(f(*args), dtype=float)
-    except Exception as exc:  # noqa: BLE001 - the fingerprint records it instead
-        return f"raised {type(exc).__name__}"
+        data = Path(path).read_bytes()
+    except OSError:
+        return "unreadable"
+    return _parsed(data)[0]
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(data: bytes) -> tuple[str, tuple]:
+    """(``source_digest``, the imports as (level, module, names)) of a source; cached per process and on disk in
+    the kernel cache folder by the source's hash and the Python version (parsing costs some 50 ms a module)."""
+    key = hashlib.sha256(data + sys.version.encode()).hexdigest()[:32]
+    path = _digest_cache() / f"{key}.json"
+    try:
+        with open(path) as fh:
+            digest, imports = json.load(fh)
+        return str(digest), tuple((int(lv), str(m), tuple(n)) for lv, m, n in imports)
+    except (OSError, ValueError, TypeError):
+        pass
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError):
+        return "unreadable", ()
+    imports = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imports += [(0, a.name, ()) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            imports.append((node.level, node.module or "", tuple(a.name for a in node.names if a.name != "*")))
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            if isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+    found = hashlib.sha256(ast.dump(tree).encode()).hexdigest()[:16], tuple(imports)
+    try:  # a cache that cannot be written costs the parse again next time, nothing else
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "w") as fh:
+            json.dump(found, fh)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    return found
+
+
+@functools.cache
+def _digest_cache() -> Path:
+    from .kernels.registry import cache_dir
+
+    path = cache_dir() / "source-digests"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def _imports(data: bytes, module: str, is_package: bool) -> list[str]:
+    """The absolute names of what a module's source imports (``import a.b``; ``from .x import y``: x and x.y)."""
+    package = module if is_package else module.rpartition(".")[0]
+    names = []
+    for level, base, what in _parsed(data)[1]:
+        if level:
+            try:
+                base = importlib.util.resolve_name("." * level + base, package)
+            except (ImportError, ValueError):
+                continue
+        names.append(base)
+        names += [f"{base}.{n}" for n in what]
+    return names
+
+
+def _module_file(module: str) -> str | None:
+    """The source file of ``module``, found without importing anything (a package's ``__init__.py``); None if
+    it has none (a built-in or compiled module, an attribute of a module)."""
+    found = sys.modules.get(module)
+    if found is not None:
+        path = getattr(found, "__file__", None)
+        return path if path and path.endswith(".py") else None
+    top, *rest = module.split(".")
+    try:
+        spec = importlib.util.find_spec(top)  # a top-level name: finds, imports nothing
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.has_location:
+        return None
+    if not rest:
+        return spec.origin if spec.origin and spec.origin.endswith(".py") else None
+    for folder in spec.submodule_search_locations or ():
+        base = Path(folder, *rest)
+        for path in (base.with_suffix(".py"), base / "__init__.py"):
+            if path.is_file():
+                return str(path)
+    return None
+
+
+@functools.cache
+def _foreign_roots() -> tuple[str, ...]:
+    """Folders of the standard library and of installed packages (their modules are not the project's)."""
+    paths = sysconfig.get_paths()
+    roots = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    try:
+        roots |= set(site.getsitepackages()) | {site.getusersitepackages()}
+    except AttributeError:  # a virtualenv's old site module
+        pass
+    return tuple(sorted(os.path.realpath(r) + os.sep for r in roots if r))
+
+
+def _is_project(path: str, top: set[str], module: str) -> bool:
+    """A module of the user's project or of a defining module's own package (hbvm_core for built-in problems)."""
+    return module.partition(".")[0] in top or not _realpath(path).startswith(_foreign_roots())
+
+
+@functools.lru_cache(maxsize=1024)
+def _realpath(path: str) -> str:
+    return os.path.realpath(path)
+
+
+def module_closure(modules: Iterable[str]) -> dict[str, str]:
+    """{module: ``source_digest``} of ``modules`` and of the project modules they import, transitively."""
+    defining = set(modules)
+    top = {m.partition(".")[0] for m in defining}
+    todo = sorted(defining)
+    seen: dict[str, str] = {}
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        path = _module_file(module)
+        if path is None or module not in defining and not _is_project(path, top, module):
+            continue
+        try:
+            data = Path(path).read_bytes()
+        except OSError:
+            seen[module] = "unreadable"
+            continue
+        seen[module] = _parsed(data)[0]
+        todo += [n for n in _imports(data, module, path.endswith("__init__.py")) if n not in seen]
+    return dict(sorted(seen.items()))
+
+
+def _defining_module(f) -> str | None:
+    """The module that defines callable ``f`` (a numba function's Python function, a partial's function)."""
+    if isinstance(f, str):  # a compiled callback named 'module:function'
+        return f.partition(":")[0] or None
+    f = getattr(f, "py_func", f)
+    while isinstance(f, functools.partial):
+        f = f.func
+    module = getattr(f, "__module__", None) or type(f).__module__
+    return None if module in (None, "builtins") else module  # __main__: a script's file, where it has one
+
+
+def _qualname(f) -> str:
+    if isinstance(f, str):
+        return f
+    f = getattr(f, "py_func", f)
+    while isinstance(f, functools.partial):
+        f = f.func
+    return getattr(f, "__qualname__", type(f).__qualname__)
+
+
+# --------------------------------------------------------------------------- problems
+def problem_structure(problem) -> str:
+    """A hex digest of what is exact about ``problem`` on every host (see the module docstring); cached."""
+    cached = problem.__dict__.get(_STRUCTURE)
+    if cached is not None:
+        return cached
+    what: dict = {"name": problem.name, "params": problem.params, "sizes": [problem.m, problem.nu]}
+    identity = getattr(problem, "identity", None)
+    if identity is not None:
+        what["identity"] = str(identity)
+    else:
+        callbacks = {key: getattr(problem, key, None) for key in _CALLBACKS}
+        kernels = problem.kernels
+        for key in ("grad_U", "G", "g"):
+            callbacks[f"kernels.{key}"] = getattr(kernels, key, None) if kernels is not None else None
+        what["callbacks"] = {k: None if f is None else _qualname(f) for k, f in callbacks.items()}
+        modules = {_defining_module(f) for f in callbacks.values() if f is not None} - {None}
+        what["sources"] = module_closure(modules)
+    text = json.dumps(what, sort_keys=True, default=repr)
+    value = hashlib.sha256(b"hbvm-problem-structure/2\n" + text.encode()).hexdigest()[:16]
+    problem.__dict__[_STRUCTURE] = value
+    return value
 
 
 def probe_points(q0: np.ndarray, n: int = 3) -> np.ndarray:
@@ -88,179 +251,170 @@ def probe_points(q0: np.ndarray, n: int = 3) -> np.ndarray:
     return np.array(rows, dtype=float)
 
 
-def source_digest(path: str | os.PathLike) -> str:
-    """The hash of a Python file's syntax tree without docstrings (comments and formatting do not count).
+def _record(value) -> dict | str | None:
+    """A value for a probe record: {"shape", "data"} (non-finite entries as the strings nan, inf, -inf)."""
+    if value is None or isinstance(value, str):
+        return value
+    arr = np.asarray(value, dtype=float)
+    data = [x if math.isfinite(x) else repr(x) for x in arr.reshape(-1).tolist()]
+    return {"shape": list(arr.shape), "data": data}
 
-    Cached per process by the file's content (reading it is cheap; parsing it is not)."""
+
+def _call(f, *args):
+    """f(*args) as a float array, or the name of what it raised (a probe never fails on a callback)."""
     try:
-        data = Path(path).read_bytes()
-    except OSError:
-        return "unreadable"
-    return _source_digest(data)
+        with np.errstate(all="ignore"):
+            return np.asarray(f(*args), dtype=float)
+    except Exception as exc:  # noqa: BLE001 - the record says so instead
+        return f"raised {type(exc).__name__}"
 
 
-@functools.lru_cache(maxsize=64)
-def _source_digest(data: bytes) -> str:
-    try:
-        tree = ast.parse(data)
-    except (SyntaxError, ValueError):
-        return "unreadable"
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
-            if isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
-                node.body = body[1:] or [ast.Pass()]
-    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()[:16]
-
-
-def _module_file(module: str) -> str | None:
-    """The file of ``module`` without importing it (its parent packages are imported)."""
-    if module in sys.modules:
-        return getattr(sys.modules[module], "__file__", None)
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        return None
-    return spec.origin if spec is not None else None
-
-
-# --------------------------------------------------------------------------- problems
-def problem_fingerprint(problem) -> str:
-    """A hex digest of what ``problem`` computes (see the module docstring); cached on the instance."""
-    cached = problem.__dict__.get(_ATTR)
+def problem_probe(problem) -> dict:
+    """The values of ``problem`` compared with a tolerance (see the module docstring); cached on the instance."""
+    cached = problem.__dict__.get(_PROBE)
     if cached is not None:
         return cached
-    d = hashlib.sha256(b"hbvm-problem/1")
     Q = probe_points(problem.q0)
     V = probe_points(problem.p0)[::-1]
-    _feed(d, "q0", problem.q0)
-    _feed(d, "p0", problem.p0)
-    _feed(d, "M", None if problem.M is None else np.asarray(problem.M, dtype=float))
-    _feed(d, "params", problem.params)
-    _feed(d, "sizes", [problem.m, problem.nu, problem.period])
+    out = {
+        "q0": _record(problem.q0),
+        "p0": _record(problem.p0),
+        "M": _record(None if problem.M is None else np.asarray(problem.M, dtype=float)),
+        "period": _record(None if problem.period is None else [float(problem.period)]),
+    }
     for key in ("U", "grad_U", "g", "G"):
         f = getattr(problem, key)
-        _feed(d, key, None if f is None else _call(f, Q))
-    _feed(d, "d2g", None if problem.d2g is None else _call(problem.d2g, Q, V))
-    _feed_kernels(d, problem.kernels, Q, problem.m, problem.nu)
-    value = d.hexdigest()[:16]
-    problem.__dict__[_ATTR] = value
-    return value
+        out[key] = None if f is None else _record(_call(f, Q))
+    out["d2g"] = None if problem.d2g is None else _record(_call(problem.d2g, Q, V))
+    kernels = problem.kernels
+    if kernels is not None:
+        params = np.asarray(getattr(kernels, "params", ()), dtype=float)
+        out["kernels.params"] = _record(params)
+        for key, shape in (("grad_U", (len(Q), problem.m)), ("G", (len(Q), problem.m, problem.nu)), ("g", None)):
+            f = getattr(kernels, key, None)
+            if f is None or isinstance(f, str):  # by name: its module's source is in the structure
+                continue
+            py = getattr(f, "py_func", f)
+            buf = np.zeros(shape or (len(Q), problem.nu))
+            try:
+                with np.errstate(all="ignore"):
+                    py(Q, buf, params)
+                out[f"kernels.{key}"] = _record(buf)
+            except Exception as exc:  # noqa: BLE001
+                out[f"kernels.{key}"] = f"raised {type(exc).__name__}"
+    problem.__dict__[_PROBE] = out
+    return out
 
 
-def _feed_kernels(d, kernels, Q, m: int, nu: int) -> None:
-    if kernels is None:
-        _feed(d, "kernels", None)
-        return
-    params = np.asarray(getattr(kernels, "params", ()), dtype=float)
-    _feed(d, "kernels.params", params)
-    for key in ("grad_U", "G", "g"):
-        f = getattr(kernels, key, None)
-        if f is None:
-            if key != "g":  # a problem without a compiled g keeps the fingerprint it had before g was one
-                _feed(d, f"kernels.{key}", None)
+def probe_mismatch(a: dict, b: dict, rtol: float = PROBE_RTOL) -> str | None:
+    """None when probe records ``a`` and ``b`` agree to ``rtol`` times each quantity's scale, else one phrase
+    naming the first quantity that differs and by how much."""
+    for key in sorted(set(a) | set(b)):
+        x, y = a.get(key), b.get(key)
+        if not isinstance(x, dict) or not isinstance(y, dict):
+            if x != y:
+                return f"{key} is {_short(y)} instead of {_short(x)}"
             continue
-        if isinstance(f, str):  # 'module:function': its module's source (importing it would import numba)
-            module, _, attr = f.partition(":")
-            origin = _module_file(module)
-            _feed(d, f"kernels.{key}", [f, source_digest(origin) if origin else "not found"])
+        if x.get("shape") != y.get("shape"):
+            return f"{key} has shape {y.get('shape')} instead of {x.get('shape')}"
+        u, v = _floats(x["data"]), _floats(y["data"])
+        fin = np.isfinite(u)
+        if not np.array_equal(fin, np.isfinite(v)) or not np.array_equal(u[~fin], v[~fin], equal_nan=True):
+            return f"{key} is not finite at other entries"
+        scale = float(max(np.max(np.abs(u[fin]), initial=0.0), np.max(np.abs(v[fin]), initial=0.0)))
+        diff = float(np.max(np.abs(u[fin] - v[fin]), initial=0.0))
+        if diff > rtol * scale:
+            return f"{key} differs by {diff:.3g} (scale {scale:.3g}, tolerance {rtol:g} x scale)"
+    return None
+
+
+def _floats(data: list) -> np.ndarray:
+    return np.array([float(x) for x in data], dtype=float)
+
+
+def _short(value) -> str:
+    return "absent" if value is None else repr(value) if isinstance(value, str) else "a value"
+
+
+def problem_fingerprint(problem) -> str:
+    """The identity of ``problem``'s structure (``problem_structure``): the same on every host."""
+    return _fingerprint(problem_structure(problem))
+
+
+def _fingerprint(structure: str) -> str:
+    return hashlib.sha256(f"hbvm-problem/2 {structure}".encode()).hexdigest()[:16]
+
+
+def minted_fingerprint(structure: str, probe: dict) -> str:
+    """The identity of a structure whose values differ from every recorded one: the structure and the values
+    to ``MINT_DIGITS`` significant digits (a name only; a value on a rounding boundary gets another name on
+    another host, and the next plan snaps to whichever the stores record)."""
+    rounded = {
+        k: v if not isinstance(v, dict) else [f"{x:.{MINT_DIGITS - 1}e}" for x in _floats(v["data"])]
+        for k, v in sorted(probe.items())
+    }
+    text = json.dumps(rounded, sort_keys=True)
+    return hashlib.sha256(f"hbvm-problem/2 {structure} {text}".encode()).hexdigest()[:16]
+
+
+def problem_identity(problem, recorded: Iterable[dict]) -> tuple[str, dict]:
+    """(fingerprint, reference probe) of ``problem`` given the identities ``recorded`` for it before (dicts with
+    problem_fingerprint, problem_structure, problem_probe: a study's store attrs).
+
+    The first record of the same structure whose values agree (``probe_mismatch``) gives its fingerprint and
+    probe; with no record of the structure it is ``problem_fingerprint``; with records of the structure whose
+    values all differ by more than round-off, a new one (``minted_fingerprint``)."""
+    structure, probe = problem_structure(problem), problem_probe(problem)
+    same = False
+    for rec in recorded:
+        if rec.get("problem_structure") != structure or not isinstance(rec.get("problem_probe"), dict):
             continue
-        py = getattr(f, "py_func", f)
-        module = getattr(py, "__module__", None)
-        origin = _module_file(module) if module and module != "__main__" else None
-        _feed(d, f"kernels.{key}.source", [getattr(py, "__qualname__", repr(py)), origin and source_digest(origin)])
-        out = np.zeros({"grad_U": (len(Q), m), "G": (len(Q), m, nu), "g": (len(Q), nu)}[key])
-        try:
-            with np.errstate(all="ignore"):
-                py(Q, out, params)
-            _feed(d, f"kernels.{key}", out)
-        except Exception as exc:  # noqa: BLE001
-            _feed(d, f"kernels.{key}", f"raised {type(exc).__name__}")
+        same = True
+        if probe_mismatch(rec["problem_probe"], probe) is None and rec.get("problem_fingerprint"):
+            return rec["problem_fingerprint"], rec["problem_probe"]
+    return (minted_fingerprint(structure, probe) if same else _fingerprint(structure)), probe
+
+
+def problem_mismatch(problem, structure: str | None, probe: dict | None) -> str | None:
+    """None when ``problem`` is the one recorded as (``structure``, ``probe``), else one phrase saying why not."""
+    if structure != problem_structure(problem):
+        return (
+            "no recorded structure (an older store)"
+            if structure is None
+            else (f"its source, params or sizes changed (structure {problem_structure(problem)}, recorded {structure})")
+        )
+    if not isinstance(probe, dict):
+        return "no recorded values (an older store)"
+    return probe_mismatch(probe, problem_probe(problem))
 
 
 # --------------------------------------------------------------------------- numerics
-def method_kind(entry: dict) -> str:
-    """The numerics kind of a method entry: hbvm-constant-<solver>, hbvm-polynomial, rattle or dop853."""
-    kind = entry.get("method", "hbvm")
-    if kind != "hbvm":
-        return str(kind)
-    if entry.get("multiplier", "constant") == "polynomial":
-        return "hbvm-polynomial"
-    return f"hbvm-constant-{entry.get('solver', 'fixed-point')}"
+def numerics_digest(cls, package: str | os.PathLike = PACKAGE) -> str:
+    """A hex digest of the numerics of a ``Method`` class: the package version, the class, and the parsed
+    source of its ``numerics_sources`` (relative to ``package``)."""
+    d = hashlib.sha256(f"hbvm-numerics/2 {__version__} {cls.__module__}.{cls.__qualname__}".encode())
+    for rel in sorted(getattr(cls, "numerics_sources", ())):
+        d.update(f"\n{rel}={source_digest(Path(package) / rel)}".encode())
+    return d.hexdigest()[:16]
 
 
 def method_fingerprint(entry: dict) -> str:
-    """A hex digest of the numerics of ``entry``'s kind (see the module docstring): version, probe bits, loops."""
-    return _kind_fingerprint(method_kind(entry))
-
-
-@functools.cache
-def _kind_fingerprint(kind: str) -> str:
-    d = hashlib.sha256(f"hbvm-numerics/1 {__version__} {kind}".encode())
-    cached = probe_bits()
-    d.update(str(cached.get(kind, "no probe")).encode())
-    loops = LOOP_SOURCES.get("hbvm-constant" if kind.startswith("hbvm-constant") else kind, ())
-    for rel in loops:
-        d.update(f"{rel}={cached.get(rel) or source_digest(PACKAGE / rel)}".encode())
-    return d.hexdigest()[:16]
-
-
-def package_digest() -> str:
-    """The hash of every source file of hbvm_core (bytes) and the numpy, scipy and Python versions."""
-    import scipy
-
-    d = hashlib.sha256(f"{np.__version__} {scipy.__version__} {sys.version}".encode())
-    for path in sorted(PACKAGE.rglob("*.py")):
-        d.update(str(path.relative_to(PACKAGE)).encode())
-        d.update(path.read_bytes())
-    return d.hexdigest()[:20]
-
-
-@functools.lru_cache(maxsize=1)
-def probe_bits() -> dict[str, str]:
-    """{kind: digest of a few probe steps} and {loop module: ``source_digest``}, from the disk cache when the
-    package's source is unchanged (parsing the loop modules costs a tenth of a second)."""
-    from .kernels.registry import cache_dir
-
-    path = cache_dir() / f"numerics-{package_digest()}.json"
-    try:
-        with open(path) as fh:
-            found = json.load(fh)
-        if isinstance(found, dict) and set(found) == set(PROBES) | set(_loop_files()):
-            return found
-    except (OSError, ValueError):
-        pass
-    found = {kind: _probe(entry) for kind, entry in PROBES.items()}
-    found |= {rel: source_digest(PACKAGE / rel) for rel in _loop_files()}
-    try:  # a cache that cannot be written costs the probes again next time, nothing else
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(found, fh)
-        os.replace(tmp, path)
-    except OSError:
-        pass
-    return found
-
-
-def _loop_files() -> list[str]:
-    return sorted({rel for rels in LOOP_SOURCES.values() for rel in rels})
-
-
-def _probe(entry: dict) -> str:
-    """The digest of PROBE_STEPS steps of ``entry`` on the planar pendulum (numpy path), bit for bit."""
-    from .errors import HBVMError
-    from .integrate import integrate
+    """A hex digest of the numerics of ``entry``'s method class (``numerics_digest``)."""
     from .methods import from_spec
-    from .problems import planar_pendulum
 
-    d = hashlib.sha256()
-    try:
-        traj = integrate(planar_pendulum(), from_spec(entry), PROBE_H, PROBE_H * PROBE_STEPS, backend="numpy")
-    except (HBVMError, FloatingPointError) as exc:
-        return f"raised {type(exc).__name__}"
-    for name in ("t", "q", "p", "lam", "iterations"):
-        _feed(d, name, np.asarray(getattr(traj, name)))
-    return d.hexdigest()[:16]
+    return numerics_digest(type(from_spec(entry)))
 
 
-__all__ = ["method_fingerprint", "method_kind", "package_digest", "probe_points", "problem_fingerprint"]
+__all__ = [
+    "PROBE_RTOL",
+    "method_fingerprint",
+    "numerics_digest",
+    "probe_mismatch",
+    "probe_points",
+    "problem_fingerprint",
+    "problem_identity",
+    "problem_mismatch",
+    "problem_probe",
+    "problem_structure",
+    "source_digest",
+]

@@ -62,7 +62,9 @@ class Problem:
         and the reference ODE run compiled too).
     identity : str, optional
         The canonical text of what the problem computes, independent of the host (set by
-        ``hbvm_core.expressions``: the expressions in canonical form); None for callbacks.
+        ``hbvm_core.expressions``: the expressions in canonical form); None for callbacks. When given, a
+        run's identity (``hbvm_core.fingerprint``) hashes it instead of the source of the modules that
+        define the callbacks.
     check : bool
         Run ``validate()`` on construction.
     check_derivatives : bool

@@ -9,7 +9,8 @@
 - ``address: tcp://host:port`` or ``scheduler_file: path``: an existing scheduler
   (``dask scheduler`` + ``dask worker`` started by the user), reached with the
   ``security`` settings given (TLS files), within ``timeout`` s (default 10; a
-  refused connection fails at once);
+  refused connection fails at once); plain-text ``tcp://`` is refused for a
+  scheduler on another host unless ``insecure: true`` (``require_authenticated``);
 - ``cluster: slurm``: a dask-jobqueue SLURMCluster: worker jobs of ``cores``
   single-threaded worker processes each (``memory``, ``walltime``, ``queue``,
   ``account``, ``job_extra_directives``, ``job_script_prologue``), as many as
@@ -154,6 +155,7 @@ def _connect(cfg: dict, timeout: float):
     if cfg.get("scheduler_file") and not os.path.isfile(cfg["scheduler_file"]):
         raise HBVMError(f"{where}: no such file (is the scheduler running?)")
     kw = {"address": cfg["address"]} if cfg.get("address") else {"scheduler_file": cfg["scheduler_file"]}
+    require_authenticated(cfg, where)
     security = user_security(cfg)
     if cfg.get("address"):
         _reachable(cfg["address"], timeout, where)
@@ -165,6 +167,32 @@ def _connect(cfg: dict, timeout: float):
                 f"{where}: cannot reach the Dask scheduler within {timeout:g} s ({type(exc).__name__}: {exc}); "
                 "start it, fix the address, or raise dask.timeout"
             ) from exc
+
+
+def require_authenticated(cfg: dict, where: str) -> None:
+    """ConfigError (one line, before any connection) for a plain-text ``tcp://`` scheduler that is not on this
+    host (loopback), unless the config accepts plain text (``dask.insecure: true``). A scheduler file's
+    address is read from it (JSON data, key ``address``)."""
+    import json
+    from urllib.parse import urlsplit
+
+    address = cfg.get("address")
+    if not address and cfg.get("scheduler_file"):
+        try:
+            with open(cfg["scheduler_file"]) as fh:
+                address = json.load(fh).get("address")
+        except (OSError, ValueError, AttributeError):
+            return  # the connection names what is wrong with the file
+    if not isinstance(address, str) or cfg.get("insecure") is True:
+        return
+    url = urlsplit(address if "://" in address else f"tcp://{address}")
+    if url.scheme != "tcp" or _is_loopback(url.hostname or ""):
+        return
+    raise ConfigError(
+        f"{where}: plain-text TCP to a scheduler on another host ({address}) is refused; use a tls:// address "
+        "with dask: {security: {tls_ca_file: ..., tls_client_cert: ..., tls_client_key: ...}} "
+        "(docs/clusters.md), or accept plain text with dask: {insecure: true}"
+    )
 
 
 def _reachable(address: str, timeout: float, where: str) -> None:

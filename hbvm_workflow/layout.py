@@ -168,4 +168,4 @@ COLUMNS = (
 )
 EXTRA = ("study", "method", "name", "n", "t_end", "status", "error")
 #: timings.csv: one row per run (methods in config order, h decreasing), what was measured when it ran
-TIMINGS = ("study", "method", "name", "h", "steps", "wall_s", "backend", "worker", "status")
+TIMINGS = ("study", "method", "name", "h", "steps", "wall_s", "backend", "worker", "host", "status")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import os
 import platform
@@ -17,7 +18,7 @@ import shutil
 import time
 from pathlib import Path
 
-from hbvm_core.errors import ConvergenceError, HBVMError, NonFiniteError
+from hbvm_core.errors import ConfigError, ConvergenceError, HBVMError, NonFiniteError
 from hbvm_core.integrate import integrate, number_of_steps
 
 from .storage import (
@@ -60,21 +61,56 @@ def solve_batch(jobs: list[dict]) -> list[dict]:
     return out
 
 
-def _problem(job: Job, cache: dict | None) -> tuple:
-    """(problem, fingerprint) of the job, built once per (spec, params) in ``cache``."""
+def _problem(job: Job, cache: dict | None):
+    """The job's problem, built once per (spec, params) in ``cache``."""
     from hbvm_core.checks import derivative_checks
-    from hbvm_core.fingerprint import problem_fingerprint
     from hbvm_core.problems import get_problem
 
     key = json.dumps([job.problem, job.params], sort_keys=True, default=repr)
     if cache is None or key not in cache:
-        with derivative_checks(False):  # checked when the study was expanded; the fingerprint is the same
+        with derivative_checks(False):  # checked when the study was expanded; the identity is the same
             problem = get_problem(job.problem, **job.params)
-        found = (problem, problem_fingerprint(problem))
         if cache is None:
-            return found
-        cache[key] = found
+            return problem
+        cache[key] = problem
     return cache[key]
+
+
+def check_shared(job: Job) -> None:
+    """RuntimeError (one line naming this host and the path) when this host cannot see what it shares with the
+    host of the solve step: the study's results folder (``job.study_dir``: it exists there, the study's lock is
+    in it) and the kernel cache that HBVM_KERNEL_CACHE names. Checked before anything is written: a worker that
+    does not share the file system would otherwise write its stores where nobody reads them (docs/clusters.md)."""
+    study = job.study_dir
+    if study and not os.path.isdir(study):
+        raise RuntimeError(
+            f"run {job.id}: host {platform.node()} cannot see the results folder {study} "
+            "(it must be shared with the host of the solve step: docs/clusters.md)"
+        )
+    cache = os.environ.get("HBVM_KERNEL_CACHE")
+    if cache and not os.path.isdir(cache):
+        raise RuntimeError(
+            f"run {job.id}: host {platform.node()} cannot see the kernel cache {cache} (HBVM_KERNEL_CACHE; "
+            "it must be shared with the host of the solve step, or unset for a cache of the host's own)"
+        )
+
+
+def check_problem(job: Job, problem) -> dict | None:
+    """The job's reference probe (``hbvm_core.fingerprint.problem_probe``), after checking that ``problem`` (built
+    here) is the one planned: the same structure, and values that agree to ``PROBE_RTOL`` x scale (round-off of
+    another host is not a reason to refuse). None for a job planned without them. RuntimeError otherwise."""
+    from hbvm_core.fingerprint import PROBE_RTOL, problem_mismatch
+
+    if not job.problem_structure:
+        return None
+    probe = json.loads(job.problem_probe) if job.problem_probe else None
+    why = problem_mismatch(problem, job.problem_structure, probe)
+    if why is not None:
+        raise RuntimeError(
+            f"run {job.id}: problem {job.problem!r} on host {platform.node()} is not the one planned when the "
+            f"workflow started ({why}; round-off up to {PROBE_RTOL:g} x scale is accepted); run again"
+        )
+    return probe
 
 
 def solve_job(job: Job | dict, problems: dict | None = None) -> dict:
@@ -87,20 +123,32 @@ def solve_job(job: Job | dict, problems: dict | None = None) -> dict:
     from hbvm_core.methods import from_spec, load_method_modules
 
     job = job if isinstance(job, Job) else Job(**job)
+    check_shared(job)
     if job.method_module:  # a method registered outside hbvm_core (config: method_modules)
         load_method_modules([job.method_module])
-    problem, fingerprint = _problem(job, problems)
-    if job.problem_fingerprint and fingerprint != job.problem_fingerprint:
+    try:
+        problem = _problem(job, problems)
+    except ConfigError as exc:
+        if not job.module_file:
+            raise
         raise RuntimeError(
-            f"run {job.id}: problem {job.problem!r} computes other values than when the workflow started "
-            f"(fingerprint {fingerprint}, expected {job.problem_fingerprint}); run again"
-        )
+            f"run {job.id}: host {platform.node()} cannot import the problem module {job.module_file} "
+            f"(it must be shared with, or uploaded by, the host of the solve step: docs/clusters.md): {exc}"
+        ) from None
+    probe = check_problem(job, problem)
     method = from_spec(job.method)
+    identity = {}
+    if probe is not None:  # the planned identity, checked above: the record a later plan snaps to
+        identity = {
+            "problem_fingerprint": job.problem_fingerprint,
+            "problem_structure": job.problem_structure,
+            "problem_probe": probe,
+        }
     attrs = {
         "study": job.study,
         "job_id": job.id,
         "job_hash": job.hash,
-        "problem_fingerprint": fingerprint,
+        **identity,
         "numerics_fingerprint": job.numerics_fingerprint,
         "label": job.label,
         "method_name": job.name,
@@ -195,6 +243,20 @@ def _uncached_loops(jobs) -> list[Job]:
     return list(cold.values())
 
 
+@functools.cache
+def cpu_model() -> str:
+    """The CPU model of this host (/proc/cpuinfo "model name"; else what ``platform`` says), for the stores' attrs."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key.strip().lower() == "model name" and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
 def _worker_address() -> str | None:
     """The Dask worker running this job (recorded in the store), None outside a worker."""
     try:
@@ -225,16 +287,19 @@ def run_to_store(
     and renamed into place. Returns {"status": "ok" | "failed", "steps", "mean_iterations", "max_iterations", "wall_s",
     "backend", "error"}.
     """
-    from hbvm_core.fingerprint import problem_fingerprint
+    from hbvm_core.fingerprint import problem_fingerprint, problem_probe, problem_structure
 
     N = number_of_steps(h, t_end)
     tmp_dir = tmp_dir or default_tmp_dir(path)
     tmp = new_temporary(tmp_dir, path)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     base = {
+        # the problem's identity: its own, unless the caller gives the planned one it checked (``check_problem``)
+        "problem_fingerprint": problem_fingerprint(problem),
+        "problem_structure": problem_structure(problem),
+        "problem_probe": problem_probe(problem),
         **(attrs or {}),
         "format": FORMAT,
-        "problem_fingerprint": problem_fingerprint(problem),  # of the problem integrated, whatever attrs say
         "problem": problem.name,
         "m": problem.m,
         "nu": problem.nu,
@@ -251,6 +316,7 @@ def run_to_store(
         "backend_requested": backend,
         "versions": versions(),
         "host": platform.node(),
+        "cpu": cpu_model(),
     }
     t0 = time.perf_counter()
     sink = None

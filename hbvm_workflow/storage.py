@@ -587,7 +587,7 @@ def load_trajectory(path: str, problem, *, job_hash: str | None = None, method=N
 
 def _trajectory(path: str, problem, attrs: dict | None, reader, job_hash: str | None, method):
     """load_trajectory's checks and read, on a store opened once (``opened``)."""
-    from hbvm_core.fingerprint import problem_fingerprint
+    from hbvm_core.fingerprint import problem_mismatch
     from hbvm_core.trajectory import Trajectory
 
     if attrs is None or attrs.get("complete") is not True:
@@ -599,14 +599,9 @@ def _trajectory(path: str, problem, attrs: dict | None, reader, job_hash: str | 
         raise StoreMismatchError(
             path, None, f"run {run} was computed for hash {attrs.get('job_hash')}, expected {job_hash}"
         )
-    expected = problem_fingerprint(problem)
-    if attrs.get("problem_fingerprint") != expected:
-        raise StoreMismatchError(
-            path,
-            None,
-            f"run {run} was computed for another problem (fingerprint {attrs.get('problem_fingerprint')}, "
-            f"the given problem's is {expected})",
-        )
+    why = problem_mismatch(problem, attrs.get("problem_structure"), attrs.get("problem_probe"))
+    if why is not None:
+        raise StoreMismatchError(path, None, f"run {run} was computed for another problem: {why}")
     found = damage(path, attrs, reader)
     if found is not None:
         raise damaged(path, *found)
@@ -616,7 +611,7 @@ def _trajectory(path: str, problem, attrs: dict | None, reader, job_hash: str | 
     except StoreError as exc:
         raise damaged(path, exc.array, exc.what) from None
     keys = ("steps", "h", "t_end", "save_every", "compensated", "wall_s", "mean_iterations", "max_iterations")
-    tattrs = {k: attrs[k] for k in keys if k in attrs} | {k: attrs.get(k) for k in ("backend", "worker")}
+    tattrs = {k: attrs[k] for k in keys if k in attrs} | {k: attrs.get(k) for k in ("backend", "worker", "host", "cpu")}
     return Trajectory(problem=problem, method=method, h=float(attrs["h"]), attrs=tattrs, **arr)
 
 

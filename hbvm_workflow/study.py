@@ -76,6 +76,14 @@ class Job:
     #: hbvm_core.fingerprint of the problem as built and of the method's numerics (part of the hash)
     problem_fingerprint: str = ""
     numerics_fingerprint: str = ""
+    #: what the worker checks its problem against (not part of the hash, which has the fingerprint): the
+    #: problem's structure and its reference values (``problem_probe``, as JSON text shared by the runs)
+    problem_structure: str = ""
+    problem_probe: str = ""
+    #: what the solve step shares with the workers (checked by them, not part of the hash): the study's folder
+    #: and the file of a ``module:factory`` problem's module where the solve step found it
+    study_dir: str = ""
+    module_file: str = ""
     #: the grid combination of the run (``layout.combo_name``: ``L=0.5``); "" in a study without a grid
     combo: str = ""
     #: the module that registers the method, when outside hbvm_core (config ``method_modules``): a worker
@@ -180,7 +188,11 @@ class Row:
 @dataclass
 class Instance:
     """One problem instance of a study: a combination of its ``grid`` values (the only one, key "", without
-    a grid), the problem built from the config with them, its fingerprint and interval."""
+    a grid), the problem built from the config with them, its identity and interval.
+
+    The identity (``fingerprint``) is the one the study's stores record for the same structure and
+    values that agree to round-off (``hbvm_core.fingerprint.problem_identity``); ``probe`` holds the
+    reference values it was recorded with (JSON text), that a worker compares its problem with."""
 
     key: str
     values: dict
@@ -189,6 +201,8 @@ class Instance:
     fingerprint: str
     t_end: float
     period: float | None
+    structure: str = ""
+    probe: str = field(default="", repr=False)
 
 
 @dataclass
@@ -340,7 +354,6 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
     convention (``_convention``), then per method entry the method (``_method``) and its runs
     (``_add_runs``).
     """
-    from hbvm_core.fingerprint import problem_fingerprint
     from hbvm_core.problems import problem_name
 
     where = f"studies.{name}"
@@ -353,8 +366,7 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
         problem = build_problem(what, cfg["problem"], params, cfg.get("check_derivatives", True))
         t_end = _interval(what, cfg, problem)
         reference, convention = _convention(what, cfg, problem)
-        fingerprint = problem_fingerprint(problem)
-        inst = Instance(combo_name(values), values, params, problem, fingerprint, t_end, problem.period)
+        inst = Instance(combo_name(values), values, params, problem, "", t_end, problem.period)
         if any(i.key == inst.key for i in instances):
             raise ConfigError(f"{where}.grid: two combinations get the same name {inst.key!r}; give distinct values")
         instances.append(inst)
@@ -387,7 +399,37 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
         for inst in instances:
             _add_runs(study, spec, raw, f"{where}.methods[{i}]", inst)
         study.methods.append(spec)
+    for inst in instances:
+        _identify(study, inst)
     return study
+
+
+def _identify(study: Study, inst: Instance) -> None:
+    """The instance's problem identity, snapped to what the stores of its runs record
+    (``hbvm_core.fingerprint.problem_identity``), set on the instance and its jobs."""
+    from hbvm_core.fingerprint import problem_identity, problem_structure
+
+    jobs = [j for j in study.jobs.values() if j.combo == inst.key]
+    fingerprint, probe = problem_identity(inst.problem, _recorded(jobs))
+    inst.fingerprint, inst.structure = fingerprint, problem_structure(inst.problem)
+    inst.probe = json.dumps(probe, sort_keys=True)
+    for job in jobs:
+        job.problem_fingerprint, job.problem_structure, job.problem_probe = fingerprint, inst.structure, inst.probe
+
+
+def _recorded(jobs):
+    """The attrs (or failure markers) of the jobs' stores that exist, read lazily (the identity they record)."""
+    from .storage import FAILED, read_attrs, read_failure
+
+    for job in jobs:
+        if os.path.exists(job.store):
+            attrs = read_attrs(job.store)
+            if attrs:
+                yield attrs
+        if os.path.exists(job.store + FAILED):
+            fail = read_failure(job.store)
+            if fail:
+                yield fail
 
 
 def _study_entry(where: str, cfg: dict) -> dict:
@@ -561,7 +603,6 @@ def _add_runs(study: Study, spec: StudyMethod, raw: dict, where: str, inst: Inst
                 compensated=bool(cfg["compensated"]),
                 backend=cfg["backend"],
                 chunk=int(cfg["chunk"]),
-                problem_fingerprint=inst.fingerprint,
                 numerics_fingerprint=numerics,
                 combo=inst.key,
                 method_module=spec.module,

@@ -171,6 +171,7 @@ def _block_rows(study: Study, spec, inst) -> list[dict]:
             row["scales"] = roundoff_scales(traj)
             row["mean_iterations"] = float(traj.attrs.get("mean_iterations", math.nan))
             row["wall_s"] = float(traj.attrs.get("wall_s", math.nan))
+            row["host"] = str(traj.attrs.get("host") or "")
         rows.append(row)
     if rows and cache.get("recomputed"):  # runs recomputed here: their manifest entries are refreshed (aggregate)
         rows[0]["_recomputed"] = list(cache["recomputed"])
@@ -215,6 +216,7 @@ def run_timings(study: Study, rows: list[dict] | None = None) -> list[dict]:
                     "wall_s": math.nan if wall is None else float(wall),
                     "backend": attrs.get("backend", ""),
                     "worker": attrs.get("worker") or "",
+                    "host": attrs.get("host") or "",
                     "status": status,
                     **study.instance_of(job.combo).values,
                 }
@@ -295,6 +297,7 @@ def errors_dataset(study: Study, rows: list[dict]):
     flags = {f: np.zeros(shape, dtype=bool) for f in ROUNDOFF.values()}
     status = np.full(shape, -1, dtype="i1")
     nval = np.full(shape, -1, dtype="i8")
+    host = np.full(shape, "", dtype=object)
     for row in rows:
         at = (mi[row["method"]], hi[row["h"]], *(values.index(row[key]) for key, values in grid.items()))
         for c in data:
@@ -303,6 +306,7 @@ def errors_dataset(study: Study, rows: list[dict]):
         for f in flags:
             flags[f][at] = bool(row.get(f, False))
         status[at] = STATUS[row["status"]]
+        host[at] = row.get("host") or ""
         nval[at] = -1 if row["n"] is None else int(row["n"])
     coords = {
         "scheme": ("scheme", np.array(labels, dtype=object)),
@@ -311,6 +315,7 @@ def errors_dataset(study: Study, rows: list[dict]):
         "k": ("scheme", np.array([m.k or 0 for m in study.methods], dtype="i8")),
         "s": ("scheme", np.array([m.s or 0 for m in study.methods], dtype="i8")),
         "n": (dims, nval),
+        "host": (dims, host),
         **{key: (key, _grid_coord(values)) for key, values in grid.items()},
     }
     ds = xr.Dataset({c: (dims, v) for c, v in data.items()}, coords=coords)
@@ -330,6 +335,7 @@ def errors_dataset(study: Study, rows: list[dict]):
         "k": ("HBVM k", "1", "0: not an HBVM method"),
         "s": ("HBVM s", "1", "0: not an HBVM method"),
         "n": ("row label n", "1", "n of the step-size rule (halvings, period_divisions); -1: explicit h or not run"),
+        "host": ("host", "1", "the machine that computed the run; '': not run"),
     }
     for key in grid:
         coord_attrs[key] = (f"problem parameter {key}", "1", "a grid value (a keyword of the problem factory)")

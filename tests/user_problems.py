@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import functools
+import os
+
 import numpy as np
 
 import hbvm_core as hc
+
+#: Another host's round-off, simulated: a problem built by ``perturbed`` while this variable holds an integer u
+#: has its callbacks' values and p0 multiplied by (1 + u * 2**-52), u units in the last place, as another
+#: BLAS or libm would compute them (q0 stays on the constraint). Read when the problem is built (in the process
+#: that builds it: a worker).
+PERTURB_ULPS = "HBVM_TEST_PERTURB_ULPS"
 
 
 def double_pendulum(
@@ -96,4 +105,61 @@ def pendulum_without_d2g():
         grad_U=lambda Q: np.broadcast_to([0.0, 1.0], Q.shape).copy(),
         g=lambda Q: (Q[:, 0] ** 2 + Q[:, 1] ** 2 - 1.0)[:, None],
         G=lambda Q: 2.0 * Q[:, :, None],
+    )
+
+
+def perturbed(problem: hc.Problem) -> hc.Problem:
+    """``problem`` with its values moved by ``PERTURB_ULPS`` units in the last place (unchanged without it)."""
+    ulps = int(os.environ.get(PERTURB_ULPS) or 0)
+    if not ulps:
+        return problem
+    factor = 1.0 + ulps * 2.0**-52
+
+    def scaled(f):  # the same name as f: the same problem, computed on another host
+        return None if f is None else functools.wraps(f)(lambda *args: factor * np.asarray(f(*args)))
+
+    return hc.Problem(
+        name=problem.name,
+        q0=problem.q0,
+        p0=factor * problem.p0,
+        U=scaled(problem.U),
+        grad_U=scaled(problem.grad_U),
+        g=scaled(problem.g),
+        G=scaled(problem.G),
+        d2g=scaled(problem.d2g),
+        M=problem.M,
+        period=problem.period,
+        params=problem.params,
+    )
+
+
+def sphere_quadratic(n: int = 12, stiffness: float = 1.0):
+    """A particle on the unit sphere of R^n in the dense quadratic potential U = stiffness/2 q^T A q.
+
+    A = I + B^T B / n with B_ij = cos(i + 2 j): built, and grad_U = stiffness Q A computed, by BLAS matrix
+    products, whose last bits depend on the host. ``perturbed``: another host's round-off on demand.
+    """
+    i = np.arange(n)
+    B = np.cos(i[:, None] + 2.0 * i[None, :])
+    A = np.eye(n) + B.T @ B / n
+    q0 = np.zeros(n)
+    q0[0] = 1.0
+    p0 = np.zeros(n)
+    p0[1], p0[2] = 0.6, -0.3  # tangent: G(q0) = 2 q0 is along e_0
+
+    def g(Q):
+        return (np.sum(Q**2, 1) - 1.0)[:, None]
+
+    return perturbed(
+        hc.Problem(
+            name="sphere_quadratic",
+            q0=q0,
+            p0=p0,
+            U=lambda Q: 0.5 * stiffness * np.sum((Q @ A) * Q, 1),
+            grad_U=lambda Q: stiffness * (Q @ A),
+            g=g,
+            G=lambda Q: 2.0 * Q[:, :, None],
+            d2g=lambda Q, V: 2.0 * np.sum(V**2, 1)[:, None],
+            params={"n": n, "stiffness": stiffness},
+        )
     )

@@ -72,6 +72,8 @@ class Method(ABC):
     kind: ClassVar[str]
     #: Entry keys that ``label_parts`` spells out (never repeated as ``key-value`` in a label).
     LABEL_KEYS: ClassVar[tuple[str, ...]] = ()
+    #: The modules (relative to hbvm_core) whose parsed source identifies its numbers (``hbvm_core.fingerprint``).
+    numerics_sources: ClassVar[tuple[str, ...]] = ()
     #: The keys its entry takes besides ``method`` (the schema's method entry is their union over ``METHODS``).
     ENTRY_KEYS: ClassVar[dict[str, EntryKey]] = {}
     #: What it needs from a problem with constraints (nu > 0): "d2g" (for lambda(q, p) of docs/method.md 1).

@@ -63,6 +63,7 @@ class IDA(ContinuousMethod):
 
     kind: ClassVar[str] = "ida"
     SOLVER: ClassVar[str] = "IDA"
+    numerics_sources: ClassVar[tuple[str, ...]] = ("methods/ida.py", "methods/continuous.py", "integrate.py")
     #: the residual over the compiled callbacks (``compiled_runner``); its cost is the numpy path's
     COMPILED_NEEDS: ClassVar[frozenset[str] | None] = frozenset({"G", "g"})
     EXAMPLES: ClassVar[tuple[dict, ...]] = ({"method": "ida", "rtol": 1e-8, "atol": 1e-8},)

@@ -43,6 +43,10 @@ class DOP853(ContinuousMethod):
 
     kind: ClassVar[str] = "dop853"
     SOLVER: ClassVar[str] = "DOP853"
+    numerics_sources: ClassVar[tuple[str, ...]] = (
+        "methods/index_reduced.py", "methods/continuous.py", "methods/polynomial.py", "methods/_small.py",
+        "solvers.py", "kernels/rules.py", "integrate.py",
+    )  # fmt: skip
     ENTRY_KEYS: ClassVar[dict[str, EntryKey]] = {
         **ContinuousMethod.ENTRY_KEYS,
         "projection": EntryKey(BOOLEAN, False, "project onto g = 0 and the hidden constraint after each output step"),

@@ -38,6 +38,10 @@ class PolynomialHBVM(HBVMBase):
 
     multiplier: ClassVar[str] = "polynomial"
     solver: ClassVar[str] = "fixed-point"
+    numerics_sources: ClassVar[tuple[str, ...]] = (
+        "methods/polynomial.py", "methods/hbvm.py", "methods/_small.py", "legendre.py", "solvers.py",
+        "blended.py", "integrate.py", "kernels/polynomial.py", "kernels/runner.py", "kernels/rules.py",
+    )  # fmt: skip
     COMPILED_NEEDS: ClassVar[frozenset[str] | None] = frozenset({"G"})
     EXAMPLES: ClassVar[tuple[dict, ...]] = (
         {"k": 6, "s": 3, "multiplier": "polynomial"},

@@ -31,6 +31,10 @@ class RATTLE(Method):
     rule: StoppingRule = field(default_factory=StoppingRule)
 
     kind: ClassVar[str] = "rattle"
+    numerics_sources: ClassVar[tuple[str, ...]] = (
+        "methods/rattle.py", "methods/_small.py", "solvers.py", "integrate.py", "kernels/rattle.py",
+        "kernels/runner.py", "kernels/rules.py",
+    )  # fmt: skip
     COMPILED_NEEDS: ClassVar[frozenset[str] | None] = frozenset({"G", "g"})
     #: compiled: about a microsecond per step, as HBVM's per node (hbvm_workflow.study.Job.estimated_seconds)
     STEP_SECONDS: ClassVar[tuple[float | None, float]] = (1e-6, 1e-4)

@@ -3,7 +3,7 @@
 At the published values every factory here returns the published problem of its
 module (``pendulum``, ``spherical``, ``tethered``) unchanged: the same callbacks,
 the same compiled kernels, so the same fingerprint and the same numbers. A problem
-fingerprint covers the source of the module that defines its compiled callbacks,
+fingerprint covers the source of the modules that define its callbacks and compiled callbacks,
 which is why the general kernels, which read their constants from
 ``Kernels.params``, live in this module and the published modules stay as they are.
 
@@ -247,7 +247,7 @@ def modified_pendulum(
 
 def _modified_pendulum(gravity: float, level: float, x0: float, v0: float) -> Problem:
     """The modified pendulum with these parameters built with the general callbacks (at the published values
-    it computes the published problem's numbers bit for bit, under another fingerprint)."""
+    it computes the published problem's numbers, to round-off, under another fingerprint)."""
     # the published initial point where x0 and level are the published ones (no round-off in the sqrt)
     same_point = (level, x0) == (MODIFIED_DEFAULTS["level"], MODIFIED_DEFAULTS["x0"])
     z0 = spherical.Q0[2] if same_point else -math.sqrt(level - x0**6)

@@ -3,14 +3,15 @@ fails at once, naming its address."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
 
 import pytest
 
-from hbvm_core.errors import HBVMError
-from hbvm_workflow.cluster import dask_client
+from hbvm_core.errors import ConfigError, HBVMError
+from hbvm_workflow.cluster import dask_client, require_authenticated
 
 #: three clients that must be refused, run in another process (as another user would be; and a refused
 #: distributed.Client left in this process would later restore dask's scheduler setting behind our back)
@@ -59,3 +60,46 @@ def test_a_missing_scheduler_file_is_named(tmp_path):
         dask_client({"scheduler_file": str(tmp_path / "none.json")}),
     ):
         pass
+
+
+@pytest.fixture
+def no_connections(monkeypatch):
+    """A connection attempt fails the test: the refusals below come before any traffic."""
+    import socket
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"a connection was attempted: {args}")
+
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+
+
+@pytest.mark.parametrize("address", ["tcp://192.0.2.1:8786", "tcp://node7.example:8786"])
+def test_plain_text_to_a_scheduler_on_another_host_is_refused_before_connecting(address, no_connections):
+    with pytest.raises(ConfigError) as info, dask_client({"address": address}):
+        pass
+    msg = str(info.value)
+    assert msg.startswith(f"dask.address = {address!r}: plain-text TCP to a scheduler on another host")
+    assert "\n" not in msg and "tls://" in msg and "tls_ca_file" in msg and "dask: {insecure: true}" in msg
+
+
+def test_a_scheduler_files_plain_text_address_is_refused_too(tmp_path, no_connections):
+    path = tmp_path / "scheduler.json"
+    path.write_text(json.dumps({"address": "tcp://192.0.2.1:8786"}))
+    with pytest.raises(ConfigError, match=r"dask.scheduler_file = .*: plain-text TCP .*insecure: true"):
+        with dask_client({"scheduler_file": str(path)}):
+            pass
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        {"address": "tcp://192.0.2.1:8786", "insecure": True},  # accepted explicitly
+        {"address": "tls://192.0.2.1:8786"},  # authenticated by TLS
+        {"address": "tcp://127.0.0.1:8786"},  # this host
+        {"address": "tcp://localhost:8786"},
+        {"address": "tcp://[::1]:8786"},
+    ],
+)
+def test_tls_loopback_or_plain_text_accepted_explicitly_pass_the_check(cfg, no_connections):
+    assert require_authenticated(cfg, "dask.address") is None

@@ -65,7 +65,8 @@ def test_blended_converges_where_the_fixed_point_fails(planar):
 def test_blended_needs_fewer_iterations_on_the_tethered_satellites(tethered):
     fp = hc.integrate(tethered, hc.HBVM(6, 2), 0.1, 10.0)
     bl = hc.integrate(tethered, hc.HBVM(6, 2, solver="blended"), 0.1, 10.0)
-    assert fp.attrs["mean_iterations"] == 6.0
+    # six sweeps on every step; round-off flips the stall test of a step by one sweep at most, rarely
+    assert abs(fp.attrs["mean_iterations"] - 6.0) <= 0.1
     assert bl.attrs["mean_iterations"] <= 3.5
     close(fp, bl)
 

@@ -98,7 +98,7 @@ def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: di
     """Every run of ``todo`` on one cluster; results into ``summaries``; returns the runs that raised."""
     from distributed import as_completed
 
-    from hbvm_workflow.cluster import dask_client, forks_local_workers, ship_problem_module
+    from hbvm_workflow.cluster import _problem_module, dask_client, forks_local_workers, ship_problem_module
     from hbvm_workflow.cluster import describe as where
     from hbvm_workflow.jobs import FILE_ONLY, Progress
     from hbvm_workflow.runner import solve_batch, warm_up
@@ -132,10 +132,19 @@ def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: di
                 shipped = ship_problem_module(client, f"{module}:")
                 for name in {j.study for j in todo if j.method_module == module} if shipped else ():
                     logs[name].info(f"method module {shipped} uploaded to the workers")
+        modules = {spec: (_problem_module(spec) or ("", ""))[1] for spec in {job.problem for job in todo}}
         futures = {
             client.submit(
                 solve_batch,
-                [job.as_dict() | {"store": os.path.abspath(job.store)} for job in batch],
+                [
+                    job.as_dict()
+                    | {
+                        "store": os.path.abspath(job.store),
+                        "study_dir": os.path.abspath(studies[job.study].dir),
+                        "module_file": modules[job.problem],
+                    }
+                    for job in batch
+                ],
                 key=batch_key(batch),
                 retries=int(dask_cfg.get("retries", 2)),
                 pure=False,
