@@ -35,11 +35,12 @@ class Trajectory:
         """A few lines in xarray's spirit (no arrays): problem, method, h, steps, sizes, backend, and the
         largest energy and constraint errors."""
         name = getattr(self.method, "name", self.method)
+        iters = self.attrs.get("mean_iterations", math.nan)
         lines = [
             f"<hbvm_core.Trajectory> {self.problem.name}, {name}, h = {self.h:.6g}, {_count(self.steps, 'step')}",
             f"  t:       {self.t[0]:.6g} .. {self.t[-1]:.6g} ({_count(len(self.t), 'saved point')})",
             f"  sizes:   q, p {self.q.shape}, lam {self.lam.shape}",
-            f"  backend: {self.attrs.get('backend', '?')}, mean iterations {self.attrs.get('mean_iterations', math.nan):.3g}",
+            f"  backend: {self.attrs.get('backend', '?')}, mean iterations {iters:.3g}",
         ]
         try:
             e_H = float(self.energy_error().max())
