@@ -287,7 +287,7 @@ def errors_dataset(study: Study, rows: list[dict]):
         "name": ("scheme", np.array([m.name for m in study.methods], dtype=object)),
         "k": ("scheme", np.array([m.k or 0 for m in study.methods], dtype="i8")),
         "s": ("scheme", np.array([m.s or 0 for m in study.methods], dtype="i8")),
-        "n": (dims, nval),
+        "n": _n_coord(rows, hs, dims, nval),
         **{key: (key, _grid_coord(values)) for key, values in grid.items()},
     }
     ds = xr.Dataset({c: (dims, v) for c, v in data.items()}, coords=coords)
@@ -306,7 +306,12 @@ def errors_dataset(study: Study, rows: list[dict]):
         "name": ("method name", "1", "display name, e.g. HBVM(2,2)"),
         "k": ("HBVM k", "1", "0: not an HBVM method"),
         "s": ("HBVM s", "1", "0: not an HBVM method"),
-        "n": ("row label n", "1", "n of the step-size rule (halvings, period_divisions); -1: explicit h or not run"),
+        "n": (
+            "row label n",
+            "1",
+            "n of the step-size rule (halvings, period_divisions), along h where each h has one n "
+            "(open_errors then indexes it: .sel(n=24)); -1: explicit h or not run",
+        ),
     }
     for key in grid:
         coord_attrs[key] = (f"problem parameter {key}", "1", "a grid value (a keyword of the problem factory)")
@@ -325,6 +330,17 @@ def errors_dataset(study: Study, rows: list[dict]):
     if study.grid:
         ds.attrs["grid"] = json.dumps(study.grid, sort_keys=False)
     return ds
+
+
+def _n_coord(rows: list[dict], hs: list[float], dims: tuple, nval: np.ndarray) -> tuple:
+    """The row label n: a coordinate along h (one n per h, as in halvings and period_divisions, where
+    h = h0 2^-n or T/n), or, where some h has none or several, over all the dimensions (-1: none)."""
+    by_h: dict[float, set] = {}
+    for row in rows:
+        by_h.setdefault(row["h"], set()).add(row["n"])
+    if all(len(v) == 1 and None not in v for v in by_h.values()):
+        return ("h", np.array([next(iter(by_h[h])) for h in hs], dtype="i8"))
+    return (dims, nval)
 
 
 def _grid_coord(values: list) -> np.ndarray:

@@ -17,7 +17,7 @@ def aggregate_study(name: str, config: dict, out: dict, log_path: str, workers: 
     """Tables and figure of one study (its runs read in ``workers`` processes); returns a one-line summary."""
     from hbvm_workflow.config import load_studies
     from hbvm_workflow.figures import study_plot
-    from hbvm_workflow.jobs import study_logger
+    from hbvm_workflow.jobs import plural, study_logger
     from hbvm_workflow.storage import clean_temporaries
     from hbvm_workflow.tables import aggregate
 
@@ -29,10 +29,10 @@ def aggregate_study(name: str, config: dict, out: dict, log_path: str, workers: 
     rows = aggregate(study, out["zarr"], out["csv"], out["md"], out["tex"], out["html"], out["timings"], workers)
     failed = sum(r["status"] != "ok" for r in rows)
     t1 = time.perf_counter()
-    log.info(f"aggregated {len(rows)} rows ({failed} not ok) in {t1 - t0:.2f} s")
+    log.info(f"aggregated {plural(len(rows), 'row')} ({failed} not ok) in {t1 - t0:.2f} s")
     study_plot(study, out["zarr"], out["png"], out["pdf"])
     log.info(f"{study.plot} plot written in {time.perf_counter() - t1:.2f} s")
-    return f"{name}: {len(rows)} rows, {failed} not ok"
+    return f"{name}: {plural(len(rows), 'row')}, {failed} not ok"
 
 
 def main(smk) -> None:
