@@ -127,15 +127,20 @@ def small(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     return work, proc
 
 
+#: a backticked name in a description cell that is a path the workflow writes
+PATHLIKE = re.compile(r"^[\w<>=./-]+\.(zarr\.zip|zarr|csv|md|tex|html|png|pdf|log|json)$")
+
+
 def doc_paths() -> list[str]:
-    """The results and logs paths named in backticks in the README and docs/workflow.md's outputs tables."""
+    """The results and logs paths named in backticks in the README and docs/workflow.md's outputs tables:
+    the paths of the first column, and the file names the descriptions give (``h=<h>.zarr.zip``)."""
     out = []
     for doc in (ROOT / "README.md", ROOT / "docs" / "workflow.md"):
         for line in doc.read_text().splitlines():
             if line.startswith("| `results/") or line.startswith("| `logs/"):
-                cell = line.split("|")[1]
-                for span in re.findall(r"`([^`]+)`", cell):
-                    out.append(span)
+                cells = line.split("|")[1:-1]
+                out += re.findall(r"`([^`]+)`", cells[0])
+                out += [s for cell in cells[1:] for s in re.findall(r"`([^`]+)`", cell) if PATHLIKE.match(s)]
     return out
 
 
