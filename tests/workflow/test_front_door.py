@@ -218,3 +218,15 @@ def test_list_studies_counts_runs(small):
     assert "tiny (convergence, planar_pendulum): 2 runs: 1 computed, 0 reused, 0 failed, 0 damaged, 1 missing" in (
         proc.stdout.splitlines()
     )
+
+
+def test_a_bad_config_is_one_line_with_a_suggestion(tmp_path):
+    work = clone(tmp_path)
+    bad = {"a": {**SMALL["one"], "halving": 2}}
+    (work / "config" / "config.yaml").write_text(yaml.safe_dump({"studies": bad}, sort_keys=False))
+    proc = subprocess.run(["snakemake"], cwd=work, env=env(), capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "WorkflowError" not in out and "Traceback" not in out, out
+    (line,) = [x for x in out.splitlines() if x.startswith("bad config: ")]
+    assert "unknown key 'halving'" in line and line.endswith("did you mean 'halvings'?"), line
+    assert not (work / "results").exists() and not (work / "logs").exists()
