@@ -175,7 +175,8 @@ def theoretical_order(entry: dict, var: str) -> float | None:
         return None
     if not isinstance(orders, dict):
         return None
-    values = [orders.get(key) for key in ORDER_KEYS[var]]
+    # a number, or a multiple of s written like "2s" (as in expected_rates)
+    values = [_slope(orders.get(key), entry.get("s")) for key in ORDER_KEYS[var]]
     if not values or any(v is None for v in values):
         return None
     return float(min(values))
