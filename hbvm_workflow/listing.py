@@ -35,18 +35,24 @@ def problems() -> list[str]:
 
 
 def method_keys(cls) -> list[str]:
-    """The entry keys a method class takes (besides ``method``): its declared ``KEYS`` where it has them,
-    else its dataclass fields (for HBVM those of each multiplier variant, and ``multiplier``)."""
-    declared = getattr(cls, "KEYS", None)
-    if isinstance(declared, (tuple, list, frozenset, set)):
-        return list(declared)
+    """The entry keys a method class takes (besides ``method``): those it declares (``ENTRY_KEYS``) where
+    it does, else its dataclass fields; for HBVM those of each multiplier variant, and ``multiplier``."""
     from hbvm_core.methods.hbvm import HBVMBase
 
-    classes = list(HBVMBase.VARIANTS.values()) if cls is HBVMBase else [cls]
+    variants = getattr(cls, "variants", None)
+    classes = list(variants()) if callable(variants) else []
+    if not classes:
+        classes = list(HBVMBase.VARIANTS.values()) if cls is HBVMBase else [cls]
     keys = ["multiplier"] if cls is HBVMBase else []
-    for c in classes:
-        fields = [f.name for f in dataclasses.fields(c) if f.init] if dataclasses.is_dataclass(c) else []
-        keys += [k for k in fields if k != "rule" and k not in keys]  # rule: built from rtol, max_iter
+    for c in [cls, *classes]:
+        declared = getattr(c, "ENTRY_KEYS", None)
+        if isinstance(declared, dict) and declared:
+            names = list(declared)
+        elif dataclasses.is_dataclass(c):
+            names = [f.name for f in dataclasses.fields(c) if f.init and f.name != "rule"]  # rule: rtol, max_iter
+        else:
+            names = []
+        keys += [k for k in names if k not in keys]
     return keys
 
 
@@ -57,7 +63,8 @@ def methods() -> list[str]:
     lines = []
     for kind, cls in METHODS.items():
         keys = ", ".join(method_keys(cls))
-        lines.append(f"{kind}: keys {keys or '(none)'}  {_first_line(cls)}")
+        summary = getattr(cls, "SUMMARY", "") or _first_line(cls)
+        lines.append(f"{kind}: keys {keys or '(none)'}  {summary}")
     lines.append("(method: hbvm is the default: {k: 2, s: 2} is an HBVM entry)")
     return lines
 

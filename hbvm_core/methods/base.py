@@ -45,7 +45,10 @@ class Method(ABC):
     def __repr__(self) -> str:
         """One line: the display name, the label and the entry that rebuilds it (``from_spec``)."""
         try:
-            entry, label = entry_text(self.spec()), self.label()
+            entry, label = (
+                entry_text(self.entry() if callable(getattr(self, "entry", None)) else self.spec()),
+                self.label(),
+            )
         except Exception:  # a half-built method (in an error message) still prints
             return f"<hbvm_core method {type(self).__name__}>"
         return f"<hbvm_core.{type(self).__name__}> {self.name}, label {label}, entry {entry}"
