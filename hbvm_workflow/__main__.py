@@ -11,6 +11,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+#: what ``list`` lists
+LISTINGS = ("problems", "methods", "studies")
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
@@ -32,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         "entry's `method` and the keys each takes; studies: the config's studies with their runs, and how many "
         "are computed (by the last solve), reused, failed, damaged or missing.",
     )
-    ls.add_argument("what", nargs="?", default="studies", choices=("problems", "methods", "studies"))
+    ls.add_argument("what", nargs="?", default="studies", help="problems, methods or studies (default: studies)")
     ls.add_argument("--configfile", default=None, help="the config of `list studies` (default: config/config.yaml)")
     args = ap.parse_args(argv)
     if args.command == "verify":
@@ -40,6 +43,12 @@ def main(argv: list[str] | None = None) -> int:
 
         return verify(args.folders)
     if args.command == "list":
+        if args.what not in LISTINGS:
+            from hbvm_core.errors import did_you_mean
+
+            ls.error(
+                f"unknown listing {args.what!r} (expected {', '.join(LISTINGS)}){did_you_mean(args.what, LISTINGS)}"
+            )
         return list_command(args.what, args.configfile)
     return 2
 

@@ -94,3 +94,11 @@ def test_list_problems_and_methods():
 def test_every_subcommand_has_help(argv):
     rc, text = _cli(*argv)
     assert rc == 0 and text.startswith("usage: python -m hbvm_workflow"), text
+
+
+def test_an_unknown_listing_suggests_one(capsys):
+    rc, _ = _cli("list", "problem")
+    err = capsys.readouterr().err
+    assert rc == 2 and err.splitlines()[-1].endswith(
+        "unknown listing 'problem' (expected problems, methods, studies); did you mean 'problems'?"
+    ), err
