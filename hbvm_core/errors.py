@@ -32,6 +32,10 @@ class NonFiniteError(HBVMError, FloatingPointError):
     """A user callback returned NaN or inf."""
 
 
+class SolverError(HBVMError, RuntimeError):
+    """A library's solver (scipy's DOP853 for a reference solution) reported a failure."""
+
+
 class ConvergenceError(HBVMError, RuntimeError):
     """The nonlinear iteration of one step did not converge (docs/method.md section 3)."""
 

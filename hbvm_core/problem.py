@@ -264,8 +264,13 @@ class Problem:
         if np.linalg.cond(A) > 1e12:
             raise ProblemError(f"{self.name}: G^T M^-1 G is singular at q0 (condition {np.linalg.cond(A):.3e})")
 
-    def check_finite(self, Q: Array) -> None:
-        """Name the callback that returns NaN/inf at the stage points Q (used after a failed step)."""
+    def check_finite(self, Q: Array, n: int | None = None, t: float = 0.0) -> None:
+        """After a failed step n (at time t): NonFiniteError naming the callback that returns NaN/inf at the
+        finite stage points Q, with the step and time; nothing when Q itself is not finite or every value is.
+        The one place of this message, for the numpy steppers and the compiled loops alike."""
+        if not np.all(np.isfinite(Q)):
+            return
+        where = "" if n is None else f" at step {n} (t = {t:.6g})"
         calls = {"grad_U": lambda: self.grad_U(Q)}
         if self.nu:
             calls["G"] = lambda: self.G(Q)
@@ -273,4 +278,4 @@ class Problem:
             with np.errstate(all="ignore"):
                 val = f()
             if not np.all(np.isfinite(val)):
-                raise NonFiniteError(f"{self.name}: callback {key} returned non-finite values")
+                raise NonFiniteError(f"{self.name}: callback {key} returned non-finite values{where}")

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, SolverError
 from .problem import Problem
 
 KINDS = ("auto", "exact", "ode", "hbvm")
@@ -83,7 +83,7 @@ def index_reduced_solution(problem: Problem, times, rtol: float = 1e-13, atol: f
             dense_output=True,
         )
         if not sol.success:
-            raise RuntimeError(f"reference ODE for {problem.name!r} failed: {sol.message}")
+            raise SolverError(f"reference ODE for {problem.name!r} failed: {sol.message}")
         Y = sol.sol(times).T
         Y[times == 0.0] = y0
     q, p = Y[:, : problem.m], Y[:, problem.m :]

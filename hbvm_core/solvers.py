@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import ConvergenceError
+from .kernels.rules import converged
 
 EPS = float(np.finfo(float).eps)
 
@@ -31,7 +32,8 @@ class StoppingRule:
     max_iter: int = 100
 
     def done(self, d: float, d_prev: float, scale: float) -> bool:
-        return d <= self.rtol * scale or (d <= self.stall_rtol * scale and d >= d_prev)
+        """The rule of ``kernels.rules.converged`` (defined once there, for the compiled loops too)."""
+        return converged(d, d_prev, scale, self.rtol, self.stall_rtol)
 
 
 def fixed_point(

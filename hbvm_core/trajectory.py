@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from .errors import ConfigError
 from .problem import Problem
 
 
@@ -95,5 +96,5 @@ def _grid_indices(grid: np.ndarray, times: np.ndarray, h: float) -> np.ndarray:
     idx = np.clip(idx, 0, len(grid) - 1)
     bad = np.abs(grid[idx] - times) > 1e-6 * h
     if np.any(bad):
-        raise ValueError(f"time {float(times[bad][0])!r} is not on the saved grid (h = {h!r})")
+        raise ConfigError(f"time {float(times[bad][0])!r} is not on the saved grid (h = {h!r})")
     return idx

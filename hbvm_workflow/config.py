@@ -19,7 +19,13 @@ __all__ = ["SCHEMA", "defaults", "load_studies", "validate_config"]
 
 def load_studies(config: dict, schema_path: str | os.PathLike | None = None, names=None) -> dict[str, Study]:
     """Validate ``config`` once (defaults filled in) and expand its studies (all, or ``names``) into
-    ``study.Study`` objects; check the limits of the whole set. ConfigError naming the key on bad input."""
+    ``study.Study`` objects; check the limits of the whole set. ConfigError naming the key on bad input.
+
+    The modules of ``method_modules`` are imported first: the methods they register are part of the schema."""
+    from hbvm_core.methods import load_method_modules
+
+    if config.get("method_modules") is not None:
+        load_method_modules(config["method_modules"])
     validate_config(config, schema_path)
     studies = config.get("studies") or {}
     if not isinstance(studies, dict) or not studies:

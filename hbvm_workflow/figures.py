@@ -11,13 +11,13 @@ def study_plot(study: Study, errors_zarr: str, png: str, pdf: str) -> None:
     from . import plots
 
     if study.plot == "convergence":
-        from .storage import open_trajectory
+        from .storage import open_errors_at
 
-        plots.convergence_plot(study, open_trajectory(errors_zarr, load=True), png, pdf)
+        plots.convergence_plot(study, open_errors_at(errors_zarr), png, pdf)
     elif study.plot == "sweep":
-        from .storage import open_trajectory
+        from .storage import open_errors_at
 
-        plots.sweep_plot(study, open_trajectory(errors_zarr, load=True), png, pdf)
+        plots.sweep_plot(study, open_errors_at(errors_zarr), png, pdf)
     elif study.plot in ("work_precision", "long_time"):
         from .beyond import study_figure
 

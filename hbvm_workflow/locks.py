@@ -71,12 +71,15 @@ def study_lock(path: str, study: str, timeout: float = LOCK_TIMEOUT, log=None) -
         # a second, quietly: the holder may be about to let go, or not have written its name yet
         quiet = min(1.0, timeout)
         if not _acquire(fd, fcntl.LOCK_EX, quiet):
-            line = f"study {study}: waiting (up to {timeout:g} s) for {holder(path)}, which is writing it"
+            line = (
+                f"study {study} is being written by {holder(path)}; this run waits up to {timeout:g} s "
+                "(lock_timeout) for it to end"
+            )
             log.info(line) if log is not None else print(line, file=sys.stderr, flush=True)
             if not _acquire(fd, fcntl.LOCK_EX, timeout - quiet):
                 raise Busy(
-                    f"study {study} is being written by {holder(path)} (lock {path}); waited {timeout:g} s: "
-                    "let it finish, or raise lock_timeout"
+                    f"study {study} is being written by {holder(path)} (lock {path}); waited {timeout:g} s, "
+                    "this run stops and changes nothing: run it again once that one has ended, or raise lock_timeout"
                 )
         os.ftruncate(fd, 0)
         os.pwrite(fd, (_holder_line() + "\n").encode(), 0)
@@ -95,6 +98,17 @@ def hold_studies(results: str, names, timeout: float = LOCK_TIMEOUT) -> None:
         if path not in _studies:
             _forever.enter_context(study_lock(path, name, timeout))
             _studies.add(path)
+
+
+def wait_for_writers(results: str, names, timeout: float = LOCK_TIMEOUT) -> None:
+    """Wait (up to ``timeout`` s, else Busy naming the holder) until no job writes the studies ``names``: their
+    job lock (``layout.lock_path``) is taken and let go at once. A job of an earlier run whose Snakemake was
+    killed (an orphan) holds it until it ends."""
+    from .layout import lock_path
+
+    for name in sorted(names):
+        with study_lock(os.path.abspath(lock_path(results, name)), name, timeout):
+            pass
 
 
 def run_lock_path(snakemake_dir: str = ".snakemake") -> str:

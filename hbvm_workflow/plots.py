@@ -164,19 +164,22 @@ def _slope(rate, s) -> float | None:
 ORDER_KEYS = {"e_s": ("q", "p"), "e_lambda": ("lam",), "e_hc": ("hc",)}
 
 
-def theoretical_order(entry: dict, var: str) -> float | None:
-    """The order of ``var`` (e_s, e_lambda, e_hc) that the method of ``entry`` declares (its ``orders``:
-    {"q": ..., "p": ..., "lam": ...}, None where unknown), or None where it declares none."""
-    from hbvm_core.methods import from_spec
+def theoretical_order(method, var: str) -> float | None:
+    """The order of ``var`` (e_s, e_lambda, e_hc) that ``method`` (a method object, or an entry for
+    ``from_spec``) declares in its ``orders`` ({"q": ..., "p": ..., "lam": ...}, None where unknown), or None
+    where it declares none."""
+    if isinstance(method, dict):
+        from hbvm_core.methods import from_spec
 
-    try:
-        orders = getattr(from_spec(entry), "orders", None)
-    except Exception:  # an entry the study already checked; a method that cannot say has no order
-        return None
+        try:
+            method = from_spec(method)
+        except Exception:  # an entry the study already checked; a method that cannot say has no order
+            return None
+    orders = getattr(method, "orders", None)
     if not isinstance(orders, dict):
         return None
     # a number, or a multiple of s written like "2s" (as in expected_rates)
-    values = [_slope(orders.get(key), entry.get("s")) for key in ORDER_KEYS[var]]
+    values = [_slope(orders.get(key), getattr(method, "s", None)) for key in ORDER_KEYS[var]]
     if not values or any(v is None for v in values):
         return None
     return float(min(values))
@@ -185,7 +188,7 @@ def theoretical_order(entry: dict, var: str) -> float | None:
 def reference_order(study: Study, spec, var: str) -> tuple[float | None, str]:
     """(p, how) of a method's reference slope: its theoretical order ("theory"), else the study's
     ``expected_rates`` ("expected"), else (None, "")."""
-    p = theoretical_order(spec.entry, var)
+    p = theoretical_order(getattr(spec, "method", None) or spec.entry, var)
     if p:
         return p, "theory"
     p = _slope(study.expected_rates.get(var), spec.s)

@@ -9,13 +9,15 @@ iteration diverges. Storage only writes and reads stores.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import platform
+import shutil
 import time
 from pathlib import Path
 
-from hbvm_core.errors import ConvergenceError, NonFiniteError
+from hbvm_core.errors import ConvergenceError, HBVMError, NonFiniteError
 from hbvm_core.integrate import integrate, number_of_steps
 
 from .storage import (
@@ -80,9 +82,11 @@ def solve_job(job: Job | dict, problems: dict | None = None) -> dict:
     Returns a summary dict: id, hash, store, status ("ok" | "failed"), steps,
     mean_iterations, wall_s, and for a failure the error (step, t, increment).
     """
-    from hbvm_core.methods import from_spec
+    from hbvm_core.methods import from_spec, load_method_modules
 
     job = job if isinstance(job, Job) else Job(**job)
+    if job.method_module:  # a method registered outside hbvm_core (config: method_modules)
+        load_method_modules([job.method_module])
     problem, fingerprint = _problem(job, problems)
     if job.problem_fingerprint and fingerprint != job.problem_fingerprint:
         raise RuntimeError(
@@ -278,9 +282,33 @@ def run_to_store(
         payload = {**base, "complete": False, "failed": True, "error": error, "wall_s": wall}
         write_json_atomic(path + FAILED, payload, tmp_dir=tmp_dir)
         return {"status": "failed", "steps": N, "wall_s": wall, "mean_iterations": None, "error": error}
+    except OSError as exc:
+        _discard(sink, tmp)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFull(path, attrs, tmp_dir) from None
+        raise
     except BaseException:
         _discard(sink, tmp)
         raise
+
+
+class DiskFull(HBVMError):
+    """A run's store did not fit on its disk (ENOSPC, or a quota): its temporary is removed, nothing published."""
+
+    def __init__(self, path: str, attrs: dict | None = None, folder: str | None = None):
+        run = (attrs or {}).get("job_id") or path
+        folder = folder or os.path.dirname(os.path.abspath(path))
+        try:
+            free = f"{shutil.disk_usage(folder).free / 1e6:.3g} MB free"
+        except OSError:
+            free = "free space unknown"
+        super().__init__(
+            f"run {run}: no space left on the device while writing {path} ({free} in {folder}); nothing of it "
+            "was kept: free space, then run the same command again"
+        )
+
+    def __reduce__(self):  # raised on a Dask worker: reaches the solve step as its message
+        return HBVMError, (str(self),)
 
 
 def _discard(sink, tmp: str) -> None:

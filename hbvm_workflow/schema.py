@@ -2,7 +2,9 @@
 
 The schema is the only place config defaults live; ``defaults`` reads them back for the
 code that needs them, and ``validate_config`` fills them in. ``config.load_studies`` is
-the entry point that uses both.
+the entry point that uses both. A method entry's own keys are not in the file: ``schema``
+adds those the registered methods declare (``Method.ENTRY_KEYS``, ``method_entry_keys``),
+and the study's ``kind`` and ``plot`` values of the study kinds (``kinds.KINDS``).
 """
 
 from __future__ import annotations
@@ -28,11 +30,37 @@ def _schema(path: str) -> dict:
 
 
 def schema(path: str | os.PathLike | None = None) -> dict:
-    """The schema as a dict (a copy: callers may not change the cached one)."""
+    """The schema as a dict (a copy: callers may not change the cached one), with the method entry's keys
+    of every registered method."""
     path = Path(path) if path is not None else SCHEMA
     if not path.exists():
         raise ConfigError(f"config schema {str(path)!r} not found")
-    return copy.deepcopy(_schema(str(path)))
+    spec = copy.deepcopy(_schema(str(path)))
+    method = spec.get("$defs", {}).get("method")
+    if method is not None:
+        method["properties"] = {**method_entry_keys(), **method.get("properties", {})}
+    study = spec.get("$defs", {}).get("study", {}).get("properties", {})
+    if "kind" in study and "plot" in study:  # the study kinds' registry (hbvm_workflow.kinds)
+        from .kinds import KINDS, plot_names
+
+        study["kind"]["enum"] = list(KINDS)
+        study["plot"]["enum"] = plot_names()
+    return spec
+
+
+def method_entry_keys() -> dict[str, dict]:
+    """key -> schema fragment of every key a registered method's entry takes (``Method.ENTRY_KEYS``); a key
+    two methods type differently takes either type."""
+    from hbvm_core.methods import METHODS
+
+    found: dict[str, list[dict]] = {}
+    for cls in METHODS.values():
+        for key, declared in cls.ENTRY_KEYS.items():
+            fragment = declared.schema()
+            types = found.setdefault(key, [])
+            if all(f != fragment for f in types):
+                types.append(fragment)
+    return {key: types[0] if len(types) == 1 else {"anyOf": types} for key, types in found.items()}
 
 
 def defaults(section: str) -> dict[str, Any]:

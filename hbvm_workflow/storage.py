@@ -56,20 +56,36 @@ from typing import Any
 
 import numpy as np
 
+from hbvm_core.errors import HBVMError
+
 FORMAT = "hbvm-trajectory/3"
 #: the name of a study's folder of temporaries (layout.tmp_dir)
 TMP_DIR = ".tmp"
 FAILED = ".failed.json"
+#: where a damaged store is set aside in the study's folder of temporaries (``set_aside``; kept there)
+DAMAGED_DIR = "damaged"
 #: the status of a store: see ``store_status``
 STATUSES = ("complete", "failed", "stale", "damaged", "missing")
 
 
-class StoreError(RuntimeError):
+class StoreError(HBVMError, RuntimeError):
     """A store that cannot be trusted: a missing, truncated or corrupt chunk, or no integrity record."""
 
     def __init__(self, store: str, array: str | None, what: str):
         self.store, self.array, self.what = str(store), array, what
         super().__init__(f"{self.store}: {f'array {array}: ' if array else ''}{what}")
+
+    def __reduce__(self):  # raised in a forked process, it reaches the parent as itself
+        return type(self), (self.store, self.array, self.what)
+
+
+class MissingStoreError(HBVMError, FileNotFoundError):
+    """A store that is not there: a run the solve step should have produced (deleted afterwards), a study not
+    yet solved or aggregated."""
+
+
+class RunNotFoundError(HBVMError, KeyError):
+    """No run of a study matches the label, (k, s) or step size asked for (``select_run``)."""
 
 
 class StoreMismatchError(StoreError):
@@ -176,11 +192,15 @@ class ZarrSink:
         size = {"t": self.n_points, "tstep": self.n_steps, "dof": problem.m, "constraint": problem.nu}
         rows = {"t": max(1, min(chunk, self.n_points)), "tstep": max(1, min(chunk, self.n_steps))}
         self.writer = ZipStoreWriter(self.path)
-        for name, (dims, dtype, fill, long_name, description) in self.SPEC.items():
-            shape = tuple(size[d] for d in dims)
-            chunks = (rows[dims[0]],) + tuple(max(1, n) for n in shape[1:])
-            attrs = {"long_name": long_name, "description": description}
-            self.writer.create(name, shape, chunks, dtype, fill, dims, attrs)
+        try:
+            for name, (dims, dtype, fill, long_name, description) in self.SPEC.items():
+                shape = tuple(size[d] for d in dims)
+                chunks = (rows[dims[0]],) + tuple(max(1, n) for n in shape[1:])
+                attrs = {"long_name": long_name, "description": description}
+                self.writer.create(name, shape, chunks, dtype, fill, dims, attrs)
+        except BaseException:  # a full disk already: close the zip here (the caller has no sink to abort)
+            self.writer.abort()
+            raise
 
     def _write(self, values: dict) -> None:
         for name, v in values.items():
@@ -205,9 +225,11 @@ class ZarrSink:
         """Verify that every row was written, then record ``attrs``, the chunk record and complete = True."""
         if self.written["points"] != self.n_points or self.written["steps"] != self.n_steps:
             self.writer.abort()
-            raise RuntimeError(
-                f"store {self.path}: wrote {self.written['points']}/{self.n_points} points and "
-                f"{self.written['steps']}/{self.n_steps} steps"
+            raise StoreError(
+                self.path,
+                None,
+                f"wrote {self.written['points']}/{self.n_points} points and "
+                f"{self.written['steps']}/{self.n_steps} steps",
             )
         self.writer.flush()
         rows = {"points": self.n_points, "step_rows": self.n_steps, "chunks": self.writer.sizes}
@@ -281,10 +303,14 @@ def write_json_atomic(path: str, payload: dict, tmp_dir: str | None = None) -> N
     """Write ``payload`` as JSON at ``path`` through a temporary in ``tmp_dir`` (default: ``default_tmp_dir``)."""
     tmp = new_temporary(tmp_dir or default_tmp_dir(path), path)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(tmp, "w") as fh:
-        json.dump(jsonable(payload), fh, indent=1, sort_keys=True)
-        fh.write("\n")
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as fh:
+            json.dump(jsonable(payload), fh, indent=1, sort_keys=True)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:  # a full disk: no temporary left behind
+        remove_path(tmp)
+        raise
 
 
 # --------------------------------------------------------------------------- reading
@@ -354,12 +380,30 @@ def damage(path: str, attrs: dict | None = None, reader=None) -> tuple[str | Non
     return None
 
 
+class DamagedStoreError(StoreError):
+    """A damaged store, set aside (``set_aside``) where it could be: ``aside`` is where it went, else None."""
+
+    def __init__(self, store: str, array: str | None, what: str, aside: str | None = None):
+        self.aside = aside
+        note = f"; set aside as {aside}: the next run of the workflow recomputes it" if aside else ""
+        super().__init__(store, array, what + note)
+        self.what = what
+
+    def __reduce__(self):
+        return type(self), (self.store, self.array, self.what, self.aside)
+
+
+def damaged(path: str, array: str | None, what: str) -> DamagedStoreError:
+    """The error of a reader that found the store at ``path`` damaged, the store set aside (``set_aside``)."""
+    return DamagedStoreError(path, array, what, set_aside(path))
+
+
 def require_intact(path: str, attrs: dict | None = None) -> dict:
     """The attrs of the store at ``path``; raises StoreError naming the store and array if ``damage`` finds any."""
     attrs = read_attrs(path) if attrs is None else attrs
     found = damage(path, attrs)
     if found is not None:
-        raise StoreError(path, *found)
+        raise damaged(path, *found)
     return attrs
 
 
@@ -417,10 +461,48 @@ def clean_temporaries(study_dir: str) -> list[str]:
     except OSError:
         return removed
     for name in names:
+        if name == DAMAGED_DIR:
+            continue  # damaged stores set aside, kept to be looked at (set_aside)
         p = os.path.join(folder, name)
         remove_path(p)
         removed.append(p)
     return removed
+
+
+def set_aside(path: str) -> str | None:
+    """Move the damaged store at ``path`` out of the study, into ``<study>/.tmp/damaged/<id>-<name>`` (a
+    rename: the run is then missing, and the solve step recomputes it); returns where it went, None when it
+    is not a run store of a study or cannot be moved (read-only)."""
+    from .layout import study_of_path
+
+    study = study_of_path(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.basename(os.path.normpath(path)) == "errors.zarr" and os.path.isfile(os.path.join(folder, "solve.json")):
+        study = folder  # a study's aggregated errors
+    if study is None or not os.path.lexists(path):
+        return None
+    try:
+        aside = new_temporary(os.path.join(study, TMP_DIR, DAMAGED_DIR), path)
+        os.rename(path, aside)
+    except OSError:
+        return None
+    return aside
+
+
+def corruption(path: str, attrs: dict | None = None, reader=None) -> tuple[str | None, str] | None:
+    """(array, what) for the first thing wrong with the store at ``path``, None when intact: ``damage``, then
+    every array read in full (each chunk's CRC-32C and the zip's CRC-32 checked)."""
+    attrs = read_attrs(path) if attrs is None and reader is None else (reader.attrs if attrs is None else attrs)
+    if attrs is None:
+        return None, "no readable zarr.json (not a store, or a damaged one)"
+    found = damage(path, attrs, reader)
+    if found is not None:
+        return found
+    try:
+        read_arrays(path, list(attrs["chunks"]), reader)
+    except StoreError as exc:
+        return exc.array, exc.what
+    return None
 
 
 def open_trajectory(path: str, load: bool = False):
@@ -454,7 +536,7 @@ def open_trajectory(path: str, load: bool = False):
                 try:
                     ds[name].load(scheduler="synchronous")  # a few small chunks: no cluster needed or used
                 except Exception as exc:  # noqa: BLE001 - a checksum mismatch, a bad codec
-                    raise StoreError(path, str(name), f"unreadable ({type(exc).__name__}: {exc})") from None
+                    raise damaged(path, str(name), f"unreadable ({type(exc).__name__}: {exc})") from None
     return ds
 
 
@@ -492,8 +574,8 @@ def load_trajectory(path: str, problem, *, job_hash: str | None = None, method=N
 
     Raises
     ------
-    FileNotFoundError
-        No complete store at ``path``.
+    MissingStoreError
+        No complete store at ``path`` (a FileNotFoundError).
     StoreMismatchError
         One line naming the run: another store format, ``job_hash`` or problem fingerprint.
     StoreError
@@ -509,7 +591,7 @@ def _trajectory(path: str, problem, attrs: dict | None, reader, job_hash: str | 
     from hbvm_core.trajectory import Trajectory
 
     if attrs is None or attrs.get("complete") is not True:
-        raise FileNotFoundError(f"no complete trajectory store at {path}")
+        raise MissingStoreError(f"no complete trajectory store at {path}")
     run = attrs.get("job_id") or path
     if attrs.get("format") != FORMAT:
         raise StoreMismatchError(path, None, f"run {run}: format {attrs.get('format')!r}, expected {FORMAT!r}")
@@ -527,9 +609,12 @@ def _trajectory(path: str, problem, attrs: dict | None, reader, job_hash: str | 
         )
     found = damage(path, attrs, reader)
     if found is not None:
-        raise StoreError(path, *found)
+        raise damaged(path, *found)
     names = ("t", "q", "p", "tstep", "lam", "iterations")
-    arr = dict(zip(names, read_arrays(path, names, reader)))
+    try:
+        arr = dict(zip(names, read_arrays(path, names, reader)))
+    except StoreError as exc:
+        raise damaged(path, exc.array, exc.what) from None
     keys = ("steps", "h", "t_end", "save_every", "compensated", "wall_s", "mean_iterations", "max_iterations")
     tattrs = {k: attrs[k] for k in keys if k in attrs} | {k: attrs.get(k) for k in ("backend", "worker")}
     return Trajectory(problem=problem, method=method, h=float(attrs["h"]), attrs=tattrs, **arr)
@@ -621,18 +706,23 @@ def open_errors(study: str, results: str = "results"):
 
     Raises
     ------
-    FileNotFoundError
-        The study has not been aggregated.
+    MissingStoreError
+        The study has not been aggregated (a FileNotFoundError).
     StoreError
         A damaged errors store (naming the array).
     """
     path = Path(results) / study / "errors.zarr"
     if not path.exists():
-        raise FileNotFoundError(f"{path}: no aggregated study {study!r} under {results!r} (run snakemake first)")
-    ds = open_trajectory(str(path), load=True)
+        raise MissingStoreError(f"{path}: no aggregated study {study!r} under {results!r} (run snakemake first)")
+    ds = open_errors_at(str(path))
     if "n" in ds.coords and ds["n"].dims == ("h",):
         ds = ds.set_xindex("n")
     return ds
+
+
+def open_errors_at(path: str):
+    """The errors store (errors.zarr) at ``path``, checked and loaded (``open_errors`` by a study's name)."""
+    return open_trajectory(path, load=True)
 
 
 def open_study(study: str, results: str = "results"):
@@ -655,8 +745,8 @@ def open_study(study: str, results: str = "results"):
 
     Raises
     ------
-    FileNotFoundError
-        The study has not been solved.
+    MissingStoreError
+        The study has not been solved (a FileNotFoundError).
     """
     import xarray as xr
 
@@ -665,7 +755,7 @@ def open_study(study: str, results: str = "results"):
     base = Path(study_dir(results, study))
     manifest = Path(manifest_path(results, study))
     if not manifest.exists():
-        raise FileNotFoundError(f"{manifest}: no solved study {study!r} under {results!r} (run snakemake first)")
+        raise MissingStoreError(f"{manifest}: no solved study {study!r} under {results!r} (run snakemake first)")
     with open(manifest) as fh:
         jobs = json.load(fh)["jobs"]
     nodes: dict[str, Any] = {}
@@ -705,8 +795,8 @@ def select_run(tree, h: float, k: int | None = None, s: int | None = None, label
 
     Raises
     ------
-    KeyError
-        No such run (naming the nearest step size when only h is off).
+    RunNotFoundError
+        No such run (a KeyError; naming the nearest step size when only h is off).
     """
     cands = []
     for run in tree.subtree:  # the runs are the nodes with a step size (below the label, or the combination)
@@ -720,8 +810,8 @@ def select_run(tree, h: float, k: int | None = None, s: int | None = None, label
             continue
         cands.append(run)
     if not cands:
-        raise KeyError(f"no run with label={label!r} k={k!r} s={s!r}")
+        raise RunNotFoundError(f"no run with label={label!r} k={k!r} s={s!r}")
     best = min(cands, key=lambda r: abs(r.attrs["h"] - h))
     if not math.isclose(best.attrs["h"], h, rel_tol=1e-9):
-        raise KeyError(f"no run with h = {h!r} (nearest {best.attrs['h']!r})")
+        raise RunNotFoundError(f"no run with h = {h!r} (nearest {best.attrs['h']!r})")
     return best.to_dataset()

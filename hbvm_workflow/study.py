@@ -38,24 +38,16 @@ from typing import Any
 from hbvm_core.errors import ConfigError, NonFiniteError, ProblemError
 from hbvm_core.methods import method_label  # noqa: F401  (re-exported)
 
+from .kinds import KINDS
 from .layout import COLUMNS, EXTRA, TIMINGS, combo_name, manifest_path, run_stem, store_path  # noqa: F401
 from .schema import defaults
 
 STEP_KEYS = ("h", "h0", "halvings", "period_divisions")
 METHOD_META_KEYS = (*STEP_KEYS, "label")
 REFERENCES = ("exact", "reference", "self", "none")
-#: Study kinds and the plots each may use; beyond.smk registers work_precision, long_time.
-KINDS: dict[str, tuple[str, ...]] = {
-    "convergence": ("convergence", "solution_error", "invariants", "constraint_panels"),
-    "work_precision": ("work_precision",),  # hbvm_workflow.beyond, workflow/rules/beyond.smk
-    "long_time": ("long_time",),
-    "sweep": ("sweep",),  # a one-key grid: error constants and iterations against the value (workflow/rules/sweep.smk)
-}
 # --------------------------------------------------------------------------- jobs and rows
-#: Job.estimated_seconds: per run (the store), and per step and quadrature node (compiled, numpy)
+#: Job.estimated_seconds: per run (the store); per step, each method's cost model (``Method.STEP_SECONDS``)
 RUN_OVERHEAD_S = 0.003
-STEP_NODE_S = 1e-6
-NUMPY_STEP_NODE_S = 1e-4
 #: solve_workers: the least work (s) that pays for a second worker process of a study's solve job
 WORK_PER_WORKER_S = 5.0
 #: the most rows of a Zarr chunk (schema.yaml: chunk): a chunk is built in memory
@@ -85,6 +77,9 @@ class Job:
     numerics_fingerprint: str = ""
     #: the grid combination of the run (``layout.combo_name``: ``L=0.5``); "" in a study without a grid
     combo: str = ""
+    #: the module that registers the method, when outside hbvm_core (config ``method_modules``): a worker
+    #: imports it before building the method
+    method_module: str = ""
 
     @property
     def id(self) -> str:
@@ -120,8 +115,12 @@ class Job:
         return asdict(self)
 
     def cost(self) -> float:
-        """Relative cost (steps x quadrature nodes), for scheduling the longest jobs first."""
-        return self.steps * max(1, int(self.method.get("k", 1)))
+        """Relative cost (steps x the method's work per step, ``Method.work_units``: HBVM's quadrature nodes),
+        for scheduling the longest jobs first."""
+        from hbvm_core.methods import method_class
+
+        cls = method_class(self.method)
+        return self.steps * (cls.work_units(self.method) if cls is not None else 1)
 
     def stored_bytes(self, m: int, nu: int) -> int:
         """The size of the run's store, uncompressed: per saved point t, q, p, H, g, hc (storage.ZarrSink.SPEC),
@@ -132,17 +131,14 @@ class Job:
         return points * 8 * (2 + 2 * m + 2 * nu) + steps * (8 + 8 * nu + 4)
 
     def estimated_seconds(self) -> float:
-        """A rough wall time of the run on one core, for sizing a solve job (``solve_workers``).
-
-        Compiled loops run built-in problems' HBVM (and RATTLE) at about a microsecond per step and
-        quadrature node (benchmarks/README.md: 0.63 us for HBVM(2,2), 5.2 us for HBVM(6,2));
-        the numpy path, a user's problem and the baselines cost some hundred times more.
-        """
+        """A rough wall time of the run on one core, for sizing a solve job (``solve_workers``): the method's
+        cost model (``Method.STEP_SECONDS``), compiled for a built-in problem unless ``backend: numpy``."""
+        from hbvm_core.methods import Method, method_class
         from hbvm_core.problems import BUILTIN
 
-        kind = self.method.get("method", "hbvm")
-        compiled = self.backend != "numpy" and kind in ("hbvm", "rattle") and self.problem in BUILTIN
-        return RUN_OVERHEAD_S + self.cost() * (STEP_NODE_S if compiled else NUMPY_STEP_NODE_S)
+        compiled_s, numpy_s = (method_class(self.method) or Method).STEP_SECONDS
+        compiled = compiled_s is not None and self.backend != "numpy" and self.problem in BUILTIN
+        return RUN_OVERHEAD_S + self.cost() * (compiled_s if compiled else numpy_s)
 
 
 def solve_workers(jobs, cores: int, share: float = 1.0) -> int:
@@ -191,7 +187,7 @@ class Instance:
 
 
 @dataclass
-class MethodSpec:
+class StudyMethod:
     """A method of a study: its label, display name, from_spec entry and rows."""
 
     label: str
@@ -200,6 +196,10 @@ class MethodSpec:
     k: int | None
     s: int | None
     rows: list[Row] = field(default_factory=list)
+    #: the method object (its claims: ``orders``, ``conserves``) and the module that registers it when outside
+    #: hbvm_core
+    method: Any = field(default=None, repr=False, compare=False)
+    module: str = ""
 
 
 @dataclass
@@ -215,7 +215,7 @@ class Study:
     period: float | None
     reference: str
     convention: Any  # hbvm_core.metrics.ErrorConvention (reference "none": invariants only)
-    methods: list[MethodSpec]
+    methods: list[StudyMethod]
     jobs: dict[str, Job]
     plot: str
     expected_rates: dict
@@ -223,8 +223,8 @@ class Study:
     cfg: dict
     #: (m, nu) of the problem
     dims: tuple[int, int] = (0, 0)
-    #: the problem built from the config (once, by expand_study); see ``built_problem``
-    instance: Any = field(default=None, repr=False, compare=False)
+    #: the problem built from the config (once, by expand_study); read it as ``built_problem``
+    _problem: Any = field(default=None, repr=False, compare=False)
     #: the grid (key -> values) and one Instance per combination (the one instance, key "", without a grid)
     grid: dict = field(default_factory=dict)
     instances: list = field(default_factory=list)
@@ -245,11 +245,11 @@ class Study:
     @property
     def built_problem(self):
         """The study's problem, built from the config once (readers of stores take it from here, never from a store)."""
-        if self.instance is None:
+        if self._problem is None:
             from hbvm_core.problems import get_problem
 
-            self.instance = get_problem(self.problem, **self.params)
-        return self.instance
+            self._problem = get_problem(self.problem, **self.params)
+        return self._problem
 
     @property
     def dir(self) -> str:
@@ -352,7 +352,7 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
         expected_rates=dict(cfg.get("expected_rates") or {}),
         results=results,
         cfg=cfg,
-        instance=problem,
+        _problem=problem,
         dims=(int(problem.m), int(problem.nu)),
         grid=grid,
         instances=instances,
@@ -360,7 +360,7 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
     if not isinstance(cfg["methods"], list) or not cfg["methods"]:
         raise ConfigError(f"{where}.methods: expected a non-empty list of method entries")
     for i, raw in enumerate(cfg["methods"]):
-        spec = _method(f"{where}.methods[{i}]", raw, cfg, study.methods)
+        spec = _method(f"{where}.methods[{i}]", raw, cfg, study.methods, [inst.problem for inst in instances])
         for inst in instances:
             _add_runs(study, spec, raw, f"{where}.methods[{i}]", inst)
         study.methods.append(spec)
@@ -370,11 +370,12 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
 def _study_entry(where: str, cfg: dict) -> dict:
     """The study entry with the schema's defaults (``config.defaults``) and its kind, plot and chunk checked."""
     kind = cfg.get("kind", "convergence")
-    cfg = {**defaults("study"), "plot": KINDS.get(kind, ("convergence",))[0], **cfg}
+    cfg = {**defaults("study"), "plot": KINDS[kind].plots[0] if kind in KINDS else "convergence", **cfg}
     if cfg["kind"] not in KINDS:
         raise ConfigError(f"{where}.kind = {cfg['kind']!r}: expected one of {', '.join(KINDS)}")
-    if cfg["plot"] not in KINDS[cfg["kind"]]:
-        raise ConfigError(f"{where}.plot = {cfg['plot']!r}: expected one of {', '.join(KINDS[cfg['kind']])}")
+    plots = KINDS[cfg["kind"]].plots
+    if cfg["plot"] not in plots:
+        raise ConfigError(f"{where}.plot = {cfg['plot']!r}: expected one of {', '.join(plots)}")
     for key in ("problem", "methods", "errors"):
         if key not in cfg:
             raise ConfigError(f"{where}: missing key {key!r}")
@@ -417,8 +418,9 @@ def _convention(where: str, cfg: dict, problem) -> tuple[str, Any]:
     return reference, convention
 
 
-def _method(where: str, raw, cfg: dict, earlier: list[MethodSpec]) -> MethodSpec:
-    """The MethodSpec of one method entry: its canonical (hashed) entry, its label and display name."""
+def _method(where: str, raw, cfg: dict, earlier: list[StudyMethod], problems=()) -> StudyMethod:
+    """The StudyMethod of one method entry: its canonical (hashed) entry, its label and display name; ConfigError
+    when one of ``problems`` lacks what the method needs (``Method.check_problem``)."""
     from hbvm_core.methods import from_spec
 
     if not isinstance(raw, dict):
@@ -432,12 +434,16 @@ def _method(where: str, raw, cfg: dict, earlier: list[MethodSpec]) -> MethodSpec
             raise ConfigError(f"{where}: k = {k} < s = {s}; HBVM(k, s) needs k >= s")
     try:
         method = from_spec(entry)
+        for problem in problems:
+            method.check_problem(problem)
     except (ConfigError, TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: {exc}") from None
     label = raw.get("label") or method_label(entry)
     if any(m.label == label for m in earlier):
         raise ConfigError(f"{where}: duplicate method {label!r} in the study (give a distinct label)")
-    return MethodSpec(label, method.name, entry, entry.get("k"), entry.get("s"))
+    module = type(method).__module__
+    return StudyMethod(label, method.name, entry, entry.get("k"), entry.get("s"), method=method,
+                      module="" if module.startswith("hbvm_core.") else module)  # fmt: skip
 
 
 def _grid(where: str, cfg: dict) -> dict:
@@ -451,8 +457,9 @@ def _grid(where: str, cfg: dict) -> dict:
         raise ConfigError(f"{where}: kind sweep needs a grid of exactly one key, got {len(grid)}")
     if not grid:
         return {}
-    if cfg["kind"] not in ("convergence", "sweep"):
-        raise ConfigError(f"{where}.grid: a grid is for convergence and sweep studies, not kind {cfg['kind']}")
+    if not KINDS[cfg["kind"]].grid:
+        with_grid = " and ".join(name for name, kind in KINDS.items() if kind.grid)
+        raise ConfigError(f"{where}.grid: a grid is for {with_grid} studies, not kind {cfg['kind']}")
     try:
         factory = resolve_factory(cfg["problem"])
         signature = inspect.signature(factory)
@@ -488,7 +495,7 @@ def _combinations(grid: dict) -> list[dict]:
     return [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
 
 
-def _add_runs(study: Study, spec: MethodSpec, raw: dict, where: str, inst: Instance) -> None:
+def _add_runs(study: Study, spec: StudyMethod, raw: dict, where: str, inst: Instance) -> None:
     """The rows of one method (its own step-size rule or the study's) for one problem instance and their
     jobs: the row's run and, for ``errors.reference: self``, its h/2 partner (of the same instance), each
     named (``layout.run_stem``) and hashed."""
@@ -527,6 +534,7 @@ def _add_runs(study: Study, spec: MethodSpec, raw: dict, where: str, inst: Insta
                 problem_fingerprint=inst.fingerprint,
                 numerics_fingerprint=numerics,
                 combo=inst.key,
+                method_module=spec.module,
             )
             job.run = run_stem(hh, nn)
             job.store = store_path(study.results, study.name, spec.label, hh, nn, inst.key)

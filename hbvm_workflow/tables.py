@@ -22,6 +22,7 @@ import os
 import numpy as np
 
 from .layout import COLUMNS, EXTRA, TIMINGS, manifest_of_store  # noqa: F401  (re-exported)
+from .storage import MissingStoreError  # noqa: F401  (re-exported)
 from .study import Study
 
 NUMERIC = ("e_s", "rate_s", "e_lambda", "rate_lambda", "e_H", "e_g", "e_hc", "rate_hc", "steps", "mean_iterations")
@@ -31,15 +32,11 @@ RATES = {"rate_s": "e_s", "rate_lambda": "e_lambda", "rate_hc": "e_hc"}
 ROUNDOFF = {"rate_s": "roundoff_s", "rate_lambda": "roundoff_lambda", "rate_hc": "roundoff_hc"}
 
 
-class MissingStoreError(FileNotFoundError):
-    """A run that the solve step should have produced is missing (deleted afterwards)."""
-
-
 def _load(job, cache: dict, problem):
     """A job's trajectory (None if it failed), cached for its use as the next row's h/2 partner.
 
     ``problem``: the study's, built from the config (a store is data: it never builds one)."""
-    from .storage import StoreMismatchError, load_trajectory, read_failure, store_status
+    from .storage import StoreError, StoreMismatchError, load_trajectory, read_failure, store_status
 
     if job.id in cache:
         return cache[job.id]
@@ -49,6 +46,10 @@ def _load(job, cache: dict, problem):
     except (FileNotFoundError, StoreMismatchError):
         status = store_status(job.store, job.hash)
         status = "stale" if status == "complete" else status  # computed for another problem
+    except StoreError as exc:  # damaged: set aside by the reader; recomputed here, this run
+        traj = _recompute(job, problem, exc)
+        cache.setdefault("recomputed", []).append(job.id)
+        status = "complete" if traj is not None else "failed"
     if status == "complete":
         pass
     elif status == "failed":
@@ -61,10 +62,30 @@ def _load(job, cache: dict, problem):
             f"recompute it with: snakemake --cores N --forcerun {manifest_of_store(job.store)}"
         )
     if len(cache) > 8:  # keep memory bounded: rows are visited in order, partners are the next row
-        for key in list(cache)[:4]:
+        for key in [k for k in cache if k != "recomputed"][:4]:
             cache.pop(key)
     cache[job.id] = traj
     return traj
+
+
+def _recompute(job, problem, exc):
+    """The trajectory of a run whose store was found damaged (``exc``: naming the store and the array, the store
+    set aside), computed again into its store (``runner.solve_job``); None if the run fails (its marker written).
+    One line on the study's aggregate log (and the terminal) says so."""
+    import logging
+    import sys
+
+    from .runner import solve_job
+    from .storage import load_trajectory
+
+    array = f"array {exc.array}: " if exc.array else ""
+    aside = f"; set aside as {exc.aside}" if getattr(exc, "aside", None) else ""
+    line = f"damaged store {exc.store}: {array}{exc.what}{aside}; recomputing run {job.id} now"
+    log = logging.getLogger(f"hbvm.aggregate.{job.study}")
+    log.warning(line) if log.handlers else print(f"hbvm: study {job.study}: {line}", file=sys.stderr, flush=True)
+    if solve_job(job)["status"] != "ok":
+        return None
+    return load_trajectory(job.store, problem, job_hash=job.hash)
 
 
 def study_rows(study: Study, workers: int = 1) -> list[dict]:
@@ -151,6 +172,8 @@ def _block_rows(study: Study, spec, inst) -> list[dict]:
             row["mean_iterations"] = float(traj.attrs.get("mean_iterations", math.nan))
             row["wall_s"] = float(traj.attrs.get("wall_s", math.nan))
         rows.append(row)
+    if rows and cache.get("recomputed"):  # runs recomputed here: their manifest entries are refreshed (aggregate)
+        rows[0]["_recomputed"] = list(cache["recomputed"])
     h = [row["h"] for row in rows]
     for rate, e in RATES.items():
         rs = rates(h, [row.get(e, math.nan) for row in rows])
@@ -514,6 +537,35 @@ def html_table(study: Study, rows: list[dict]) -> str:
     return "".join(parts)
 
 
+def refresh_manifest(study: Study, runs: list[str]) -> None:
+    """Record in the study's manifest the file signature of the ``runs`` recomputed by the aggregation (their
+    stores were found damaged), so that the next parse does not take them for changed stores."""
+    if not runs:
+        return
+    from .layout import manifest_path
+    from .storage import file_signature, read_failure
+
+    path = manifest_path(study.results, study.name)
+    try:
+        with open(path) as fh:
+            manifest = json.load(fh)
+    except (OSError, ValueError):
+        return
+    for entry in manifest.get("jobs", []):
+        if entry.get("id") in runs:
+            job = study.jobs[entry["id"]]
+            if read_failure(job.store) is not None and not os.path.exists(job.store):
+                entry.update(status="failed", error=(read_failure(job.store) or {}).get("error"))
+                entry.pop("stat", None)
+            else:
+                entry["stat"] = file_signature(job.store)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(manifest, fh, indent=1)
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
 def aggregate(
     study: Study,
     out_zarr: str,
@@ -530,6 +582,7 @@ def aggregate(
     from .storage import write_dataset
 
     rows = study_rows(study, workers)
+    refresh_manifest(study, [run for row in rows for run in row.get("_recomputed", ())])
     write_dataset(errors_dataset(study, rows), out_zarr, tmp_dir=tmp_dir(study.results, study.name))
     grid = tuple(study.grid)  # one column per grid key, only in a study with a grid
     write_csv(rows, out_csv, COLUMNS + EXTRA + grid)

@@ -6,9 +6,12 @@ A store is a run store (a file ``*.zarr.zip``) or a folder ``*.zarr`` with a
 ``zarr.json`` (errors.zarr, and run stores of older versions); a study's
 ``.tmp`` folder is skipped. Each is checked against the integrity record of its
 attrs (every chunk present with its size) and then read in full, so a chunk
-that fails its CRC-32C (or the zip's CRC-32) checksum is found too. One line per
-damaged store (path, array, what), then a summary line; exit status 1 if any
-store is damaged, 2 if a folder does not exist.
+that fails its CRC-32C (or the zip's CRC-32) checksum is found too. Each study's
+manifest (``solve.json``, in a folder given or one level below it) is read as
+well: a run it lists as done whose store is gone is missing. One line per
+damaged or missing store (path, array, what), then a summary line with the count
+of each; exit status 1 if any store is damaged or missing, 2 if a folder does not
+exist.
 """
 
 from __future__ import annotations
@@ -16,8 +19,11 @@ from __future__ import annotations
 import os
 import sys
 
-from .layout import STORE_SUFFIX
-from .storage import TMP_DIR, StoreError, damage, read_arrays, read_attrs
+from .layout import STORE_SUFFIX, manifest_path
+from .storage import TMP_DIR, corruption
+
+#: the name of a study's manifest (``layout.manifest_path``)
+MANIFEST = os.path.basename(manifest_path("results", "study"))
 
 
 def find_stores(folder: str) -> list[str]:
@@ -40,26 +46,47 @@ def find_stores(folder: str) -> list[str]:
 
 def check_store(path: str) -> tuple[str | None, str] | None:
     """(array, what) for the first problem of the store at ``path``, None when it is intact (reads it all)."""
-    attrs = read_attrs(path)
-    if attrs is None:
-        return None, "no readable zarr.json (not a store, or a damaged one)"
-    found = damage(path, attrs)
-    if found is not None:
-        return found
+    return corruption(path)
+
+
+def manifests(folder: str) -> list[str]:
+    """The study manifests (solve.json) of ``folder``: its own (a study's folder) or those of its studies."""
+    if os.path.isfile(os.path.join(folder, MANIFEST)):
+        return [os.path.join(folder, MANIFEST)]
     try:
-        read_arrays(path, list(attrs["chunks"]))
-    except StoreError as exc:
-        return exc.array, exc.what
-    return None
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    return [p for n in names if os.path.isfile(p := os.path.join(folder, n, MANIFEST))]
+
+
+def missing_stores(manifest: str) -> list[tuple[str, str]]:
+    """(store, run id) of each run the manifest lists as done (status ok) whose store is not there."""
+    import json
+
+    try:
+        with open(manifest) as fh:
+            jobs = json.load(fh)["jobs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return [(manifest, "(the manifest itself is unreadable)")]
+    base = os.path.dirname(manifest)
+    out = []
+    for job in jobs:
+        store = os.path.join(base, job.get("store", ""))
+        if job.get("status") == "ok" and not os.path.lexists(store):
+            out.append((store, str(job.get("id"))))
+    return out
 
 
 def verify(folders: list[str], out=None) -> int:
-    """Check every store under ``folders``; print one line per damaged store and a summary. Returns the exit status."""
+    """Check every store under ``folders`` and every run their manifests list; print one line per damaged or
+    missing store and a summary. Returns the exit status."""
     out = out or sys.stdout
-    missing = [f for f in folders if not os.path.exists(f)]
-    for f in missing:
+    absent = [f for f in folders if not os.path.exists(f)]
+    for f in absent:
         print(f"{f}: no such folder", file=out)
-    stores = [s for f in folders if f not in missing for s in find_stores(f)]
+    present = [f for f in folders if f not in absent]
+    stores = [s for f in present for s in find_stores(f)]
     damaged = 0
     for store in stores:
         found = check_store(store)
@@ -67,7 +94,15 @@ def verify(folders: list[str], out=None) -> int:
             damaged += 1
             array, what = found
             print(f"{store}: {f'array {array}: ' if array else ''}{what}", file=out)
-    print(f"verified {len(stores)} store(s) in {len(folders) - len(missing)} folder(s): {damaged} damaged", file=out)
-    if damaged:
+    missing = 0
+    for manifest in sorted({m for f in present for m in manifests(f)}):
+        for store, run in missing_stores(manifest):
+            missing += 1
+            print(f"{store}: missing (run {run} of {manifest})", file=out)
+    print(
+        f"verified {len(stores)} store(s) in {len(present)} folder(s): {damaged} damaged, {missing} missing",
+        file=out,
+    )
+    if damaged or missing:
         return 1
-    return 2 if missing else 0
+    return 2 if absent else 0

@@ -31,6 +31,8 @@ from itertools import product
 
 import numpy as np
 
+from hbvm_core.errors import HBVMError
+
 #: the codec chain of every array (Zarr v3 metadata)
 CODECS = [
     {"name": "bytes", "configuration": {"endian": "little"}},
@@ -43,12 +45,15 @@ NUMPY = {v: np.dtype(k).newbyteorder("<") for k, v in DTYPES.items()}
 EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
-class ZipStoreError(RuntimeError):
+class ZipStoreError(HBVMError, RuntimeError):
     """(array, what): a zip store that cannot be read as hbvm wrote it."""
 
     def __init__(self, array: str | None, what: str):
         self.array, self.what = array, what
         super().__init__(f"{f'array {array}: ' if array else ''}{what}")
+
+    def __reduce__(self):
+        return type(self), (self.array, self.what)
 
 
 @functools.cache
@@ -179,7 +184,11 @@ class ZipStoreWriter:
         self.zip.close()
 
     def abort(self) -> None:
-        self.zip.close()
+        """Close the unfinished zip; what it cannot write (a full disk) is dropped, the file is closed."""
+        try:
+            self.zip.close()
+        except OSError:
+            pass
 
 
 def is_zip_store(path: str) -> bool:

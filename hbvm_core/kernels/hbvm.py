@@ -30,6 +30,8 @@ problem and solver (measured: ``runner.specialise_ks``).
 import numpy as np
 from numba import njit
 
+from hbvm_core.kernels.rules import DIVERGED, NO_CONVERGENCE, NON_FINITE_STATE, OK, SINGULAR, converged  # noqa: F401
+
 CACHE = True  # the generator writes False for callbacks that cannot be imported by name
 # Bound by the generated module: the problem's compiled callbacks, and compile-time constants (numba freezes
 # globals) -- m, nu, whether M != I, and the solver -- so the small loops unroll and unused code is pruned.
@@ -42,8 +44,7 @@ S_SIZE = 0
 HAS_M = False
 SOLVER = 0
 
-# status codes of run_chunk (hbvm_core.kernels.runner turns them into errors), solver and warm-start codes
-OK, NO_CONVERGENCE, DIVERGED, SINGULAR, NON_FINITE_STATE = 0, 1, 2, 3, 4
+# solver and warm-start codes (the status codes of run_chunk and the stopping rule: kernels/rules.py)
 FIXED_POINT, BLENDED = 0, 1
 EXTRAPOLATE, PREVIOUS, P0 = 0, 1, 2
 CBRT_EPS = 6.055454452393343e-06  # eps^(1/3): the central-difference step of the Newton matrix
@@ -547,7 +548,8 @@ def run_chunk(
                 for j in range(s):
                     for a in range(m):
                         gamma[j, a] = new[j, a]
-                if d <= rtol * scale or (d <= stall * scale and d >= d_prev):
+                done = converged(d, d_prev, scale, rtol, stall)
+                if done:
                     status, it = OK, sweep
                     break
                 d_prev = d
@@ -570,7 +572,8 @@ def run_chunk(
                     break
                 for r in range(nu):
                     lam[r] += lam_new[r]
-                if d <= rtol * scale or (d <= stall * scale and d >= d_prev):
+                done = converged(d, d_prev, scale, rtol, stall)
+                if done:
                     status, it = OK, newton
                     break
                 d_prev = d

@@ -15,12 +15,12 @@ instead of numpy's matmul/solve keep the compile time to seconds.
 import numpy as np
 from numba import njit
 
+from hbvm_core.kernels.rules import DIVERGED, NO_CONVERGENCE, NON_FINITE_STATE, OK, SINGULAR, converged  # noqa: F401
+
 CACHE = True  # the generator writes False for callbacks that cannot be imported by name
 # bound by the generated module: the problem's compiled callbacks (inlined copies, and the originals)
 grad_U = grad_U_original = None
 G = G_original = None
-
-OK, NO_CONVERGENCE, DIVERGED, SINGULAR, NON_FINITE_STATE = 0, 1, 2, 3, 4
 
 
 @njit(cache=CACHE)
@@ -212,7 +212,8 @@ def run_chunk(
             if not np.isfinite(d):
                 info[0], info[1], info[2], info[3] = DIVERGED, n, it, d
                 return DIVERGED
-            if d <= rtol * big or (d <= stall * big and d >= d_prev):
+            stop = converged(d, d_prev, big, rtol, stall)
+            if stop:
                 done = True
                 break
             d_prev = d

@@ -23,6 +23,8 @@ the Stormer-Verlet step. The helpers are ``@inline_source`` (pasted into
 import numpy as np
 from numba import njit
 
+from hbvm_core.kernels.rules import DIVERGED, NO_CONVERGENCE, NON_FINITE_STATE, OK, SINGULAR, converged  # noqa: F401
+
 CACHE = True  # the generator writes False for callbacks that cannot be imported by name
 # bound by the generated module: the problem's compiled callbacks (inlined copies, and the originals)
 grad_U = grad_U_original = None
@@ -31,8 +33,6 @@ g = g_original = None
 M_SIZE = 0
 NU_SIZE = 0
 HAS_M = False
-
-OK, NO_CONVERGENCE, DIVERGED, SINGULAR, NON_FINITE_STATE = 0, 1, 2, 3, 4
 
 
 def inline_source(f):
@@ -172,7 +172,8 @@ def _newton(h, lam, rtol, stall, max_iter, P, Q1, MG0, G1, gval, J, dlam, qfree,
         if not np.isfinite(d):
             status, it = DIVERGED, newton
             break
-        if d <= rtol * scale or (d <= stall * scale and d >= d_prev):
+        done = converged(d, d_prev, scale, rtol, stall)
+        if done:
             status, it = OK, newton
             break
         d_prev = d

@@ -50,6 +50,8 @@ from .spec import Kernels, kernel
 
 #: template name -> its file; the generated module of template T is <cache>/T_kernel_<hash>.py
 TEMPLATES = {name: Path(__file__).with_name(f"{name}.py") for name in ("hbvm", "polynomial", "rattle")}
+#: the rules every template shares (the stopping rule, the status codes), pasted into each
+RULES = Path(__file__).with_name("rules.py")
 #: the callbacks a template's generated module binds (the RATTLE loop also evaluates the constraint g)
 CALLBACKS = {"hbvm": ("grad_U", "G"), "polynomial": ("grad_U", "G"), "rattle": ("grad_U", "G", "g")}
 #: what stands in for a missing callback of an unconstrained problem (nu = 0)
@@ -92,8 +94,9 @@ def inline_copy(f):
     return njit(inline="always", **options)(f.py_func)
 
 
-def expand_inline(source: str) -> str:
-    """Paste the template's ``@inline_source`` helpers into their call sites (a macro expansion).
+def expand_inline(source: str, shared: str = "") -> str:
+    """Paste the template's ``@inline_source`` helpers, and those of ``shared`` (the source of ``rules.py``,
+    the rules every template shares), into their call sites (a macro expansion).
 
     A helper is a plain function whose only ``return`` is its last statement; a call site is a line
     ``name(args)`` or ``targets = name(args)``. The call becomes the helper's body with each parameter
@@ -103,9 +106,21 @@ def expand_inline(source: str) -> str:
     numba then compiles one function with no array passed to a call (the reference counting of
     array arguments made a helper-structured loop 3-10x slower, benchmarks/README.md).
     """
+    macros: dict[str, tuple[list[str], str, str | None]] = {}
+    if shared:
+        _macros(shared, macros)
+    lines = source.splitlines()
+    for start, stop in sorted(_macros(source, macros), reverse=True):
+        del lines[start:stop]
+    if not macros:
+        return "\n".join(lines) + "\n"
+    return _expand(lines, macros)
+
+
+def _macros(source: str, macros: dict) -> list[tuple[int, int]]:
+    """Collect the ``@inline_source`` helpers of ``source`` into ``macros``; returns the line ranges to drop."""
     tree = ast.parse(source)
     lines = source.splitlines()
-    macros: dict[str, tuple[list[str], str, str | None]] = {}
     drop: list[tuple[int, int]] = []
     for node in tree.body:
         if not isinstance(node, ast.FunctionDef):
@@ -129,10 +144,10 @@ def expand_inline(source: str) -> str:
         text = textwrap.dedent("\n".join(lines[body[0].lineno - 1 : end])) if body else "pass"
         macros[node.name] = ([a.arg for a in node.args.args], text, result)
         drop.append((min(d.lineno for d in node.decorator_list) - 1, node.end_lineno))
-    for start, stop in sorted(drop, reverse=True):
-        del lines[start:stop]
-    if not macros:
-        return "\n".join(lines) + "\n"
+    return drop
+
+
+def _expand(lines: list[str], macros: dict) -> str:
     call = re.compile(rf"^(\s*)(?:([\w, ]+?) = )?({'|'.join(macros)})\((.*)\)\s*(#.*)?$")
     for _ in range(8):
         out, changed = [], False
@@ -260,7 +275,7 @@ def _loop_module(template: str, kernels: Kernels, constants: dict) -> types.Modu
         callbacks[name] = resolve_callback(name, f)
     import numba
 
-    source = expand_inline(TEMPLATES[template].read_text())
+    source = expand_inline(TEMPLATES[template].read_text(), RULES.read_text())
     digest = hashlib.sha256(source.encode())
     digest.update(numba.__version__.encode())
     for key, (f, name) in callbacks.items():

@@ -19,20 +19,21 @@ import os
 import numpy as np
 
 from ..blended import initial_multiplier
-from ..errors import ConvergenceError, NonFiniteError, ProblemError
+from ..errors import ConvergenceError, ProblemError
 from ..integrate import buffer_rows
 from ..legendre import shifted_legendre, tableau
 from ..problem import Problem
 from .registry import loop_module, note_compiled
+from .rules import DIVERGED, NO_CONVERGENCE, NON_FINITE_STATE, SINGULAR
 
 SOLVER_CODES = {"fixed-point": 0, "blended": 1}
 WARM_CODES = {"extrapolate": 0, "previous": 1, "p0": 2}
-#: run_chunk's status codes (both templates) -> the ConvergenceError's reason
+#: run_chunk's status codes (``rules``) -> the ConvergenceError's reason, as the numpy steppers word it
 REASONS = {
-    1: "no convergence",
-    2: "non-finite increment (diverged)",
-    3: "singular multiplier system (Singular matrix)",
-    4: "non-finite state after the step",
+    NO_CONVERGENCE: "no convergence",
+    DIVERGED: "non-finite increment (diverged)",
+    SINGULAR: "singular multiplier system (Singular matrix)",
+    NON_FINITE_STATE: "non-finite state after the step",
 }
 
 
@@ -146,18 +147,14 @@ class LoopRunner:
     def _error(info: np.ndarray, h: float, reasons: dict[int, str] = REASONS) -> ConvergenceError:
         """The ConvergenceError of a failed run_chunk (info = [status, step, iterations, increment])."""
         status, n, it, d = int(info[0]), int(info[1]), int(info[2]), float(info[3])
-        if status == 3:
+        if status == SINGULAR:
             it, d = 0, float("nan")
         return ConvergenceError(n, n * h, d, it, reasons[status])
 
     @staticmethod
     def _name_non_finite(problem: Problem, Q: np.ndarray, n: int, h: float) -> None:
         """NonFiniteError naming the callback that returns NaN/inf at the points Q, as the numpy stepper does."""
-        if np.all(np.isfinite(Q)):
-            try:
-                problem.check_finite(Q)
-            except NonFiniteError as exc:
-                raise NonFiniteError(f"{exc} at step {n} (t = {n * h:.6g})") from None
+        problem.check_finite(Q, n, n * h)
 
 
 def check_callbacks(problem: Problem, module, params: np.ndarray) -> None:
@@ -238,10 +235,10 @@ class PolynomialRunner(LoopRunner):
 
 #: the RATTLE loop's status codes -> the reasons ``RattleStepper.step`` gives
 RATTLE_REASONS = {
-    1: "Newton on the position constraint did not converge",
-    2: "non-finite Newton increment (diverged)",
-    3: "singular Newton matrix (Singular matrix)",
-    4: "non-finite state after the step",
+    NO_CONVERGENCE: "Newton on the position constraint did not converge",
+    DIVERGED: "non-finite Newton increment (diverged)",
+    SINGULAR: "singular Newton matrix (Singular matrix)",
+    NON_FINITE_STATE: "non-finite state after the step",
 }
 
 

@@ -8,7 +8,7 @@ stabilized index-2 DAE.
 """
 
 from ..errors import ConfigError, did_you_mean
-from .base import METHODS, Method, method_label
+from .base import METHODS, EntryKey, Method, method_label
 from .hbvm import HBVM, HBVMBase, HBVMStepper
 from .ida import IDA
 from .index_reduced import DOP853
@@ -28,6 +28,7 @@ METHODS.update(
 __all__ = [
     "DOP853",
     "IDA",
+    "EntryKey",
     "HBVM",
     "METHODS",
     "RATTLE",
@@ -36,8 +37,39 @@ __all__ = [
     "Method",
     "PolynomialHBVM",
     "from_spec",
+    "load_method_modules",
+    "method_class",
     "method_label",
+    "registered",
 ]
+
+
+def method_class(entry: dict) -> type[Method] | None:
+    """The registered class of a method entry (its ``method``, default hbvm), or None for an unknown one."""
+    kind = entry.get("method", "hbvm") if isinstance(entry, dict) else None
+    return METHODS.get(kind) if isinstance(kind, str) else None
+
+
+def registered() -> list[type[Method]]:
+    """Every concrete method class an entry can build (HBVM: one per multiplier), in registry order."""
+    return [variant for cls in METHODS.values() for variant in cls.variants()]
+
+
+def load_method_modules(names) -> list[str]:
+    """Import the modules named (``module.path``) so that each registers its methods in ``METHODS``.
+
+    ConfigError (naming the module) for one that is not a module name or fails to import. Returns the names
+    of the modules imported."""
+    import importlib
+
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) and n for n in names):
+        raise ConfigError(f"method_modules = {names!r}: expected a list of module names (package.module)")
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - whatever the module raised, named on one line
+            raise ConfigError(f"method_modules: importing {name!r} raised {type(exc).__name__}: {exc}") from None
+    return list(names)
 
 
 def from_spec(spec: dict) -> Method:
@@ -51,9 +83,9 @@ def from_spec(spec: dict) -> Method:
     """
     if not isinstance(spec, dict):
         raise ConfigError(f"method entry {spec!r}: expected a mapping such as {{k: 6, s: 2}}")
+    cls = method_class(spec)
     spec = dict(spec)
     kind = spec.pop("method", "hbvm")
-    cls = METHODS.get(kind) if isinstance(kind, str) else None
     if cls is None:
         names = list(METHODS)
         hint = did_you_mean(kind, names)

@@ -5,13 +5,28 @@ A method is a small immutable object: a display ``name``, a file-name safe
 (the numpy reference, one step at a time) and ``compiled_runner(problem)`` (a
 compiled time loop, or None). ``from_entry`` builds one from a study's method
 entry (a mapping without its ``method`` key) and owns that entry's checks.
-Adding a method: one module with a ``Method`` subclass, and one line in
-``hbvm_core.methods.METHODS``.
+
+Each class also declares itself, for the workflow and the tests to read:
+
+- ``ENTRY_KEYS``: its entry keys with their types and defaults (the config schema's
+  method entry is built from them, ``hbvm_workflow.schema``);
+- ``NEEDS``, ``COMPILED_NEEDS``: what it needs from a problem (``check_problem``,
+  ``has_compiled``);
+- ``STEP_SECONDS``, ``work_units``: its cost model (``hbvm_workflow.study.Job``);
+- ``orders`` and ``conserves``: its claims, checked by one test over every
+  registered method (tests/verification/test_claims.py) and tabled in
+  docs/baselines.md (``hbvm_core.methods.table``);
+- ``EXAMPLES``, ``SUMMARY``: entries that show it and one line on what it is.
+
+Adding a method: one module with a ``Method`` subclass, and one line in the
+``hbvm_core.methods.METHODS`` registry (from any module: a study loads a module
+outside this package by the config's ``method_modules``).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..errors import ConfigError
@@ -29,6 +44,27 @@ def only_keys(entry: dict, allowed: set, what: str) -> None:
         raise ConfigError(f"method entry {entry_text(entry)}: unknown key {unknown[0]!r} for {what}")
 
 
+@dataclass(frozen=True)
+class EntryKey:
+    """One key of a method entry: its JSON-schema type, its default (``None``: required, or none) and what it is."""
+
+    type: dict = field(default_factory=dict)
+    default: Any = None
+    doc: str = ""
+
+    def schema(self) -> dict:
+        """The key's fragment of the config schema (the default is described, not filled in: the entry stays
+        as written, and so do its label and hash)."""
+        doc = self.doc + (f" (default {self.default})" if self.default is not None else "")
+        return {**({"description": doc} if doc else {}), **self.type}
+
+
+#: the JSON-schema types of the keys the built-in methods share
+POSITIVE = {"$ref": "#/$defs/positive"}
+BOOLEAN = {"type": "boolean"}
+QUANTITIES = ("H", "g", "hidden")
+
+
 class Method(ABC):
     """The interface of an integration method (HBVM, RATTLE, DOP853, ...)."""
 
@@ -36,6 +72,25 @@ class Method(ABC):
     kind: ClassVar[str]
     #: Entry keys that ``label_parts`` spells out (never repeated as ``key-value`` in a label).
     LABEL_KEYS: ClassVar[tuple[str, ...]] = ()
+    #: The keys its entry takes besides ``method`` (the schema's method entry is their union over ``METHODS``).
+    ENTRY_KEYS: ClassVar[dict[str, EntryKey]] = {}
+    #: What it needs from a problem with constraints (nu > 0): "d2g" (for lambda(q, p) of docs/method.md 1).
+    NEEDS: ClassVar[frozenset[str]] = frozenset()
+    #: The compiled callbacks (``Problem.kernels``) its compiled loop needs besides grad_U where nu > 0
+    #: ("G", "g"); None: it has no compiled loop.
+    COMPILED_NEEDS: ClassVar[frozenset[str] | None] = None
+    #: The cost model: seconds per step and work unit (``work_units``) of its compiled loop (None: none
+    #: estimated) and of the numpy path, on one core (``hbvm_workflow.study.Job.estimated_seconds``).
+    STEP_SECONDS: ClassVar[tuple[float | None, float]] = (None, 1e-4)
+    #: Its claims: the orders in h of the global errors of q, p and lambda (None: the error follows a
+    #: tolerance, not h). A class whose orders depend on its parameters makes this a property.
+    orders: ClassVar[dict[str, float | None]] = {"q": None, "p": None, "lam": None}
+    #: Its claims: what it keeps at round-off over a run, of QUANTITIES: H, g, the hidden constraint
+    #: G^T M^{-1} p (for H and g: where the quadrature of the step is exact, docs/method.md 3).
+    conserves: ClassVar[frozenset[str]] = frozenset()
+    #: Entries that show the method (docs/baselines.md's table, the claims test), and one line on what it is.
+    EXAMPLES: ClassVar[tuple[dict, ...]] = ()
+    SUMMARY: ClassVar[str] = ""
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -45,10 +100,7 @@ class Method(ABC):
     def __repr__(self) -> str:
         """One line: the display name, the label and the entry that rebuilds it (``from_spec``)."""
         try:
-            entry, label = (
-                entry_text(self.entry() if callable(getattr(self, "entry", None)) else self.spec()),
-                self.label(),
-            )
+            entry, label = entry_text(self.entry()), self.label()
         except Exception:  # a half-built method (in an error message) still prints
             return f"<hbvm_core method {type(self).__name__}>"
         return f"<hbvm_core.{type(self).__name__}> {self.name}, label {label}, entry {entry}"
@@ -63,8 +115,8 @@ class Method(ABC):
         """What identifies the method in a trajectory's metadata."""
 
     @abstractmethod
-    def spec(self) -> dict[str, Any]:
-        """The canonical method entry of this method (defaults left out): ``from_spec(m.spec())`` rebuilds it."""
+    def entry(self) -> dict[str, Any]:
+        """The canonical method entry of this method (defaults left out): ``from_spec(m.entry())`` rebuilds it."""
 
     @abstractmethod
     def stepper(self, problem):
@@ -75,14 +127,41 @@ class Method(ABC):
         return None
 
     def label(self) -> str:
-        """The stable, file-name safe label of ``spec()`` (``method_label``)."""
-        return method_label(self.spec())
+        """The stable, file-name safe label of ``entry()`` (``method_label``)."""
+        return method_label(self.entry())
 
     @classmethod
     def from_entry(cls, entry: dict) -> Method:
         """Build from a method entry without its ``method`` key; ConfigError for a key it does not take."""
-        only_keys(entry, set(), cls.__name__)
+        only_keys(entry, set(cls.ENTRY_KEYS), cls.__name__)
         return cls(**entry)
+
+    @classmethod
+    def variants(cls) -> tuple[type[Method], ...]:
+        """The concrete classes an entry of this kind builds (HBVM: one per multiplier)."""
+        return (cls,)
+
+    @classmethod
+    def work_units(cls, entry: dict) -> int:
+        """The work of one step in the units of ``STEP_SECONDS`` (HBVM: its k quadrature nodes)."""
+        return 1
+
+    @property
+    def summary(self) -> str:
+        """One line on what this method is (``SUMMARY``; a class whose options change it overrides this)."""
+        return self.SUMMARY
+
+    def check_problem(self, problem) -> None:
+        """ConfigError naming what ``NEEDS`` asks of a constrained problem and ``problem`` lacks."""
+        if problem.nu and "d2g" in self.NEEDS and problem.d2g is None:
+            raise ConfigError(f"method = {self.kind}: problem {problem.name} has no d2g, needed for lambda(q, p)")
+
+    def has_compiled(self, problem) -> bool:
+        """Whether ``problem`` has the compiled callbacks (``COMPILED_NEEDS``) of this method's compiled loop."""
+        kernels = problem.kernels
+        if self.COMPILED_NEEDS is None or kernels is None:
+            return False
+        return problem.nu == 0 or all(getattr(kernels, key, None) is not None for key in self.COMPILED_NEEDS)
 
     @classmethod
     def label_parts(cls, entry: dict) -> list[str]:

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..problem import Problem
-from .base import Method, only_keys
+from .base import POSITIVE, EntryKey, Method, only_keys
 
 
 def check_tolerance(key: str, value, solver: str) -> float:
@@ -37,8 +37,12 @@ class ContinuousMethod(Method):
 
     #: the solver's display name (DOP853, IDA)
     SOLVER: ClassVar[str]
-    #: the entry keys it takes (besides ``method``)
-    OPTIONS: ClassVar[frozenset[str]] = frozenset({"rtol", "atol"})
+    ENTRY_KEYS: ClassVar[dict[str, EntryKey]] = {
+        "rtol": EntryKey(POSITIVE, 1e-8, "relative tolerance"),
+        "atol": EntryKey(POSITIVE, None, "absolute tolerance (default rtol)"),
+    }
+    #: lambda(q, p) of docs/method.md 1 (the reported multiplier, and DOP853's right-hand side)
+    NEEDS: ClassVar[frozenset[str]] = frozenset({"d2g"})
 
     rtol: float
     atol: float | None
@@ -65,7 +69,7 @@ class ContinuousMethod(Method):
         rtol, atol = self.tolerances
         return {"method": self.kind, "rtol": rtol, "atol": atol}
 
-    def spec(self) -> dict:
+    def entry(self) -> dict:
         entry = {"method": self.kind, "rtol": self.rtol}
         if self.atol is not None:
             entry["atol"] = self.atol
@@ -73,13 +77,12 @@ class ContinuousMethod(Method):
 
     @classmethod
     def from_entry(cls, entry: dict) -> ContinuousMethod:
-        only_keys(entry, set(cls.OPTIONS), cls.SOLVER)
+        only_keys(entry, set(cls.ENTRY_KEYS), cls.SOLVER)
         return cls(**entry)
 
     def stepper(self, problem: Problem, *args):
         """The per-problem stepper (``make_stepper``); ConfigError without the d2g that lambda(q, p) needs."""
-        if problem.nu and problem.d2g is None:
-            raise ConfigError(f"method = {self.kind}: problem {problem.name} has no d2g, needed for lambda(q, p)")
+        self.check_problem(problem)
         return self.make_stepper(problem, *args)
 
     def make_stepper(self, problem: Problem, *args):

@@ -11,11 +11,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..errors import ConfigError, ConvergenceError, NonFiniteError
+from ..errors import ConfigError, ConvergenceError
 from ..legendre import Tableau, tableau
 from ..problem import Problem
 from ..solvers import StoppingRule, fixed_point
-from .base import Method, entry_text, only_keys
+from .base import BOOLEAN, EntryKey, Method, entry_text, only_keys
 
 SOLVERS = ("fixed-point", "blended")
 WARM_STARTS = ("extrapolate", "previous", "p0")
@@ -30,6 +30,20 @@ class HBVMBase(Method):
     #: multiplier name -> variant class, filled in by the subclasses
     VARIANTS: ClassVar[dict[str, type[HBVMBase]]] = {}
     multiplier: ClassVar[str]
+    #: the keys of an ``hbvm`` entry, of every variant (each variant checks which it takes)
+    ENTRY_KEYS: ClassVar[dict[str, EntryKey]] = {
+        "k": EntryKey({"type": "integer", "minimum": 1}, doc="Gauss nodes of the quadrature, k >= s"),
+        "s": EntryKey({"type": "integer", "minimum": 1}, doc="degree of the polynomial approximation"),
+        "solver": EntryKey({"enum": list(SOLVERS)}, "fixed-point", "the study's solver otherwise"),
+        "warm_start": EntryKey({"enum": list(WARM_STARTS)}, "extrapolate"),
+        "multiplier": EntryKey({"enum": ["constant", "polynomial"]}, "constant"),
+        "projection": EntryKey(BOOLEAN, False, "multiplier: polynomial only"),
+    }
+    NEEDS: ClassVar[frozenset[str]] = frozenset()
+    COMPILED_NEEDS: ClassVar[frozenset[str] | None] = frozenset()
+    #: about a microsecond per step and quadrature node compiled (benchmarks/README.md: 0.63 us for
+    #: HBVM(2,2), 5.2 us for HBVM(6,2)), a hundred times more on the numpy path
+    STEP_SECONDS: ClassVar[tuple[float | None, float]] = (1e-6, 1e-4)
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -41,6 +55,14 @@ class HBVMBase(Method):
         self._check_options()
         if self.warm_start not in WARM_STARTS:
             raise ConfigError(f"warm_start = {self.warm_start!r}: expected one of {', '.join(WARM_STARTS)}")
+
+    @classmethod
+    def variants(cls) -> tuple[type[Method], ...]:
+        return tuple(HBVMBase.VARIANTS.values()) if cls is HBVMBase else (cls,)
+
+    @classmethod
+    def work_units(cls, entry: dict) -> int:
+        return max(1, int(entry.get("k", 1)))
 
     def _check_options(self) -> None:
         """The variant's own settings (solver, projection)."""
@@ -72,7 +94,7 @@ class HBVMBase(Method):
             "max_iter": self.rule.max_iter,
         }
 
-    def spec(self) -> dict:
+    def entry(self) -> dict:
         entry = {"method": "hbvm", "k": self.k, "s": self.s}
         if self.multiplier != "constant":
             entry["multiplier"] = self.multiplier
@@ -137,12 +159,33 @@ class HBVM(HBVMBase):
     """
 
     multiplier: ClassVar[str] = "constant"
+    #: H and g where U and g are polynomials of degree <= 2k/s (docs/method.md 3)
+    conserves: ClassVar[frozenset[str]] = frozenset({"H", "g"})
+    EXAMPLES: ClassVar[tuple[dict, ...]] = ({"k": 6, "s": 2}, {"k": 6, "s": 2, "solver": "blended"})
+    SUMMARY: ClassVar[str] = (
+        "HBVM(k,s) with a constant multiplier per step ([method.md](method.md) section 3); with a constant "
+        "exact multiplier (the conical pendulum) order 2s in q and p"
+    )
 
     k: int
     s: int
     solver: str = "fixed-point"
     warm_start: str = "extrapolate"
     rule: StoppingRule = field(default_factory=StoppingRule)
+
+    @property
+    def orders(self) -> dict[str, float | None]:
+        """Order 2 in q and p, 1 in lambda, with a varying multiplier (docs/method.md 3)."""
+        return {"q": 2, "p": 2, "lam": 1}
+
+    @property
+    def summary(self) -> str:
+        if self.solver == "blended":
+            return (
+                "the same with the simplified-Newton (blended) iteration (method.md section 3): the same "
+                "trajectory to round-off"
+            )
+        return self.SUMMARY
 
     def _check_options(self) -> None:
         if self.solver not in SOLVERS:
@@ -162,7 +205,7 @@ class HBVM(HBVMBase):
 
     def compiled_runner(self, problem: Problem):
         """The compiled (numba) time loop when the problem has ``kernels``, else None (hbvm_core.kernels)."""
-        if problem.kernels is None:
+        if not self.has_compiled(problem):
             return None
         from ..kernels.runner import CompiledRunner
 
@@ -240,9 +283,4 @@ class HBVMStepper:
 
     def _name_non_finite(self, q0, h, gamma, n: int, t: float) -> None:
         """After a failed iteration: raise NonFiniteError if a callback returned NaN/inf at the stages."""
-        Q = q0 + h * (self.tab.Ihat @ gamma)
-        if np.all(np.isfinite(Q)):
-            try:
-                self.problem.check_finite(Q)
-            except NonFiniteError as exc:
-                raise NonFiniteError(f"{exc} at step {n} (t = {t:.6g})") from None
+        self.problem.check_finite(q0 + h * (self.tab.Ihat @ gamma), n, t)

@@ -63,14 +63,22 @@ class IDA(ContinuousMethod):
 
     kind: ClassVar[str] = "ida"
     SOLVER: ClassVar[str] = "IDA"
+    #: the residual over the compiled callbacks (``compiled_runner``); its cost is the numpy path's
+    COMPILED_NEEDS: ClassVar[frozenset[str] | None] = frozenset({"G", "g"})
+    EXAMPLES: ClassVar[tuple[dict, ...]] = ({"method": "ida", "rtol": 1e-8, "atol": 1e-8},)
+    SUMMARY: ClassVar[str] = (
+        "the stabilized index-2 (Gear-Gupta-Leimkuhler) DAE q' = M^-1 p - G mu, p' = -grad U - G lambda, g = 0, "
+        "G^T M^-1 p = 0 by SUNDIALS IDA (scikit-sundae) at that tolerance (atol defaults to rtol): the standard "
+        "DAE solver; consistent start (lambda = lambda(q0, p0), mu = 0), lambda and mu algebraic and out of the "
+        "error test; the study's h is the output step; g holds to about rtol, not round-off"
+    )
 
     def make_stepper(self, problem: Problem, callbacks: CompiledCallbacks | None = None) -> IDAStepper:
         return IDAStepper(self, problem, callbacks)
 
     def compiled_runner(self, problem: Problem):
         """The time loop with a residual over the problem's compiled grad_U, G and g, or None without them."""
-        kernels = problem.kernels
-        if kernels is None or (problem.nu > 0 and (kernels.G is None or getattr(kernels, "g", None) is None)):
+        if not self.has_compiled(problem):
             return None
         return IDARunner(self, problem)
 

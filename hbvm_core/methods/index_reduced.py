@@ -27,6 +27,7 @@ from ..errors import ConfigError, ConvergenceError
 from ..problem import Problem
 from ..solvers import StoppingRule
 from ._small import solve_small
+from .base import BOOLEAN, EntryKey
 from .continuous import ContinuousMethod, OutputGridStepper
 from .polynomial import project_momentum
 
@@ -42,7 +43,32 @@ class DOP853(ContinuousMethod):
 
     kind: ClassVar[str] = "dop853"
     SOLVER: ClassVar[str] = "DOP853"
-    OPTIONS: ClassVar[frozenset[str]] = frozenset({"rtol", "atol", "projection"})
+    ENTRY_KEYS: ClassVar[dict[str, EntryKey]] = {
+        **ContinuousMethod.ENTRY_KEYS,
+        "projection": EntryKey(BOOLEAN, False, "project onto g = 0 and the hidden constraint after each output step"),
+    }
+    EXAMPLES: ClassVar[tuple[dict, ...]] = (
+        {"method": "dop853", "rtol": 1e-8, "atol": 1e-8, "projection": False},
+        {"method": "dop853", "rtol": 1e-8, "projection": True},
+    )
+    SUMMARY: ClassVar[str] = (
+        "the index-reduced ODE (the exact multiplier lambda(q, p) of method.md section 1) by scipy's DOP853 at "
+        "that tolerance (atol defaults to rtol); the study's h is the output step"
+    )
+
+    @property
+    def conserves(self) -> frozenset[str]:
+        """With the projection, g and the hidden constraint (each output step ends on them); else nothing."""
+        return frozenset({"g", "hidden"} if self.projection else ())
+
+    @property
+    def summary(self) -> str:
+        if self.projection:
+            return (
+                "the same, projected onto g = 0 and the hidden constraint after each output step, the ODE "
+                "restarted there"
+            )
+        return self.SUMMARY
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -55,8 +81,8 @@ class DOP853(ContinuousMethod):
     def attrs(self) -> dict:
         return super().attrs() | {"projection": self.projection}
 
-    def spec(self) -> dict:
-        entry = super().spec()
+    def entry(self) -> dict:
+        entry = super().entry()
         if self.projection:
             entry["projection"] = True
         return entry

@@ -31,6 +31,17 @@ class RATTLE(Method):
     rule: StoppingRule = field(default_factory=StoppingRule)
 
     kind: ClassVar[str] = "rattle"
+    COMPILED_NEEDS: ClassVar[frozenset[str] | None] = frozenset({"G", "g"})
+    #: compiled: about a microsecond per step, as HBVM's per node (hbvm_workflow.study.Job.estimated_seconds)
+    STEP_SECONDS: ClassVar[tuple[float | None, float]] = (1e-6, 1e-4)
+    #: second order in q and p; lam approximates lambda(t_n) to first order
+    orders: ClassVar[dict[str, float | None]] = {"q": 2, "p": 2, "lam": 1}
+    conserves: ClassVar[frozenset[str]] = frozenset({"g", "hidden"})
+    EXAMPLES: ClassVar[tuple[dict, ...]] = ({"method": "rattle"},)
+    SUMMARY: ClassVar[str] = (
+        "RATTLE: symplectic, second order; g and the hidden constraint solved to round-off by Newton's method "
+        "on the multipliers"
+    )
 
     @property
     def name(self) -> str:
@@ -39,7 +50,7 @@ class RATTLE(Method):
     def attrs(self) -> dict:
         return {"method": "rattle", "rtol": self.rule.rtol, "max_iter": self.rule.max_iter}
 
-    def spec(self) -> dict:
+    def entry(self) -> dict:
         return {"method": "rattle"}
 
     def stepper(self, problem: Problem) -> RattleStepper:
@@ -47,8 +58,7 @@ class RATTLE(Method):
 
     def compiled_runner(self, problem: Problem):
         """The compiled (numba) loop when the problem's ``kernels`` give grad_U, and G and g where nu > 0, else None."""
-        kernels = problem.kernels
-        if kernels is None or (problem.nu > 0 and (kernels.G is None or getattr(kernels, "g", None) is None)):
+        if not self.has_compiled(problem):
             return None
         from ..kernels.runner import RattleRunner
 
@@ -92,8 +102,7 @@ class RattleStepper:
                 lam = lam + dlam
                 d = float(np.max(np.abs(c * (MG0 @ dlam))))  # change of q1
                 if not np.isfinite(d):
-                    if np.all(np.isfinite(q1)):
-                        pb.check_finite(Q1)
+                    pb.check_finite(Q1, n, t)
                     raise ConvergenceError(n, t, d, it, "non-finite Newton increment (diverged)")
                 if rule.done(d, d_prev, max(1.0, float(np.max(np.abs(q1))))):
                     break

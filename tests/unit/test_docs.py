@@ -32,7 +32,9 @@ FIRST_STUDY = {
 
 
 def schema_keys() -> dict[str, list[str]]:
-    spec = yaml.safe_load((ROOT / "hbvm_workflow" / "schema.yaml").read_text())
+    from hbvm_workflow.schema import schema
+
+    spec = schema()  # schema.yaml with the method entry keys the registered methods declare
     d = spec["$defs"]
     resources = spec["properties"]["resources"]["additionalProperties"]["properties"]
     return {
@@ -104,3 +106,13 @@ def test_the_readme_queries_return_numbers(first_study, monkeypatch):
     assert err.set_index(scheme=["k", "s"]).e_s.sel(k=2, s=2, h=0.025).item() == value
     assert not any(hasattr(v.data, "dask") for v in err.variables.values())  # loaded, not lazy
     assert err.e_s.attrs["units"] == "1" and err.h.attrs["long_name"] == "step size"
+
+
+def test_the_methods_table_is_generated_from_the_declarations():
+    """docs/baselines.md's table of methods is what ``python -m hbvm_core.methods.table`` prints."""
+    from hbvm_core.methods.table import markdown
+
+    text = (ROOT / "docs" / "baselines.md").read_text()
+    found = re.search(r"<!-- methods table:[^\n]*-->\n(.*?)<!-- end of methods table -->", text, re.S)
+    assert found, "docs/baselines.md: no methods table between its markers"
+    assert found.group(1) == markdown(), "docs/baselines.md: regenerate it with python -m hbvm_core.methods.table"

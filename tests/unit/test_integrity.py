@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -21,6 +22,7 @@ from hbvm_workflow.storage import (
     FORMAT,
     StoreError,
     StoreMismatchError,
+    clean_temporaries,
     damage,
     load_trajectory,
     open_trajectory,
@@ -70,10 +72,13 @@ def test_a_missing_or_truncated_chunk_is_found_without_reading(store, planar, ho
         what = "chunk c/0/0 has 5 bytes"
     assert damage(store)[0] == "q" and damage(store)[1].startswith(what)
     assert store_status(store, "abc") == "damaged" and store_status(store, "other") == "stale"
+    shutil.copy(store, store + ".copy")
     for read in (lambda: load_trajectory(store, planar), lambda: open_trajectory(store)):
+        shutil.copy(store + ".copy", store)
         with pytest.raises(StoreError, match=f"array q: {what}") as err:
             read()
         assert store in str(err.value) and err.value.array == "q"
+        assert not os.path.exists(store) and os.path.isfile(err.value.aside)  # set aside: the next run recomputes it
 
 
 def flip(data: bytes) -> bytes:
@@ -107,12 +112,18 @@ def test_a_byte_changed_in_the_file_fails_the_zips_crc(store, planar):
 def test_a_corrupt_chunk_of_the_right_size_fails_its_checksum_when_read(store, planar, capsys):
     rewrite(store, lambda name, data: flip(data) if name == Q_CHUNK else data)
     assert store_status(store, "abc") == "complete"  # the zip's directory cannot tell: reading does
-    with pytest.raises(StoreError, match="array q: chunk c/0/0 unreadable .*CRC-32C") as err:
-        load_trajectory(store, planar)
-    assert store in str(err.value)
     assert verify([os.path.dirname(os.path.dirname(os.path.dirname(store)))]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith(f"{store}: array q: chunk c/0/0 unreadable") and out[-1].endswith("1 damaged")
+    assert out[0].startswith(f"{store}: array q: chunk c/0/0 unreadable") and out[-1].endswith("1 damaged, 0 missing")
+    with pytest.raises(StoreError, match="array q: chunk c/0/0 unreadable .*CRC-32C.*set aside as ") as err:
+        load_trajectory(store, planar)
+    # the reader sets the damaged store aside, into the study's .tmp/damaged: the next run recomputes it
+    assert store in str(err.value) and not os.path.exists(store) and os.path.isfile(err.value.aside)
+    study = os.path.dirname(os.path.dirname(os.path.dirname(store)))
+    assert clean_temporaries(study) == [] and os.path.isfile(err.value.aside)  # kept to be looked at
+    assert os.path.dirname(err.value.aside) == os.path.join(
+        os.path.dirname(os.path.dirname(os.path.dirname(store))), ".tmp", "damaged"
+    )
 
 
 def test_a_store_from_an_older_version_is_stale_and_never_loaded(store, planar):
@@ -165,11 +176,33 @@ def test_verify_command(store, tmp_path):
     cmd = [sys.executable, "-m", "hbvm_workflow", "verify", study]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
     ok = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    assert ok.returncode == 0 and ok.stdout.strip().endswith("verified 1 store(s) in 1 folder(s): 0 damaged")
+    assert ok.returncode == 0 and ok.stdout.strip().endswith("verified 1 store(s) in 1 folder(s): 0 damaged, 0 missing")
     rewrite(store, lambda name, data: None if name == Q_CHUNK else data)
     bad = subprocess.run(cmd, capture_output=True, text=True, env=env)
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert bad.stdout.splitlines() == [
         f"{store}: array q: chunk c/0/0 missing",
-        "verified 1 store(s) in 1 folder(s): 1 damaged",
+        "verified 1 store(s) in 1 folder(s): 1 damaged, 0 missing",
     ]
+
+
+def test_verify_reads_the_manifest_and_counts_missing_and_damaged_stores(planar, tmp_path, capsys):
+    """A study's manifest lists three runs as done: one store intact, one deleted, one with a flipped byte."""
+    study = tmp_path / "results" / "s"
+    stores = [str(study / "runs" / "m" / f"h={h}.zarr.zip") for h in (0.2, 0.1, 0.05)]
+    for path, h in zip(stores, (0.2, 0.1, 0.05)):
+        assert run_to_store(path, planar, HBVM(1, 1), h, 1.0, attrs={"job_hash": "x"})["status"] == "ok"
+    jobs = [{"id": f"m/{i}", "status": "ok", "store": os.path.relpath(p, study)} for i, p in enumerate(stores)]
+    jobs.append({"id": "m/failed", "status": "failed", "store": "runs/m/h=0.025.zarr.zip"})  # no store: not missing
+    (study / "solve.json").write_text(json.dumps({"study": "s", "jobs": jobs}))
+    os.remove(stores[1])
+    rewrite(stores[2], lambda name, data: flip(data) if name == Q_CHUNK else data)
+    for folder in (study, study.parent):  # a study's folder, or the results folder of its studies
+        assert verify([str(folder)]) == 1
+        out = capsys.readouterr().out.splitlines()
+        assert out[0].startswith(f"{stores[2]}: array q: chunk c/0/0 unreadable")
+        assert out[1] == f"{stores[1]}: missing (run m/1 of {study / 'solve.json'})"
+        assert out[2] == "verified 2 store(s) in 1 folder(s): 1 damaged, 1 missing" and len(out) == 3
+    os.remove(stores[2])
+    assert verify([str(study)]) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == "verified 1 store(s) in 1 folder(s): 0 damaged, 2 missing"

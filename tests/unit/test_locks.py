@@ -67,5 +67,6 @@ def test_a_second_writer_waits_for_the_first(tmp_path, capsys):
     t0 = time.monotonic()
     with study_lock(path, "s", timeout=30):
         assert time.monotonic() - t0 > 1.2  # only once the first has let go
-    assert f"study s: waiting (up to 30 s) for pid {proc.pid} " in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"study s is being written by pid {proc.pid} " in err and "this run waits up to 30 s (lock_timeout)" in err
     proc.wait()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import pytest
 
 import hbvm_core as hc
@@ -24,7 +27,7 @@ def test_every_method_implements_the_interface(entry, cls, label, name):
     method = from_spec(entry)
     assert type(method) is cls and isinstance(method, Method)
     assert method.name == name and method.label() == label == method_label(entry)
-    assert from_spec(method.spec()) == method
+    assert from_spec(method.entry()) == method
     assert method.attrs()["method"] == entry.get("method", "hbvm")
 
 
@@ -40,3 +43,30 @@ def test_registry_names_the_methods_in_its_error():
     assert set(METHODS) == {"hbvm", "rattle", "dop853", "ida"}
     with pytest.raises(ConfigError, match=r"method = 'euler': unknown method \(expected hbvm, rattle, dop853 or ida\)"):
         from_spec({"method": "euler"})
+
+
+def test_the_schema_method_entry_is_built_from_what_the_methods_declare(monkeypatch):
+    """A method's ENTRY_KEYS are the config schema's method entry keys: a new method's keys are checked at once."""
+    from hbvm_core.methods import EntryKey
+    from hbvm_workflow.schema import schema, validate_config
+
+    props = schema()["$defs"]["method"]["properties"]
+    assert {key for cls in METHODS.values() for key in cls.ENTRY_KEYS} | {"method", "label"} <= set(props)
+
+    @dataclass(frozen=True)
+    class Damped(RATTLE):
+        theta: float = 0.5
+        kind: ClassVar[str] = "damped"
+        ENTRY_KEYS: ClassVar[dict] = {"theta": EntryKey({"type": "number", "minimum": 0}, 0.5, "damping")}
+
+    monkeypatch.setitem(METHODS, "damped", Damped)
+    assert schema()["$defs"]["method"]["properties"]["theta"] == {"description": "damping (default 0.5)",
+                                                                   "type": "number", "minimum": 0}  # fmt: skip
+    study = {"problem": "planar_pendulum", "t_end": 1, "h": [0.1], "errors": {"reference": "exact"}}
+    config = {"studies": {"s": {**study, "methods": [{"method": "damped", "theta": 0.1}]}}}
+    validate_config(config)
+    assert config["studies"]["s"]["methods"][0] == {"method": "damped", "theta": 0.1}  # no default filled in
+    bad = {"studies": {"s": {**study, "methods": [{"method": "damped", "theta": -1}]}}}
+    with pytest.raises(ConfigError, match=r"methods\[0\]\.theta = -1"):
+        validate_config(bad)
+    assert from_spec({"method": "damped", "theta": 0.25}).theta == 0.25

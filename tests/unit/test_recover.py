@@ -7,8 +7,10 @@ that holds it, one that was SIGKILLed while holding it, and the grandchild it fo
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -95,11 +97,20 @@ def test_a_dry_run_only_says_what_a_run_would_do(workdir):
 
 
 def test_a_live_process_of_the_run_keeps_the_lock(workdir):
+    """A run of study s is refused in one line naming the live holder (never advice to break the lock); a run of
+    another study is told nothing (Snakemake runs it beside the first)."""
     proc = holder()
     try:
-        messages = recover.recover(".snakemake", dry_run=True) + recover.recover(".snakemake")
-        assert len(messages) == 2 and all(m.startswith("kept the lock of this working directory") for m in messages)
-        assert f"pids {proc.pid}" in messages[0]
+        dry = recover.recover(".snakemake", dry_run=True, results="results", studies=["s"])
+        assert len(dry) == 1 and dry[0].startswith("study s is being built by another run in this working directory")
+        assert f"pid {proc.pid} (python" in dry[0] and f"on {socket.gethostname()} since 20" in dry[0]
+        assert dry[0].endswith("a run now would stop and change nothing") and "unlock" not in dry[0]
+        with pytest.raises(recover.Held) as held:
+            recover.recover(".snakemake", results="results", studies=["s"])
+        line = str(held.value)
+        assert "\n" not in line and f"pid {proc.pid}" in line and "unlock" not in line
+        assert line.endswith("this run stops and changes nothing: run it again once that run has ended")
+        assert recover.recover(".snakemake", results="results", studies=["other"]) == []
         assert lock_files(workdir) == ["0.input.lock", "0.output.lock"]
     finally:
         proc.kill()
@@ -115,7 +126,7 @@ def test_an_orphan_of_a_killed_process_keeps_the_lock_until_it_ends(workdir):
     proc.wait()
     try:
         assert locks.run_alive(".snakemake")
-        assert recover.recover(".snakemake", dry_run=True)[0].startswith("kept the lock")
+        assert recover.recover(".snakemake", dry_run=True, studies=["s"])[0].startswith("study s is being built")
         assert lock_files(workdir) == ["0.input.lock", "0.output.lock"]
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the orphan, in the holder's session
@@ -124,6 +135,22 @@ def test_an_orphan_of_a_killed_process_keeps_the_lock_until_it_ends(workdir):
         assert time.monotonic() - t0 < 30
         time.sleep(0.02)
     assert recover.recover(".snakemake")[0].startswith("removed the stale lock")
+
+
+@pytest.mark.parametrize(
+    "targets, expected",
+    [
+        ([], ["a", "b"]),
+        (["all"], ["a", "b"]),
+        (["results/b/errors.csv"], ["a", "b"]),  # one job builds the default studies together
+        (["results/c/table.md"], ["c"]),
+        (["results/c/table.md", "results/a/solve.json"], ["a", "b", "c"]),
+        (["beyond"], ["a", "b", "c"]),
+    ],
+)
+def test_a_run_holds_the_studies_it_builds(targets, expected):
+    args = argparse.Namespace(targets=targets)
+    assert recover.targeted_studies(args, "results", ["a", "b"], ["a", "b", "c"]) == expected
 
 
 def test_no_lock_nothing_to_do(tmp_path, monkeypatch):

@@ -39,9 +39,9 @@ def test_declared_orders_give_the_slope(monkeypatch):
     assert reference_order(study, study.methods[0], "e_lambda") == (1.0, "theory")
 
 
-def test_rattle_declares_its_orders_where_it_does():
-    orders = getattr(RATTLE, "orders", None)
-    assert orders is None or {k: orders.get(k) for k in RATTLE_ORDERS} == RATTLE_ORDERS
+def test_rattle_declares_its_orders():
+    assert {k: RATTLE.orders.get(k) for k in RATTLE_ORDERS} == RATTLE_ORDERS
+    assert theoretical_order(RATTLE(), "e_s") == 2.0 and theoretical_order(RATTLE(), "e_lambda") == 1.0
 
 
 def test_no_declaration_no_observed_slope(monkeypatch):

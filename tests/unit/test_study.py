@@ -185,14 +185,10 @@ def test_warm_up_runs_one_step_per_distinct_problem_and_method():
 
 def test_solve_workers_size_a_solve_job_by_its_estimated_work(published):
     """Seconds of work: one worker (the other cores go to other studies' jobs); hours: every core it may have."""
-    from hbvm_workflow.study import (
-        NUMPY_STEP_NODE_S,
-        RUN_OVERHEAD_S,
-        STEP_NODE_S,
-        WORK_PER_WORKER_S,
-        Job,
-        solve_workers,
-    )
+    from hbvm_core.methods import DOP853, HBVM, RATTLE
+    from hbvm_workflow.study import RUN_OVERHEAD_S, WORK_PER_WORKER_S, Job, solve_workers
+
+    STEP_NODE_S, NUMPY_STEP_NODE_S = HBVM.STEP_SECONDS  # the methods' declared cost models
 
     table1 = published["table1"].jobs.values()
     assert sum(j.estimated_seconds() for j in table1) < WORK_PER_WORKER_S
@@ -222,8 +218,8 @@ def test_solve_workers_size_a_solve_job_by_its_estimated_work(published):
     # the numpy path (a user's problem, a baseline) costs ~100x the compiled loop per step
     user = [job(i, 20_000, problem="tests.user_problems:double_pendulum") for i in range(8)]
     assert solve_workers(user, cores=8) == 8 and solve_workers(user[:1], cores=8) == 1
-    assert job(0, 20_000, method="dop853").estimated_seconds() == RUN_OVERHEAD_S + 20_000 * NUMPY_STEP_NODE_S
-    assert job(0, 20_000, method="rattle").estimated_seconds() == RUN_OVERHEAD_S + 20_000 * STEP_NODE_S  # compiled
+    assert job(0, 20_000, method="dop853").estimated_seconds() == RUN_OVERHEAD_S + 20_000 * DOP853.STEP_SECONDS[1]
+    assert job(0, 20_000, method="rattle").estimated_seconds() == RUN_OVERHEAD_S + 20_000 * RATTLE.STEP_SECONDS[0]
     assert job(0, 20_000).estimated_seconds() == RUN_OVERHEAD_S + 20_000 * 6 * STEP_NODE_S
     assert solve_workers([], cores=4) == 1
 

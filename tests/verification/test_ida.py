@@ -49,7 +49,8 @@ def test_spec_label_and_bad_values():
     m = from_spec({"method": "ida", "rtol": 1e-8})
     assert m.tolerances == (1e-8, 1e-8) and m.name == "IDA(1e-08)" and m.label() == "ida_rtol1e-08"
     assert method_label({"method": "ida", "rtol": 1e-8}) == "ida_rtol1e-08"
-    assert from_spec(m.spec()) == m and from_spec({"method": "ida", "rtol": 1e-8, "atol": 1e-12}).tolerances[1] == 1e-12
+    assert from_spec(m.entry()) == m
+    assert from_spec({"method": "ida", "rtol": 1e-8, "atol": 1e-12}).tolerances[1] == 1e-12
     for spec, key in [
         ({"method": "ida", "rtol": 0}, "rtol = 0"),
         ({"method": "ida", "rtol": 1e-8, "atol": "x"}, "atol = 'x'"),

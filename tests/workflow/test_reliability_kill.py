@@ -20,8 +20,9 @@ is built once uninterrupted (the reference, 2 local Dask workers). Then:
   aggregation's errors.csv is not trusted (recomputed: rerun-incomplete). A dry
   run after a kill only says what a run would do, and removes nothing.
 - a live run: while a run waits for Dask workers (an external scheduler that has
-  none yet) it holds the lock, and the same command started in the same folder is
-  refused by Snakemake (LockException), with one line saying why, and touches nothing.
+  none yet) it holds the lock, and the same command started in the same folder waits
+  lock_timeout seconds for it, then stops with one line naming it (never Snakemake's
+  LockException and its advice to --unlock), and touches nothing.
 - lost worker: with an external ``dask scheduler`` and two ``dask worker``
   processes on 127.0.0.1, one worker (its nanny and process) is SIGKILLed while
   it computes a run; the run is recomputed on the other worker and the study
@@ -41,6 +42,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 from pathlib import Path
 
@@ -249,7 +251,7 @@ def test_a_live_run_keeps_its_lock(tmp_path):
     procs: list = []
     try:
         address = _scheduler(tmp_path, procs)  # no worker joins: the run waits, holding the lock
-        write_config(tmp_path, {NAME: STUDY}, dask={"address": address})
+        write_config(tmp_path, {NAME: STUDY}, dask={"address": address}, lock_timeout=2)
         run = start(tmp_path, "--cores", "2", log=tmp_path / "run.log")
         procs.append(run)
         solve_log = tmp_path / "logs" / NAME / "solve.log"
@@ -261,9 +263,13 @@ def test_a_live_run_keeps_its_lock(tmp_path):
         lock = tmp_path / ".snakemake" / "locks"
         before = sorted((p.name, p.stat().st_mtime_ns) for p in lock.iterdir())
         second = snakemake(tmp_path, "--cores", "2")
-        assert second.returncode != 0 and "LockException" in second.stdout, second.stdout[-3000:]
-        assert "kept the lock of this working directory: processes of the run that took it" in second.stdout
-        assert "stale lock" not in second.stdout
+        out = second.stdout
+        # it waits lock_timeout for the run, naming it, then stops: never Snakemake's advice to --unlock
+        assert second.returncode != 0 and "LockException" not in out and "--unlock" not in out, out[-3000:]
+        holder = f"study {NAME} is being written by pid {run.pid} on {socket.gethostname()} in {tmp_path} since "
+        assert any(line.startswith(holder) and "this run waits up to 2 s" in line for line in out.splitlines())
+        assert any(line.startswith(holder) and "waited 2 s, this run stops" in line for line in out.splitlines())
+        assert "stale lock" not in out and "Traceback" not in out
         assert sorted((p.name, p.stat().st_mtime_ns) for p in lock.iterdir()) == before
         assert run.poll() is None and not final_stores(tmp_path, NAME)
         assert len(list((tmp_path / ".snakemake" / "incomplete").rglob("*"))) == 1  # the run's solve.json

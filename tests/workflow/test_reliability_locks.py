@@ -95,7 +95,8 @@ def test_two_working_directories_share_one_study(reference, tmp_path):
     waited = [
         i
         for i, log in enumerate(logs)
-        if f"study {NAME}: waiting (up to 600 s) for pid {procs[1 - i].pid} on " in log
+        if f"study {NAME} is being written by pid {procs[1 - i].pid} on " in log
+        and "waits up to 600 s" in log
         and f" in {dirs[1 - i]} since " in log
     ]
     assert len(waited) == 1, [log[-2000:] for log in logs]
@@ -107,10 +108,11 @@ def test_a_study_written_elsewhere_stops_naming_the_holder(tmp_path):
         proc = snakemake(tmp_path, "--cores", "2")
     out = proc.stdout
     assert proc.returncode != 0 and "Traceback" not in out, out[-3000:]
-    lines = [line for line in out.splitlines() if line.startswith("hbvm: ")]
-    holder = f"pid {os.getpid()} on {socket.gethostname()} in {os.getcwd()} since "
-    assert len(lines) == 1 and lines[0].startswith(f"hbvm: study {NAME} is being written by {holder}"), out[-3000:]
-    assert "waited 1 s" in lines[0] and not final_stores(tmp_path, NAME)
+    holder = f"study {NAME} is being written by pid {os.getpid()} on {socket.gethostname()} in {os.getcwd()} since "
+    waits = [line for line in out.splitlines() if line.startswith(holder) and "this run waits up to 1 s" in line]
+    stops = [line for line in out.splitlines() if line.startswith(holder) and "waited 1 s, this run stops" in line]
+    assert len(waits) == 1 and len(stops) == 1, out[-3000:]
+    assert "--unlock" not in out and "LockException" not in out and not final_stores(tmp_path, NAME)
 
 
 def test_an_orphaned_solve_job_keeps_the_lock_until_it_ends(reference, tmp_path):
@@ -129,7 +131,7 @@ def test_an_orphaned_solve_job_keeps_the_lock_until_it_ends(reference, tmp_path)
         )
         wait_until(lambda: sched_file.exists() and sched_file.stat().st_size > 0, procs[-1], 60, "the scheduler")
         address = json.loads(sched_file.read_text())["address"]
-        write_config(tmp_path, {NAME: STUDY}, dask={"address": address})
+        write_config(tmp_path, {NAME: STUDY}, dask={"address": address}, lock_timeout=2)
         run = start(tmp_path, "--cores", "2", log=tmp_path / "run0.log")
         procs.append(run)
         solve_log = tmp_path / "logs" / NAME / "solve.log"
@@ -145,9 +147,13 @@ def test_an_orphaned_solve_job_keeps_the_lock_until_it_ends(reference, tmp_path)
 
         refused = snakemake(tmp_path, "--cores", "2")
         out = refused.stdout
-        assert refused.returncode != 0 and "LockException" in out, out[-3000:]
-        kept = [line for line in out.splitlines() if "kept the lock of this working directory" in line]
-        assert len(kept) == 1 and "stale lock" not in out, out[-3000:]
+        # waits lock_timeout for the orphan, naming it, then stops: never Snakemake's advice to --unlock
+        assert refused.returncode != 0 and "LockException" not in out and "--unlock" not in out, out[-3000:]
+        assert "Traceback" not in out and "stale lock" not in out, out[-3000:]
+        waits = [line for line in out.splitlines() if "this run waits up to 2 s (lock_timeout)" in line]
+        stops = [line for line in out.splitlines() if "waited 2 s, this run stops and changes nothing" in line]
+        assert len(waits) == 1 and f"study {NAME} is being written by pid " in waits[0], out[-3000:]
+        assert len(stops) == 1 and f" on {socket.gethostname()} in {tmp_path} since " in stops[0], out[-3000:]
 
         # a worker joins: the orphan computes every run, writes the manifest and ends
         procs.append(
@@ -170,6 +176,37 @@ def test_an_orphaned_solve_job_keeps_the_lock_until_it_ends(reference, tmp_path)
     finally:
         for p in reversed(procs):
             kill_group(p)
+
+
+def test_a_second_run_in_the_same_folder_waits_for_its_study_and_not_for_another(reference, tmp_path):
+    """Two studies in one working directory: a second run of the study being built waits for the first (one
+    line naming it) and then finishes; a run of the other study, started meanwhile, is told nothing and
+    finishes beside it. Snakemake's LockException (and its advice to --unlock) never shows."""
+    write_config(tmp_path, {NAME: STUDY, "other": STUDY}, dask=DASK)
+
+    def only(name: str) -> tuple[str, ...]:
+        return ("--cores", "1", "--config", f"select=[{name}]")
+
+    first = start(tmp_path, *only(NAME), log=tmp_path / "first.log")
+    again = None
+    try:
+        solve_log = tmp_path / "logs" / NAME / "solve.log"
+        wait_until(lambda: solve_log.exists(), first, TIMEOUT, "the first run's solve job")
+        again = start(tmp_path, *only(NAME), log=tmp_path / "again.log")
+        other = ok(snakemake(tmp_path, *only("other")))
+        assert first.wait(TIMEOUT) == 0, (tmp_path / "first.log").read_text()[-3000:]
+        assert again.wait(TIMEOUT) == 0, (tmp_path / "again.log").read_text()[-3000:]
+    finally:
+        for proc in (first, again):
+            if proc is not None:
+                kill_group(proc)
+    again = subprocess.CompletedProcess(again.args, 0, (tmp_path / "again.log").read_text(), "")
+    for out in (other.stdout, again.stdout):
+        assert "LockException" not in out and "--unlock" not in out and "Traceback" not in out, out[-3000:]
+    assert "is being written by" not in other.stdout and "refused" not in other.stdout, other.stdout[-3000:]
+    waited = [line for line in again.stdout.splitlines() if "this run waits up to 600 s (lock_timeout)" in line]
+    assert len(waited) == 1 and f"study {NAME} is being written by pid {first.pid} on " in waited[0], again.stdout
+    same_errors(tmp_path, reference)
 
 
 def test_an_unreachable_scheduler_fails_in_seconds(tmp_path):

@@ -9,10 +9,10 @@ of a user problem ``trustmod:factory`` written into the working folder, U = C y:
   with the new module byte for byte; the same command again has nothing to do;
 - a clean study damaged by hand -- a deleted chunk of ``q``, a truncated one, a store from
   an older version (no integrity record), a store whose attrs name ``os:system`` with a
-  command: ``verify`` exits 1 naming the stores and the array; the workflow warns about
-  the damaged runs when it starts; the forced solve step
-  names each damaged store in one warning line and recomputes exactly those and the old
-  one; nothing the attrs name runs; errors.csv equals the clean run; ``verify`` exits 0.
+  command: ``verify`` exits 1 naming the stores and the array; the workflow names each
+  damaged store in one line when it starts and sets it aside, and the solve step
+  recomputes exactly those and the old one; nothing the attrs name runs; errors.csv equals
+  the clean run; ``verify`` exits 0.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def test_damaged_old_and_tampered_stores(tmp_path, clean):
     lines = bad.stdout.splitlines()
     assert f"results/{NAME}/runs/{RUNS[0]}.zarr.zip: array q: chunk c/0/0 missing" in lines
     assert f"results/{NAME}/runs/{RUNS[1]}.zarr.zip: array q: chunk c/0/0 has 3 bytes" in bad.stdout
-    assert lines[-1] == "verified 7 store(s) in 1 folder(s): 3 damaged"
+    assert lines[-1] == "verified 7 store(s) in 1 folder(s): 3 damaged, 0 missing"
 
     again = run(workdir)  # the same command: the manifest is no longer true, so the solve step reruns
     changed = [line for line in again.stdout.splitlines() if "are not intact" in line]
@@ -147,16 +147,18 @@ def test_damaged_old_and_tampered_stores(tmp_path, clean):
     for run_id, what in ((RUNS[2], "changed"), (RUNS[1], "damaged"), (RUNS[0], "damaged")):
         assert f"{run_id} ({what})" in changed[0]
     assert f"study {NAME}: 4 run(s) of results/{NAME}/solve.json are not intact: " in changed[0]
-    log = (workdir / "logs" / NAME / "solve.log").read_text().splitlines()
-    warned = [line for line in log if "damaged store" in line]
-    assert len(warned) == 2
-    assert any(f"{RUNS[0]}.zarr.zip: array q: chunk c/0/0 missing; recomputing it" in line for line in warned)
+    # the damaged ones named when the command starts, one line each (store, array, what), and set aside
+    warned = [line for line in again.stdout.splitlines() if "damaged store" in line]
+    assert len(warned) == 2, again.stdout
+    assert any(f"{RUNS[0]}.zarr.zip: array q: chunk c/0/0 missing; set aside as " in line for line in warned)
     assert any(f"{RUNS[1]}.zarr.zip: array q: chunk c/0/0 has 3 bytes" in line for line in warned)
+    assert len(list((workdir / "results" / NAME / ".tmp" / "damaged").iterdir())) == 2
     assert sorted(manifest(workdir)["computed"]) == RUNS[:3]  # the damaged ones and the old one, no other
     assert not (workdir / "marker").exists()
     assert errors_csv(workdir) == errors_csv(clean)
     good = verify(workdir)
-    assert good.returncode == 0 and good.stdout.splitlines() == ["verified 7 store(s) in 1 folder(s): 0 damaged"]
+    assert good.returncode == 0
+    assert good.stdout.splitlines() == ["verified 7 store(s) in 1 folder(s): 0 damaged, 0 missing"]
 
 
 def test_a_results_folder_of_the_older_layout_says_so_and_recomputes(tmp_path, clean):

@@ -13,17 +13,11 @@
 # They cost minutes, so they are opt-in:  snakemake --cores 2 beyond
 # (or `beyond: true` in the config / `--config beyond=True`, or naming them in `select:`, to put them
 # in the default target).
-BEYOND_KINDS = ("work_precision", "long_time")
+BEYOND_KINDS = tuple(name for name, kind in STUDY_KINDS.items() if kind.opt_in == "beyond")
 
 
 def beyond_names(kind):
     return [n for n, s in STUDIES.items() if s.kind == kind]
-
-
-def beyond_study_targets(name):
-    """errors.csv and the figure <study>.png/.pdf (rule aggregate), the tables <kind>.md/.csv (below)."""
-    d, kind = f"{RESULTS}/{name}", STUDIES[name].kind
-    return [f"{d}/errors.csv", f"{d}/{name}.png", f"{d}/{name}.pdf", f"{d}/{kind}.md", f"{d}/{kind}.csv"]
 
 
 def beyond_summary_targets():
@@ -35,29 +29,25 @@ def time_to_accuracy_targets():
     return [f"{RESULTS}/beyond/time_to_accuracy.csv"] if beyond_names("work_precision") else []
 
 
-def beyond_default_targets(name):
-    """In the default target only when asked for: config beyond: true (with the summaries), or named in select:."""
-    if config.get("beyond", False):
-        return beyond_study_targets(name) + beyond_summary_targets()
-    if name in (config.get("select") or []):
-        return beyond_study_targets(name)
-    return []
+def beyond_default_summaries():
+    """The summaries, in the default target with config beyond: true (the studies' own files: their kind's entry)."""
+    selected = any(STUDIES[n].kind in BEYOND_KINDS for n in SELECTED)
+    return beyond_summary_targets() if config.get("beyond", False) and selected else []
 
 
-for _kind in BEYOND_KINDS:
-    STUDY_TARGETS[_kind] = beyond_default_targets
+EXTRA_DEFAULT_TARGETS.append(beyond_default_summaries)
 
 
 rule beyond:
     input:
-        [t for kind in BEYOND_KINDS for n in beyond_names(kind) for t in beyond_study_targets(n)],
+        [t for kind in BEYOND_KINDS for n in beyond_names(kind) for t in study_targets(n)],
         beyond_summary_targets(),
 
 
 # snakemake --cores 2 work_precision: just the work_precision studies and the time-to-accuracy CSV.
 rule work_precision:
     input:
-        [t for n in beyond_names("work_precision") for t in beyond_study_targets(n)],
+        [t for n in beyond_names("work_precision") for t in study_targets(n)],
         time_to_accuracy_targets(),
 
 

@@ -10,6 +10,7 @@ from snakemake.logging import logger
 
 from hbvm_core.errors import ConfigError
 from hbvm_workflow.config import load_studies
+from hbvm_workflow.kinds import KINDS as STUDY_KINDS
 from hbvm_workflow.study import solve_workers
 
 # User problems given as module.path:factory may live in the working directory.
@@ -31,25 +32,30 @@ wildcard_constraints:
     study="|".join(re.escape(name) for name in STUDIES),
 
 
-def convergence_targets(name):
-    d = f"{RESULTS}/{name}"
-    tables = [f"{d}/errors.csv", f"{d}/errors.zarr", f"{d}/table.md", f"{d}/table.tex", f"{d}/table.html"]
-    return tables + [f"{d}/{name}.png", f"{d}/{name}.pdf"]
+def study_targets(name):
+    """The files of a study (its kind's entry in hbvm_workflow.kinds.KINDS)."""
+    return STUDY_KINDS[STUDIES[name].kind].targets(RESULTS, name)
 
 
-# Targets of each study kind; further kinds register theirs here.
-STUDY_TARGETS = {"convergence": convergence_targets}
+def default_targets(name):
+    """A selected study's files in the default target: every kind's, the opt-in ones' only when asked for."""
+    kind = STUDY_KINDS[STUDIES[name].kind]
+    return kind.targets(RESULTS, name) if kind.in_default(name, config) else []
+
+
+# Targets of the default target besides the studies' own (the beyond summaries: rules/beyond.smk).
+EXTRA_DEFAULT_TARGETS = []
 
 
 def all_targets():
-    return [t for name in SELECTED for t in STUDY_TARGETS[STUDIES[name].kind](name)]
+    return [t for name in SELECTED for t in default_targets(name)] + [t for f in EXTRA_DEFAULT_TARGETS for t in f()]
 
 
 def default_studies():
     """The studies of the default target, in config order: rules solve and aggregate build them together,
     one job each for all of them (one Python start-up, one Dask cluster); other studies asked for by name
     (`snakemake beyond`, a file of a study not selected) get one solve_study / aggregate_study job each."""
-    return [name for name in SELECTED if STUDY_TARGETS[STUDIES[name].kind](name)]
+    return [name for name in SELECTED if default_targets(name)]
 
 
 def study_regex(names):
@@ -101,12 +107,13 @@ def lost_runs(name):
 
 
 def damaged_runs(name):
-    """(run id, "damaged" | "changed") for each run of the study's manifest whose store is not the file the
-    solve step wrote: its size or modification time differs from the manifest's record (os.stat only), and
-    then damaged when a recorded chunk is missing or of another size (hbvm_workflow.storage.damage), else
-    changed. Without a recorded signature (an older manifest) only damage counts."""
+    """(run id, store, what) for each run of the study's manifest whose store is not the file the solve step
+    wrote: its size or modification time differs from the manifest's record (os.stat only); such a store is
+    then checked in full (hbvm_workflow.storage.corruption: every chunk read and its checksums checked), and
+    ``what`` names the array and the damage, or is "changed" for an intact store (copied, touched, replaced).
+    Without a recorded signature (an older manifest) only missing or truncated chunks count."""
     from hbvm_workflow.layout import manifest_path
-    from hbvm_workflow.storage import FORMAT, damage, file_signature, read_attrs
+    from hbvm_workflow.storage import FORMAT, corruption, damage, file_signature, read_attrs
 
     path = manifest_path(RESULTS, name)
     try:
@@ -120,8 +127,11 @@ def damaged_runs(name):
         if j.get("status") != "ok" or (j.get("stat") and j["stat"] == file_signature(store)):
             continue
         attrs = read_attrs(store)
-        if attrs is not None and attrs.get("format") == FORMAT and damage(store, attrs) is not None:
-            out.append((j["id"], "damaged"))
+        ours = attrs is not None and attrs.get("format") == FORMAT
+        found = (corruption(store, attrs) if j.get("stat") else damage(store, attrs)) if ours else None
+        if found is not None:
+            array, what = found
+            out.append((j["id"], store, f"{f'array {array}: ' if array else ''}{what}"))
         elif j.get("stat") and os.path.exists(store):  # edited, replaced, of another format (a gone one: lost_runs)
-            out.append((j["id"], "changed"))
+            out.append((j["id"], store, "changed"))
     return out

@@ -4,7 +4,7 @@
 # took it is alive -- the kernel tells, by the run lock .snakemake/hbvm-run.lock that each of them
 # holds; a dry run only says what a run would do. The outputs a killed run left half-written are
 # recomputed by Snakemake (rerun-incomplete in the default workflow profile, profiles/default).
-# The run then holds results/<study>/.snakemake.lock of each study (hbvm_workflow.locks.hold_studies).
+# The run first holds results/<study>/.snakemake.lock of each study it builds (hbvm_workflow.locks.hold_studies).
 import os
 
 from snakemake.logging import logger
@@ -12,39 +12,55 @@ from snakemake.logging import logger
 from hbvm_workflow import layout as hbvm_layout
 from hbvm_workflow import locks as hbvm_locks
 from hbvm_workflow import recover as hbvm_recover
+from hbvm_workflow import storage as hbvm_storage
 
 HBVM_RECOVER_MODE = hbvm_recover.mode(hbvm_recover.cli_args(), workflow.is_main_process)
-if HBVM_RECOVER_MODE is not None:
-    for _line in hbvm_recover.recover(".snakemake", dry_run=HBVM_RECOVER_MODE == "dry-run"):
-        logger.warning(_line)
 # One run at a time builds a study, from any working directory: another one would delete the outputs of
-# the jobs it reruns while this one writes them. The default target's studies and those already on disk
-# (a study asked for by name on a fresh results folder is guarded by its jobs' locks only). Not while
-# Snakemake's lock is kept (this run is refused).
-if HBVM_RECOVER_MODE == "run" and not hbvm_recover.locked(".snakemake"):
-    _guarded = [
-        n
-        for n, s in STUDIES.items()
-        if os.path.isdir(os.path.join(RESULTS, n)) or (n in SELECTED and STUDY_TARGETS.get(s.kind, lambda n: [])(n))
-    ]
+# the jobs it reruns while this one writes them. The studies this run may build (its targets; any other rule:
+# every study of the config) are held before anything else: a run still building one of them makes this one
+# wait up to lock_timeout seconds, saying for whom (pid, host, since when), then stop changing nothing; a job
+# of a killed run still writing one (an orphan) is waited for the same way. A run of other studies in the same
+# working directory is not held up, and told nothing.
+if HBVM_RECOVER_MODE is not None:
+    _every = [n for n in STUDIES if os.path.isdir(os.path.join(RESULTS, n)) or n in SELECTED]
+    _default = default_studies()
+    _guarded = hbvm_recover.targeted_studies(hbvm_recover.cli_args(), RESULTS, _default, _every)
     try:
-        hbvm_locks.hold_studies(RESULTS, _guarded, config.get("lock_timeout", hbvm_locks.LOCK_TIMEOUT))
-    except hbvm_locks.Busy as exc:
+        if HBVM_RECOVER_MODE == "run":
+            _timeout = float(config.get("lock_timeout", hbvm_locks.LOCK_TIMEOUT))
+            hbvm_locks.hold_studies(RESULTS, _guarded, _timeout)
+            hbvm_locks.wait_for_writers(RESULTS, _guarded, _timeout)
+        _lines = hbvm_recover.recover(
+            ".snakemake", dry_run=HBVM_RECOVER_MODE == "dry-run", results=RESULTS, studies=_guarded
+        )
+    except (hbvm_locks.Busy, hbvm_recover.Held) as exc:
         raise WorkflowError(str(exc)) from None
+    for _line in _lines:
+        logger.warning(_line)
 # A manifest that lists a run as done whose store is damaged, changed or gone is no longer true, nor are the
 # tables built from it: a run removes the manifest and errors.csv (holding the study's lock, above), so
 # that Snakemake reruns the solve step, which recomputes those runs and reuses the rest, and the
 # aggregation; a dry run only says so.
-for _name in SELECTED if HBVM_RECOVER_MODE is not None else ():
-    _broken = [f"{r} ({what})" for r, what in damaged_runs(_name)] + [f"{r} (no store)" for r in lost_runs(_name)]
+for _name in _guarded if HBVM_RECOVER_MODE is not None else ():
+    _found = damaged_runs(_name)
+    _broken = [f"{r} ({'changed' if what == 'changed' else 'damaged'})" for r, _, what in _found]
+    _broken += [f"{r} (no store)" for r in lost_runs(_name)]
     if _broken:
         _manifest = hbvm_layout.manifest_path(RESULTS, _name)
         _what = f"study {_name}: {len(_broken)} run(s) of {_manifest} are not intact: {', '.join(_broken[:3])}"
         _what += ", ..." if len(_broken) > 3 else ""
-        if HBVM_RECOVER_MODE == "run" and not hbvm_recover.locked(".snakemake"):
+        if HBVM_RECOVER_MODE == "run":
+            for _run, _store, _damage in _found:
+                if _damage != "changed":  # a damaged store is set aside: the solve step recomputes the run
+                    _aside = hbvm_storage.set_aside(_store)
+                    _where = f"; set aside as {_aside}" if _aside else ""
+                    logger.warning(f"damaged store {_store}: {_damage}{_where}")
             for _path in (_manifest, hbvm_layout.aggregate_outputs(RESULTS, _name)["csv"]):
                 if os.path.exists(_path):
                     os.remove(_path)
             logger.warning(f"{_what}; the solve step recomputes them")
         else:
+            for _run, _store, _damage in _found:
+                if _damage != "changed":
+                    logger.warning(f"damaged store {_store}: {_damage}")
             logger.warning(f"{_what}; a run would recompute them")

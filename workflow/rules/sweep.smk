@@ -11,14 +11,6 @@ def sweep_names():
     return [n for n, s in STUDIES.items() if s.kind == "sweep"]
 
 
-def sweep_default_targets(name):
-    """In the default target only when named in select:."""
-    return convergence_targets(name) if name in (config.get("select") or []) else []
-
-
-STUDY_TARGETS["sweep"] = sweep_default_targets
-
-
 rule sweep:
     input:
-        [t for n in sweep_names() for t in convergence_targets(n)],
+        [t for n in sweep_names() for t in study_targets(n)],

@@ -62,25 +62,41 @@ def aggregate_all(smk) -> None:
     ]
     workers = min(len(args), max(1, int(smk.threads)))
     if workers == 1:  # one study (its runs read in the job's threads), or one thread
-        for a in args:
-            aggregate_study(*a, workers=max(1, int(smk.threads)) if len(args) == 1 else 1)
-        return
+        errors = [aggregate_one(*a, workers=max(1, int(smk.threads)) if len(args) == 1 else 1) for a in args]
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
 
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    # zarr's event loop thread must not exist yet when the processes fork: nothing above has started it
-    ctx = multiprocessing.get_context(default_start_method())
-    errors = []
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futures = {pool.submit(aggregate_study, *a): a[0] for a in args}
-        for fut, name in futures.items():
-            try:
-                fut.result()
-            except Exception as exc:  # every study is tried; all failures are reported
-                errors.append(f"{name}: {type(exc).__name__}: {exc}")
+        # zarr's event loop thread must not exist yet when the processes fork: nothing above has started it
+        ctx = multiprocessing.get_context(default_start_method())
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            futures = [pool.submit(aggregate_one, *a) for a in args]
+            errors = []
+            for fut, a in zip(futures, args):
+                try:
+                    errors.append(fut.result())
+                except Exception as exc:  # noqa: BLE001 - the process itself died (killed): that study only
+                    errors.append(f"{a[0]}: {type(exc).__name__}: {exc}")
+    errors = [e for e in errors if e]
     if errors:
-        raise RuntimeError(f"{len(errors)} of {len(args)} studies failed to aggregate: " + "; ".join(errors))
+        from hbvm_core.errors import HBVMError
+
+        raise HBVMError(f"{len(errors)} of {len(args)} studies failed to aggregate: " + "; ".join(errors))
+
+
+def aggregate_one(name: str, config: dict, out: dict, log_path: str, workers: int = 1) -> str | None:
+    """``aggregate_study``; what it raised as one line naming the study (its traceback to the study's log), None
+    when it succeeded. Only this string crosses from a study's process to the job's: every failure is reported
+    as itself, and no other study is marked failed."""
+    import traceback
+
+    try:
+        aggregate_study(name, config, out, log_path, workers)
+    except Exception as exc:  # noqa: BLE001 - reported per study by aggregate_all
+        with open(log_path, "a") as fh:
+            fh.write(traceback.format_exc())
+        return f"{name}: {type(exc).__name__}: {' '.join(str(exc).split())}"
+    return None
 
 
 if __name__ == "__main__":

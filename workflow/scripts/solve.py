@@ -31,7 +31,7 @@ def describe(res: dict) -> str:
 def reuse(study, retry_failed: bool, log: logging.Logger) -> tuple[list, dict]:
     """(runs to compute, summary of the reused ones by job id) of one study."""
     from hbvm_workflow.jobs import plural
-    from hbvm_workflow.storage import clean_temporaries, damage, store_state
+    from hbvm_workflow.storage import clean_temporaries, damage, set_aside, store_state
 
     for p in clean_temporaries(study.dir):
         log.info(f"removed the leftover temporary {p}")
@@ -46,7 +46,11 @@ def reuse(study, retry_failed: bool, log: logging.Logger) -> tuple[list, dict]:
         status, a = store_state(job.store, job.hash, job.problem_fingerprint)  # stale: another hash, format, problem
         if status == "damaged":
             array, what = damage(job.store)
-            log.warning(f"damaged store {job.store}: {f'array {array}: ' if array else ''}{what}; recomputing it")
+            aside = set_aside(job.store)
+            where = f"; set aside as {aside}" if aside else ""
+            log.warning(
+                f"damaged store {job.store}: {f'array {array}: ' if array else ''}{what}{where}; recomputing it"
+            )
         if status == "complete":
             summary[job.id] = {"status": "ok", "steps": a["steps"], "wall_s": a.get("wall_s"), "computed": False}
         elif status == "failed" and not retry_failed:
@@ -125,6 +129,10 @@ def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: di
                 shipped = ship_problem_module(client, spec)
                 for name in {j.study for j in todo if j.problem == spec} if shipped else ():
                     logs[name].info(f"problem module {shipped} uploaded to the workers")
+            for module in sorted({job.method_module for job in todo} - {""}):  # config: method_modules
+                shipped = ship_problem_module(client, f"{module}:")
+                for name in {j.study for j in todo if j.method_module == module} if shipped else ():
+                    logs[name].info(f"method module {shipped} uploaded to the workers")
         futures = {
             client.submit(
                 solve_batch,
@@ -147,7 +155,8 @@ def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: di
                 done = f"{count[job.study]}/{total[job.study]}"
                 if "raised" in res:  # a bug, or a lost worker: report every one
                     errors.append(f"{job.study}: {job.id}: {res['raised']}")
-                    log.error(f"{done} {job.id}: ERROR {res['raised']}")
+                    # to the log file: the terminal gets every such run in the step's one closing line
+                    log.error(f"{done} {job.id}: ERROR {res['raised']}", extra=FILE_ONLY)
                     progress.update(failed=True)
                     continue
                 summary = {k: res.get(k) for k in ("status", "steps", "wall_s", "mean_iterations", "error")}
@@ -186,10 +195,15 @@ def write_manifest(study, summary: dict, path: str) -> dict:
     failed = [j["id"] for j in jobs if j["status"] == "failed"]
     manifest = {"study": study.name, "jobs": jobs, "computed": computed, "failed": failed}
     tmp = path + ".tmp"
-    with open(tmp, "w") as fh:
-        json.dump(manifest, fh, indent=1)
-        fh.write("\n")
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as fh:
+            json.dump(manifest, fh, indent=1)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:  # a full disk: no temporary left behind
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
     return manifest
 
 
@@ -218,8 +232,10 @@ def solve(smk, names: list) -> None:
         pending, summaries[name] = reuse(study, retry_failed, logs[name])
         todo += pending
     errors = compute(todo, studies, logs, summaries, config.get("dask") or {}, smk.threads) if todo else []
-    if errors:
-        raise RuntimeError(f"{len(errors)} run(s) raised: " + "; ".join(errors))
+    if errors:  # one line (the solve step's log has every run's): no traceback on the terminal
+        from hbvm_core.errors import HBVMError
+
+        raise HBVMError(f"{len(errors)} run(s) raised: " + "; ".join(errors))
 
     for name, study in studies.items():
         m = write_manifest(study, summaries[name], manifests[name])
