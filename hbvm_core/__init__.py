@@ -15,8 +15,13 @@ from .trajectory import Trajectory
 
 
 def __getattr__(name: str):
-    """``hbvm_core.metrics`` and ``hbvm_core.references`` on first use (they bring in scipy.integrate)."""
-    if name in ("metrics", "references"):
+    """``metrics``, ``references`` (scipy.integrate), ``expressions``, ``sym`` and ``from_expressions`` (sympy) on
+    first use."""
+    if name == "from_expressions":
+        from .expressions import from_expressions
+
+        return from_expressions
+    if name in ("metrics", "references", "sym", "expressions"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)
@@ -33,9 +38,12 @@ __all__ = [
     "ProblemError",
     "Trajectory",
     "__version__",
+    "expressions",
+    "from_expressions",
     "get_problem",
     "integrate",
     "metrics",
     "references",
+    "sym",
     "tableau",
 ]

@@ -154,8 +154,9 @@ def errors(traj: Trajectory, convention: ErrorConvention, partner: Trajectory | 
         kind = c.reference_kind if c.reference == "reference" else "exact"
         if kind == "auto" and c.reference == "reference":
             kind = "ode" if pb.exact is None else "exact"
-        q_ref, p_ref, _ = reference_solution(pb, ts, kind=kind)
-        _, _, lam_ref = reference_solution(pb, tl, kind=kind)
+        # one reference for both samples (the reference ODE: one solve on [0, max time])
+        q_all, p_all, lam_all = reference_solution(pb, np.concatenate([ts, tl]), kind=kind)
+        q_ref, p_ref, lam_ref = q_all[: ts.size], p_all[: ts.size], lam_all[ts.size :]
         y_ref = np.concatenate([q_ref, p_ref], axis=1)
     e_lambda = float(np.max(vector_norm(lam - lam_ref, c.norm), initial=0.0)) if pb.nu else float("nan")
     hc_norm = c.norm if c.hc_norm is None else c.hc_norm

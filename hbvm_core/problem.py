@@ -58,15 +58,23 @@ class Problem:
     params : dict
         Anything that defines the problem, for the stores' attrs.
     kernels : hbvm_core.kernels.Kernels, optional
-        Compiled callbacks: the problem then takes the compiled loop.
+        Compiled callbacks: the problem then takes the compiled loop (and, with ``Kernels.d2g``, lambda(q, p)
+        and the reference ODE run compiled too).
+    identity : str, optional
+        The canonical text of what the problem computes, independent of the host (set by
+        ``hbvm_core.expressions``: the expressions in canonical form); None for callbacks.
     check : bool
         Run ``validate()`` on construction.
+    check_derivatives : bool
+        In ``validate()``, compare grad_U, G, d2g and the compiled callbacks with central differences
+        of U, g, G and with the numpy callbacks (``hbvm_core.checks``); False skips that comparison.
 
     Raises
     ------
     ProblemError
-        For wrong shapes, an M that is not symmetric positive definite, inconsistent initial data
-        or a singular G^T M^{-1} G at q0.
+        For callbacks that are not vectorised, a derivative that does not match the central
+        differences of its function (``check_derivatives``), wrong shapes, an M that is not symmetric
+        positive definite, inconsistent initial data or a singular G^T M^{-1} G at q0.
     NonFiniteError
         When a callback returns NaN/inf at q0.
 
@@ -94,7 +102,9 @@ class Problem:
     period: float | None = None
     params: dict[str, Any] = field(default_factory=dict)
     kernels: Any = None
+    identity: str | None = None
     check: bool = True
+    check_derivatives: bool = True
 
     def __post_init__(self) -> None:
         self.q0 = np.array(self.q0, dtype=float).reshape(-1)
@@ -105,6 +115,7 @@ class Problem:
         if (self.g is None) != (self.G is None):
             raise ProblemError(f"{self.name}: give both g and G, or neither")
         self._chol, self._diag = None, None
+        self._reference = None
         if self.M is not None:
             self._set_mass(m)
         self.nu = 0 if self.g is None else self._probe_nu()
@@ -124,6 +135,14 @@ class Problem:
             f"  kernels:   {'compiled' if self.kernels is not None else 'none (numpy callbacks)'}",
         ]
         return "\n".join(lines)
+
+    @staticmethod
+    def from_expressions(*args, **kwargs) -> Problem:
+        """A problem from expressions: ``hbvm_core.expressions.from_expressions`` (exact derivatives, generated
+        numpy callbacks and compiled kernels)."""
+        from .expressions import from_expressions
+
+        return from_expressions(*args, **kwargs)
 
     # --- sizes and linear algebra -------------------------------------------------
     def _set_mass(self, m: int) -> None:
@@ -178,6 +197,9 @@ class Problem:
 
     # --- callbacks on single states and trajectories ---------------------------------
     def _probe_nu(self) -> int:
+        from .checks import check_vectorised
+
+        check_vectorised(self, keys=("g",))
         gq = np.asarray(self.g(self.q0[None, :]))
         if gq.ndim != 2 or gq.shape[0] != 1:
             raise ProblemError(f"{self.name}: g(Q) must return shape (n, nu), got {gq.shape} for n = 1")
@@ -201,10 +223,31 @@ class Problem:
         v = self.minv_rows(p[:, :, None])[:, :, 0] if self._chol is not None else p
         return np.einsum("nmk,nm->nk", self.G(q), v)
 
+    def compiled_reference(self):
+        """(module, M^{-1}, params) of the compiled lambda(q, p) and reduced ODE (``kernels/reference.py``) when
+        the problem's kernels give d2g (or nu = 0), else None."""
+        k = self.kernels
+        if k is None or (self.nu and getattr(k, "d2g", None) is None):
+            return None
+        if getattr(self, "_reference", None) is None:
+            from .kernels.registry import loop_module
+
+            module = loop_module("reference", k, {"M_SIZE": self.m, "NU_SIZE": self.nu})
+            minv = np.zeros((0, 0)) if self.M is None else self.minv(np.eye(self.m))
+            self._reference = (module, np.ascontiguousarray(minv), np.array(k.params, dtype=float))
+        return self._reference
+
     def multiplier(self, q: Array, p: Array) -> Array:
         """lambda(q, p) = [G^T M^{-1} G]^{-1} [d2g(v, v) - G^T M^{-1} grad U], v = M^{-1} p (docs/method.md 1)."""
         if self.nu == 0:
             return np.zeros((q.shape[0], 0))
+        compiled = self.compiled_reference()
+        if compiled is not None:
+            module, minv, params = compiled
+            out = np.empty((q.shape[0], self.nu))
+            q, p = np.ascontiguousarray(q, dtype=float), np.ascontiguousarray(p, dtype=float)
+            module.multiplier(q, p, minv, params, out)
+            return out
         if self.d2g is None:
             raise ProblemError(f"{self.name}: the multiplier lambda(q, p) needs d2g (the Hessian form of g)")
         Gq = self.G(q)
@@ -216,6 +259,10 @@ class Problem:
 
     def index_reduced_rhs(self, t: float, y: Array) -> Array:
         """y' for the index-reduced ODE y = (q, p): q' = M^{-1} p, p' = -grad U - G lambda(q, p)."""
+        compiled = self.compiled_reference()
+        if compiled is not None:
+            module, minv, params = compiled
+            return module.rhs(np.ascontiguousarray(y, dtype=float), minv, params)
         m = self.m
         q, p = y[None, :m], y[None, m:]
         v = self.minv(p[0])
@@ -226,7 +273,11 @@ class Problem:
 
     # --- validation ------------------------------------------------------------------
     def validate(self) -> None:
-        """Check shapes, finiteness, consistency of (q0, p0) and regularity of G^T M^{-1} G."""
+        """Check vectorisation, shapes, finiteness, derivatives (``hbvm_core.checks``), consistency of (q0, p0)
+        and regularity of G^T M^{-1} G."""
+        from .checks import check_derivatives, check_vectorised, enabled
+
+        check_vectorised(self)
         m, nu = self.m, self.nu
         Q = np.stack([self.q0, self.q0 + 1e-3])
         expected = {"U": (2,), "grad_U": (2, m)}
@@ -245,6 +296,8 @@ class Problem:
                 raise NonFiniteError(f"{self.name}: callback {key} returned non-finite values at q0")
         if not (np.all(np.isfinite(self.q0)) and np.all(np.isfinite(self.p0))):
             raise ProblemError(f"{self.name}: q0 or p0 is not finite")
+        if self.check_derivatives and enabled():
+            check_derivatives(self)
         if nu == 0:
             return
         if nu >= m:

@@ -46,48 +46,67 @@ _CACHE_SIZE = 8
 
 
 def _identity(problem: Problem) -> tuple:
-    """What defines the ODE: name, params, initial data, M and the callbacks' code (not the objects)."""
+    """What defines the ODE: name, params, initial data, M, the callbacks' code (not the objects) and the
+    problem's ``identity`` (a problem of expressions: its canonical expressions; the code is generated)."""
     code = tuple(getattr(getattr(problem, f), "__code__", getattr(problem, f)) for f in ("grad_U", "G", "d2g"))
     M = None if problem.M is None else problem.M.tobytes()
-    return (problem.name, repr(sorted(problem.params.items())), problem.q0.tobytes(), problem.p0.tobytes(), M, code)
+    ident = getattr(problem, "identity", None)
+    state = (problem.q0.tobytes(), problem.p0.tobytes(), M)
+    return (problem.name, repr(sorted(problem.params.items())), *state, code, ident)
 
 
 def _memo(problem: Problem, times: np.ndarray, rtol: float):
-    key = (_identity(problem), times.tobytes(), float(rtol))
+    """The reference at ``times`` from the dense solution of the ODE on [0, max(times)], solved once per
+    (problem, interval, rtol): the rows of a study sample the same solution at their own times."""
+    t_max = float(times.max()) if times.size else 0.0
+    key = (_identity(problem), t_max, float(rtol))
     if key not in _CACHE:
         if len(_CACHE) >= _CACHE_SIZE:
             _CACHE.pop(next(iter(_CACHE)))
-        _CACHE[key] = tuple(a.copy() for a in index_reduced_solution(problem, times, rtol=rtol))
-    return tuple(a.copy() for a in _CACHE[key])
+        _CACHE[key] = dense_solution(problem, t_max, rtol=rtol)
+    return _evaluate(problem, _CACHE[key], times)
+
+
+def dense_solution(problem: Problem, t_max: float, rtol: float = 1e-13, atol: float | None = None):
+    """The dense output of the index-reduced ODE on [0, t_max] by DOP853 at ``rtol`` (None for t_max <= 0)."""
+    if problem.nu and problem.d2g is None:
+        raise ConfigError(f"reference: problem {problem.name!r} needs d2g for the index-reduced reference ODE")
+    if t_max <= 0:
+        return None
+    from scipy.integrate import solve_ivp  # here: scipy.integrate costs a second to import
+
+    y0 = np.concatenate([problem.q0, problem.p0])
+    sol = solve_ivp(
+        problem.index_reduced_rhs,
+        (0.0, t_max),
+        y0,
+        method="DOP853",
+        rtol=rtol,
+        atol=rtol if atol is None else atol,
+        dense_output=True,
+    )
+    if not sol.success:
+        raise SolverError(f"reference ODE for {problem.name!r} failed: {sol.message}")
+    return sol.sol
+
+
+def _evaluate(problem: Problem, dense, times: np.ndarray):
+    """(q, p, lam) of a dense solution at ``times`` (y0 itself at t = 0)."""
+    y0 = np.concatenate([problem.q0, problem.p0])
+    if dense is None:
+        Y = np.repeat(y0[None], times.size, axis=0)
+    else:
+        Y = dense(times).T
+        Y[times == 0.0] = y0
+    q, p = Y[:, : problem.m], Y[:, problem.m :]
+    return q, p, problem.multiplier(q, p)
 
 
 def index_reduced_solution(problem: Problem, times, rtol: float = 1e-13, atol: float | None = None):
     """The index-reduced ODE by DOP853 at ``rtol`` (dense output), evaluated at ``times``."""
     times = np.asarray(times, dtype=float)
-    if problem.nu and problem.d2g is None:
-        raise ConfigError(f"reference: problem {problem.name!r} needs d2g for the index-reduced reference ODE")
     t_max = float(times.max()) if times.size else 0.0
-    y0 = np.concatenate([problem.q0, problem.p0])
-    if t_max <= 0:
-        Y = np.repeat(y0[None], times.size, axis=0)
-    else:
-        from scipy.integrate import solve_ivp  # here: scipy.integrate costs a second to import
-
-        sol = solve_ivp(
-            problem.index_reduced_rhs,
-            (0.0, t_max),
-            y0,
-            method="DOP853",
-            rtol=rtol,
-            atol=rtol if atol is None else atol,
-            dense_output=True,
-        )
-        if not sol.success:
-            raise SolverError(f"reference ODE for {problem.name!r} failed: {sol.message}")
-        Y = sol.sol(times).T
-        Y[times == 0.0] = y0
-    q, p = Y[:, : problem.m], Y[:, problem.m :]
-    return q, p, problem.multiplier(q, p)
+    return _evaluate(problem, dense_solution(problem, t_max, rtol=rtol, atol=atol), times)
 
 
 def planar_hbvm_reference(times) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -112,6 +112,13 @@ def manifest_path(results: str, study: str) -> str:
     return os.path.join(results, study, "solve.json")
 
 
+def runs_marker(results: str, study: str, digest: str) -> str:
+    """<results>/<study>/.runs-<digest>: the solve step's record that the manifest is of the runs whose
+    ``Study.runs_digest`` is ``digest`` (a changed set of runs has another marker, missing: Snakemake reruns the
+    solve step). It holds the runs' [id, hash] list; the solve step removes the study's other markers."""
+    return os.path.join(results, study, f".runs-{digest}")
+
+
 def manifest_of_store(store: str) -> str:
     """The manifest of the study a run store belongs to (<study>/runs/<label>/[<combo>/]<run> -> <study>/solve.json)."""
     study = study_of_path(store) or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(store))))

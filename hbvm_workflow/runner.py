@@ -62,12 +62,14 @@ def solve_batch(jobs: list[dict]) -> list[dict]:
 
 def _problem(job: Job, cache: dict | None) -> tuple:
     """(problem, fingerprint) of the job, built once per (spec, params) in ``cache``."""
+    from hbvm_core.checks import derivative_checks
     from hbvm_core.fingerprint import problem_fingerprint
     from hbvm_core.problems import get_problem
 
     key = json.dumps([job.problem, job.params], sort_keys=True, default=repr)
     if cache is None or key not in cache:
-        problem = get_problem(job.problem, **job.params)
+        with derivative_checks(False):  # checked when the study was expanded; the fingerprint is the same
+            problem = get_problem(job.problem, **job.params)
         found = (problem, problem_fingerprint(problem))
         if cache is None:
             return found
@@ -155,6 +157,7 @@ def warm_up(jobs, processes: int = 1) -> int:
 
 def _one_step(job: Job | dict) -> None:
     """One step of the job's problem and method (compiles or loads its loop); a failure is left to the real run."""
+    from hbvm_core.checks import derivative_checks
     from hbvm_core.errors import HBVMError
     from hbvm_core.integrate import integrate
     from hbvm_core.methods import from_spec
@@ -162,7 +165,8 @@ def _one_step(job: Job | dict) -> None:
 
     job = job if isinstance(job, Job) else Job(**job)
     try:
-        problem = get_problem(job.problem, **job.params)
+        with derivative_checks(False):  # checked when the study was expanded
+            problem = get_problem(job.problem, **job.params)
         integrate(problem, from_spec(job.method), job.h, job.h, compensated=job.compensated, backend=job.backend)
     except (HBVMError, FloatingPointError):
         pass
@@ -171,6 +175,7 @@ def _one_step(job: Job | dict) -> None:
 def _uncached_loops(jobs) -> list[Job]:
     """One job for each distinct compiled loop of ``jobs`` that the kernel cache does not hold yet
     (``hbvm_core.kernels.uncached_loop``); a loop that cannot be told counts as cached (compiled here)."""
+    from hbvm_core.checks import derivative_checks
     from hbvm_core.errors import HBVMError
     from hbvm_core.kernels import uncached_loop
     from hbvm_core.methods import from_spec
@@ -181,7 +186,8 @@ def _uncached_loops(jobs) -> list[Job]:
         if job.backend == "numpy":
             continue
         try:
-            name = uncached_loop(from_spec(job.method), get_problem(job.problem, **job.params))
+            with derivative_checks(False):  # checked when the study was expanded
+                name = uncached_loop(from_spec(job.method), get_problem(job.problem, **job.params))
         except (HBVMError, AttributeError, TypeError):
             continue
         if name is not None:

@@ -61,7 +61,8 @@ class Job:
     study: str
     label: str
     name: str
-    problem: str
+    #: the problem as the config gives it: a name, 'module:factory', or a mapping of expressions
+    problem: str | dict
     params: dict
     method: dict
     h: float
@@ -93,11 +94,14 @@ class Job:
 
     def spec(self) -> dict:
         """Everything that determines the trajectory (the hash input): the config's entries, what the
-        problem computes and the identity of the numerics (``hbvm_core.fingerprint``)."""
+        problem computes and the identity of the numerics (``hbvm_core.fingerprint``). A problem of expressions
+        counts by its name and fingerprint (its canonical expressions), not by the text of its mapping."""
+        from hbvm_core.problems import problem_name
+
         return {
             "problem_fingerprint": self.problem_fingerprint,
             "numerics_fingerprint": self.numerics_fingerprint,
-            "problem": self.problem,
+            "problem": problem_name(self.problem),
             "params": self.params,
             "method": self.method,
             "h": self.h,
@@ -137,7 +141,8 @@ class Job:
         from hbvm_core.problems import BUILTIN
 
         compiled_s, numpy_s = (method_class(self.method) or Method).STEP_SECONDS
-        compiled = compiled_s is not None and self.backend != "numpy" and self.problem in BUILTIN
+        ours = isinstance(self.problem, dict) or self.problem in BUILTIN  # expressions: compiled kernels too
+        compiled = compiled_s is not None and self.backend != "numpy" and ours
         return RUN_OVERHEAD_S + self.cost() * (compiled_s if compiled else numpy_s)
 
 
@@ -246,9 +251,11 @@ class Study:
     def built_problem(self):
         """The study's problem, built from the config once (readers of stores take it from here, never from a store)."""
         if self._problem is None:
+            from hbvm_core.checks import derivative_checks
             from hbvm_core.problems import get_problem
 
-            self._problem = get_problem(self.problem, **self.params)
+            with derivative_checks(self.cfg.get("check_derivatives", True)):
+                self._problem = get_problem(self.cfg.get("problem", self.problem), **self.params)
         return self._problem
 
     @property
@@ -265,8 +272,23 @@ class Study:
         return "n" if all(r.n is not None for r in self.rows) else "h"
 
     def job_hashes(self) -> list[list[str]]:
-        """[[id, hash], ...]: a Snakemake param, so a changed study reruns its solve step."""
+        """[[id, hash], ...]: what the study's runs are."""
         return [[j.id, j.hash] for j in self.jobs.values()]
+
+    def runs_digest(self) -> str:
+        """A digest of ``job_hashes``: the name of the solve step's marker of this set of runs
+        (``layout.runs_marker``), so that a changed study reruns its solve step."""
+        return hashlib.sha256(json.dumps(self.job_hashes()).encode()).hexdigest()[:16]
+
+
+#: Study keys that change only how the numbers are shown (tables, figure) or checked, never the numbers: the
+#: workflow's rule aggregate does not rerun for them, rule render does.
+PRESENTATION_KEYS = ("title", "plot", "expected_rates", "accuracy_targets", "check_derivatives")
+
+
+def number_config(cfg: dict) -> dict:
+    """A study entry without its ``PRESENTATION_KEYS``: what defines its errors and rates."""
+    return {k: v for k, v in cfg.items() if k not in PRESENTATION_KEYS}
 
 
 # --------------------------------------------------------------------------- expansion
@@ -319,6 +341,7 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
     (``_add_runs``).
     """
     from hbvm_core.fingerprint import problem_fingerprint
+    from hbvm_core.problems import problem_name
 
     where = f"studies.{name}"
     cfg = _study_entry(where, cfg)
@@ -327,7 +350,7 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
     for values in _combinations(grid):
         params = {**cfg["params"], **values}
         what = f"{where}[{combo_name(values)}]" if values else where
-        problem = build_problem(what, cfg["problem"], params)
+        problem = build_problem(what, cfg["problem"], params, cfg.get("check_derivatives", True))
         t_end = _interval(what, cfg, problem)
         reference, convention = _convention(what, cfg, problem)
         fingerprint = problem_fingerprint(problem)
@@ -340,7 +363,7 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
         name=name,
         kind=cfg["kind"],
         title=cfg.get("title") or name,
-        problem=cfg["problem"],
+        problem=problem_name(cfg["problem"]),
         params=dict(cfg["params"]),
         t_end=t_end,
         period=problem.period,
@@ -385,6 +408,13 @@ def _study_entry(where: str, cfg: dict) -> dict:
     return cfg
 
 
+def _name(cfg: dict) -> str:
+    """The study's problem as named in messages (a mapping of expressions by its ``name``)."""
+    from hbvm_core.problems import problem_name
+
+    return problem_name(cfg["problem"])
+
+
 def _interval(where: str, cfg: dict, problem) -> float:
     """t_end of the study: ``t_end``, or ``periods`` times the problem's period."""
     if ("t_end" in cfg) == ("periods" in cfg):
@@ -392,7 +422,7 @@ def _interval(where: str, cfg: dict, problem) -> float:
     if "periods" in cfg:
         if problem.period is None:
             raise ConfigError(
-                f"{where}.periods: problem {cfg['problem']!r} has no period; give t_end (or period= in the problem)"
+                f"{where}.periods: problem {_name(cfg)!r} has no period; give t_end (or period= in the problem)"
             )
         t_end = float(cfg["periods"]) * problem.period
     else:
@@ -412,7 +442,7 @@ def _convention(where: str, cfg: dict, problem) -> tuple[str, Any]:
     try:
         convention = ErrorConvention.from_config(dict(errs, reference="self") if reference == "none" else errs)
         if reference != "none":
-            convention.check_problem(problem, cfg["problem"])
+            convention.check_problem(problem, _name(cfg))
     except ConfigError as exc:
         raise ConfigError(f"{where}.{exc}") from None
     return reference, convention
@@ -478,7 +508,7 @@ def _grid(where: str, cfg: dict) -> dict:
             takes = key in ps or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in ps.values())
             if not takes:
                 raise ConfigError(
-                    f"{where}.grid.{key}: not a keyword of problem {cfg['problem']!r} "
+                    f"{where}.grid.{key}: not a keyword of problem {_name(cfg)!r} "
                     f"(its keywords: {', '.join(ps) or 'none'})"
                 )
         if not isinstance(values, list) or not values:
@@ -522,7 +552,7 @@ def _add_runs(study: Study, spec: StudyMethod, raw: dict, where: str, inst: Inst
                 study=study.name,
                 label=spec.label,
                 name=spec.name,
-                problem=study.problem,
+                problem=cfg["problem"],
                 params=dict(inst.params),
                 method=spec.entry,
                 h=hh,
@@ -552,16 +582,18 @@ def _add_runs(study: Study, spec: StudyMethod, raw: dict, where: str, inst: Inst
         spec.rows.append(row)
 
 
-def build_problem(where: str, spec: str, params: dict):
+def build_problem(where: str, spec: str, params: dict, check_derivatives: bool = True):
     """The study's problem from ``spec`` and ``params``; ConfigError with one line naming the study, the spec
     and the exception when the module fails to import, the params do not fit the factory's signature
-    (bad params), or the factory raises (its own error, reported as such, whatever its type)."""
+    (bad params), or the factory raises (its own error, reported as such, whatever its type).
+    ``check_derivatives``: the study's key; False skips ``hbvm_core.checks.check_derivatives``."""
     import inspect
 
     from hbvm_core import Problem
+    from hbvm_core.checks import derivative_checks
     from hbvm_core.problems import resolve_factory
 
-    what = f"{where}.problem = {spec!r}"
+    what = f"{where}.problem = {spec!r}" if isinstance(spec, str) else f"{where}.problem {spec.get('name')!r}"
     try:
         factory = resolve_factory(spec)
     except ConfigError as exc:
@@ -575,7 +607,8 @@ def build_problem(where: str, spec: str, params: dict):
     except ValueError:  # no signature to check (a builtin): the call tells
         pass
     try:
-        problem = factory(**params)
+        with derivative_checks(check_derivatives):
+            problem = factory(**params)
     except (ProblemError, NonFiniteError) as exc:  # a user problem that cannot be integrated
         raise ConfigError(f"{what}: {exc}") from None
     except ConfigError as exc:

@@ -343,7 +343,6 @@ def errors_dataset(study: Study, rows: list[dict]):
     ds.attrs.update(
         {
             "study": study.name,
-            "title": study.title,
             "problem": study.problem,
             "params": json.dumps(study.params, sort_keys=True),
             "t_end": study.t_end,
@@ -578,6 +577,18 @@ def aggregate(
 ) -> list[dict]:
     """Compute the rows and write errors.zarr, errors.csv, table.md, table.tex (and table.html, and
     timings.csv: by default next to errors.csv). ``workers``: processes reading the runs (``study_rows``)."""
+    rows = compute_errors(study, out_zarr, out_csv, out_timings, workers)
+    write_tables(study, rows, out_md, out_tex, out_html)
+    return rows
+
+
+def compute_errors(
+    study: Study, out_zarr: str, out_csv: str, out_timings: str | None = None, workers: int = 1
+) -> list[dict]:
+    """The numbers of a study: its rows (``study_rows``) written as errors.zarr, errors.csv and timings.csv.
+
+    What they hold depends only on the runs and the keys that define the numbers, never on the title or the
+    figure's keys (the workflow's rule aggregate; rule render lays them out, ``rows_from_outputs``)."""
     from .layout import tmp_dir
     from .storage import write_dataset
 
@@ -588,6 +599,11 @@ def aggregate(
     write_csv(rows, out_csv, COLUMNS + EXTRA + grid)
     timings = out_timings or os.path.join(os.path.dirname(out_csv), "timings.csv")
     write_csv(run_timings(study, rows), timings, TIMINGS + grid)
+    return rows
+
+
+def write_tables(study: Study, rows: list[dict], out_md: str, out_tex: str, out_html: str | None = None) -> None:
+    """table.md, table.tex (and table.html) of the rows, each written atomically."""
     texts = [(out_md, markdown_table(study, rows)), (out_tex, latex_table(study, rows))]
     if out_html:
         texts.append((out_html, html_table(study, rows)))
@@ -595,4 +611,40 @@ def aggregate(
         with open(path + ".tmp", "w") as fh:
             fh.write(text)
         os.replace(path + ".tmp", path)
+
+
+def rows_from_outputs(study: Study, csv_path: str, zarr_path: str) -> list[dict]:
+    """The rows that ``compute_errors`` wrote, read back for the tables: the numbers, status and error of each row
+    from errors.csv (floats written by repr, read back exactly), its grid combination from the study's rows (in the
+    same order), the round-off flags from errors.zarr. ValueError if the files are not the study's rows."""
+    from .storage import open_trajectory
+
+    expected = [
+        (spec, inst, r)
+        for spec in study.methods
+        for inst in study.instances or [study.instance_of("")]
+        for r in spec.rows
+        if r.combo == inst.key
+    ]
+    with open(csv_path, newline="") as fh:
+        found = list(csv.DictReader(fh))
+    if len(found) != len(expected):
+        raise ValueError(f"{csv_path}: {len(found)} rows, the study has {len(expected)}")
+    ds = open_trajectory(zarr_path, load=True)
+    labels = [str(x) for x in ds.scheme.values]
+    hs = [float(x) for x in ds.h.values]
+    rows = []
+    for (spec, inst, r), raw in zip(expected, found):
+        if raw["method"] != spec.label or float(raw["h"]) != r.h:
+            where = f"row {raw['method']} h = {raw['h']}"
+            raise ValueError(f"{csv_path}: {where} where the study has {spec.label} h = {r.h}")
+        row: dict = {"method": spec.label, "h": r.h, "n": r.n, "combo": inst.key, **inst.values}
+        row["status"], row["error"] = raw["status"], raw["error"]
+        for key in NUMERIC:
+            row[key] = float(raw[key]) if raw[key] != "" else math.nan
+        grid_at = (values.index(inst.values[k]) for k, values in study.grid.items())
+        at = (labels.index(spec.label), hs.index(r.h), *grid_at)
+        for flag in ROUNDOFF.values():
+            row[flag] = bool(ds[flag].values[at])
+        rows.append(row)
     return rows

@@ -89,3 +89,38 @@ def raises():
 def type_error_inside(scale=1.0):
     """A TypeError raised inside the factory body: its own bug, not bad params."""
     return _pendulum("type_error_inside", q0=[0.0, -1.0 * scale]) + 1
+
+
+def bead_on_parabola(sign: float = -1.0):
+    """A bead on the parabola y = x^2 under gravity, G = grad g given with ``sign`` (-1: the wrong sign; +1 right).
+
+    g = y - x^2, so G = (-2x, 1); q0 = (1/2, 1/4) on the curve, p0 = (1, 1) tangent to it (G(q0)^T p0 = 0)."""
+    return hc.Problem(
+        name="bead_on_parabola",
+        q0=[0.5, 0.25],
+        p0=[1.0, 1.0],
+        U=lambda Q: 9.81 * Q[:, 1],
+        grad_U=lambda Q: np.stack([np.zeros(len(Q)), np.full(len(Q), 9.81)], axis=1),
+        g=lambda Q: (Q[:, 1] - Q[:, 0] ** 2)[:, None],
+        G=lambda Q: sign * np.stack([-2.0 * Q[:, 0], np.ones(len(Q))], axis=1)[:, :, None],
+        d2g=lambda Q, V: (-2.0 * V[:, 0] ** 2)[:, None],
+    )
+
+
+def g_of_one_point():
+    """g written for one point q (not vectorised): g(q) = [q[1] - q[0]^2]."""
+    problem = bead_on_parabola(1.0)
+    return hc.Problem(
+        name="g_of_one_point",
+        q0=problem.q0,
+        p0=problem.p0,
+        U=problem.U,
+        grad_U=problem.grad_U,
+        g=lambda q: np.array([q[1] - q[0] ** 2]),
+        G=problem.G,
+    )
+
+
+def U_of_one_point():
+    """U written for one point (not vectorised): U(Q) = 9.81 Q[1] is the second point, not the heights."""
+    return _pendulum("U_of_one_point", U=lambda Q: 9.81 * Q[1])

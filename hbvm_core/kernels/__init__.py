@@ -7,6 +7,8 @@ with numba-compiled callbacks that write into preallocated arrays:
     grad_U(Q, out, params)   Q (n, m), out (n, m)       gradient of U at the rows of Q
     G(Q, out, params)        Q (n, m), out (n, m, nu)   column i = gradient of g_i (omit when nu = 0)
     g(Q, out, params)        Q (n, m), out (n, nu)      the constraint values (optional: RATTLE's loop)
+    d2g(Q, V, out, params)   V (n, m), out (n, nu)      v^T Hess(g_i) v (optional: lambda(q, p) and the
+                                                        reference ODE compiled, ``reference.py``)
 
 ``params`` is ``Kernels.params`` as a float64 array (masses, lengths, ...), so
 one compiled loop serves every parameter value.

@@ -49,15 +49,22 @@ from ..errors import ConfigError, ProblemError
 from .spec import Kernels, kernel
 
 #: template name -> its file; the generated module of template T is <cache>/T_kernel_<hash>.py
-TEMPLATES = {name: Path(__file__).with_name(f"{name}.py") for name in ("hbvm", "polynomial", "rattle")}
+TEMPLATES = {name: Path(__file__).with_name(f"{name}.py") for name in ("hbvm", "polynomial", "rattle", "reference")}
 #: the rules every template shares (the stopping rule, the status codes), pasted into each
 RULES = Path(__file__).with_name("rules.py")
-#: the callbacks a template's generated module binds (the RATTLE loop also evaluates the constraint g)
-CALLBACKS = {"hbvm": ("grad_U", "G"), "polynomial": ("grad_U", "G"), "rattle": ("grad_U", "G", "g")}
+#: the callbacks a template's generated module binds (the RATTLE loop also evaluates the constraint g;
+#: ``reference``, lambda(q, p) and the index-reduced ODE, the Hessian form d2g)
+CALLBACKS = {
+    "hbvm": ("grad_U", "G"),
+    "polynomial": ("grad_U", "G"),
+    "rattle": ("grad_U", "G", "g"),
+    "reference": ("grad_U", "G", "d2g"),
+}
 #: what stands in for a missing callback of an unconstrained problem (nu = 0)
 NO_CONSTRAINTS = {
     "G": "hbvm_core.kernels.registry:no_constraints",
     "g": "hbvm_core.kernels.registry:no_constraint_values",
+    "d2g": "hbvm_core.kernels.registry:no_constraint_curvature",
 }
 _MODULES: dict[str, types.ModuleType] = {}
 _BY_KEY: dict[tuple, types.ModuleType] = {}  # (template, kernels, constants) -> module: skips the hashing
@@ -83,6 +90,11 @@ def no_constraints(Q, out, params):
 @kernel
 def no_constraint_values(Q, out, params):
     """g for an unconstrained problem (nu = 0): nothing to write."""
+
+
+@kernel
+def no_constraint_curvature(Q, V, out, params):
+    """d2g for an unconstrained problem (nu = 0): nothing to write."""
 
 
 def inline_copy(f):
@@ -391,9 +403,11 @@ def cache_info() -> list[str]:
 
 
 def clear_cache() -> Path:
-    """Remove the generated loop modules, their markers and numba's cache of them; returns the folder."""
+    """Remove the generated loop modules, their markers, the modules of problems from expressions
+    (``hbvm_core.expressions``) and numba's cache of them; returns the folder."""
     folder = cache_dir()
-    for pattern in ("*_kernel_*.py", "*_kernel_*.compiled", "hbvm_kernel_*.py", "poly_kernel_*.py"):
+    patterns = ("*_kernel_*.py", "*_kernel_*.compiled", "hbvm_kernel_*.py", "poly_kernel_*.py", "hbvm_expr_*.py")
+    for pattern in patterns:
         for path in folder.glob(pattern):
             path.unlink()
     shutil.rmtree(folder / "__pycache__", ignore_errors=True)

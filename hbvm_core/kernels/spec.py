@@ -11,13 +11,16 @@ class Kernels:
     """The compiled callbacks of a problem (njit functions or 'module:function' strings) and their params.
 
     ``g(Q, out, params)`` (out (n, nu): the constraint values) is optional: only the compiled RATTLE loop
-    needs it (docs/method.md 5); the HBVM loops bind ``grad_U`` and ``G`` alone.
+    needs it (docs/method.md 5); the HBVM loops bind ``grad_U`` and ``G`` alone. ``d2g(Q, V, out, params)``
+    (out (n, nu): v^T Hess(g_i) v at the rows of Q, V) is optional: with it lambda(q, p) and the index-reduced
+    reference ODE run compiled (``kernels/reference.py``).
     """
 
     grad_U: Any
     G: Any = None
     params: tuple[float, ...] = ()
     g: Any = None
+    d2g: Any = None
 
 
 def kernel(f):

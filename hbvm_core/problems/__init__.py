@@ -19,8 +19,13 @@ BUILTIN: dict[str, Callable[[], Problem]] = {
 }
 
 
-def resolve_factory(spec: str) -> Callable[..., Problem]:
-    """The factory for a built-in name or a ``module.path:factory`` string."""
+def resolve_factory(spec: str | dict) -> Callable[..., Problem]:
+    """The factory for a built-in name, a ``module.path:factory`` string or a mapping of expressions
+    (``hbvm_core.expressions``: its keywords are the mapping's parameters)."""
+    if isinstance(spec, dict):
+        from ..expressions import factory
+
+        return factory(spec)
     if not isinstance(spec, str) or not spec:
         raise ConfigError(f"problem = {spec!r}: expected a built-in name or 'module.path:factory'")
     if spec in BUILTIN:
@@ -41,13 +46,20 @@ def resolve_factory(spec: str) -> Callable[..., Problem]:
     return factory
 
 
-def get_problem(spec: str, **params) -> Problem:
-    """Build a built-in problem by name, or a user problem from its factory.
+def problem_name(spec: str | dict) -> str:
+    """The name of a problem as a config gives it: the string, or a mapping's ``name``."""
+    return str(spec.get("name", "?")) if isinstance(spec, dict) else spec
+
+
+def get_problem(spec: str | dict, **params) -> Problem:
+    """Build a built-in problem by name, a user problem from its factory, or a problem from expressions.
 
     Parameters
     ----------
-    spec : str
-        A built-in name (``BUILTIN``: planar_pendulum, conical_pendulum, ...) or ``"module.path:factory"``.
+    spec : str or dict
+        A built-in name (``BUILTIN``: planar_pendulum, conical_pendulum, ...), ``"module.path:factory"``, or
+        a mapping ``{name, coordinates, params, mass, potential, constraints, q0, p0, period, exact}``
+        (``hbvm_core.expressions``; docs/configuration.md).
     **params
         Keyword arguments of the factory.
 
@@ -76,6 +88,7 @@ __all__ = [
     "get_problem",
     "modified_pendulum",
     "planar_pendulum",
+    "problem_name",
     "resolve_factory",
     "tethered_satellites",
     "theta_pendulum",

@@ -206,7 +206,8 @@ def workers_of(workdir: Path) -> set[str]:
 # --------------------------------------------------------------------------- tests
 @needs_slurm
 def test_the_rules_run_as_slurm_jobs_with_the_shipped_profile(tmp_path, local_errors, record_property):
-    """snakemake --workflow-profile workflow/profiles/slurm: solve and aggregate are sbatch jobs; same errors.csv."""
+    """snakemake --workflow-profile workflow/profiles/slurm: solve, aggregate and render are sbatch jobs; same
+    errors.csv."""
     write_config(tmp_path, resources=RESOURCES, dask={"n_workers": WORKERS})
     watch = SqueueWatch()
     watch.start()
@@ -220,20 +221,21 @@ def test_the_rules_run_as_slurm_jobs_with_the_shipped_profile(tmp_path, local_er
     record(watch, tmp_path, record_property, f"squeue during `snakemake --workflow-profile slurm` ({wall:.0f} s):")
     out = proc.stdout + proc.stderr
 
-    # each rule with an action was one sbatch job (one for all the default target's studies: no wildcards),
+    # each rule with an action was one sbatch job (one study: one solve, one aggregate, one render),
     # and squeue saw it with the rule's resources
     submitted = dict(re.findall(r"slurm_logs/rule_(\w+?)/(\d+)\.log", out))
-    assert sorted(submitted) == ["aggregate", "solve"], out[-3000:]
+    assert sorted(submitted) == ["aggregate", "render", "solve"], out[-3000:]
     jobs = watch.jobs()
     for rule, jobid in submitted.items():
         assert jobid in jobs, f"squeue never showed the {rule} job {jobid}:\n{watch.report()}"
         job = jobs[jobid]
         assert job["comment"] == f"rule_{rule}"
-        assert job["mem"] == f"{RESOURCES[rule]['mem_mb']}M"  # config resources.<rule>.mem_mb -> --mem
-        assert job["time"] == f"{RESOURCES[rule]['runtime']}:00"  # runtime (minutes) -> -t
+        res = RESOURCES["aggregate" if rule == "render" else rule]  # render takes resources.aggregate
+        assert job["mem"] == f"{res['mem_mb']}M"  # config resources.<rule>.mem_mb -> --mem
+        assert job["time"] == f"{res['runtime']}:00"  # runtime (minutes) -> -t
         assert "RUNNING" in job["states"] and job["states"][-1] == "COMPLETED"
     assert jobs[submitted["solve"]]["cpus"] == str(WORKERS)  # threads (dask.n_workers) -> --cpus-per-task
-    assert jobs[submitted["aggregate"]]["cpus"] == "1"
+    assert jobs[submitted["aggregate"]]["cpus"] == jobs[submitted["render"]]["cpus"] == "1"
     assert "localrule all" in out  # only the target rule ran here
 
     # the runs were computed inside the solve job, on its LocalCluster on loopback; the numbers are the local ones

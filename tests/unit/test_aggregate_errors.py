@@ -1,6 +1,6 @@
-"""The aggregate step (workflow/scripts/aggregate.py): a study that fails in its forked process is reported as
-itself, in one line naming the study and the error (never BrokenProcessPool), and the other studies of the
-job are aggregated and not reported failed."""
+"""The aggregate step (workflow/scripts/aggregate.py, one job per study): a study whose aggregation fails ends its
+own job with one line naming the store and the error (never a traceback on the terminal; the traceback goes to the
+study's log); no other study is in that job, so none is reported failed."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from hbvm_core.errors import HBVMError
 from hbvm_workflow.storage import StoreError
 
 SCRIPT = Path(__file__).resolve().parents[2] / "workflow" / "scripts" / "aggregate.py"
@@ -22,32 +21,40 @@ def script(monkeypatch):
     spec = importlib.util.spec_from_file_location("hbvm_aggregate_script", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    monkeypatch.setitem(sys.modules, spec.name, module)  # its functions are pickled by name to the processes
+    monkeypatch.setitem(sys.modules, spec.name, module)
     return module
 
 
-def job(tmp_path, names):
-    out = {key: [str(tmp_path / f"{n}.{key}") for n in names] for key in ("zarr", "csv", "timings", "md", "tex")}
-    out |= {key: [str(tmp_path / f"{n}.{key}") for n in names] for key in ("html", "png", "pdf")}
-    logs = [str(tmp_path / f"{n}.log") for n in names]
+def job(tmp_path, name):
+    out = SimpleNamespace(**{key: str(tmp_path / f"{name}.{key}") for key in ("zarr", "csv", "timings")})
     return SimpleNamespace(
-        params=SimpleNamespace(studies=list(names)), output=SimpleNamespace(**out), log=logs, threads=2, config={}
+        wildcards=SimpleNamespace(study=name),
+        output=out,
+        log=[str(tmp_path / f"{name}.log")],
+        threads=1,
+        config={"results": str(tmp_path / "results")},
     )
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the studies' processes are forked (Linux)")
-def test_a_study_failing_in_its_process_is_reported_as_itself(script, tmp_path, monkeypatch):
+def test_a_failing_study_ends_its_job_with_one_line(script, tmp_path, monkeypatch, capsys):
     def study(name, config, out, log_path, workers=1):
-        if name == "bad":
-            raise StoreError("results/bad/runs/m/h=0.1.zarr.zip", "q", "chunk c/0/0 unreadable (CRC-32C)")
-        Path(out["csv"]).write_text(f"{name} done\n")
+        raise StoreError("results/bad/runs/m/h=0.1.zarr.zip", "q", "chunk c/0/0 unreadable (CRC-32C)")
 
     monkeypatch.setattr(script, "aggregate_study", study)
-    with pytest.raises(HBVMError) as err:
-        script.aggregate_all(job(tmp_path, ["good", "bad", "also"]))
-    assert str(err.value) == (
-        "1 of 3 studies failed to aggregate: bad: StoreError: results/bad/runs/m/h=0.1.zarr.zip: array q: "
-        "chunk c/0/0 unreadable (CRC-32C)"
-    )
-    assert (tmp_path / "good.csv").read_text() == "good done\n" and (tmp_path / "also.csv").read_text() == "also done\n"
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as info:
+        script.main(job(tmp_path, "bad"))
+    assert info.value.code == 1
+    err = capsys.readouterr().err
+    assert err == "hbvm: results/bad/runs/m/h=0.1.zarr.zip: array q: chunk c/0/0 unreadable (CRC-32C)\n", err
     assert "Traceback" in (tmp_path / "bad.log").read_text()  # the traceback goes to the study's log only
+
+
+def test_a_good_study_is_aggregated(script, tmp_path, monkeypatch):
+    def study(name, config, out, log_path, workers=1):
+        Path(out.csv).write_text(f"{name} done\n")
+
+    monkeypatch.setattr(script, "aggregate_study", study)
+    monkeypatch.chdir(tmp_path)
+    script.main(job(tmp_path, "good"))
+    assert (tmp_path / "good.csv").read_text() == "good done\n"

@@ -82,3 +82,44 @@ def test_round_off_pairs_get_no_rate(tmp_path):
     assert err.roundoff_lambda.values.tolist() == [[False, True]] and err.roundoff_hc.values.tolist() == [[False, True]]
     assert err.roundoff_s.values.tolist() == [[False, False]] and np.isnan(err.rate_lambda.values[0, 1])
     assert "| 20 | " in md and md.count("round-off") == 2
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        {  # table 2's conventions: rates at the round-off floor ("round-off" in the tables)
+            "problem": "conical_pendulum",
+            "methods": [{"k": 2, "s": 2}],
+            "periods": 1,
+            "period_divisions": [10, 20],
+            "errors": {"reference": "exact", "norm": "inf", "sample": "periods", "lambda_sample": "all"},
+        },
+        {  # a grid: a block per combination; a failed run (nan_later: the bob rises above y = -0.9 at t ~ 0.45)
+            "problem": "bad_problems:nan_later",
+            "grid": {"y_max": [-0.9, 0.0]},
+            "methods": [{"k": 1, "s": 1}, {"k": 2, "s": 2}],
+            "t_end": 0.5,
+            "h": [0.1, 0.05],
+            "errors": {"reference": "self", "norm": 1, "sample": 0.1},
+        },
+    ],
+    ids=["round-off", "grid-and-failure"],
+)
+def test_tables_from_the_written_numbers_are_the_computed_ones(tmp_path, cfg):
+    """Rule render lays the tables out from errors.csv and errors.zarr (rows_from_outputs): the same text as from the
+    rows computed from the runs, so a title change need not recompute them."""
+    from hbvm_workflow.tables import compute_errors, html_table, latex_table, markdown_table, rows_from_outputs
+
+    study = expand_study("t", {"backend": "numpy", **cfg}, results=str(tmp_path / "results"))
+    for job in study.jobs.values():
+        solve_job(job)
+    d = tmp_path / "results" / "t"
+    rows = compute_errors(study, str(d / "errors.zarr"), str(d / "errors.csv"))
+    back = rows_from_outputs(study, str(d / "errors.csv"), str(d / "errors.zarr"))
+    assert len(back) == len(rows) >= 2
+    for layout in (markdown_table, latex_table, html_table):
+        assert layout(study, back) == layout(study, rows)
+    if "grid" in cfg:
+        assert {r["status"] for r in rows} >= {"ok", "failed"}
+    else:
+        assert markdown_table(study, back).count("round-off") == 2

@@ -204,6 +204,25 @@ CASES = [
         cfg(problem="bad_problems:nan_at_start", errors={"reference": "none"}),
         "studies.bad.problem = 'bad_problems:nan_at_start': nan_at_start: callback U returned non-finite values at q0",
     ),
+    (
+        "G of the wrong sign",
+        cfg(problem="bad_problems:bead_on_parabola", errors={"reference": "none"}),
+        "studies.bad.problem = 'bad_problems:bead_on_parabola': bead_on_parabola: callback G does not match the "
+        "central differences of g at q0 (q = [0.5, 0.25]): relative discrepancy 2.00e+00",
+    ),
+    (
+        "g not vectorised",
+        cfg(problem="bad_problems:g_of_one_point", errors={"reference": "none"}),
+        "studies.bad.problem = 'bad_problems:g_of_one_point': g_of_one_point: callback g raised IndexError for Q "
+        "of shape (1, 2) (index 1 is out of bounds for axis 0 with size 1); callbacks receive Q of shape (n, m) "
+        "(n points) and must return (n, ...)",
+    ),
+    (
+        "U not vectorised",
+        cfg(problem="bad_problems:U_of_one_point", errors={"reference": "none"}),
+        "studies.bad.problem = 'bad_problems:U_of_one_point': U_of_one_point: callback U raised IndexError for Q "
+        "of shape (1, 2)",
+    ),
     ("unknown dask key", {**cfg(), "dask": {"workers": 2}}, "config.dask: unknown key 'workers' (expected one of"),
     (
         "select an unknown study",
@@ -226,6 +245,7 @@ API_ONLY = {
     "unknown method key",
     "unknown dask key",
     "select an unknown study",
+    "g not vectorised",
 }
 WORKFLOW = [c for c in CASES if c[0] not in API_ONLY]
 

@@ -6,8 +6,8 @@ is built once uninterrupted (the reference, 2 local Dask workers). Then:
 - kill chain: the same study is started and its whole process group (Snakemake,
   the job scripts, the Dask workers) SIGKILLed at four points -- early (the first
   runs are being computed, no store yet), middle (some runs stored, others
-  running), at the start of the aggregation, and during the plot (errors.csv
-  written, the figure not yet) -- each time resumed with the same command as the
+  running), at the start of the aggregation, and during the plot (rule render
+  started: errors.csv written, the figure not yet) -- each time resumed with the same command as the
   first run, nothing else (README, "Reliability: failures, resuming, determinism")::
 
       snakemake --cores 2
@@ -16,8 +16,9 @@ is built once uninterrupted (the reference, 2 local Dask workers). Then:
   (complete, every row written), everything unfinished is in results/<study>/.tmp,
   and Snakemake's lock is left. Each resume says it removed the stale lock (no
   process of the killed run holds the run lock), reuses every store the kill left
-  (same inode and mtime) and computes only the missing runs; the killed
-  aggregation's errors.csv is not trusted (recomputed: rerun-incomplete). A dry
+  (same inode and mtime) and computes only the missing runs; the outputs of a
+  killed job are not trusted (recomputed: rerun-incomplete), those of a finished
+  one are (the errors.csv of the aggregation that ended before the plot). A dry
   run after a kill only says what a run would do, and removes nothing.
 - a live run: while a run waits for Dask workers (an external scheduler that has
   none yet) it holds the lock, and the same command started in the same folder waits
@@ -135,7 +136,7 @@ def test_killed_at_four_points_and_resumed(reference, tmp_path):
         ),
         (
             "plotting: errors.csv written, the figure not yet",
-            lambda: (res / "errors.csv").exists() and not (res / f"{NAME}.png").exists(),
+            lambda: "rule render:" in log(3) and (res / "errors.csv").exists() and not (res / f"{NAME}.png").exists(),
         ),
     ]
     kept: dict[str, tuple[int, int]] = {}  # the stores the last kill left
@@ -186,17 +187,16 @@ def test_killed_at_four_points_and_resumed(reference, tmp_path):
         assert bool(snakemake_locks(tmp_path)) == (i < 4)
         if i == 3:
             killed_csv = (res / "errors.csv").stat().st_mtime_ns
-            # a dry run says what the run would do (break the lock, recompute the incomplete aggregation)
-            # and removes nothing
+            # a dry run says what the run would do (break the lock, redo the incomplete plot) and removes nothing
             locks = snakemake_locks(tmp_path)
             dry = snakemake(tmp_path, "-n", "--cores", "2")
             assert "would break the stale lock of a run none of whose processes is running" in dry.stdout
-            assert "rule aggregate:" in dry.stdout, dry.stdout[-3000:]
+            assert "rule render:" in dry.stdout and "rule aggregate:" not in dry.stdout, dry.stdout[-3000:]
             assert snakemake_locks(tmp_path) == locks
             assert (res / "errors.csv").stat().st_mtime_ns == killed_csv
-        if i == 4:  # the killed aggregation's outputs were not trusted: recomputed
-            assert "rule aggregate:" in log(i)
-            assert (res / "errors.csv").stat().st_mtime_ns != killed_csv
+        if i == 4:  # the killed plot redone; the errors of the aggregation that had finished kept
+            assert "rule render:" in log(i) and "rule aggregate:" not in log(i)
+            assert (res / "errors.csv").stat().st_mtime_ns == killed_csv
         if (res / "solve.json").exists():
             manifest_before = (res / "solve.json").stat().st_mtime_ns
     assert len(kept) == RUNS

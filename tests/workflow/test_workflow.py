@@ -250,12 +250,14 @@ def test_adding_one_h_computes_exactly_one_new_run(tmp_path):
 
 
 def test_the_default_studies_share_one_job_and_a_study_asked_for_by_name_gets_its_own(tmp_path):
-    """select: [a, b] -> one solve and one aggregate job build both (their own logs and manifests);
-    c, not selected, is built only when asked for, by solve_study / aggregate_study; a is untouched then."""
+    """select: [a, b] -> one solve job builds both (their own logs and manifests), one aggregate and one render job
+    each; c, not selected, is built only when asked for, by solve_study (and its own aggregate and render jobs); a is
+    untouched then."""
     one = dict(PLANAR, methods=[{"k": 1, "s": 1}], halvings=1)
     write_config(tmp_path, {"a": one, "b": dict(one, h0=0.05), "c": dict(one, h0=0.2)}, select=["a", "b"])
     proc = ok(snakemake(tmp_path, "--cores", "2"))
-    assert proc.stderr.count("rule solve:") == 1 and proc.stderr.count("rule aggregate:") == 1
+    assert proc.stderr.count("rule solve:") == 1 and proc.stderr.count("rule aggregate:") == 2
+    assert proc.stderr.count("rule render:") == 2
     assert "solve_study" not in proc.stderr and not (tmp_path / "results" / "c").exists()
     for name, h in (("a", "0.1"), ("b", "0.05")):
         assert json.loads((tmp_path / "results" / name / "solve.json").read_text())["study"] == name
@@ -265,8 +267,8 @@ def test_the_default_studies_share_one_job_and_a_study_asked_for_by_name_gets_it
     before = (tmp_path / "results" / "a" / "errors.csv").stat().st_mtime_ns
 
     proc = ok(snakemake(tmp_path, "--cores", "2", "results/c/table.md"))
-    assert proc.stderr.count("rule solve_study:") == 1 and proc.stderr.count("rule aggregate_study:") == 1
-    assert "rule solve:" not in proc.stderr and "rule aggregate:" not in proc.stderr
+    assert proc.stderr.count("rule solve_study:") == 1 and proc.stderr.count("rule aggregate:") == 1
+    assert "rule solve:" not in proc.stderr and proc.stderr.count("rule render:") == 1
     assert read_csv(tmp_path / "results" / "c" / "errors.csv")[0]["h"] == "0.2"
     assert (tmp_path / "results" / "a" / "errors.csv").stat().st_mtime_ns == before
     again = ok(snakemake(tmp_path, "--cores", "2"))  # the default target is still complete

@@ -125,7 +125,7 @@ def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: di
         Progress(len(todo)) as progress,
     ):
         if not forks_local_workers(dask_cfg):  # forked workers inherit our sys.path
-            for spec in sorted({job.problem for job in todo}):
+            for spec in sorted({job.problem for job in todo if isinstance(job.problem, str)}):
                 shipped = ship_problem_module(client, spec)
                 for name in {j.study for j in todo if j.problem == spec} if shipped else ():
                     logs[name].info(f"problem module {shipped} uploaded to the workers")
@@ -207,6 +207,22 @@ def write_manifest(study, summary: dict, path: str) -> dict:
     return manifest
 
 
+def write_runs_marker(study) -> None:
+    """results/<study>/.runs-<digest> (hbvm_workflow.layout.runs_marker): the set of runs the manifest is of;
+    the study's markers of other sets are removed."""
+    from hbvm_workflow.layout import runs_marker
+
+    path = runs_marker(study.results, study.name, study.runs_digest())
+    prefix = os.path.basename(runs_marker(study.results, study.name, ""))
+    for name in os.listdir(study.dir):
+        if name.startswith(prefix) and name != os.path.basename(path):
+            os.remove(os.path.join(study.dir, name))
+    with open(path + ".tmp", "w") as fh:
+        json.dump(study.job_hashes(), fh)
+        fh.write("\n")
+    os.replace(path + ".tmp", path)
+
+
 def main(smk) -> None:
     from hbvm_workflow.jobs import job_locks, one_line_errors
 
@@ -239,6 +255,7 @@ def solve(smk, names: list) -> None:
 
     for name, study in studies.items():
         m = write_manifest(study, summaries[name], manifests[name])
+        write_runs_marker(study)
         logs[name].info(
             f"done in {time.perf_counter() - t0:.1f} s: {len(m['computed'])} computed, "
             f"{len(m['jobs']) - len(m['computed'])} reused, {len(m['failed'])} failed"
