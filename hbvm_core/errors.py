@@ -6,6 +6,16 @@ Every error carries a one-line message that names the offending key or value.
 from __future__ import annotations
 
 
+def did_you_mean(word, choices) -> str:
+    """'; did you mean 'halvings'?' for the choice closest to ``word`` (difflib), or '' when none is close."""
+    import difflib
+
+    if not isinstance(word, str):
+        return ""
+    close = difflib.get_close_matches(word, [str(c) for c in choices], n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 class HBVMError(Exception):
     """Base class of every hbvm error."""
 

@@ -124,6 +124,20 @@ class Problem:
         if self.check:
             self.validate()
 
+    def __repr__(self) -> str:
+        """A few lines in xarray's spirit: name, sizes, mass matrix, parameters and the callbacks given."""
+        M = "identity" if self.M is None else ("diagonal" if self._diag is not None else "full")
+        given = [f for f in ("U", "grad_U", "g", "G", "d2g", "exact") if getattr(self, f) is not None]
+        lines = [
+            f"<hbvm_core.Problem> {self.name}",
+            f"  sizes:     m = {self.m}, nu = {self.nu}, M {M}",
+            f"  params:    {self.params}",
+            f"  callbacks: {', '.join(given)}",
+            f"  period:    {'none' if self.period is None else f'{self.period:.10g}'}",
+            f"  kernels:   {'compiled' if self.kernels is not None else 'none (numpy callbacks)'}",
+        ]
+        return "\n".join(lines)
+
     @staticmethod
     def from_expressions(*args, **kwargs) -> Problem:
         """A problem from expressions: ``hbvm_core.expressions.from_expressions`` (exact derivatives, generated

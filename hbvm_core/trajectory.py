@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,25 @@ class Trajectory:
     lam: np.ndarray
     iterations: np.ndarray
     attrs: dict = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        """A few lines in xarray's spirit (no arrays): problem, method, h, steps, sizes, backend, and the
+        largest energy and constraint errors."""
+        name = getattr(self.method, "name", self.method)
+        iters = self.attrs.get("mean_iterations", math.nan)
+        lines = [
+            f"<hbvm_core.Trajectory> {self.problem.name}, {name}, h = {self.h:.6g}, {_count(self.steps, 'step')}",
+            f"  t:       {self.t[0]:.6g} .. {self.t[-1]:.6g} ({_count(len(self.t), 'saved point')})",
+            f"  sizes:   q, p {self.q.shape}, lam {self.lam.shape}",
+            f"  backend: {self.attrs.get('backend', '?')}, mean iterations {iters:.3g}",
+        ]
+        try:
+            e_H = float(self.energy_error().max())
+            e_g = float(np.abs(self.g()).max()) if self.problem.nu else 0.0
+            lines.append(f"  errors:  max |H - H(y_0)| = {e_H:.3e}, max |g(q)| = {e_g:.3e}")
+        except Exception as exc:  # a repr never raises: the callbacks may fail on a store's data
+            lines.append(f"  errors:  not evaluated ({type(exc).__name__})")
+        return "\n".join(lines)
 
     @property
     def steps(self) -> int:
@@ -63,6 +83,11 @@ class Trajectory:
     def at_step(self, times: np.ndarray) -> np.ndarray:
         """Indices of the per-step data at the given times."""
         return _grid_indices(self.tstep, times, self.h)
+
+
+def _count(n: int, what: str) -> str:
+    """'1 step', '2 steps'."""
+    return f"{n} {what}" if n == 1 else f"{n} {what}s"
 
 
 def _grid_indices(grid: np.ndarray, times: np.ndarray, h: float) -> np.ndarray:

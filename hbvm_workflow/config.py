@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from hbvm_core.errors import ConfigError
+from hbvm_core.errors import ConfigError, did_you_mean
 
 from .schema import SCHEMA, defaults, validate_config
 from .study import Study, check_limits, expand_study
@@ -32,7 +32,8 @@ def load_studies(config: dict, schema_path: str | os.PathLike | None = None, nam
         raise ConfigError("config: studies: expected at least one study")
     for name in config.get("select") or []:
         if name not in studies:
-            raise ConfigError(f"config: select: unknown study {name!r} (studies are {', '.join(studies)})")
+            hint = did_you_mean(name, studies)
+            raise ConfigError(f"config: select: unknown study {name!r} (studies are {', '.join(studies)}){hint}")
     results = config["results"]
     wanted = list(studies) if names is None else list(names)
     out = {name: expand_study(name, studies[name], results=results) for name in wanted}

@@ -34,6 +34,28 @@ def study_logger(step: str, study: str, path: str) -> logging.Logger:
 FILE_ONLY = {"file_only": True}
 
 
+def plural(n: int, noun: str) -> str:
+    """'1 run', '2 runs'."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def tell_studies(logs: dict[str, logging.Logger], names, message: str) -> None:
+    """A fact shared by the studies ``names`` of a job (the cluster, the kernels, the batches): one line on
+    stderr, labelled with the study or the number of studies, and the line in each study's log file."""
+    names = sorted(set(names))
+    for name in names:
+        logs[name].info(message, extra=FILE_ONLY)
+    label = names[0] if len(names) == 1 else f"{len(names)} studies"
+    console = logging.getLogger("hbvm.jobs.shared")
+    console.setLevel(logging.INFO)
+    console.propagate = False
+    if not console.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s [%(label)s] %(message)s", "%H:%M:%S"))
+        console.addHandler(handler)
+    console.info(message, extra={"label": label})
+
+
 def _clock(seconds: float) -> str:
     seconds = int(round(seconds))
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"

@@ -1,7 +1,8 @@
 """The study figures (docs/method.md section 5), written as PNG and PDF.
 
-- ``convergence``: log-log e_s, e_lambda, e_hc against h per method, with dashed
-  reference slopes (the study's ``expected_rates``, else the observed median rate);
+- ``convergence``: log-log e_s, e_lambda, e_hc against h per method, with dotted
+  reference slopes: the method's theoretical order (its declared ``orders``), else the study's
+  ``expected_rates``, else none (observed rates are in the tables, never drawn as a slope);
 - ``solution_error`` (fig1): ||y_n - y(t_n)|| against t / T (linear axes: it grows linearly);
 - ``invariants`` (fig2): against t, log y: lambda error, hidden constraint, H error, g error;
 - ``constraint_panels`` (fig3): against t, log y: hidden constraint, H error and each |g_i|.
@@ -159,6 +160,41 @@ def _slope(rate, s) -> float | None:
     return float(rate)
 
 
+#: error -> the keys of a method's declared ``orders`` it follows (e_s: the lower of q and p)
+ORDER_KEYS = {"e_s": ("q", "p"), "e_lambda": ("lam",), "e_hc": ("hc",)}
+
+
+def theoretical_order(method, var: str) -> float | None:
+    """The order of ``var`` (e_s, e_lambda, e_hc) that ``method`` (a method object, or an entry for
+    ``from_spec``) declares in its ``orders`` ({"q": ..., "p": ..., "lam": ...}, None where unknown), or None
+    where it declares none."""
+    if isinstance(method, dict):
+        from hbvm_core.methods import from_spec
+
+        try:
+            method = from_spec(method)
+        except Exception:  # an entry the study already checked; a method that cannot say has no order
+            return None
+    orders = getattr(method, "orders", None)
+    if not isinstance(orders, dict):
+        return None
+    # a number, or a multiple of s written like "2s" (as in expected_rates)
+    values = [_slope(orders.get(key), getattr(method, "s", None)) for key in ORDER_KEYS[var]]
+    if not values or any(v is None for v in values):
+        return None
+    return float(min(values))
+
+
+def reference_order(study: Study, spec, var: str) -> tuple[float | None, str]:
+    """(p, how) of a method's reference slope: its theoretical order ("theory"), else the study's
+    ``expected_rates`` ("expected"), else (None, "")."""
+    p = theoretical_order(getattr(spec, "method", None) or spec.entry, var)
+    if p:
+        return p, "theory"
+    p = _slope(study.expected_rates.get(var), spec.s)
+    return (p, "expected") if p else (None, "")
+
+
 # --------------------------------------------------------------------------- convergence
 def _asymptotic(ds, sub, var: str, rate: str) -> np.ndarray:
     """The rows of one method (``sub``) whose error is not at the round-off floor: a point is
@@ -183,11 +219,11 @@ def convergence_plot(study: Study, ds, png: str, pdf: str) -> None:
     """Log-log errors against h for each method, with dotted reference slopes C h^p.
 
     Each method has its own colour, hollow marker and line style, so coinciding curves
-    stay visible; one legend below the panels covers every panel. p is the study's
-    expected rate (a number, or a multiple of s like "2s"), else the observed median rate
-    of the asymptotic part (the finer half of the rates, round-off pairs excluded),
-    rounded to a half and labelled "obs.". A panel whose every rate pair is at the
-    round-off floor says so instead of drawing the noise.
+    stay visible; one legend below the panels covers every panel. p is the method's
+    theoretical order (``theoretical_order``: its declared ``orders``), labelled "order p (theory)",
+    else the study's expected rate (a number, or a multiple of s like "2s"), labelled
+    "order p (expected)", else no slope: observed rates stay in the tables. A panel whose every
+    rate pair is at the round-off floor says so instead of drawing the noise.
     """
     panels = [("e_s", "rate_s", "solution error e_s"), ("e_lambda", "rate_lambda", "multiplier error e_λ")]
     panels.append(("e_hc", "rate_hc", "hidden constraint e_hc"))
@@ -230,7 +266,7 @@ def _convergence_row(study: Study, ds, axes_row, panels, handles: dict, heading:
     if heading:
         axes_row[0].set_ylabel(heading, fontsize=9)
     for ax, (var, rate, title) in zip(axes_row, panels):
-        lines = []  # (h, e, slope, observed, color) per method
+        lines = []  # (h, e, slope, how, color) per method
         flag = f"roundoff_{var.removeprefix('e_')}"
         all_roundoff = _all_roundoff(ds, rate, flag)
         if all_roundoff:
@@ -266,27 +302,21 @@ def _convergence_row(study: Study, ds, axes_row, panels, handles: dict, heading:
             asym = ok & _asymptotic(ds, sub, var, rate)
             if not asym.any():
                 continue
-            p = _slope(study.expected_rates.get(var), int(sub.s.values) or None)
-            observed = p is None
-            if observed:
-                r = sub[rate].values[asym]
-                r = r[np.isfinite(r)]
-                r = r[len(r) // 2 :]  # the asymptotic part: the finer half of the rates
-                p = round(float(np.median(r)) * 2) / 2 if r.size else None
+            p, how = reference_order(study, study.methods[i], var)
             if p and p > 0:
-                lines.append((h[asym], e[asym], p, observed, style["color"]))
-        slopes = {(p, obs) for _, _, p, obs, _ in lines}
+                lines.append((h[asym], e[asym], p, how, style["color"]))
+        slopes = {(p, how) for _, _, p, how, _ in lines}
         if len(slopes) == 1 and len(lines) > 1:
-            p, obs = slopes.pop()
+            p, how = slopes.pop()
             hs = np.concatenate([ln[0] for ln in lines])
             hh = np.array([hs.max(), hs.min()])
             # below every curve at every h: C = 0.5 min over points of e / h^p
             c = 0.5 * min(float(np.min(e / h**p)) for h, e, *_ in lines)
-            _reference_line(ax, hh, c * hh**p, p, obs, "0.4")
+            _reference_line(ax, hh, c * hh**p, p, how, "0.4")
         else:
-            for h, e, p, obs, color in lines:
+            for h, e, p, how, color in lines:
                 hh = h[[0, -1]]
-                _reference_line(ax, hh, 0.5 * e[0] * (hh / h[0]) ** p, p, obs, color)
+                _reference_line(ax, hh, 0.5 * e[0] * (hh / h[0]) ** p, p, how, color)
         ax.set_xlabel("h")
         ax.set_title(title, fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
@@ -327,9 +357,10 @@ def sweep_plot(study: Study, ds, png: str, pdf: str) -> None:
     save(fig, png, pdf, legend_rows=len(handles) + 1 if handles else 0)
 
 
-def _reference_line(ax, h, y, p, observed: bool, color) -> None:
+def _reference_line(ax, h, y, p, how: str, color) -> None:
+    """A dotted line C h^p, labelled "order p (theory)" or "order p (expected)"."""
     ax.loglog(h, y, ":", color=color, lw=1.2, alpha=0.9)
-    text = f"slope {p:g}" + (" (obs.)" if observed else "")
+    text = f"order {p:g} ({how})"
     ax.annotate(text, (h[-1], y[-1]), fontsize=7, color=color, ha="left", va="top")
 
 

@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from hbvm_core.errors import ConfigError
+from hbvm_core.errors import ConfigError, did_you_mean
 
 #: The config schema, shipped inside the package.
 SCHEMA = Path(__file__).resolve().parent / "schema.yaml"
@@ -107,7 +107,7 @@ def describe(error) -> str:
         extra = sorted(set(error.instance) - set(allowed))
         what = "unknown key" if len(extra) == 1 else "unknown keys"
         hint = f" (expected one of {', '.join(allowed)})" if allowed else ""
-        return f"{where}: {what} {', '.join(map(repr, extra))}{hint}"
+        return f"{where}: {what} {', '.join(map(repr, extra))}{hint}{did_you_mean(extra[0], allowed)}"
     if error.validator == "propertyNames":
         return f"{where}: bad name {error.instance!r} (letters, digits, _ and -, starting with a letter or digit)"
     if error.validator == "required":

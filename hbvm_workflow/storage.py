@@ -693,8 +693,11 @@ def open_errors(study: str, results: str = "results"):
         and ``name`` along it; every variable has CF ``long_name`` and ``units``::
 
             err = open_errors("table1")
-            err.e_s.sel(scheme="hbvm_k2_s2", h=0.025).item()
+            err.e_s.sel(scheme="hbvm_k2_s2", n=3).item()  # h = 0.1 * 2^-3
             err.set_index(scheme=["k", "s"]).e_s.sel(k=2, s=2).to_series()
+
+        Where each h has one step number n (``halvings``, ``period_divisions``), ``n`` is an
+        indexed coordinate along ``h``: ``.sel(n=24)`` picks h = T/24 exactly.
 
     Raises
     ------
@@ -706,7 +709,10 @@ def open_errors(study: str, results: str = "results"):
     path = Path(results) / study / "errors.zarr"
     if not path.exists():
         raise MissingStoreError(f"{path}: no aggregated study {study!r} under {results!r} (run snakemake first)")
-    return open_errors_at(str(path))
+    ds = open_errors_at(str(path))
+    if "n" in ds.coords and ds["n"].dims == ("h",):
+        ds = ds.set_xindex("n")
+    return ds
 
 
 def open_errors_at(path: str):

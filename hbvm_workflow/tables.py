@@ -314,7 +314,7 @@ def errors_dataset(study: Study, rows: list[dict]):
         "name": ("scheme", np.array([m.name for m in study.methods], dtype=object)),
         "k": ("scheme", np.array([m.k or 0 for m in study.methods], dtype="i8")),
         "s": ("scheme", np.array([m.s or 0 for m in study.methods], dtype="i8")),
-        "n": (dims, nval),
+        "n": _n_coord(rows, hs, dims, nval),
         "host": (dims, host),
         **{key: (key, _grid_coord(values)) for key, values in grid.items()},
     }
@@ -334,7 +334,12 @@ def errors_dataset(study: Study, rows: list[dict]):
         "name": ("method name", "1", "display name, e.g. HBVM(2,2)"),
         "k": ("HBVM k", "1", "0: not an HBVM method"),
         "s": ("HBVM s", "1", "0: not an HBVM method"),
-        "n": ("row label n", "1", "n of the step-size rule (halvings, period_divisions); -1: explicit h or not run"),
+        "n": (
+            "row label n",
+            "1",
+            "n of the step-size rule (halvings, period_divisions), along h where each h has one n "
+            "(open_errors then indexes it: .sel(n=24)); -1: explicit h or not run",
+        ),
         "host": ("host", "1", "the machine that computed the run; '': not run"),
     }
     for key in grid:
@@ -353,6 +358,17 @@ def errors_dataset(study: Study, rows: list[dict]):
     if study.grid:
         ds.attrs["grid"] = json.dumps(study.grid, sort_keys=False)
     return ds
+
+
+def _n_coord(rows: list[dict], hs: list[float], dims: tuple, nval: np.ndarray) -> tuple:
+    """The row label n: a coordinate along h (one n per h, as in halvings and period_divisions, where
+    h = h0 2^-n or T/n), or, where some h has none or several, over all the dimensions (-1: none)."""
+    by_h: dict[float, set] = {}
+    for row in rows:
+        by_h.setdefault(row["h"], set()).add(row["n"])
+    if all(len(v) == 1 and None not in v for v in by_h.values()):
+        return ("h", np.array([next(iter(by_h[h])) for h in hs], dtype="i8"))
+    return (dims, nval)
 
 
 def _grid_coord(values: list) -> np.ndarray:
@@ -378,11 +394,18 @@ def _fmt_r(v) -> str:
     return "—" if v is None or not math.isfinite(v) else f"{v:.2f}"
 
 
-def _fmt_h(row, label: str) -> str:
-    return str(row["n"]) if label == "n" else f"{row['h']:.6g}"
+def _fmt_h(row, label: str) -> list[str]:
+    """The row's label cells: n and its step size h, or h alone."""
+    h = f"{row['h']:.6g}"
+    return [str(row["n"]), h] if label == "n" else [h]
 
 
-HEAD = ("e_s", "rate", "e_lambda", "rate", "e_H", "e_g", "e_hc", "rate")
+def _labels(label: str) -> tuple[str, ...]:
+    return ("n", "h") if label == "n" else ("h",)
+
+
+#: each rate column names the error whose observed order it is
+HEAD = ("e_s", "rate(e_s)", "e_lambda", "rate(e_lambda)", "e_H", "e_g", "e_hc", "rate(e_hc)")
 KEYS = ("e_s", "rate_s", "e_lambda", "rate_lambda", "e_H", "e_g", "e_hc", "rate_hc")
 
 
@@ -398,11 +421,45 @@ def _cells(row) -> list[str]:
     return cells
 
 
+def _norm_words(norm) -> str:
+    return "max norm" if norm == "inf" else f"{norm}-norm"
+
+
+def _sample_words(sample) -> str:
+    if sample == "all":
+        return "at every step"
+    if sample == "periods":
+        return "at whole periods"
+    return f"every {sample:.10g} time units"
+
+
+REFERENCE_WORDS = {
+    "exact": "against the exact solution",
+    "reference": "against a reference solution",
+    "self": "against the same method with h/2",
+}
+
+
+def _errors_words(study: Study) -> str:
+    """The error convention in words (docs/method.md section 5): reference, norm and sampling."""
+    c = study.convention
+    if study.reference == "none":
+        words = ["no reference: e_s and e_lambda not computed"]
+    else:
+        ref = REFERENCE_WORDS[study.reference]
+        if study.reference == "reference" and c.reference_kind != "auto":
+            ref += f" ({c.reference_kind})"
+        words = [f"errors {ref}, in the {_norm_words(c.norm)}, sampled {_sample_words(c.sample)}"]
+        if c.lambda_sample is not None:
+            words.append(f"e_lambda sampled {_sample_words(c.lambda_sample)}")
+    if c.hc_norm is not None:
+        words.append(f"e_hc in the {_norm_words(c.hc_norm)}")
+    return "; ".join(words)
+
+
 def _describe(study: Study) -> str:
-    c = _convention(study)
-    parts = [f"{k} {v}" for k, v in c.items() if k != "reference_kind" or v != "auto"]
     period = f", T = {study.period:.10g}" if study.period else ""
-    return f"{study.problem} on [0, {study.t_end:.10g}]{period}; errors: {', '.join(parts)}"
+    return f"{study.problem} on [0, {study.t_end:.10g}]{period}; {_errors_words(study)}"
 
 
 def _blocks(study: Study, rows: list[dict]):
@@ -415,17 +472,19 @@ def _blocks(study: Study, rows: list[dict]):
 
 
 def markdown_table(study: Study, rows: list[dict]) -> str:
-    """table.md: per method a block of rows (h or n, e_s, rate, e_lambda, rate, e_H, e_g, e_hc, rate)."""
+    """table.md: per method a block of rows (n and h, or h; e_s, rate(e_s), e_lambda, rate(e_lambda), e_H, e_g,
+    e_hc, rate(e_hc))."""
     label = study.row_label
+    labels = _labels(label)
     lines = [f"# {study.title}", "", _describe(study), ""]
     notes = []
     for _, heading, block in _blocks(study, rows):
-        lines += [f"## {heading}", "", "| " + " | ".join((label,) + HEAD) + " |"]
-        lines.append("|" + "---:|" * (len(HEAD) + 1))
+        lines += [f"## {heading}", "", "| " + " | ".join(labels + HEAD) + " |"]
+        lines.append("|" + "---:|" * (len(HEAD) + len(labels)))
         for row in block:
-            lines.append("| " + " | ".join([_fmt_h(row, label)] + _cells(row)) + " |")
+            lines.append("| " + " | ".join(_fmt_h(row, label) + _cells(row)) + " |")
             if row["status"] != "ok":
-                notes.append(f"- {heading}, {label} = {_fmt_h(row, label)}: {row['status']}: {row['error']}")
+                notes.append(f"- {heading}, {label} = {_fmt_h(row, label)[0]}: {row['status']}: {row['error']}")
         lines.append("")
     if notes:
         lines += ["Failures:", "", *notes, ""]
@@ -439,20 +498,22 @@ def _tex(s: str) -> str:
 def latex_table(study: Study, rows: list[dict]) -> str:
     """table.tex: one booktabs tabular, a block per method."""
     label = study.row_label
-    head = [f"${label}$", "$e_s$", "rate", r"$e_\lambda$", "rate", "$e_H$", "$e_g$", r"$e_{hc}$", "rate"]
+    rate = ["rate($e_s$)", r"rate($e_\lambda$)", r"rate($e_{hc}$)"]
+    head = [f"${c}$" for c in _labels(label)] + ["$e_s$", rate[0], r"$e_\lambda$", rate[1], "$e_H$", "$e_g$"]
+    head += [r"$e_{hc}$", rate[2]]
     lines = [
         f"% {study.title}: {_tex(_describe(study))}",
-        r"\begin{tabular}{r" + "r" * len(HEAD) + "}",
+        r"\begin{tabular}{" + "r" * len(head) + "}",
         r"\toprule",
     ]
     for i, (_, heading, block) in enumerate(_blocks(study, rows)):
         if i:
             lines.append(r"\midrule")
-        lines.append(rf"\multicolumn{{{len(HEAD) + 1}}}{{l}}{{{_tex(heading)}}} \\")
+        lines.append(rf"\multicolumn{{{len(head)}}}{{l}}{{{_tex(heading)}}} \\")
         lines.append(" & ".join(head) + r" \\")
         lines.append(r"\midrule")
         for row in block:
-            cells = [_fmt_h(row, label)] + [_tex(c) for c in _cells(row)]
+            cells = _fmt_h(row, label) + [_tex(c) for c in _cells(row)]
             lines.append(" & ".join(cells) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", ""]
     return "\n".join(lines)
@@ -471,10 +532,10 @@ def html_table(study: Study, rows: list[dict]) -> str:
     ]
     for _, heading, block in _blocks(study, rows):
         parts.append(f"<h3>{escape(heading)}</h3><table><tr>")
-        parts += [f"<th>{escape(c)}</th>" for c in (label,) + HEAD]
+        parts += [f"<th>{escape(c)}</th>" for c in _labels(label) + HEAD]
         parts.append("</tr>")
         for row in block:
-            cells = [_fmt_h(row, label)] + _cells(row)
+            cells = _fmt_h(row, label) + _cells(row)
             parts.append("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>")
         parts.append("</table>")
     parts.append("</body></html>\n")

@@ -7,7 +7,7 @@ stabilized index-2 DAE.
 ``solve_ivp`` maps method names to ``OdeSolver`` subclasses.
 """
 
-from ..errors import ConfigError
+from ..errors import ConfigError, did_you_mean
 from .base import METHODS, EntryKey, Method, method_label
 from .hbvm import HBVM, HBVMBase, HBVMStepper
 from .ida import IDA
@@ -88,5 +88,6 @@ def from_spec(spec: dict) -> Method:
     kind = spec.pop("method", "hbvm")
     if cls is None:
         names = list(METHODS)
-        raise ConfigError(f"method = {kind!r}: unknown method (expected {', '.join(names[:-1])} or {names[-1]})")
+        hint = did_you_mean(kind, names)
+        raise ConfigError(f"method = {kind!r}: unknown method (expected {', '.join(names[:-1])} or {names[-1]}){hint}")
     return cls.from_entry(spec)

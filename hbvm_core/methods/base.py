@@ -94,6 +94,19 @@ class Method(ABC):
     EXAMPLES: ClassVar[tuple[dict, ...]] = ()
     SUMMARY: ClassVar[str] = ""
 
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__repr__" not in cls.__dict__:  # set before @dataclass, which then keeps it
+            cls.__repr__ = Method.__repr__
+
+    def __repr__(self) -> str:
+        """One line: the display name, the label and the entry that rebuilds it (``from_spec``)."""
+        try:
+            entry, label = entry_text(self.entry()), self.label()
+        except Exception:  # a half-built method (in an error message) still prints
+            return f"<hbvm_core method {type(self).__name__}>"
+        return f"<hbvm_core.{type(self).__name__}> {self.name}, label {label}, entry {entry}"
+
     @property
     @abstractmethod
     def name(self) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
-from ..errors import ConfigError
+from ..errors import ConfigError, did_you_mean
 from ..problem import Problem
 from .parametric import conical_pendulum, modified_pendulum, planar_pendulum, tethered_satellites
 from .pendulum import theta_pendulum
@@ -33,7 +33,7 @@ def resolve_factory(spec: str | dict) -> Callable[..., Problem]:
     if ":" not in spec:
         raise ConfigError(
             f"problem = {spec!r}: unknown problem; built-in problems are {', '.join(sorted(BUILTIN))}, "
-            "or give 'module.path:factory'"
+            "or give 'module.path:factory'" + did_you_mean(spec, BUILTIN)
         )
     module, _, attr = spec.partition(":")
     try:

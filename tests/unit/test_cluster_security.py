@@ -34,6 +34,7 @@ for name, kw in (
 """
 
 
+@pytest.mark.slow  # starts a Dask cluster (tens of seconds on 2 cores)
 def test_the_local_cluster_refuses_a_client_without_its_credentials():
     # spawned, not forked: a worker forked from this test process (its other threads: zarr's event loop,
     # a compiled loop's) can deadlock before it starts

@@ -75,5 +75,5 @@ def test_each_table_column_is_its_errors_csv_column(kind, tmp_path):
         "html": (html_table(study, rows), html_blocks),
     }[kind]
     checked = check_blocks(parse(text), csv_rows, study.row_label)
-    # 6 rows x 5 errors, and 4 rows with rates x 3 rates, and the label of each row
-    assert checked == 6 * 5 + 4 * 3 + 6
+    # 6 rows x 5 errors, and 4 rows with rates x 3 rates, and the two labels of each row (n, and h beside it)
+    assert checked == 6 * 5 + 4 * 3 + 6 * 2

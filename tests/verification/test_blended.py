@@ -35,6 +35,7 @@ def test_blended_gives_the_fixed_point_trajectory(name, k, s, h, steps):
     assert bl.attrs["mean_iterations"] < fp.attrs["mean_iterations"]
 
 
+@pytest.mark.slow  # compiles loops of its own (tens of seconds on 2 cores)
 @pytest.mark.parametrize("name,k,h", [("planar_pendulum", 2, 0.05), ("tethered_satellites", 6, 0.1)])
 def test_compiled_blended_matches_numpy_blended(name, k, h):
     pb = hc.get_problem(name)

@@ -74,6 +74,7 @@ def test_compiled_matches_numpy(name, k, s, h, steps):
     assert_iterations_match(a, b)
 
 
+@pytest.mark.slow  # compiles loops of its own (tens of seconds on 2 cores)
 def test_loop_specialised_on_k_and_s_matches(conical, monkeypatch):
     """HBVM_SPECIALISE_KS=1: a loop compiled for HBVM(2,2) only (its own module), same trajectory."""
     from hbvm_core.kernels.runner import CompiledRunner
@@ -192,6 +193,7 @@ def compiled_double_pendulum(m1=1.0, m2=2.0):
     return pb
 
 
+@pytest.mark.slow  # compiles loops of its own (tens of seconds on 2 cores)
 def test_user_problem_with_mass_matrix_and_params_takes_the_compiled_path():
     """M = diag(m1, m1, m2, m2) != I (Cholesky in the kernel) and the masses passed as params."""
     for m1, m2 in ((1.0, 2.0), (3.0, 0.5)):  # one compiled loop for both parameter sets
@@ -232,6 +234,7 @@ def nan_theta_pendulum():
     return pb
 
 
+@pytest.mark.slow  # compiles loops of its own (tens of seconds on 2 cores)
 def test_callbacks_in_a_closure_fall_back_to_an_uncached_module():
     """Callbacks that cannot be imported by name still run compiled (in-memory module, compiled per process)."""
     from hbvm_core.kernels.runner import CompiledRunner
@@ -291,6 +294,7 @@ CACHE_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # compiles loops of its own (tens of seconds on 2 cores)
 def test_second_process_loads_the_compiled_loop_from_the_disk_cache():
     """A fresh process finds the generated module's compiled loop in numba's cache: no compilation."""
     runs = []

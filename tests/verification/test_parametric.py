@@ -41,6 +41,7 @@ def test_amplitude_default_reproduces_table1():
         assert agrees(e[key], published), (key, e[key], published)
 
 
+@pytest.mark.slow  # compiles loops of its own (tens of seconds on 2 cores)
 @pytest.mark.parametrize("theta_dot0", [1.5, 1.9])
 @pytest.mark.parametrize("k,s", [(1, 1), (2, 2)])
 def test_order_2_at_other_amplitudes(theta_dot0, k, s):
@@ -84,6 +85,7 @@ def _same(a, b) -> bool:
     )
 
 
+@pytest.mark.slow  # compiles loops of its own (tens of seconds on 2 cores)
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 def test_modified_pendulum_defaults_reproduce_the_published_run(backend):
     """The factory at its defaults and its general callbacks at the published values compute the published
@@ -135,6 +137,7 @@ def test_modified_pendulum_off_the_surface_is_refused():
         ("tethered_satellites", {"tether": 1.5, "masses": [1.0, 2.0, 3.0]}),
     ],
 )
+@pytest.mark.slow  # compiles loops of its own (tens of seconds on 2 cores)
 def test_rattle_runs_compiled_at_any_parameters(name, kw):
     """The parametric problems' compiled g reads the length (the level) from Kernels.params: RATTLE's loop (with
     M != I for the tethered masses) repeats the numpy RATTLE to round-off and keeps g at round-off."""

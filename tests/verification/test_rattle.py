@@ -66,6 +66,7 @@ def test_rattle_flow_is_symplectic_on_the_constraint_manifold(planar):
     assert abs(_jacobian_det(HBVM(1, 1), planar) - 1.0) > 1e-5
 
 
+@pytest.mark.slow  # compiles loops of its own (tens of seconds on 2 cores)
 def test_rattle_conserves_angular_momentum_of_the_spherical_pendulum(conical):
     """L_z = x p_y - y p_x is a quadratic invariant of the spherical pendulum; RATTLE keeps it to round-off."""
     q0 = np.array([np.sin(0.7), 0.0, -np.cos(0.7)])
@@ -140,6 +141,7 @@ def test_compiled_rattle_equals_the_numpy_rattle(name):
         assert np.abs(traj.g()).max() <= 1e-14
 
 
+@pytest.mark.slow  # compiles loops of its own (tens of seconds on 2 cores)
 def test_compiled_rattle_with_a_mass_matrix(planar):
     """M != I (a diagonal M = 2 I, and a full SPD M): the Cholesky path of the loop agrees with numpy's."""
     full = np.array([[2.0, 0.5], [0.5, 1.0]])

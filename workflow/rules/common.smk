@@ -20,7 +20,9 @@ if os.getcwd() not in sys.path:
 try:
     STUDIES = load_studies(config)  # validated once (defaults filled in), one line naming a bad key
 except ConfigError as exc:
-    raise WorkflowError(f"bad config: {exc}") from None
+    # one line and a non-zero exit, not Snakemake's "WorkflowError in file ..., line ..." around it
+    print(f"bad config: {exc}", file=sys.stderr, flush=True)
+    sys.exit(1)
 
 RESULTS = config["results"]  # filled in by the schema default
 SELECTED = config.get("select") or list(STUDIES)

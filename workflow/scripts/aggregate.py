@@ -10,7 +10,7 @@ import time
 def aggregate_study(name: str, config: dict, out, log_path: str, workers: int = 1) -> str:
     """errors.zarr, errors.csv and timings.csv of one study; returns a one-line summary."""
     from hbvm_workflow.config import load_studies
-    from hbvm_workflow.jobs import study_logger
+    from hbvm_workflow.jobs import plural, study_logger
     from hbvm_workflow.storage import clean_temporaries
     from hbvm_workflow.tables import compute_errors
 
@@ -21,8 +21,8 @@ def aggregate_study(name: str, config: dict, out, log_path: str, workers: int = 
         log.info(f"removed the leftover temporary {p}")
     rows = compute_errors(study, out.zarr, out.csv, out.timings, workers)
     failed = sum(r["status"] != "ok" for r in rows)
-    log.info(f"aggregated {len(rows)} rows ({failed} not ok) in {time.perf_counter() - t0:.2f} s")
-    return f"{name}: {len(rows)} rows, {failed} not ok"
+    log.info(f"aggregated {plural(len(rows), 'row')} ({failed} not ok) in {time.perf_counter() - t0:.2f} s")
+    return f"{name}: {plural(len(rows), 'row')}, {failed} not ok"
 
 
 def main(smk) -> None:

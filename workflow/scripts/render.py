@@ -12,7 +12,7 @@ def render_study(name: str, config: dict, inp, out, log_path: str) -> None:
     matplotlib.use("Agg")
     from hbvm_workflow.config import load_studies
     from hbvm_workflow.figures import study_plot
-    from hbvm_workflow.jobs import study_logger
+    from hbvm_workflow.jobs import plural, study_logger
     from hbvm_workflow.tables import rows_from_outputs, write_tables
 
     log = study_logger("render", name, log_path)
@@ -21,7 +21,7 @@ def render_study(name: str, config: dict, inp, out, log_path: str) -> None:
     rows = rows_from_outputs(study, inp.csv, inp.zarr)
     write_tables(study, rows, out.md, out.tex, out.html)
     t1 = time.perf_counter()
-    log.info(f"tables of {len(rows)} rows written in {t1 - t0:.2f} s")
+    log.info(f"tables of {plural(len(rows), 'row')} written in {t1 - t0:.2f} s")
     study_plot(study, inp.zarr, out.png, out.pdf)
     log.info(f"{study.plot} plot written in {time.perf_counter() - t1:.2f} s")
 

@@ -30,6 +30,7 @@ def describe(res: dict) -> str:
 
 def reuse(study, retry_failed: bool, log: logging.Logger) -> tuple[list, dict]:
     """(runs to compute, summary of the reused ones by job id) of one study."""
+    from hbvm_workflow.jobs import plural
     from hbvm_workflow.storage import clean_temporaries, damage, set_aside, store_state
 
     for p in clean_temporaries(study.dir):
@@ -56,7 +57,7 @@ def reuse(study, retry_failed: bool, log: logging.Logger) -> tuple[list, dict]:
             summary[job.id] = {"status": "failed", "steps": job.steps, "error": a.get("error"), "computed": False}
         else:
             todo.append(job)
-    log.info(f"{len(study.jobs)} runs: {len(summary)} reused, {len(todo)} to compute")
+    log.info(f"{plural(len(study.jobs), 'run')}: {len(summary)} reused, {len(todo)} to compute")
     return todo, summary
 
 
@@ -100,22 +101,22 @@ def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: di
 
     from hbvm_workflow.cluster import _problem_module, dask_client, forks_local_workers, ship_problem_module
     from hbvm_workflow.cluster import describe as where
-    from hbvm_workflow.jobs import FILE_ONLY, Progress
+    from hbvm_workflow.jobs import FILE_ONLY, Progress, plural, tell_studies
     from hbvm_workflow.runner import solve_batch, warm_up
     from hbvm_workflow.storage import clean_temporaries
 
-    here = where(dask_cfg, threads)
-    for name in {j.study for j in todo}:
-        logs[name].info(f"computing on {here}")
+    # facts of the whole job: one line each on stderr (and in each study's log)
+    names = {j.study for j in todo}
+    tell_studies(logs, names, f"computing on {where(dask_cfg, threads)}")
     if forks_local_workers(dask_cfg):
         t1 = time.perf_counter()
         n = warm_up(todo, processes=threads)
         dt = time.perf_counter() - t1
-        for name in {j.study for j in todo}:
-            logs[name].info(f"kernels of {n} (problem, method) pairs ready in {dt:.1f} s (the forked workers inherit)")
+        pairs = plural(n, "(problem, method) pair")
+        tell_studies(logs, names, f"kernels of {pairs} ready in {dt:.1f} s (the forked workers inherit)")
     batches = cut(todo, dask_cfg, threads)
-    for name in {j.study for j in todo}:
-        logs[name].info(f"{len(todo)} runs in {len(batches)} Dask tasks (batched by estimated work)")
+    tasks = plural(len(batches), "Dask task")
+    tell_studies(logs, names, f"{plural(len(todo), 'run')} in {tasks} (batched by estimated work)")
     errors = []
     count = {name: 0 for name in studies}
     total = {name: sum(j.study == name for j in todo) for name in studies}
