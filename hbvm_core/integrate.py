@@ -16,6 +16,7 @@ from typing import Protocol
 import numpy as np
 
 from .errors import ConfigError, ConvergenceError
+from .kernels.rules import compensated_add, point_saved, step_saved
 from .problem import Problem
 from .trajectory import Trajectory
 
@@ -186,8 +187,8 @@ def compiled_runner(problem: Problem, method):
 
 
 def saved(n: int, N: int, save_every: int) -> bool:
-    """Whether point n (0..N) is saved."""
-    return n % save_every == 0 or n == N
+    """Whether point n (0..N) is saved (the save rule of ``kernels.rules``, shared with the compiled loops)."""
+    return point_saved(n, N, save_every)
 
 
 def buffer_rows(chunk: int, N: int, save_every: int) -> int:
@@ -221,7 +222,7 @@ def python_runner(
             raise ConvergenceError(n, t, float("nan"), it, "non-finite state after the step")
         total += it
         worst = max(worst, it)
-        if n % save_every == 0:
+        if step_saved(n, save_every):
             stp.add(t, lam, it)
         if saved(n + 1, N, save_every):
             pts.add((n + 1) * h, q, p)
@@ -231,10 +232,8 @@ def python_runner(
 
 
 def _kahan(x: np.ndarray, dx: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """x + dx with compensation c carried to the next update."""
-    y = dx - c
-    s = x + y
-    return s, (s - x) - y
+    """x + dx with compensation c carried to the next update (``kernels.rules.compensated_add``, elementwise)."""
+    return compensated_add(x, dx, c)
 
 
 class _Buffer:

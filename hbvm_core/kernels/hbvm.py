@@ -30,7 +30,17 @@ problem and solver (measured: ``runner.specialise_ks``).
 import numpy as np
 from numba import njit
 
-from hbvm_core.kernels.rules import DIVERGED, NO_CONVERGENCE, NON_FINITE_STATE, OK, SINGULAR, converged  # noqa: F401
+from hbvm_core.kernels.linalg import minv  # noqa: F401 (pasted by the generator)
+from hbvm_core.kernels.rules import (  # noqa: F401 (pasted by the generator)
+    DIVERGED,
+    NO_CONVERGENCE,
+    NON_FINITE_STATE,
+    OK,
+    SINGULAR,
+    compensated_add,
+    converged,
+    save_rows,
+)
 
 CACHE = True  # the generator writes False for callbacks that cannot be imported by name
 # Bound by the generated module: the problem's compiled callbacks, and compile-time constants (numba freezes
@@ -54,24 +64,6 @@ def inline_source(f):
     """Marks a helper that the generator pastes into its call sites (``registry.expand_inline``): it is never
     called or jitted itself. Its only ``return`` is its last statement; its locals become the caller's."""
     return f
-
-
-@njit(cache=CACHE)
-def _minv(L, x):
-    """x <- M^{-1} x in place for a vector x, by the Cholesky factor M = L L^T (no-op for M = I)."""
-    m = L.shape[0]
-    if m == 0:
-        return
-    for a in range(m):
-        acc = x[a]
-        for c in range(a):
-            acc -= L[a, c] * x[c]
-        x[a] = acc / L[a, a]
-    for a in range(m - 1, -1, -1):
-        acc = x[a]
-        for c in range(a + 1, m):
-            acc -= L[c, a] * x[c]
-        x[a] = acc / L[a, a]
 
 
 @inline_source
@@ -165,13 +157,13 @@ def _fp_sweep(h, Mp0, X, L, s, m, nu, psi, rho, Mpsi, Mrho, XMpsi, XMrho, A, lam
         for j in range(s):
             for a in range(m):
                 Mv[a] = psi[j, a]
-            _minv(L, Mv)
+            minv(L, Mv)
             for a in range(m):
                 Mpsi[j, a] = Mv[a]
             for r in range(nu):
                 for a in range(m):
                     Mv[a] = rho[j, a, r]
-                _minv(L, Mv)
+                minv(L, Mv)
                 for a in range(m):
                     Mrho[j, a, r] = Mv[a]
     for j in range(s):
@@ -265,7 +257,7 @@ def _newton_matrix(q, h, lam, X2, L, P, s, m, nu, Qfd, gfd, Gfd, K, Hg, A11, piv
             for r in range(nu):
                 Hg[c, a, r] = (Gfd[2 * a, c, r] - Gfd[2 * a + 1, c, r]) / (2.0 * delta[a])
         if HAS_M:
-            _minv(L, Mv)
+            minv(L, Mv)
         for c in range(m):
             K[c, a] = Mv[c]
             usable = usable and np.isfinite(Mv[c])
@@ -317,7 +309,7 @@ def _newton_system(h, gamma, Mp0, lam, X, L, s, m, nu, rho, psi, Hg, HG, Bc, Cr,
             for c in range(m):
                 Mv[c] = rho[l, c, r]
             if HAS_M:
-                _minv(L, Mv)
+                minv(L, Mv)
             for j in range(s):
                 f = h * X[j, l]
                 if f != 0.0:
@@ -342,7 +334,7 @@ def _newton_system(h, gamma, Mp0, lam, X, L, s, m, nu, rho, psi, Hg, HG, Bc, Cr,
                 acc += rho[l, a, r] * lam[r]
             Mv[a] = psi[l, a] + acc
         if HAS_M:
-            _minv(L, Mv)
+            minv(L, Mv)
         for a in range(m):
             new[l, a] = Mv[a]
     for j in range(s):
@@ -447,14 +439,8 @@ def _update(q, p, cq, cp, gamma, psi, rho, lam, h, compensated, m, nu):
             force = psi[0, a] + acc
         dp = -h * force
         if compensated:
-            y = dq - cq[a]
-            z = q[a] + y
-            cq[a] = (z - q[a]) - y
-            q[a] = z
-            y = dp - cp[a]
-            z = p[a] + y
-            cp[a] = (z - p[a]) - y
-            p[a] = z
+            q[a], cq[a] = compensated_add(q[a], dq, cq[a])
+            p[a], cp[a] = compensated_add(p[a], dp, cp[a])
         else:
             q[a] = q[a] + dq
             p[a] = p[a] + dp
@@ -525,12 +511,11 @@ def run_chunk(
     compensated = state[6] != 0
     n = state[0]
     while n < N:
-        t = n * h
         have_prev = state[1] != 0
         for a in range(m):
             Mp0[a] = p[a]
         if HAS_M:
-            _minv(L, Mp0)
+            minv(L, Mp0)
         _warm_start(gamma, gamma_prev, E, Mp0, not have_prev, warm, s, m)
         if SOLVER == FIXED_POINT:  # fixed-point sweeps (docs/method.md 3); pruned from the blended module
             status, it, d = NO_CONVERGENCE, max_iter, np.nan
@@ -604,24 +589,8 @@ def run_chunk(
         state[4] += it
         if it > state[5]:
             state[5] = it
-        full = False
-        if n % save_every == 0:
-            i = state[3]
-            st_t[i] = t
-            for r in range(nu):
-                st_lam[i, r] = lam[r]
-            st_it[i] = it
-            state[3] = i + 1
-            full = i + 1 == cap
+        full = save_rows(n, N, h, save_every, q, p, lam, it, state, pt_t, pt_q, pt_p, st_t, st_lam, st_it, cap, m, nu)
         n += 1
-        if n % save_every == 0 or n == N:
-            i = state[2]
-            pt_t[i] = n * h
-            for a in range(m):
-                pt_q[i, a] = q[a]
-                pt_p[i, a] = p[a]
-            state[2] = i + 1
-            full = full or i + 1 == cap
         if full:
             break
     state[0] = n

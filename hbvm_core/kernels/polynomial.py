@@ -7,56 +7,51 @@ by import, as inlined copies, exactly as for the constant-multiplier template
 ``hbvm.py``, and numba caches the loop on disk, once per callback set.
 
 The arithmetic is that of ``PolynomialStepper.sweep`` and ``step`` term by term
-(block matrix RR, the round-off StoppingRule, warm start, projection, Kahan
-update), for M = I and nu >= 1. Plain loops and a small Gaussian elimination
-instead of numpy's matmul/solve keep the compile time to seconds.
+(block matrix RR, the round-off stopping rule, warm start, projection, Kahan
+update), for nu >= 1 and any M: ``L`` is the lower Cholesky factor of M, or an
+empty (0, 0) array for M = I (then M^{-1} is skipped). m, nu and M != I are
+compile-time constants of the generated module, as in ``hbvm.py``. The helpers
+are ``@inline_source``, pasted into ``run_chunk`` with those of ``rules.py``
+and ``linalg.py`` (the stopping rule, the Kahan update, the save rule,
+M^{-1} x, the small solve) by ``registry.expand_inline``: no array crosses a
+call. Plain loops instead of numpy's matmul/solve keep the compile time to seconds.
 """
 
 import numpy as np
 from numba import njit
 
-from hbvm_core.kernels.rules import DIVERGED, NO_CONVERGENCE, NON_FINITE_STATE, OK, SINGULAR, converged  # noqa: F401
+from hbvm_core.kernels.linalg import minv, solve_small  # noqa: F401 (pasted by the generator)
+from hbvm_core.kernels.rules import (  # noqa: F401 (pasted by the generator)
+    DIVERGED,
+    NO_CONVERGENCE,
+    NON_FINITE_STATE,
+    OK,
+    SINGULAR,
+    compensated_add,
+    converged,
+    save_rows,
+)
 
 CACHE = True  # the generator writes False for callbacks that cannot be imported by name
-# bound by the generated module: the problem's compiled callbacks (inlined copies, and the originals)
+# bound by the generated module: the problem's compiled callbacks (inlined copies, and the originals), and
+# compile-time constants (numba freezes globals): m, nu and whether M != I
 grad_U = grad_U_original = None
 G = G_original = None
+M_SIZE = 0
+NU_SIZE = 0
+HAS_M = False
 
 
-@njit(cache=CACHE)
-def _solve(A, b, n):
-    """Solve A x = b in place (x in b) by Gaussian elimination with partial pivoting; False if singular."""
-    for c in range(n):
-        piv, big = c, abs(A[c, c])
-        for r in range(c + 1, n):
-            if abs(A[r, c]) > big:
-                piv, big = r, abs(A[r, c])
-        if big == 0.0 or not np.isfinite(big):
-            return False
-        if piv != c:
-            for j in range(n):
-                A[c, j], A[piv, j] = A[piv, j], A[c, j]
-            b[c], b[piv] = b[piv], b[c]
-        for r in range(c + 1, n):
-            f = A[r, c] / A[c, c]
-            if f != 0.0:
-                for j in range(c, n):
-                    A[r, j] -= f * A[c, j]
-                b[r] -= f * b[c]
-    for c in range(n - 1, -1, -1):
-        acc = b[c]
-        for j in range(c + 1, n):
-            acc -= A[c, j] * b[j]
-        b[c] = acc / A[c, c]
-    return True
+def inline_source(f):
+    """Marks a helper that the generator pastes into its call sites (``registry.expand_inline``)."""
+    return f
 
 
-@njit(cache=CACHE)
-def _sweep(q0, p0, h, gamma, Ihat, W, X, Bf, params, Q, gU, Gq, psi, XMpsi, RR, XMRR, A, lam, new, phi0):
-    """One fixed-point sweep gamma -> new; lam (s nu) and phi0 of the sweep, psi[0] = psi_0. False: singular."""
-    k, s = Ihat.shape
-    m = q0.shape[0]
-    nu = Gq.shape[2]
+@inline_source
+def _sweep(q0, Mp0, h, gamma, Ihat, W, X, Bf, L, params, Q, gU, Gq, psi, Mpsi, XMpsi, RR, MRR, XMRR, A, lam, new,
+           phi0, Mv, k, s, m, nu):  # fmt: skip
+    """One fixed-point sweep gamma -> new (``PolynomialStepper.sweep``); lam (s nu) and phi0 of the sweep,
+    psi[0] = psi_0. False: the multiplier system is singular."""
     for l in range(k):
         for a in range(m):
             acc = q0[a]
@@ -71,27 +66,42 @@ def _sweep(q0, p0, h, gamma, Ihat, W, X, Bf, params, Q, gU, Gq, psi, XMpsi, RR, 
             for l in range(k):
                 acc += W[l, j] * gU[l, a]
             psi[j, a] = acc
+    if HAS_M:  # Mpsi = M^{-1} psi_j (else Mpsi is psi)
+        for j in range(s):
+            for a in range(m):
+                Mv[a] = psi[j, a]
+            minv(L, Mv)
+            for a in range(m):
+                Mpsi[j, a] = Mv[a]
     for i in range(s):
         for a in range(m):
             acc = 0.0
             for r in range(s):
-                acc += X[i, r] * psi[r, a]
+                acc += X[i, r] * Mpsi[r, a]
             XMpsi[i, a] = acc
-    # RR[(i, a), (n, b)] = R_in[a, b] = sum_l b_l P_i(c_l) P_n(c_l) G_l[a, b]
+    # RR[(i, a), (jn, b)] = R_in[a, b] = sum_l b_l P_i(c_l) P_jn(c_l) G_l[a, b]
     for i in range(s):
-        for n in range(s):
+        for jn in range(s):
             for a in range(m):
                 for b in range(nu):
                     acc = 0.0
                     for l in range(k):
-                        acc += Bf[i * s + n, l] * Gq[l, a, b]
-                    RR[i * m + a, n * nu + b] = acc
+                        acc += Bf[i * s + jn, l] * Gq[l, a, b]
+                    RR[i * m + a, jn * nu + b] = acc
+    if HAS_M:  # MRR = (I (x) M^{-1}) RR, block row by block row (else MRR is RR)
+        for i in range(s):
+            for c in range(s * nu):
+                for a in range(m):
+                    Mv[a] = RR[i * m + a, c]
+                minv(L, Mv)
+                for a in range(m):
+                    MRR[i * m + a, c] = Mv[a]
     for i in range(s):
         for a in range(m):
             for c in range(s * nu):
                 acc = 0.0
                 for r in range(s):
-                    acc += X[i, r] * RR[r * m + a, c]
+                    acc += X[i, r] * MRR[r * m + a, c]
                 XMRR[i * m + a, c] = acc
     sn, sm = s * nu, s * m
     for r in range(sn):
@@ -102,94 +112,116 @@ def _sweep(q0, p0, h, gamma, Ihat, W, X, Bf, params, Q, gU, Gq, psi, XMpsi, RR, 
             A[r, c] = h * acc
         acc = 0.0
         for a in range(m):
-            acc += RR[a, r] * p0[a]
+            acc += RR[a, r] * Mp0[a]
         acc2 = 0.0
         for i in range(s):
             for a in range(m):
                 acc2 += RR[i * m + a, r] * XMpsi[i, a]
         lam[r] = acc - h * acc2
-    if not _solve(A, lam, sn):
-        return False
-    for i in range(s):
+    solved = solve_small(A, lam, sn)
+    if solved:
+        for i in range(s):
+            for a in range(m):
+                acc = 0.0
+                for c in range(sn):
+                    acc += XMRR[i * m + a, c] * lam[c]
+                new[i, a] = -h * (XMpsi[i, a] + acc)
         for a in range(m):
+            new[0, a] += Mp0[a]
             acc = 0.0
             for c in range(sn):
-                acc += XMRR[i * m + a, c] * lam[c]
-            new[i, a] = -h * (XMpsi[i, a] + acc)
-    for a in range(m):
-        new[0, a] += p0[a]
-        acc = 0.0
-        for c in range(sn):
-            acc += RR[a, c] * lam[c]
-        phi0[a] = acc
-    return True
+                acc += RR[a, c] * lam[c]
+            phi0[a] = acc
+    return solved
 
 
-@njit(cache=CACHE)
-def _project(q1, p0, dp, params, Q1, G1, B, mu, p1):
-    """dp <- the increment of the energy-preserving projection of p0 + dp (``projected_increment``, M = I)."""
-    m = q1.shape[0]
-    nu = G1.shape[2]
+@inline_source
+def _project(q1, p0, dp, L, params, Q1, G1, MG1, B, mu, p1, Mp1, Mv, m, nu):
+    """dp <- the increment of the energy-preserving projection of p0 + dp (``projected_increment``):
+    mu from (G1^T M^{-1} G1) mu = G1^T M^{-1} p1, f - 1 = (1 - x)^(-1/2) - 1 by expm1/log1p. False: singular."""
     for a in range(m):
         Q1[0, a] = q1[a]
         p1[a] = p0[a] + dp[a]
+        Mp1[a] = p1[a]
     G(Q1, G1, params)
+    for i in range(nu):
+        for a in range(m):
+            MG1[a, i] = G1[0, a, i]
+    if HAS_M:
+        minv(L, Mp1)
+        for i in range(nu):
+            for a in range(m):
+                Mv[a] = G1[0, a, i]
+            minv(L, Mv)
+            for a in range(m):
+                MG1[a, i] = Mv[a]
     for i in range(nu):
         acc = 0.0
         for a in range(m):
-            acc += G1[0, a, i] * p1[a]
+            acc += G1[0, a, i] * Mp1[a]
         mu[i] = acc
         for j in range(nu):
             acc = 0.0
             for a in range(m):
-                acc += G1[0, a, i] * G1[0, a, j]
+                acc += G1[0, a, i] * MG1[a, j]
             B[i, j] = acc
-    if not _solve(B, mu, nu):
-        return False
-    T1, GmuP, GmuGmu = 0.0, 0.0, 0.0
-    for a in range(m):
-        Gmu = 0.0
-        for i in range(nu):
-            Gmu += G1[0, a, i] * mu[i]
-        T1 += p1[a] * p1[a]
-        GmuP += Gmu * p1[a]
-        GmuGmu += Gmu * Gmu
-        dp[a] -= Gmu
-    if T1 > 0.0:
-        x = (2.0 * GmuP - GmuGmu) / T1
-        fm1 = np.expm1(-0.5 * np.log1p(-x)) if x < 1.0 else 0.0
+    projected = solve_small(B, mu, nu)
+    if projected:
+        T1, GmuP, GmuGmu = 0.0, 0.0, 0.0
         for a in range(m):
-            dp[a] = fm1 * p0[a] + (1.0 + fm1) * dp[a]
-    return True
+            Gmu, MGmu = 0.0, 0.0
+            for i in range(nu):
+                Gmu += G1[0, a, i] * mu[i]
+                MGmu += MG1[a, i] * mu[i]
+            T1 += p1[a] * Mp1[a]
+            GmuP += Gmu * Mp1[a]
+            GmuGmu += Gmu * MGmu
+            dp[a] -= Gmu
+        if T1 > 0.0:
+            xr = (2.0 * GmuP - GmuGmu) / T1
+            fm1 = np.expm1(-0.5 * np.log1p(-xr)) if xr < 1.0 else 0.0
+            for a in range(m):
+                dp[a] = fm1 * p0[a] + (1.0 + fm1) * dp[a]
+    return projected
 
 
 @njit(cache=CACHE)
 def run_chunk(
-    q, p, cq, cp, gamma_prev, state, h, N, save_every, warm, rule, projection, Ihat, W, X, Bf, E, P0, params,
-    pt, pq, pp, st, slam, sit, info,
+    q, p, cq, cp, gamma_prev, state, h, N, save_every, warm, rule, projection, Ihat, W, X, Bf, E, P0, L, params,
+    pt_t, pt_q, pt_p, st_t, st_lam, st_it, info,
 ):  # fmt: skip
-    """Advance from step state[0] until N or until a save buffer is full; returns the status.
+    """Steps n = state[0], ... until N, or until a point or step buffer is full, or a step fails.
 
-    state = [n, have_prev, points in buffer, steps in buffer, total iterations, max iterations, compensated];
-    on failure info = [status, step, iterations, last increment].
+    state = [n, have_prev, points in pt_*, steps in st_*, total iterations, max iterations, compensated];
+    the pt_* (t, q, p) and st_* (t, lam, iterations) buffers have equal capacity. On failure info =
+    [status, step, iterations, increment]. Returns the status (OK when paused on a full buffer or finished).
     """
     k, s = Ihat.shape
-    m = q.shape[0]
-    nu = slam.shape[1]
+    m, nu = M_SIZE, NU_SIZE
+    cap = pt_t.shape[0]
     rtol, stall, max_iter = rule[0], rule[1], int(rule[2])
     Q, gU, Gq = np.empty((k, m)), np.empty((k, m)), np.empty((k, m, nu))
     psi, XMpsi = np.empty((s, m)), np.empty((s, m))
     RR, XMRR, A = np.empty((s * m, s * nu)), np.empty((s * m, s * nu)), np.empty((s * nu, s * nu))
+    Mpsi, MRR = psi, RR  # M = I: M^{-1} psi_j and (I (x) M^{-1}) RR are psi_j and RR
+    if HAS_M:
+        Mpsi, MRR = np.empty((s, m)), np.empty((s * m, s * nu))
     lam, new, gamma, phi0 = np.empty(s * nu), np.empty((s, m)), np.empty((s, m)), np.empty(m)
-    Q1, G1, B, mu = np.empty((1, m)), np.empty((1, m, nu)), np.empty((nu, nu)), np.empty(nu)
-    dq, dp, p1, q1 = np.empty(m), np.empty(m), np.empty(m), np.empty(m)
-    cap = pt.shape[0]
-    while state[0] < N:
-        n = state[0]
+    lam_t = np.empty(nu)
+    Q1, G1, MG1, B, mu = np.empty((1, m)), np.empty((1, m, nu)), np.empty((m, nu)), np.empty((nu, nu)), np.empty(nu)
+    dq, dp, p1, q1, Mp1 = np.empty(m), np.empty(m), np.empty(m), np.empty(m), np.empty(m)
+    Mp0, Mv = np.empty(m), np.empty(m)
+    compensated = state[6] != 0
+    n = state[0]
+    while n < N:
+        for a in range(m):
+            Mp0[a] = p[a]
+        if HAS_M:
+            minv(L, Mp0)
         for i in range(s):
             for a in range(m):
                 if state[1] == 0 or warm == 2:
-                    gamma[i, a] = p[a] if i == 0 else 0.0
+                    gamma[i, a] = Mp0[a] if i == 0 else 0.0
                 elif warm == 0:
                     acc = 0.0
                     for j in range(s):
@@ -200,8 +232,10 @@ def run_chunk(
         d_prev, d, it, done = np.inf, 0.0, 0, False
         while it < max_iter:
             it += 1
-            if not _sweep(q, p, h, gamma, Ihat, W, X, Bf, params, Q, gU, Gq, psi, XMpsi, RR, XMRR, A, lam, new, phi0):
+            solved = _sweep(q, Mp0, h, gamma, Ihat, W, X, Bf, L, params, Q, gU, Gq, psi, Mpsi, XMpsi, RR, MRR, XMRR, A, lam, new, phi0, Mv, k, s, m, nu)  # noqa: E501  # fmt: skip
+            if not solved:
                 info[0], info[1], info[2], info[3] = SINGULAR, n, it, np.nan
+                state[0] = n
                 return SINGULAR
             d, big = 0.0, 1.0
             for i in range(s):
@@ -211,14 +245,15 @@ def run_chunk(
                     gamma[i, a] = new[i, a]
             if not np.isfinite(d):
                 info[0], info[1], info[2], info[3] = DIVERGED, n, it, d
+                state[0] = n
                 return DIVERGED
-            stop = converged(d, d_prev, big, rtol, stall)
-            if stop:
-                done = True
+            done = converged(d, d_prev, big, rtol, stall)
+            if done:
                 break
             d_prev = d
         if not done:
             info[0], info[1], info[2], info[3] = NO_CONVERGENCE, n, it, d
+            state[0] = n
             return NO_CONVERGENCE
         for i in range(s):
             for a in range(m):
@@ -230,46 +265,33 @@ def run_chunk(
         if projection:
             for a in range(m):
                 q1[a] = q[a] + dq[a]
-            if not _project(q1, p, dp, params, Q1, G1, B, mu, p1):
+            projected = _project(q1, p, dp, L, params, Q1, G1, MG1, B, mu, p1, Mp1, Mv, m, nu)
+            if not projected:
                 info[0], info[1], info[2], info[3] = SINGULAR, n, it, np.nan
+                state[0] = n
                 return SINGULAR
-        if n % save_every == 0:
-            r = state[3]
-            st[r] = n * h
-            for b in range(nu):
-                acc = 0.0
-                for i in range(s):
-                    acc += P0[i] * lam[i * nu + b]
-                slam[r, b] = acc
-            sit[r] = it
-            state[3] += 1
+        for b in range(nu):  # lambda(t_n) = sum_i P_i(0) lambda_i
+            acc = 0.0
+            for i in range(s):
+                acc += P0[i] * lam[i * nu + b]
+            lam_t[b] = acc
         for a in range(m):
-            if state[6]:
-                y = dq[a] - cq[a]
-                t = q[a] + y
-                cq[a] = (t - q[a]) - y
-                q[a] = t
-                y = dp[a] - cp[a]
-                t = p[a] + y
-                cp[a] = (t - p[a]) - y
-                p[a] = t
+            if compensated:
+                q[a], cq[a] = compensated_add(q[a], dq[a], cq[a])
+                p[a], cp[a] = compensated_add(p[a], dp[a], cp[a])
             else:
                 q[a] += dq[a]
                 p[a] += dp[a]
         for a in range(m):
             if not (np.isfinite(q[a]) and np.isfinite(p[a])):
                 info[0], info[1], info[2], info[3] = NON_FINITE_STATE, n, it, np.nan
+                state[0] = n
                 return NON_FINITE_STATE
         state[4] += it
         state[5] = max(state[5], it)
-        state[0] = n + 1
-        if (n + 1) % save_every == 0 or n + 1 == N:
-            r = state[2]
-            pt[r] = (n + 1) * h
-            for a in range(m):
-                pq[r, a] = q[a]
-                pp[r, a] = p[a]
-            state[2] += 1
-        if state[2] == cap or state[3] == cap:
-            return OK
+        full = save_rows(n, N, h, save_every, q, p, lam_t, it, state, pt_t, pt_q, pt_p, st_t, st_lam, st_it, cap, m, nu)  # noqa: E501  # fmt: skip
+        n += 1
+        if full:
+            break
+    state[0] = n
     return OK

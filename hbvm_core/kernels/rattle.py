@@ -23,7 +23,17 @@ the Stormer-Verlet step. The helpers are ``@inline_source`` (pasted into
 import numpy as np
 from numba import njit
 
-from hbvm_core.kernels.rules import DIVERGED, NO_CONVERGENCE, NON_FINITE_STATE, OK, SINGULAR, converged  # noqa: F401
+from hbvm_core.kernels.linalg import minv, solve_small  # noqa: F401 (pasted by the generator)
+from hbvm_core.kernels.rules import (  # noqa: F401 (pasted by the generator)
+    DIVERGED,
+    NO_CONVERGENCE,
+    NON_FINITE_STATE,
+    OK,
+    SINGULAR,
+    compensated_add,
+    converged,
+    save_rows,
+)
 
 CACHE = True  # the generator writes False for callbacks that cannot be imported by name
 # bound by the generated module: the problem's compiled callbacks (inlined copies, and the originals)
@@ -40,24 +50,6 @@ def inline_source(f):
     return f
 
 
-@njit(cache=CACHE)
-def _minv(L, x):
-    """x <- M^{-1} x in place for a vector x, by the Cholesky factor M = L L^T (no-op for M = I)."""
-    m = L.shape[0]
-    if m == 0:
-        return
-    for a in range(m):
-        acc = x[a]
-        for c in range(a):
-            acc -= L[a, c] * x[c]
-        x[a] = acc / L[a, a]
-    for a in range(m - 1, -1, -1):
-        acc = x[a]
-        for c in range(a + 1, m):
-            acc -= L[c, a] * x[c]
-        x[a] = acc / L[a, a]
-
-
 @inline_source
 def _minv_columns(L, Gq, MG, v, m, nu):
     """MG <- M^{-1} Gq[0] column by column (a copy for M = I)."""
@@ -65,42 +57,9 @@ def _minv_columns(L, Gq, MG, v, m, nu):
         for a in range(m):
             v[a] = Gq[0, a, r]
         if HAS_M:
-            _minv(L, v)
+            minv(L, v)
         for a in range(m):
             MG[a, r] = v[a]
-
-
-@inline_source
-def _solve_small(A, b, n):
-    """b <- A^{-1} b by Gaussian elimination with partial pivoting (A overwritten); False if singular.
-
-    n = 1 is a division, as ``solve_small`` does it. Its locals are spelled apart from the caller's."""
-    nonsingular = True
-    for col in range(n):
-        piv, big = col, abs(A[col, col])
-        for row in range(col + 1, n):
-            if abs(A[row, col]) > big:
-                piv, big = row, abs(A[row, col])
-        if big == 0.0 or not np.isfinite(big):
-            nonsingular = False
-            break
-        if piv != col:
-            for jj in range(n):
-                A[col, jj], A[piv, jj] = A[piv, jj], A[col, jj]
-            b[col], b[piv] = b[piv], b[col]
-        for row in range(col + 1, n):
-            fac = A[row, col] / A[col, col]
-            if fac != 0.0:
-                for jj in range(col, n):
-                    A[row, jj] -= fac * A[col, jj]
-                b[row] -= fac * b[col]
-    if nonsingular:
-        for col in range(n - 1, -1, -1):
-            acc_s = b[col]
-            for jj in range(col + 1, n):
-                acc_s -= A[col, jj] * b[jj]
-            b[col] = acc_s / A[col, col]
-    return nonsingular
 
 
 @inline_source
@@ -113,7 +72,7 @@ def _velocity_projection(q1, p_star, h, L, P, Q1, G1, MG1, B, mu, v, p1, m, nu):
     for a in range(m):
         v[a] = p_star[a]
     if HAS_M:
-        _minv(L, v)
+        minv(L, v)
     for i in range(nu):
         acc = 0.0
         for a in range(m):
@@ -124,7 +83,7 @@ def _velocity_projection(q1, p_star, h, L, P, Q1, G1, MG1, B, mu, v, p1, m, nu):
             for a in range(m):
                 acc += G1[0, a, i] * MG1[a, j]
             B[i, j] = acc
-    solved = _solve_small(B, mu, nu)
+    solved = solve_small(B, mu, nu)
     for i in range(nu):
         mu[i] = mu[i] / (0.5 * h)
     for a in range(m):
@@ -156,7 +115,7 @@ def _newton(h, lam, rtol, stall, max_iter, P, Q1, MG0, G1, gval, J, dlam, qfree,
                     acc += G1[0, a, i] * MG0[a, j]
                 J[i, j] = -c * acc
             dlam[i] = -gval[0, i]
-        solved = _solve_small(J, dlam, nu)
+        solved = solve_small(J, dlam, nu)
         if not solved:
             status, it, d = SINGULAR, newton, np.nan
             break
@@ -203,7 +162,6 @@ def run_chunk(
     compensated = state[6] != 0
     n = state[0]
     while n < N:
-        t = n * h
         for a in range(m):
             Q0[0, a] = q[a]
         grad_U(Q0, f0, P)
@@ -213,7 +171,7 @@ def run_chunk(
                 v[a] = p[a] - 0.5 * h * f0[0, a]
                 p_star[a] = v[a]
             if HAS_M:
-                _minv(L, v)
+                minv(L, v)
             for a in range(m):
                 q1[a] = q[a] + h * v[a]
                 Q1[0, a] = q1[a]
@@ -226,7 +184,7 @@ def run_chunk(
             for a in range(m):
                 v[a] = p[a] - 0.5 * h * f0[0, a]
             if HAS_M:
-                _minv(L, v)
+                minv(L, v)
             for a in range(m):
                 qfree[a] = q[a] + h * v[a]  # q1 without the constraint force
             status, it, d = _newton(h, lam, rtol, stall, max_iter, P, Q1, MG0, G1, gval, J, dlam, qfree, q1, m, nu)
@@ -257,14 +215,8 @@ def run_chunk(
         for a in range(m):
             dq, dp = q1[a] - q[a], p1[a] - p[a]
             if compensated:
-                y = dq - cq[a]
-                z = q[a] + y
-                cq[a] = (z - q[a]) - y
-                q[a] = z
-                y = dp - cp[a]
-                z = p[a] + y
-                cp[a] = (z - p[a]) - y
-                p[a] = z
+                q[a], cq[a] = compensated_add(q[a], dq, cq[a])
+                p[a], cp[a] = compensated_add(p[a], dp, cp[a])
             else:
                 q[a] = q[a] + dq
                 p[a] = p[a] + dp
@@ -277,24 +229,8 @@ def run_chunk(
         state[4] += it
         if it > state[5]:
             state[5] = it
-        full = False
-        if n % save_every == 0:
-            i = state[3]
-            st_t[i] = t
-            for j in range(nu):
-                st_lam[i, j] = lam[j]
-            st_it[i] = it
-            state[3] = i + 1
-            full = i + 1 == cap
+        full = save_rows(n, N, h, save_every, q, p, lam, it, state, pt_t, pt_q, pt_p, st_t, st_lam, st_it, cap, m, nu)
         n += 1
-        if n % save_every == 0 or n == N:
-            i = state[2]
-            pt_t[i] = n * h
-            for a in range(m):
-                pt_q[i, a] = q[a]
-                pt_p[i, a] = p[a]
-            state[2] = i + 1
-            full = full or i + 1 == cap
         if full:
             break
     state[0] = n

@@ -5,10 +5,12 @@ Numba does not cache a function that takes other jitted functions as arguments
 over them miss the cache too -- both measured, see benchmarks/README.md). So a
 loop is specialised by code generation instead: the source of a template
 (``TEMPLATES``: ``hbvm.py`` for the constant multiplier, ``polynomial.py`` for
-the polynomial one, ``rattle.py`` for RATTLE), with its ``@inline_source`` helpers pasted into their call
-sites (``expand_inline``), is written to ``<cache dir>/<template>_kernel_<hash>.py``
-followed by a footer that binds the callbacks the template uses (``CALLBACKS``:
-``grad_U`` and ``G``, and the constraint ``g`` for RATTLE) to the problem's callbacks
+the polynomial one, ``rattle.py`` for RATTLE), with its ``@inline_source``
+helpers and those of ``rules.py`` and ``linalg.py`` (``SHARED``) pasted into
+their call sites (``expand_inline``), is written to
+``<cache dir>/<template>_kernel_<hash>.py`` followed by a footer that binds
+the callbacks the template uses (``CALLBACKS``: ``grad_U`` and ``G``, and the
+constraint ``g`` for RATTLE) to the problem's callbacks
 by import (as copies that numba inlines into the loop: 1.6x faster than calls
 on the conical pendulum) and sets the template's compile-time constants; numba
 caches that module like any other (``__pycache__`` next to it). The hash covers
@@ -50,8 +52,9 @@ from .spec import Kernels, kernel
 
 #: template name -> its file; the generated module of template T is <cache>/T_kernel_<hash>.py
 TEMPLATES = {name: Path(__file__).with_name(f"{name}.py") for name in ("hbvm", "polynomial", "rattle", "reference")}
-#: the rules every template shares (the stopping rule, the status codes), pasted into each
-RULES = Path(__file__).with_name("rules.py")
+#: what every template shares, pasted into each: the rules (the stopping rule, the compensated update, the save
+#: rule, the status codes) and the small linear algebra (M^{-1} x by Cholesky, a small solve)
+SHARED = tuple(Path(__file__).with_name(name) for name in ("rules.py", "linalg.py"))
 #: the callbacks a template's generated module binds (the RATTLE loop also evaluates the constraint g;
 #: ``reference``, lambda(q, p) and the index-reduced ODE, the Hessian form d2g)
 CALLBACKS = {
@@ -106,21 +109,21 @@ def inline_copy(f):
     return njit(inline="always", **options)(f.py_func)
 
 
-def expand_inline(source: str, shared: str = "") -> str:
-    """Paste the template's ``@inline_source`` helpers, and those of ``shared`` (the source of ``rules.py``,
-    the rules every template shares), into their call sites (a macro expansion).
+def expand_inline(source: str, *shared: str) -> str:
+    """Paste the template's ``@inline_source`` helpers, and those of the ``shared`` sources (``SHARED``: what
+    every template shares), into their call sites (a macro expansion).
 
     A helper is a plain function whose only ``return`` is its last statement; a call site is a line
-    ``name(args)`` or ``targets = name(args)``. The call becomes the helper's body with each parameter
-    replaced by its argument (by name: the arguments are names or simple expressions), and a final
-    ``return expr`` becomes ``targets = expr``. Expanded again until no call is left (helpers may use
-    helpers); the helpers' definitions are dropped. The helpers' locals thus live in the caller:
-    numba then compiles one function with no array passed to a call (the reference counting of
+    ``name(args)`` or ``targets = name(args)`` (targets: names or subscripts, ``x[a], c[a]``). The call
+    becomes the helper's body with each parameter replaced by its argument (by name: the arguments are names or
+    simple expressions), and a final ``return expr`` becomes ``targets = expr``. Expanded again until no call
+    is left (helpers may use helpers); the helpers' definitions are dropped. The helpers' locals thus live in the
+    caller: numba then compiles one function with no array passed to a call (the reference counting of
     array arguments made a helper-structured loop 3-10x slower, benchmarks/README.md).
     """
     macros: dict[str, tuple[list[str], str, str | None]] = {}
-    if shared:
-        _macros(shared, macros)
+    for text in shared:
+        _macros(text, macros)
     lines = source.splitlines()
     for start, stop in sorted(_macros(source, macros), reverse=True):
         del lines[start:stop]
@@ -160,7 +163,7 @@ def _macros(source: str, macros: dict) -> list[tuple[int, int]]:
 
 
 def _expand(lines: list[str], macros: dict) -> str:
-    call = re.compile(rf"^(\s*)(?:([\w, ]+?) = )?({'|'.join(macros)})\((.*)\)\s*(#.*)?$")
+    call = re.compile(rf"^(\s*)(?:([\w, \[\]]+?) = )?({'|'.join(macros)})\((.*)\)\s*(#.*)?$")
     for _ in range(8):
         out, changed = [], False
         for line in lines:
@@ -287,7 +290,7 @@ def _loop_module(template: str, kernels: Kernels, constants: dict) -> types.Modu
         callbacks[name] = resolve_callback(name, f)
     import numba
 
-    source = expand_inline(TEMPLATES[template].read_text(), RULES.read_text())
+    source = expand_inline(TEMPLATES[template].read_text(), *(path.read_text() for path in SHARED))
     digest = hashlib.sha256(source.encode())
     digest.update(numba.__version__.encode())
     for key, (f, name) in callbacks.items():

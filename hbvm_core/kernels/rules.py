@@ -6,6 +6,11 @@
   decreasing at round-off). ``solvers.StoppingRule.done`` calls it; the compiled templates get it
   pasted into their loops (``@inline_source``: ``registry.expand_inline`` pastes this module's
   helpers into every template, numba then sees plain arithmetic).
+- ``compensated_add``: the compensated (Kahan) update x + dx with the carried compensation c (docs/method.md 3);
+  ``integrate.python_runner`` calls it on arrays, the templates on each coordinate.
+- the save rule: ``step_saved`` (the multiplier and iterations of step n are kept when n % save_every == 0),
+  ``point_saved`` (point n of 0..N is kept when n % save_every == 0, and the last); ``save_rows`` writes one
+  step's rows into a compiled loop's buffers by that rule (the numpy path's ``_Buffer`` does it there).
 - the status codes of a compiled loop's ``run_chunk`` (``kernels.runner`` turns them into errors).
 
 Imports nothing (no numba): the numpy path imports it too.
@@ -27,3 +32,49 @@ def inline_source(f):
 def converged(d, d_prev, scale, rtol, stall):
     """The stopping rule: d <= rtol scale, or d <= stall scale with d >= d_prev (stalled at round-off)."""
     return d <= rtol * scale or (d <= stall * scale and d >= d_prev)
+
+
+@inline_source
+def compensated_add(x, dx, c):
+    """(x + dx, c') by Kahan summation: c carries the rounding error of the previous additions (docs/method.md 3)."""
+    kahan_y = dx - c
+    kahan_sum = x + kahan_y
+    return kahan_sum, (kahan_sum - x) - kahan_y
+
+
+@inline_source
+def step_saved(n, save_every):
+    """Whether step n's multiplier and iteration count are saved (at t_n)."""
+    return n % save_every == 0
+
+
+@inline_source
+def point_saved(n, N, save_every):
+    """Whether point n (0..N) is saved: every save_every-th, and the last."""
+    return n % save_every == 0 or n == N
+
+
+@inline_source
+def save_rows(n, N, h, save_every, q, p, lam, it, state, pt_t, pt_q, pt_p, st_t, st_lam, st_it, cap, m, nu):
+    """After step n (t_n -> t_{n+1}): the step's row (t_n, lambda, iterations) and the point's row (t_{n+1}, q, p)
+    by the save rule; state[3], state[2] count the rows in the buffers. Returns whether a buffer is full."""
+    buffer_full = False
+    keep_step = step_saved(n, save_every)
+    if keep_step:
+        row = state[3]
+        st_t[row] = n * h
+        for r in range(nu):
+            st_lam[row, r] = lam[r]
+        st_it[row] = it
+        state[3] = row + 1
+        buffer_full = row + 1 == cap
+    keep_point = point_saved(n + 1, N, save_every)
+    if keep_point:
+        row = state[2]
+        pt_t[row] = (n + 1) * h
+        for a in range(m):
+            pt_q[row, a] = q[a]
+            pt_p[row, a] = p[a]
+        state[2] = row + 1
+        buffer_full = buffer_full or row + 1 == cap
+    return buffer_full

@@ -211,20 +211,23 @@ class CompiledRunner(LoopRunner):
 
 
 class PolynomialRunner(LoopRunner):
-    """The compiled loop of a PolynomialHBVM (M = I, nu >= 1) for one problem."""
+    """The compiled loop of a PolynomialHBVM (nu >= 1, any M) for one problem."""
 
     def __init__(self, method, problem: Problem):
-        self.module = loop_module("polynomial", problem.kernels, {})
+        self.L = cholesky_factor(problem)
+        self.params = np.array(problem.kernels.params, dtype=float).reshape(-1)
+        constants = {"M_SIZE": problem.m, "NU_SIZE": problem.nu, "HAS_M": self.L.size > 0}
+        self.module = loop_module("polynomial", problem.kernels, constants)
         self.arrays = polynomial_tables(method.tableau.k, method.tableau.s)
         rule = method.rule
         self.rule = np.array([rule.rtol, rule.stall_rtol, rule.max_iter], dtype=float)
         self.warm = WARM_CODES[method.warm_start]
         self.projection = bool(method.projection)
-        self.params = np.array(getattr(problem.kernels, "params", ()), dtype=float).reshape(-1)
+        check_callbacks(problem, self.module, self.params)
 
     def loop_arguments(self, problem, q, p, cq, cp, gamma_prev, state, h, N, save_every) -> tuple:
         return (q, p, cq, cp, gamma_prev, state, h, N, save_every, self.warm, self.rule, self.projection,
-                *self.arrays, self.params)  # fmt: skip
+                *self.arrays, self.L, self.params)  # fmt: skip
 
     def _fail(self, problem: Problem, q0: np.ndarray, h: float, guess: np.ndarray, info: np.ndarray) -> None:
         """Raise what the numpy stepper raises for the same failure (ConvergenceError, or NonFiniteError)."""

@@ -41,6 +41,7 @@ class PolynomialHBVM(HBVMBase):
     numerics_sources: ClassVar[tuple[str, ...]] = (
         "methods/polynomial.py", "methods/hbvm.py", "methods/_small.py", "legendre.py", "solvers.py",
         "blended.py", "integrate.py", "kernels/polynomial.py", "kernels/runner.py", "kernels/rules.py",
+        "kernels/linalg.py",
     )  # fmt: skip
     COMPILED_NEEDS: ClassVar[frozenset[str] | None] = frozenset({"G"})
     EXAMPLES: ClassVar[tuple[dict, ...]] = (
@@ -103,8 +104,8 @@ class PolynomialHBVM(HBVMBase):
         return PolynomialStepper(self, problem)
 
     def compiled_runner(self, problem: Problem):
-        """The compiled (numba) time loop for problems with compiled callbacks, M = I and nu >= 1, else None."""
-        if problem.kernels is None or problem.kernels.G is None or problem.M is not None or problem.nu == 0:
+        """The compiled (numba) time loop for problems with compiled callbacks and nu >= 1 (any M), else None."""
+        if problem.kernels is None or problem.kernels.G is None or problem.nu == 0:
             return None
         from ..kernels.runner import PolynomialRunner
 

@@ -33,7 +33,7 @@ class RATTLE(Method):
     kind: ClassVar[str] = "rattle"
     numerics_sources: ClassVar[tuple[str, ...]] = (
         "methods/rattle.py", "methods/_small.py", "solvers.py", "integrate.py", "kernels/rattle.py",
-        "kernels/runner.py", "kernels/rules.py",
+        "kernels/runner.py", "kernels/rules.py", "kernels/linalg.py",
     )  # fmt: skip
     COMPILED_NEEDS: ClassVar[frozenset[str] | None] = frozenset({"G", "g"})
     #: compiled: about a microsecond per step, as HBVM's per node (hbvm_workflow.study.Job.estimated_seconds)

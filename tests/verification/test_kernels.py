@@ -330,27 +330,29 @@ def test_is_cached_reads_the_marker_written_after_the_first_compile(conical):
 
 
 def test_kernel_templates_expand_to_one_loop_with_short_functions():
-    """The kernels package's functions stay under 200 lines; the generated run_chunk calls no pasted helper."""
+    """The kernels package's functions stay under 200 lines; each template's generated run_chunk is its one
+    compiled function and calls none of the pasted helpers (its own, the rules', the small linear algebra's)."""
     import ast
+    import re
     from pathlib import Path
 
-    from hbvm_core.kernels.registry import TEMPLATES, expand_inline
+    from hbvm_core.kernels.registry import SHARED, TEMPLATES, expand_inline
 
     for path in Path(hc.__file__).with_name("kernels").glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.FunctionDef):
                 assert node.end_lineno - node.lineno < 200, f"{path.name}:{node.name}"
-    source = TEMPLATES["hbvm"].read_text()
-    helpers = [line.split("(")[0][4:] for line in source.splitlines() if line.startswith("def _")]
-    expanded = expand_inline(source)
-    code = "\n".join(line for line in expanded.splitlines() if not line.strip().startswith("#"))
-    assert "@inline_source" not in code.splitlines() and "def run_chunk(" in code
-    assert [name for name in helpers if f"{name}(" in code] == ["_minv"]  # the one njit helper (M != I)
-    # the RATTLE loop too: its helpers are pasted, only _minv is called
-    source = TEMPLATES["rattle"].read_text()
-    helpers = [line.split("(")[0][4:] for line in source.splitlines() if line.startswith("def _")]
-    code = "\n".join(line for line in expand_inline(source).splitlines() if not line.strip().startswith("#"))
-    assert len(helpers) >= 4 and [name for name in helpers if f"{name}(" in code] == ["_minv"]
+    shared = [path.read_text() for path in SHARED]
+    pasted = [line[4:].split("(")[0] for text in shared for line in text.splitlines() if line.startswith("def ")]
+    assert {"converged", "compensated_add", "save_rows", "minv", "solve_small"} <= set(pasted)
+    for name, path in TEMPLATES.items():
+        source = path.read_text()
+        helpers = [line[4:].split("(")[0] for line in source.splitlines() if line.startswith("def _")]
+        expanded = expand_inline(source, *shared)
+        code = "\n".join(line for line in expanded.splitlines() if not line.strip().startswith("#"))
+        assert "@inline_source" not in code.splitlines() and code.count("@njit") == 1, name
+        assert "def run_chunk(" in code and len(helpers) >= 2, name
+        assert [f for f in helpers + pasted if f != "inline_source" and re.search(rf"\b{f}\(", code)] == [], name
 
 
 def test_compiled_runner_is_built_once_per_problem_and_method_and_rebuilt_when_the_problem_changes():

@@ -5,6 +5,7 @@ import pytest
 from _util import fitted_order, round_off
 
 import hbvm_core as hc
+from hbvm_core.kernels import Kernels, kernel
 from hbvm_core.methods import HBVM, PolynomialHBVM, from_spec
 
 EPS = np.finfo(float).eps
@@ -131,3 +132,81 @@ def test_projection_keeps_energy_at_roundoff_over_long_runs(planar):
     traj = hc.integrate(planar, PolynomialHBVM(6, 3, projection=True), 0.1, 400.0, backend="numpy")
     assert traj.energy_error().max() <= 2e-14
     assert np.abs(traj.hidden()).max() <= 1e-15
+
+
+# A particle on the unit circle under gravity, with the full SPD mass matrix M_FULL (M != I, not diagonal):
+# U = q_2, g = (|q|^2 - 1) / 2, G = q; the compiled callbacks are importable by name (cached loop).
+M_FULL = np.array([[2.0, 0.5], [0.5, 1.0]])
+
+
+@kernel
+def circle_grad_U(Q, out, params):
+    for i in range(Q.shape[0]):
+        out[i, 0] = 0.0
+        out[i, 1] = 1.0
+
+
+@kernel
+def circle_G(Q, out, params):
+    for i in range(Q.shape[0]):
+        out[i, 0, 0] = Q[i, 0]
+        out[i, 1, 0] = Q[i, 1]
+
+
+def circle_with_full_mass() -> hc.Problem:
+    q0 = np.array([np.sin(1.0), -np.cos(1.0)])
+    v0 = 0.8 * np.array([np.cos(1.0), np.sin(1.0)])  # tangent: G(q0)^T M^{-1} p0 = q0 . v0 = 0
+    return hc.Problem(
+        name="circle_full_mass",
+        U=lambda Q: Q[:, 1],
+        grad_U=lambda Q: np.tile([0.0, 1.0], (Q.shape[0], 1)),
+        g=lambda Q: 0.5 * (np.sum(Q * Q, axis=1, keepdims=True) - 1.0),
+        G=lambda Q: Q[:, :, None],
+        q0=q0,
+        p0=M_FULL @ v0,
+        M=M_FULL,
+        kernels=Kernels(grad_U=circle_grad_U, G=circle_G),
+    )
+
+
+@pytest.mark.slow
+def test_compiled_loop_with_a_full_mass_matrix_agrees_with_numpy_and_conserves():
+    """M = [[2, .5], [.5, 1]]: the compiled loop (M^{-1} by its Cholesky factor) against the numpy stepper
+    (scipy's cho_solve), and H, g conserved to round-off on both paths."""
+    problem = circle_with_full_mass()
+    eps, N = np.finfo(float).eps, 100
+    for method in (PolynomialHBVM(6, 3, projection=True), PolynomialHBVM(4, 2)):
+        a = hc.integrate(problem, method, 0.1, 0.1 * N, backend="numba", save_every=3, chunk=7)
+        b = hc.integrate(problem, method, 0.1, 0.1 * N, backend="numpy", save_every=3, chunk=7)
+        assert a.attrs["backend"] == "numba" and b.attrs["backend"] == "numpy"
+        np.testing.assert_array_equal(a.t, b.t)
+        np.testing.assert_array_equal(a.tstep, b.tstep)
+        # two orders of evaluation (plain substitution vs LAPACK, loops vs matmul) differ by a few ulps of the
+        # state per step, and these add up over the N steps: 10 eps per step of the state's scale
+        scale = 1.0 + np.abs(b.y()).max()
+        assert np.abs(a.y() - b.y()).max() <= 10 * N * eps * scale
+        # lambda solves a small system conditioned like A (cond ~ 1/h): 1e3 eps per step of its scale
+        assert np.abs(a.lam - b.lam).max() <= 1e3 * N * eps * (1.0 + np.abs(b.lam).max())
+        assert abs(a.attrs["mean_iterations"] - b.attrs["mean_iterations"]) <= 0.2
+        for traj in (a, b):
+            # quadratic g with k >= 2s is kept to round-off (docs/method.md 6): a few eps per step of |q|^2 = 1
+            assert np.abs(traj.g()).max() <= 10 * N * eps
+            if method.projection:  # the energy-preserving projection: H to round-off of its scale (|H| ~ 1)
+                assert traj.energy_error().max() <= 10 * N * eps
+
+
+@pytest.mark.slow
+def test_compiled_loop_with_a_diagonal_mass_matrix_agrees_with_numpy():
+    """M = diag(m1, m1, m2, m2) (the double pendulum): the compiled loop's diagonal Cholesky factor against
+    the numpy stepper's division by the diagonal, to an eps-scaled tolerance (as above)."""
+    from test_kernels import compiled_double_pendulum
+
+    pb = compiled_double_pendulum(m1=1.0, m2=2.0)
+    eps, N = np.finfo(float).eps, 60
+    a = hc.integrate(pb, PolynomialHBVM(4, 2, projection=True), 0.05, 0.05 * N, backend="numba")
+    b = hc.integrate(pb, PolynomialHBVM(4, 2, projection=True), 0.05, 0.05 * N, backend="numpy")
+    assert a.attrs["backend"] == "numba"
+    scale = 1.0 + np.abs(b.y()).max()
+    assert np.abs(a.y() - b.y()).max() <= 10 * N * eps * scale  # as above: a few ulps per step
+    # H conserved by the projection, to round-off of its scale
+    assert a.energy_error().max() <= 10 * N * eps * max(1.0, abs(a.H()[0]))

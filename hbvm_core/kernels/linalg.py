@@ -1,0 +1,65 @@
+"""The small linear algebra of the compiled loops, written once and pasted by the generator into each template.
+
+``registry.expand_inline`` pastes these ``@inline_source`` helpers into their call sites, like the rules of
+``rules.py``: no array crosses a call in the compiled loop. Their locals are spelled apart from the callers'
+(they become the caller's locals). Imports no numba (numba compiles the pasted code).
+
+- ``minv``: x <- M^{-1} x by the lower Cholesky factor M = L L^T (``runner.cholesky_factor``; a diagonal M
+  has a diagonal factor), a no-op for the empty factor of M = I;
+- ``solve_small``: b <- A^{-1} b by Gaussian elimination with partial pivoting, False when A is singular or
+  not finite (as ``methods._small.solve_small`` raises for the numpy path).
+"""
+
+from __future__ import annotations
+
+import numpy as np  # noqa: F401 (the pasted code's np is the template's)
+
+from .rules import inline_source
+
+
+@inline_source
+def minv(L, x):
+    """x <- M^{-1} x in place for a vector x: forward then back substitution with L (no-op for M = I)."""
+    minv_m = L.shape[0]
+    if minv_m > 0:
+        for minv_a in range(minv_m):
+            minv_acc = x[minv_a]
+            for minv_c in range(minv_a):
+                minv_acc -= L[minv_a, minv_c] * x[minv_c]
+            x[minv_a] = minv_acc / L[minv_a, minv_a]
+        for minv_a in range(minv_m - 1, -1, -1):
+            minv_acc = x[minv_a]
+            for minv_c in range(minv_a + 1, minv_m):
+                minv_acc -= L[minv_c, minv_a] * x[minv_c]
+            x[minv_a] = minv_acc / L[minv_a, minv_a]
+
+
+@inline_source
+def solve_small(A, b, n):
+    """b <- A^{-1} b by Gaussian elimination with partial pivoting (A overwritten); False if singular."""
+    nonsingular = True
+    for col in range(n):
+        piv, big = col, abs(A[col, col])
+        for row in range(col + 1, n):
+            if abs(A[row, col]) > big:
+                piv, big = row, abs(A[row, col])
+        if big == 0.0 or not np.isfinite(big):
+            nonsingular = False
+            break
+        if piv != col:
+            for jj in range(n):
+                A[col, jj], A[piv, jj] = A[piv, jj], A[col, jj]
+            b[col], b[piv] = b[piv], b[col]
+        for row in range(col + 1, n):
+            fac = A[row, col] / A[col, col]
+            if fac != 0.0:
+                for jj in range(col, n):
+                    A[row, jj] -= fac * A[col, jj]
+                b[row] -= fac * b[col]
+    if nonsingular:
+        for col in range(n - 1, -1, -1):
+            acc_s = b[col]
+            for jj in range(col + 1, n):
+                acc_s -= A[col, jj] * b[jj]
+            b[col] = acc_s / A[col, col]
+    return nonsingular
