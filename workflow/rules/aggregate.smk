@@ -31,9 +31,20 @@ def shown(path, caption, output):
     return report(path, caption=caption, category="{study}", labels={"study": "{study}", "output": output})
 
 
+def runs_of(wildcards):
+    """The marker of the study's current set of runs where the shared solve job builds it: a new set of runs
+    (a changed job hash: another identity, a changed param) is a missing input, so that solve reruns and this
+    study is aggregated again. A study of solve_study reruns by that rule's param instead."""
+    from hbvm_workflow.layout import runs_marker
+
+    name = wildcards.study
+    return [runs_marker(RESULTS, name, STUDIES[name].runs_digest())] if name in SOLVED_TOGETHER else []
+
+
 rule aggregate:
     input:
         manifest=f"{RESULTS}/{{study}}/solve.json",
+        runs=runs_of,
     output:
         zarr=directory(f"{RESULTS}/{{study}}/errors.zarr"),
         csv=shown(f"{RESULTS}/{{study}}/errors.csv", "../report/errors.rst", "errors.csv"),
