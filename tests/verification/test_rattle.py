@@ -164,7 +164,10 @@ def twice_g(Q, out, params):
 
 def test_compiled_rattle_checks_its_constraint_kernel(planar):
     """A compiled g that disagrees with the numpy g is refused, as for grad_U and G."""
-    problem = dataclasses.replace(planar, kernels=dataclasses.replace(planar.kernels, g=f"{__name__}:twice_g"))
+    # built without the construction-time checks (which refuse it too), so that RATTLE's own check is what refuses it
+    problem = dataclasses.replace(
+        planar, kernels=dataclasses.replace(planar.kernels, g=f"{__name__}:twice_g"), check_derivatives=False
+    )
     with pytest.raises(hc.ProblemError, match="kernels.g disagrees"):
         hc.integrate(problem, RATTLE(), 0.1, 1.0)
     without = dataclasses.replace(planar, kernels=dataclasses.replace(planar.kernels, g=None))

@@ -272,7 +272,7 @@ def test_a_live_run_keeps_its_lock(tmp_path):
         assert "stale lock" not in out and "Traceback" not in out
         assert sorted((p.name, p.stat().st_mtime_ns) for p in lock.iterdir()) == before
         assert run.poll() is None and not final_stores(tmp_path, NAME)
-        assert len(list((tmp_path / ".snakemake" / "incomplete").rglob("*"))) == 1  # the run's solve.json
+        assert len(list((tmp_path / ".snakemake" / "incomplete").rglob("*"))) == 2  # solve.json and its runs marker
     finally:
         for p in reversed(procs):
             _stop(p)

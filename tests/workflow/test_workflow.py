@@ -334,7 +334,7 @@ def test_jobs_submitted_through_the_generic_cluster_executor(tmp_path):
     ok(snakemake(tmp_path, "--profile", str(ROOT / "workflow" / "profiles" / "local-submit"), timeout=400))
     check_outputs(tmp_path, "tiny", PLANAR, 6)
     submitted = (tmp_path / ".snakemake" / "local_submit" / "submitted.txt").read_text().splitlines()
-    assert len(submitted) == 2  # solve and aggregate: each one a submitted job script
+    assert len(submitted) == 3  # solve, aggregate and render: each one a submitted job script
     assert all("snakejob" in line for line in submitted)
 
 

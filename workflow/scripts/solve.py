@@ -133,7 +133,8 @@ def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: di
                 shipped = ship_problem_module(client, f"{module}:")
                 for name in {j.study for j in todo if j.method_module == module} if shipped else ():
                     logs[name].info(f"method module {shipped} uploaded to the workers")
-        modules = {spec: (_problem_module(spec) or ("", ""))[1] for spec in {job.problem for job in todo}}
+        specs = {job.problem for job in todo if isinstance(job.problem, str)}  # a mapping (expressions) has no module
+        modules = {spec: (_problem_module(spec) or ("", ""))[1] for spec in specs}
         futures = {
             client.submit(
                 solve_batch,
@@ -142,7 +143,7 @@ def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: di
                     | {
                         "store": os.path.abspath(job.store),
                         "study_dir": os.path.abspath(studies[job.study].dir),
-                        "module_file": modules[job.problem],
+                        "module_file": modules.get(job.problem, "") if isinstance(job.problem, str) else "",
                     }
                     for job in batch
                 ],
