@@ -357,14 +357,15 @@ def minted_fingerprint(structure: str, probe: dict) -> str:
     return hashlib.sha256(f"hbvm-problem/2 {structure} {text}".encode()).hexdigest()[:16]
 
 
-def problem_identity(problem, recorded: Iterable[dict]) -> tuple[str, dict]:
+def problem_identity(problem, recorded: Iterable[dict], structure: str | None = None) -> tuple[str, dict]:
     """(fingerprint, reference probe) of ``problem`` given the identities ``recorded`` for it before (dicts with
     problem_fingerprint, problem_structure, problem_probe: a study's store attrs).
 
     The first record of the same structure whose values agree (``probe_mismatch``) gives its fingerprint and
     probe; with no record of the structure it is ``problem_fingerprint``; with records of the structure whose
-    values all differ by more than round-off, a new one (``minted_fingerprint``)."""
-    structure, probe = problem_structure(problem), problem_probe(problem)
+    values all differ by more than round-off, a new one (``minted_fingerprint``). ``structure``: the problem's
+    ``problem_structure`` where the caller has it already."""
+    structure, probe = structure or problem_structure(problem), problem_probe(problem)
     same = False
     for rec in recorded:
         if rec.get("problem_structure") != structure or not isinstance(rec.get("problem_probe"), dict):
@@ -377,15 +378,21 @@ def problem_identity(problem, recorded: Iterable[dict]) -> tuple[str, dict]:
 
 def problem_mismatch(problem, structure: str | None, probe: dict | None) -> str | None:
     """None when ``problem`` is the one recorded as (``structure``, ``probe``), else one phrase saying why not."""
-    if structure != problem_structure(problem):
+    return identity_mismatch(problem_structure(problem), lambda: problem_probe(problem), structure, probe)
+
+
+def identity_mismatch(structure: str, probe, recorded_structure: str | None, recorded_probe: dict | None) -> str | None:
+    """None when the identity (``structure``, ``probe``: a dict, or a function that computes it) is the recorded
+    one, else one phrase saying why not (``problem_mismatch`` for a problem's own identity)."""
+    if recorded_structure != structure:
         return (
             "no recorded structure (an older store)"
-            if structure is None
-            else (f"its source, params or sizes changed (structure {problem_structure(problem)}, recorded {structure})")
+            if recorded_structure is None
+            else f"its source, params or sizes changed (structure {structure}, recorded {recorded_structure})"
         )
-    if not isinstance(probe, dict):
+    if not isinstance(recorded_probe, dict):
         return "no recorded values (an older store)"
-    return probe_mismatch(probe, problem_probe(problem))
+    return probe_mismatch(recorded_probe, probe() if callable(probe) else probe)
 
 
 # --------------------------------------------------------------------------- numerics

@@ -9,6 +9,7 @@
 <results>/<study>/.snakemake.lock                   held by the Snakemake run that builds the study
 <results>/<study>/errors.zarr, errors.csv, timings.csv, table.{md,tex,html}, <study>.{png,pdf}
 <results>/beyond/<kind>.{png,pdf,md,csv}            the beyond-the-paper summaries
+<results>/.plans/<key>.json                         the studies as the parse expanded them (hbvm_workflow.plan)
 logs/<study>/<step>.log                             one log per study and step
 """
 
@@ -117,6 +118,16 @@ def runs_marker(results: str, study: str, digest: str) -> str:
     ``Study.runs_digest`` is ``digest`` (a changed set of runs has another marker, missing: Snakemake reruns the
     solve step). It holds the runs' [id, hash] list; the solve step removes the study's other markers."""
     return os.path.join(results, study, f".runs-{digest}")
+
+
+def plan_dir(results: str) -> str:
+    """<results>/.plans: the plans of the workflow runs (``hbvm_workflow.plan``), one file per config."""
+    return os.path.join(results, ".plans")
+
+
+def plan_path(results: str, key: str) -> str:
+    """<results>/.plans/<key>.json: the studies of one config as its parse expanded them (``plan.plan_key``)."""
+    return os.path.join(plan_dir(results), f"{key}.json")
 
 
 def manifest_of_store(store: str) -> str:

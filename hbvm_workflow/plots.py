@@ -373,7 +373,8 @@ def _runs(study: Study):
     for r in study.rows:
         job = study.jobs[r.job]
         if store_status(job.store, job.hash) == "complete":
-            yield r, job, load_trajectory(job.store, study.problem_of(r), job_hash=job.hash)
+            inst = study.instance_of(r.combo)
+            yield r, job, load_trajectory(job.store, inst.problem, job_hash=job.hash, planned=inst.checked())
 
 
 def _run_label(study: Study, r, job) -> str:

@@ -113,6 +113,17 @@ def check_problem(job: Job, problem) -> dict | None:
     return probe
 
 
+def _checked(job: Job, problem, cache: dict | None) -> dict | None:
+    """``check_problem``, once per built problem and planned identity in ``cache`` (the runs of a batch share
+    them: the check computes the problem's structure and probe values)."""
+    if cache is None:
+        return check_problem(job, problem)
+    key = ("checked", id(problem), job.problem_structure, job.problem_probe)  # the problem lives in the cache
+    if key not in cache:
+        cache[key] = check_problem(job, problem)
+    return cache[key]
+
+
 def solve_job(job: Job | dict, problems: dict | None = None) -> dict:
     """Integrate one job into its Zarr store (atomically); runs on a Dask worker.
 
@@ -135,7 +146,7 @@ def solve_job(job: Job | dict, problems: dict | None = None) -> dict:
             f"run {job.id}: host {platform.node()} cannot import the problem module {job.module_file} "
             f"(it must be shared with, or uploaded by, the host of the solve step: docs/clusters.md): {exc}"
         ) from None
-    probe = check_problem(job, problem)
+    probe = _checked(job, problem, problems)
     method = from_spec(job.method)
     identity = {}
     if probe is not None:  # the planned identity, checked above: the record a later plan snaps to
@@ -293,12 +304,18 @@ def run_to_store(
     tmp_dir = tmp_dir or default_tmp_dir(path)
     tmp = new_temporary(tmp_dir, path)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
+    attrs = attrs or {}
+    identity = {  # the problem's identity: the planned one the caller checked (``check_problem``), else its own
+        key: attrs[key] if key in attrs else of(problem)
+        for key, of in (
+            ("problem_fingerprint", problem_fingerprint),
+            ("problem_structure", problem_structure),
+            ("problem_probe", problem_probe),
+        )
+    }
     base = {
-        # the problem's identity: its own, unless the caller gives the planned one it checked (``check_problem``)
-        "problem_fingerprint": problem_fingerprint(problem),
-        "problem_structure": problem_structure(problem),
-        "problem_probe": problem_probe(problem),
-        **(attrs or {}),
+        **identity,
+        **attrs,
         "format": FORMAT,
         "problem": problem.name,
         "m": problem.m,

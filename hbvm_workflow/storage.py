@@ -552,7 +552,7 @@ def zarr_store(path: str):
     return path
 
 
-def load_trajectory(path: str, problem, *, job_hash: str | None = None, method=None):
+def load_trajectory(path: str, problem, *, job_hash: str | None = None, method=None, planned=None):
     """A run's store as an in-memory ``hbvm_core.Trajectory``.
 
     Nothing in the store is used to build the problem or the method: they come from the caller.
@@ -567,6 +567,9 @@ def load_trajectory(path: str, problem, *, job_hash: str | None = None, method=N
         The run's expected hash (``Job.hash``).
     method : hbvm_core.methods.Method, optional
         Only attached to the trajectory.
+    planned : (str, dict), optional
+        The identity (structure, probe values) that ``problem`` is known to have (``Instance.checked``): the
+        store's record is compared with it, without evaluating the problem again for each store.
 
     Returns
     -------
@@ -582,12 +585,12 @@ def load_trajectory(path: str, problem, *, job_hash: str | None = None, method=N
         Naming the store and the array: a missing, truncated or corrupt chunk.
     """
     with opened(path) as (attrs, reader):
-        return _trajectory(path, problem, attrs, reader, job_hash, method)
+        return _trajectory(path, problem, attrs, reader, job_hash, method, planned)
 
 
-def _trajectory(path: str, problem, attrs: dict | None, reader, job_hash: str | None, method):
+def _trajectory(path: str, problem, attrs: dict | None, reader, job_hash: str | None, method, planned=None):
     """load_trajectory's checks and read, on a store opened once (``opened``)."""
-    from hbvm_core.fingerprint import problem_mismatch
+    from hbvm_core.fingerprint import identity_mismatch, problem_mismatch
     from hbvm_core.trajectory import Trajectory
 
     if attrs is None or attrs.get("complete") is not True:
@@ -599,7 +602,8 @@ def _trajectory(path: str, problem, attrs: dict | None, reader, job_hash: str | 
         raise StoreMismatchError(
             path, None, f"run {run} was computed for hash {attrs.get('job_hash')}, expected {job_hash}"
         )
-    why = problem_mismatch(problem, attrs.get("problem_structure"), attrs.get("problem_probe"))
+    recorded = attrs.get("problem_structure"), attrs.get("problem_probe")
+    why = identity_mismatch(*planned, *recorded) if planned else problem_mismatch(problem, *recorded)
     if why is not None:
         raise StoreMismatchError(path, None, f"run {run} was computed for another problem: {why}")
     found = damage(path, attrs, reader)

@@ -197,12 +197,46 @@ class Instance:
     key: str
     values: dict
     params: dict
-    problem: Any = field(repr=False, compare=False)
+    #: the problem as built; None until first asked for (``problem``) in a study read from the plan
+    built: Any = field(repr=False, compare=False)
     fingerprint: str
     t_end: float
     period: float | None
     structure: str = ""
     probe: str = field(default="", repr=False)
+    #: what builds the problem when ``built`` is None: the config's problem, its check_derivatives and the
+    #: study's key in messages
+    source: Any = field(default=None, repr=False, compare=False)
+    check_derivatives: bool = field(default=True, repr=False, compare=False)
+    where: str = field(default="", repr=False, compare=False)
+    #: (structure, probe) once ``problem`` is known to be the planned identity (``checked``)
+    _checked: Any = field(default=None, repr=False, compare=False)
+
+    def checked(self) -> tuple[str, dict] | None:
+        """The planned identity (structure, probe values), after checking once that ``problem`` (as built in this
+        process) is it; readers of the stores compare their records with it instead of evaluating the problem
+        for each store. HBVMError (one line) when the problem changed since the plan; None without an identity."""
+        if self._checked is None and self.structure:
+            from hbvm_core.errors import HBVMError
+            from hbvm_core.fingerprint import problem_mismatch
+
+            probe = json.loads(self.probe) if self.probe else None
+            why = problem_mismatch(self.problem, self.structure, probe)
+            if why is not None:
+                raise HBVMError(
+                    f"{self.where or 'study'}: the problem is not the one planned when the workflow run started "
+                    f"({why}); run the workflow again"
+                )
+            self._checked = (self.structure, probe)
+        return self._checked
+
+    @property
+    def problem(self):
+        """The instance's problem, built from the config once (``build_problem``: a study read from the plan
+        builds it only where a job integrates or measures with it)."""
+        if self.built is None:
+            self.built = build_problem(self.where, self.source, self.params, self.check_derivatives)
+        return self.built
 
 
 @dataclass
@@ -264,6 +298,8 @@ class Study:
     @property
     def built_problem(self):
         """The study's problem, built from the config once (readers of stores take it from here, never from a store)."""
+        if self._problem is None and self.instances:  # a study read from the plan: its first instance's
+            self._problem = self.instances[0].problem
         if self._problem is None:
             from hbvm_core.checks import derivative_checks
             from hbvm_core.problems import get_problem
@@ -366,7 +402,7 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
         problem = build_problem(what, cfg["problem"], params, cfg.get("check_derivatives", True))
         t_end = _interval(what, cfg, problem)
         reference, convention = _convention(what, cfg, problem)
-        inst = Instance(combo_name(values), values, params, problem, "", t_end, problem.period)
+        inst = Instance(combo_name(values), values, params, problem, "", t_end, problem.period, where=what)
         if any(i.key == inst.key for i in instances):
             raise ConfigError(f"{where}.grid: two combinations get the same name {inst.key!r}; give distinct values")
         instances.append(inst)
@@ -410,9 +446,11 @@ def _identify(study: Study, inst: Instance) -> None:
     from hbvm_core.fingerprint import problem_identity, problem_structure
 
     jobs = [j for j in study.jobs.values() if j.combo == inst.key]
-    fingerprint, probe = problem_identity(inst.problem, _recorded(jobs))
-    inst.fingerprint, inst.structure = fingerprint, problem_structure(inst.problem)
+    structure = problem_structure(inst.problem)
+    fingerprint, probe = problem_identity(inst.problem, _recorded(jobs), structure)
+    inst.fingerprint, inst.structure = fingerprint, structure
     inst.probe = json.dumps(probe, sort_keys=True)
+    inst._checked = (structure, probe)  # the problem agrees with it (problem_identity)
     for job in jobs:
         job.problem_fingerprint, job.problem_structure, job.problem_probe = fingerprint, inst.structure, inst.probe
 

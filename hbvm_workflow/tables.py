@@ -32,17 +32,18 @@ RATES = {"rate_s": "e_s", "rate_lambda": "e_lambda", "rate_hc": "e_hc"}
 ROUNDOFF = {"rate_s": "roundoff_s", "rate_lambda": "roundoff_lambda", "rate_hc": "roundoff_hc"}
 
 
-def _load(job, cache: dict, problem):
+def _load(job, cache: dict, problem, planned=None):
     """A job's trajectory (None if it failed), cached for its use as the next row's h/2 partner.
 
-    ``problem``: the study's, built from the config (a store is data: it never builds one)."""
+    ``problem``: the study's, built from the config (a store is data: it never builds one); ``planned``: its
+    identity (``Instance.checked``), which the store's record is compared with."""
     from .storage import StoreError, StoreMismatchError, load_trajectory, read_failure, store_status
 
     if job.id in cache:
         return cache[job.id]
     status = "complete"
     try:  # one read: damage raises StoreError naming the store and the array
-        traj = load_trajectory(job.store, problem, job_hash=job.hash)
+        traj = load_trajectory(job.store, problem, job_hash=job.hash, planned=planned)
     except (FileNotFoundError, StoreMismatchError):
         status = store_status(job.store, job.hash)
         status = "stale" if status == "complete" else status  # computed for another problem
@@ -131,8 +132,8 @@ def _block_rows(study: Study, spec, inst) -> list[dict]:
     cache: dict = {}
     for r in (r for r in spec.rows if r.combo == inst.key):
         job = study.jobs[r.job]
-        traj = _load(job, cache, inst.problem)
-        partner = _load(study.jobs[r.partner], cache, inst.problem) if r.partner else None
+        traj = _load(job, cache, inst.problem, inst.checked())
+        partner = _load(study.jobs[r.partner], cache, inst.problem, inst.checked()) if r.partner else None
         row = {
             "problem": study.problem,
             "k": spec.k,

@@ -250,5 +250,5 @@ def test_job_hashes_follow_exactly_the_fingerprints_they_depend_on(monkeypatch, 
     monkeypatch.setattr(fp, "method_fingerprint", lambda e: "changed" if e.get("method") == "rattle" else real(e))
     after = {j.id: j.hash for j in expand_study("s", cfg, results=str(tmp_path)).jobs.values()}
     assert after["hbvm_k2_s2/h=0.1"] == before["hbvm_k2_s2/h=0.1"] and after["rattle/h=0.1"] != before["rattle/h=0.1"]
-    monkeypatch.setattr(fp, "problem_identity", lambda pb, recorded: ("other", {}))
+    monkeypatch.setattr(fp, "problem_identity", lambda pb, recorded, structure=None: ("other", {}))
     assert not set(before.values()) & {j.hash for j in expand_study("s", cfg, results=str(tmp_path)).jobs.values()}

@@ -1,5 +1,6 @@
 # Config checks and study expansion, before any job runs: a bad key or value
-# stops the workflow here with a one-line message naming it.
+# stops the workflow here with a one-line message naming it. The expansion is
+# written as the run's plan (hbvm_workflow.plan), which the jobs read.
 import json
 import os
 import re
@@ -11,6 +12,7 @@ from snakemake.logging import logger
 from hbvm_core.errors import ConfigError
 from hbvm_workflow.config import load_studies
 from hbvm_workflow.kinds import KINDS as STUDY_KINDS
+from hbvm_workflow.plan import planned_studies, write_plan
 from hbvm_workflow.study import solve_workers
 
 # User problems given as module.path:factory may live in the working directory.
@@ -18,7 +20,14 @@ if os.getcwd() not in sys.path:
     sys.path.insert(0, os.getcwd())
 
 try:
-    STUDIES = load_studies(config)  # validated once (defaults filled in), one line naming a bad key
+    if workflow.is_main_process:
+        # the config expanded once for the whole run (validated, defaults filled in; one line naming a bad key),
+        # then written as the plan that every job reads (hbvm_workflow.plan)
+        STUDIES = load_studies(config)
+        if not workflow.dryrun:
+            write_plan(config, STUDIES)
+    else:  # a job's own parse (a cluster or subprocess job): the main process's plan
+        STUDIES = planned_studies(config)
 except ConfigError as exc:
     # one line and a non-zero exit, not Snakemake's "WorkflowError in file ..., line ..." around it
     print(f"bad config: {exc}", file=sys.stderr, flush=True)

@@ -7,16 +7,20 @@ A large study's runs are read in the job's threads (processes forked from this o
 import time
 
 
-def aggregate_study(name: str, config: dict, out, log_path: str, workers: int = 1) -> str:
-    """errors.zarr, errors.csv and timings.csv of one study; returns a one-line summary."""
-    from hbvm_workflow.config import load_studies
+def aggregate_study(name: str, config: dict, out, log_path: str, workers: int = 1, numbers=None) -> str:
+    """errors.zarr, errors.csv and timings.csv of one study; returns a one-line summary. ``numbers``: the rule's
+    param (the study's keys that define its numbers), checked against the plan."""
     from hbvm_workflow.jobs import plural, study_logger
+    from hbvm_workflow.plan import check_planned, planned_studies
     from hbvm_workflow.storage import clean_temporaries
+    from hbvm_workflow.study import number_config
     from hbvm_workflow.tables import compute_errors
 
     log = study_logger("aggregate", name, log_path)
     t0 = time.perf_counter()
-    study = load_studies(config, names=[name])[name]
+    study = planned_studies(config, [name])[name]  # the parse's expansion (hbvm_workflow.plan)
+    if numbers is not None:
+        check_planned(study, "its entry", numbers, number_config(study.cfg))
     for p in clean_temporaries(study.dir):  # e.g. the errors.zarr of a killed aggregation
         log.info(f"removed the leftover temporary {p}")
     rows = compute_errors(study, out.zarr, out.csv, out.timings, workers)
@@ -30,7 +34,8 @@ def main(smk) -> None:
 
     name = smk.wildcards.study
     with one_line_errors(smk.log), job_locks(smk.config, [name]):
-        aggregate_study(name, smk.config, smk.output, smk.log[0], workers=max(1, int(smk.threads)))
+        numbers = getattr(getattr(smk, "params", None), "numbers", None)  # the rule's param (none when called by hand)
+        aggregate_study(name, smk.config, smk.output, smk.log[0], max(1, int(smk.threads)), numbers)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ def main(smk) -> None:
 
 def write(smk) -> None:
     from hbvm_workflow import beyond
-    from hbvm_workflow.config import load_studies
+    from hbvm_workflow.plan import planned_studies
 
     config = smk.config
     name = smk.wildcards.study
@@ -26,7 +26,7 @@ def write(smk) -> None:
         handlers=[logging.FileHandler(smk.log[0], mode="w"), logging.StreamHandler(sys.stderr)],
     )
     t0 = time.perf_counter()
-    study = load_studies(config, names=[name])[name]
+    study = planned_studies(config, [name])[name]
     out = smk.output
     n = beyond.write_study(study, smk.input.csv, out.md, out.csv)
     logging.info(f"{study.kind}: {n} runs in the figure and tables, {time.perf_counter() - t0:.2f} s")

@@ -18,7 +18,7 @@ def write(smk) -> None:
 
     matplotlib.use("Agg")
     from hbvm_workflow import beyond
-    from hbvm_workflow.config import load_studies
+    from hbvm_workflow.plan import planned_studies
 
     kind = smk.wildcards.kind
     logging.basicConfig(
@@ -28,7 +28,7 @@ def write(smk) -> None:
         handlers=[logging.FileHandler(smk.log[0], mode="w"), logging.StreamHandler(sys.stderr)],
     )
     t0 = time.perf_counter()
-    studies = list(load_studies(smk.config, names=list(smk.params.studies)).values())
+    studies = list(planned_studies(smk.config, list(smk.params.studies)).values())
     out = smk.output
     beyond.write_summary(kind, studies, out.png, out.pdf, out.md, out.csv)
     logging.info(f"{kind} summary of {len(studies)} studies in {time.perf_counter() - t0:.2f} s")

@@ -6,18 +6,21 @@ study's title, plot or expected_rates reruns only this step.
 import time
 
 
-def render_study(name: str, config: dict, inp, out, log_path: str) -> None:
+def render_study(name: str, config: dict, inp, out, log_path: str, entry=None) -> None:
+    """``entry``: the rule's param (the study's entry), checked against the plan."""
     import matplotlib
 
     matplotlib.use("Agg")
-    from hbvm_workflow.config import load_studies
     from hbvm_workflow.figures import study_plot
     from hbvm_workflow.jobs import plural, study_logger
+    from hbvm_workflow.plan import check_planned, planned_studies
     from hbvm_workflow.tables import rows_from_outputs, write_tables
 
     log = study_logger("render", name, log_path)
     t0 = time.perf_counter()
-    study = load_studies(config, names=[name])[name]
+    study = planned_studies(config, [name])[name]  # the parse's expansion (hbvm_workflow.plan)
+    if entry is not None:
+        check_planned(study, "its entry", entry, study.cfg)
     rows = rows_from_outputs(study, inp.csv, inp.zarr)
     write_tables(study, rows, out.md, out.tex, out.html)
     t1 = time.perf_counter()
@@ -31,7 +34,8 @@ def main(smk) -> None:
 
     name = smk.wildcards.study
     with one_line_errors(smk.log), job_locks(smk.config, [name]):
-        render_study(name, smk.config, smk.input, smk.output, smk.log[0])
+        entry = getattr(getattr(smk, "params", None), "study", None)  # the rule's param (none when called by hand)
+        render_study(name, smk.config, smk.input, smk.output, smk.log[0], entry)
 
 
 if __name__ == "__main__":

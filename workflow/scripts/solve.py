@@ -243,14 +243,20 @@ def main(smk) -> None:
 
 def solve(smk, names: list) -> None:
     """The solve step of the studies ``names``, holding their locks."""
-    from hbvm_workflow.config import load_studies
     from hbvm_workflow.jobs import as_list, study_logger
+    from hbvm_workflow.layout import runs_marker
+    from hbvm_workflow.plan import check_planned, planned_studies
 
     config = smk.config
     manifests = dict(zip(names, as_list(smk.output.manifest)))
     logs = {name: study_logger("solve", name, path) for name, path in zip(names, as_list(smk.log))}
     t0 = time.perf_counter()
-    studies = load_studies(config, names=names)
+    studies = planned_studies(config, names)  # the parse's expansion (hbvm_workflow.plan)
+    markers = set(as_list(smk.output.runs)) if hasattr(smk.output, "runs") else set()
+    for name, study in studies.items():  # the runs this job was given: the markers it writes, or its param
+        found = study.runs_digest()
+        expected = found if runs_marker(study.results, name, found) in markers else getattr(smk.params, "runs", None)
+        check_planned(study, "its runs", expected, found)
 
     retry_failed = bool(config.get("retry_failed", False))
     todo, summaries = [], {}

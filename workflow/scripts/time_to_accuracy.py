@@ -15,7 +15,7 @@ def main(smk) -> None:
 
 def write(smk) -> None:
     from hbvm_workflow import beyond
-    from hbvm_workflow.config import load_studies
+    from hbvm_workflow.plan import planned_studies
 
     logging.basicConfig(
         level=logging.INFO,
@@ -24,7 +24,7 @@ def write(smk) -> None:
         handlers=[logging.FileHandler(smk.log[0], mode="w"), logging.StreamHandler(sys.stderr)],
     )
     t0 = time.perf_counter()
-    studies = list(load_studies(smk.config, names=list(smk.params.studies)).values())
+    studies = list(planned_studies(smk.config, list(smk.params.studies)).values())
     n = beyond.write_time_to_accuracy(studies, smk.output.csv)
     logging.info(f"time to accuracy: {n} rows from {len(studies)} studies in {time.perf_counter() - t0:.2f} s")
 

@@ -1,0 +1,223 @@
+"""The plan: the config expanded once per workflow run, written by the parse and read by every job.
+
+The Snakefile's parse expands the config into studies (``config.load_studies``: problems built, each
+instance's identity snapped to its stores, every run named and hashed) and writes them here with
+``write_plan``. The job scripts (solve, aggregate, render, the beyond-the-paper steps) and a remote job's own
+parse read them back with ``planned_studies``: no config is expanded and no problem fingerprinted again.
+A problem is built again only where a job integrates or measures with it (``Instance.problem``, lazily).
+
+The plan is named by a digest of what its expansion reads from the config (``PLANNED_KEYS``), so that
+every process of one workflow run, each with its own copy of the config, finds the same file. It is data:
+JSON of the studies' fields (nothing in it is imported or evaluated), written atomically (temporary file,
+then rename). A job checks that the studies it reads are the ones its rule was given (``check_planned``): a
+plan rewritten meanwhile by a run with another problem or config is refused in one line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict
+from typing import Any
+
+from hbvm_core.errors import HBVMError
+
+from .layout import plan_dir, plan_path
+from .study import Instance, Job, Row, Study, StudyMethod
+
+#: the format of a plan file (a reader refuses another)
+FORMAT = "hbvm-plan/1"
+#: the config keys that the expansion of the studies reads (``config.load_studies``)
+PLANNED_KEYS = ("results", "studies", "method_modules", "limits")
+#: what a plan records of an instance and of a method (beside its rows)
+INSTANCE_FIELDS = ("key", "values", "params", "fingerprint", "t_end", "period", "structure", "probe")
+METHOD_FIELDS = ("label", "name", "entry", "k", "s", "module")
+#: plans of other configs kept in a results folder (the newest; older ones are removed when a plan is written)
+KEEP = 16
+
+
+def plan_key(config: dict) -> str:
+    """The digest naming the plan of ``config`` (its ``PLANNED_KEYS``, canonical JSON)."""
+    planned = {k: config.get(k) for k in PLANNED_KEYS}
+    text = json.dumps(planned, sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------- a study as data and back
+def study_record(study: Study) -> dict:
+    """A study as JSON-ready data: everything ``load_studies`` computed, problems left out."""
+    return {
+        "name": study.name,
+        "kind": study.kind,
+        "title": study.title,
+        "problem": study.problem,
+        "params": study.params,
+        "t_end": study.t_end,
+        "period": study.period,
+        "reference": study.reference,
+        "convention": asdict(study.convention),
+        "plot": study.plot,
+        "expected_rates": study.expected_rates,
+        "results": study.results,
+        "cfg": study.cfg,
+        "dims": list(study.dims),
+        "grid": study.grid,
+        "instances": [{f: getattr(inst, f) for f in INSTANCE_FIELDS} for inst in study.instances],
+        "methods": [
+            {f: getattr(m, f) for f in METHOD_FIELDS} | {"rows": [asdict(r) for r in m.rows]} for m in study.methods
+        ],
+        "jobs": [job.as_dict() for job in study.jobs.values()],
+    }
+
+
+def study_from_record(rec: dict) -> Study:
+    """The ``Study`` of a ``study_record``; its problems are built when first asked for (``Instance.problem``)."""
+    from hbvm_core.methods import from_spec
+    from hbvm_core.metrics import ErrorConvention
+
+    cfg, where = rec["cfg"], f"studies.{rec['name']}"
+    check = cfg.get("check_derivatives", True)
+    instances = [
+        Instance(
+            i["key"],
+            i["values"],
+            i["params"],
+            None,
+            i["fingerprint"],
+            i["t_end"],
+            i["period"],
+            structure=i["structure"],
+            probe=i["probe"],
+            source=cfg["problem"],
+            check_derivatives=check,
+            where=f"{where}[{i['key']}]" if i["key"] else where,
+        )  # fmt: skip
+        for i in rec["instances"]
+    ]
+    methods = [
+        StudyMethod(
+            m["label"],
+            m["name"],
+            m["entry"],
+            m["k"],
+            m["s"],
+            rows=[Row(**r) for r in m["rows"]],
+            method=from_spec(m["entry"]),
+            module=m["module"],
+        )  # fmt: skip
+        for m in rec["methods"]
+    ]
+    jobs = [Job(**j) for j in rec["jobs"]]
+    return Study(
+        name=rec["name"],
+        kind=rec["kind"],
+        title=rec["title"],
+        problem=rec["problem"],
+        params=rec["params"],
+        t_end=rec["t_end"],
+        period=rec["period"],
+        reference=rec["reference"],
+        convention=ErrorConvention(**rec["convention"]),
+        methods=methods,
+        jobs={job.id: job for job in jobs},
+        plot=rec["plot"],
+        expected_rates=rec["expected_rates"],
+        results=rec["results"],
+        cfg=cfg,
+        dims=tuple(rec["dims"]),
+        grid=rec["grid"],
+        instances=instances,
+    )
+
+
+# --------------------------------------------------------------------------- the plan file
+def write_plan(config: dict, studies: dict[str, Study]) -> str | None:
+    """Write the plan of ``config`` (its expanded ``studies``) to ``layout.plan_path``; returns the path, or None
+    when a study holds values that JSON cannot carry (the jobs then expand the config themselves)."""
+    results = config["results"]
+    try:
+        text = json.dumps(
+            {"format": FORMAT, "key": plan_key(config), "studies": {n: study_record(s) for n, s in studies.items()}},
+            allow_nan=True,
+        )
+    except (TypeError, ValueError):
+        return None
+    path = plan_path(results, plan_key(config))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    try:
+        with open(path) as fh:
+            if fh.read() == text:  # unchanged: the file (and its time) left alone
+                return path
+    except OSError:
+        pass
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:  # a full disk: no temporary left behind
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    _prune(os.path.dirname(path))
+    return path
+
+
+def _prune(folder: str) -> None:
+    """Keep the ``KEEP`` newest plans of the folder (other configs' runs, e.g. ``select`` or a changed study)."""
+    try:
+        entries = [e for e in os.scandir(folder) if e.name.endswith(".json")]
+        entries.sort(key=lambda e: e.stat().st_mtime, reverse=True)
+        for e in entries[KEEP:]:
+            os.remove(e.path)
+    except OSError:  # another run pruning at the same time
+        pass
+
+
+def read_plan(config: dict, names=None) -> dict[str, Study] | None:
+    """The studies ``names`` (all when None) of the plan of ``config``, or None when there is none (or it does
+    not have them). The modules of ``method_modules`` are imported first (their methods are in the plan)."""
+    from hbvm_core.methods import load_method_modules
+
+    path = plan_path(config["results"], plan_key(config))
+    try:
+        with open(path) as fh:
+            plan = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(plan, dict) or plan.get("format") != FORMAT or plan.get("key") != plan_key(config):
+        return None
+    records = plan.get("studies") or {}
+    wanted = list(records) if names is None else list(names)
+    if any(name not in records for name in wanted):
+        return None
+    if config.get("method_modules"):
+        load_method_modules(config["method_modules"])
+    return {name: study_from_record(records[name]) for name in wanted}
+
+
+def planned_studies(config: dict, names=None) -> dict[str, Study]:
+    """The studies of a job: read from the plan its workflow run's parse wrote, or (no plan: a dry run's
+    config, a results folder the parse did not see) expanded here (``config.load_studies``)."""
+    from .config import load_studies
+    from .schema import validate_config
+
+    validate_config(config)  # fills in the defaults the parse filled in: the same plan key
+    studies = read_plan(config, names)
+    return studies if studies is not None else load_studies(config, names=names)
+
+
+def check_planned(study: Study, what: str, expected: Any, found: Any) -> None:
+    """HBVMError (one line) when a job's study (from the plan) is not the one its rule was given: ``found`` (the
+    plan's ``what``) differs from ``expected`` (the rule's param, or the digest its output names)."""
+    if _canonical(expected) != _canonical(found):
+        raise HBVMError(
+            f"study {study.name}: its plan ({what}) changed while this workflow run was under way (another run "
+            f"with another config or problem wrote {plan_dir(study.results)}); run the workflow again"
+        )
+
+
+def _canonical(value: Any) -> str:
+    """JSON text of a value, keys sorted (a tuple and a list of the same items are the same)."""
+    return json.dumps(value, sort_keys=True, default=repr)

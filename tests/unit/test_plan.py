@@ -1,0 +1,144 @@
+"""The plan: the studies a parse expanded, written once and read back by the jobs without a new expansion."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+import yaml
+
+import hbvm_core.fingerprint as fp
+from hbvm_core.errors import HBVMError
+from hbvm_workflow import plan
+from hbvm_workflow.config import load_studies
+from hbvm_workflow.layout import plan_path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: a problem given as expressions, with a grid over one of its params (two instances)
+GRID = {
+    "problem": {
+        "name": "pendulum",
+        "coordinates": ["x", "y"],
+        "params": {"length": 1.0, "grav": 1.0},
+        "potential": "grav*y",
+        "constraints": ["x**2 + y**2 - length**2"],
+        "q0": [0, "-length"],
+        "p0": ["length", 0],
+    },
+    "grid": {"length": [0.5, 2.0]},
+    "backend": "numpy",
+    "methods": [{"k": 2, "s": 2}, {"k": 3, "s": 2, "label": "three"}],
+    "t_end": 1,
+    "h": [0.1, 0.05],
+    "errors": {"reference": "self", "norm": 1, "sample": "all"},
+}
+
+
+def shipped(tmp_path) -> dict:
+    """The published config with results in ``tmp_path``, and a study of expressions with a grid."""
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    config["results"] = str(tmp_path / "results")
+    config["studies"] |= {"grid": GRID}
+    return config
+
+
+def same(a, b) -> None:
+    """Two expansions of a study are equal in everything the jobs read."""
+    assert [j.as_dict() for j in a.jobs.values()] == [j.as_dict() for j in b.jobs.values()]
+    assert [j.hash for j in a.jobs.values()] == [j.hash for j in b.jobs.values()]
+    assert a.runs_digest() == b.runs_digest()
+    assert [asdict(r) for r in a.rows] == [asdict(r) for r in b.rows]
+    assert [(m.label, m.name, m.entry, m.k, m.s, m.module, type(m.method)) for m in a.methods] == [
+        (m.label, m.name, m.entry, m.k, m.s, m.module, type(m.method)) for m in b.methods
+    ]
+    assert a.convention == b.convention
+    keys = ("key", "values", "params", "fingerprint", "t_end", "period", "structure", "probe")
+    assert [[getattr(i, k) for k in keys] for i in a.instances] == [[getattr(i, k) for k in keys] for i in b.instances]
+    for f in ("name", "kind", "title", "problem", "params", "t_end", "period", "reference", "plot", "cfg", "dims"):
+        assert getattr(a, f) == getattr(b, f), f
+
+
+def test_the_plan_holds_what_the_expansion_computed(tmp_path):
+    config = shipped(tmp_path)
+    studies = load_studies(config)
+    path = plan.write_plan(config, studies)
+    assert path == plan_path(config["results"], plan.plan_key(config))
+    read = plan.read_plan(config)
+    assert list(read) == list(studies)
+    for name in studies:
+        same(read[name], studies[name])
+    # one study only, and a plan without it: None (the job expands instead)
+    assert list(plan.read_plan(config, ["fig3"])) == ["fig3"]
+    assert plan.read_plan(config, ["nosuch"]) is None
+
+
+def test_reading_the_plan_fingerprints_nothing_and_builds_problems_only_when_asked(tmp_path, monkeypatch):
+    config = shipped(tmp_path)
+    studies = load_studies(config, names=["grid", "table1"])
+    plan.write_plan(config, studies)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a job fingerprinted a problem")
+
+    for name in ("problem_identity", "problem_structure", "problem_probe", "problem_fingerprint"):
+        monkeypatch.setattr(fp, name, refuse)
+    read = plan.planned_studies(config, ["grid", "table1"])
+    grid = read["grid"]
+    assert all(inst.built is None for inst in grid.instances)  # nothing built yet
+    # built on demand: the instance's own params (length), the same values as the expansion's problem
+    for inst, planned in zip(grid.instances, studies["grid"].instances, strict=True):
+        assert inst.problem.params == planned.problem.params
+        assert (inst.problem.q0 == planned.problem.q0).all()
+    assert read["table1"].built_problem.m == studies["table1"].built_problem.m == 2  # the planar pendulum: (x, y)
+
+
+def test_the_plan_key_is_the_expansion_s_input(tmp_path):
+    config = shipped(tmp_path)
+    key = plan.plan_key(config)
+    # what the expansion does not read: the same plan
+    assert plan.plan_key(config | {"select": ["table1"], "dask": {"n_workers": 3}, "retry_failed": True}) == key
+    other = json.loads(json.dumps(config))
+    other["studies"]["table1"]["title"] = "another title"
+    assert plan.plan_key(other) != key
+    assert plan.plan_key(config | {"results": str(tmp_path / "elsewhere")}) != key
+
+
+def test_a_plan_of_another_format_or_config_is_not_read(tmp_path):
+    config = shipped(tmp_path)
+    plan.write_plan(config, load_studies(config, names=["fig3"]))
+    path = Path(plan_path(config["results"], plan.plan_key(config)))
+    text = json.loads(path.read_text())
+    path.write_text(json.dumps(text | {"format": "hbvm-plan/0"}))
+    assert plan.read_plan(config) is None
+    path.write_text(json.dumps(text | {"key": "0" * 16}))
+    assert plan.read_plan(config) is None
+    path.write_text("{not json")
+    assert plan.read_plan(config) is None
+    # planned_studies expands the config itself then: the same studies
+    same(plan.planned_studies(config, ["fig3"])["fig3"], load_studies(config, names=["fig3"])["fig3"])
+
+
+def test_an_unchanged_plan_is_not_rewritten_and_old_plans_are_pruned(tmp_path):
+    config = shipped(tmp_path)
+    studies = load_studies(config, names=["fig3"])
+    path = Path(plan.write_plan(config, studies))
+    before = path.stat().st_mtime_ns
+    plan.write_plan(config, studies)
+    assert path.stat().st_mtime_ns == before
+    for i in range(plan.KEEP + 3):  # plans of other configs
+        other = config | {"limits": {"max_steps": 10**9 + i}}
+        plan.write_plan(other, studies)
+    assert len(list(path.parent.glob("*.json"))) == plan.KEEP
+    assert not list(path.parent.glob("*.tmp"))
+
+
+def test_a_job_refuses_a_plan_that_is_not_the_one_its_rule_was_given(tmp_path):
+    config = shipped(tmp_path)
+    study = load_studies(config, names=["fig3"])["fig3"]
+    plan.check_planned(study, "its runs", study.runs_digest(), study.runs_digest())
+    plan.check_planned(study, "its entry", {"h": (0.1, 0.2)}, {"h": [0.1, 0.2]})  # YAML lists, Python tuples
+    with pytest.raises(HBVMError, match=r"^study fig3: its plan \(its runs\) changed .*run the workflow again$"):
+        plan.check_planned(study, "its runs", "0" * 16, study.runs_digest())
