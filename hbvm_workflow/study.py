@@ -98,7 +98,10 @@ class Job:
 
     @property
     def steps(self) -> int:
-        return round(self.t_end / self.h)
+        """The run's number of steps (``hbvm_core.integrate.number_of_steps``, checked when the run was planned)."""
+        from hbvm_core.integrate import number_of_steps
+
+        return number_of_steps(self.h, self.t_end)
 
     def spec(self) -> dict:
         """Everything that determines the trajectory (the hash input): the config's entries, what the

@@ -5,6 +5,7 @@
 - incremental: adding one h computes exactly one new run, an unchanged rerun nothing;
 - a real ``dask scheduler`` + ``dask worker`` on loopback with ``dask.address``;
 - Snakemake's generic cluster executor with a local submit script;
+- the config expanded once per run (``_trace``): the jobs read the plan;
 - a failing run: the table says "failed", the aggregation completes;
 - bad configs fail before any job runs, naming the key, and write nothing.
 """
@@ -26,6 +27,7 @@ import pytest
 import xarray as xr
 import yaml
 from _tables import check_blocks, html_blocks, latex_blocks, markdown_blocks
+from _trace import check_once, traced
 from zarr.storage import ZipStore
 
 from hbvm_core import get_problem
@@ -165,11 +167,16 @@ def check_outputs(workdir: Path, study: str, cfg: dict, n_runs: int) -> list[dic
     return rows
 
 
-def test_small_study_end_to_end_with_a_local_cluster(tmp_path):
+def test_small_study_end_to_end_with_a_local_cluster(tmp_path, monkeypatch):
     studies = {"tiny": PLANAR, "tinyself": SELF}
     # two workers whatever the study's size (by default a study of seconds of work gets one: see solve_workers)
     write_config(tmp_path, studies, dask={"n_workers": 2})
+    trace = traced(tmp_path, monkeypatch)
     proc = ok(snakemake(tmp_path, "--cores", "2"))
+    # the config expanded once, by the parse: two problems identified, three method entries; the jobs read the plan
+    check_once(trace, instances=2, methods=3)
+    (plan,) = (tmp_path / "results" / ".plans").glob("*.json")
+    written = plan.stat().st_mtime_ns
     rows = check_outputs(tmp_path, "tiny", PLANAR, 6)
     # the observed orders of docs/method.md: 2 in y and the hidden constraint, 1 in lambda, in every row past n = 0
     rated = [r for r in rows if r["n"] != "0"]
@@ -210,6 +217,7 @@ def test_small_study_end_to_end_with_a_local_cluster(tmp_path):
     again = ok(snakemake(tmp_path, "--cores", "2"))
     assert "Nothing to be done" in again.stdout + again.stderr
     assert before == {p: p.stat().st_mtime_ns for p in stores(tmp_path, "tiny")}
+    assert plan.stat().st_mtime_ns == written  # the same plan: not rewritten
 
     # the report holds the tables and the plots
     ok(snakemake(tmp_path, "--report", str(tmp_path / "report.html")))
@@ -327,11 +335,14 @@ def test_an_external_dask_scheduler_and_workers(tmp_path):
         _stop(sched)
 
 
-def test_jobs_submitted_through_the_generic_cluster_executor(tmp_path):
-    """`--profile workflow/profiles/local-submit`: every job goes through the submit script."""
+def test_jobs_submitted_through_the_generic_cluster_executor(tmp_path, monkeypatch):
+    """`--profile workflow/profiles/local-submit`: every job goes through the submit script. Each job is a Snakemake
+    process of its own that parses the workflow again (as under SLURM): it reads the plan, expanding nothing."""
     write_config(tmp_path, {"tiny": PLANAR})
     (tmp_path / "workflow").symlink_to(ROOT / "workflow")  # the profile names the script relative to the workdir
+    trace = traced(tmp_path, monkeypatch)
     ok(snakemake(tmp_path, "--profile", str(ROOT / "workflow" / "profiles" / "local-submit"), timeout=400))
+    check_once(trace, instances=1, methods=2)
     check_outputs(tmp_path, "tiny", PLANAR, 6)
     submitted = (tmp_path / ".snakemake" / "local_submit" / "submitted.txt").read_text().splitlines()
     assert len(submitted) == 3  # solve, aggregate and render: each one a submitted job script

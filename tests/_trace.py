@@ -1,21 +1,16 @@
-"""The config is expanded once per workflow run, through real Snakemake: the parse of the main process computes
-each problem's identity and each method's numerics once; the jobs (their scripts, a cluster job's own parse, the
-Dask workers) read the plan and fingerprint nothing.
+"""Which process fingerprints what, in a real workflow run: the config is expanded once per run.
 
-Every Python process of the run is traced: a ``sitecustomize`` on PYTHONPATH wraps the fingerprint functions
-of ``hbvm_core.fingerprint`` so that each call appends a line (pid, the process's command line, the function)
-to a file.
+Every Python process started by a test is traced: a ``sitecustomize`` on PYTHONPATH wraps the fingerprint
+functions of ``hbvm_core.fingerprint`` so that each call appends a line (pid, the process's command line, the
+function) to a file. ``check_once`` then asserts that the parse of the main Snakemake process computed each
+problem's identity and each method's numerics once, and that the jobs (their scripts, a cluster job's own parse,
+the Dask workers) read the plan (``hbvm_workflow.plan``) and fingerprinted nothing.
 """
 
 from __future__ import annotations
 
 import os
 from collections import Counter
-
-import pytest
-from test_workflow import PLANAR, ROOT, check_outputs, ok, snakemake, write_config
-
-pytestmark = pytest.mark.slow
 
 TRACED = ("problem_identity", "problem_structure", "problem_probe", "problem_fingerprint", "method_fingerprint")
 SITECUSTOMIZE = f"""
@@ -38,9 +33,8 @@ if os.environ.get("HBVM_TEST_TRACE"):
 """
 
 
-@pytest.fixture
 def traced(tmp_path, monkeypatch):
-    """The trace file of every Python process started from here (their fingerprint calls)."""
+    """The trace file of every Python process started from here on (their fingerprint calls)."""
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
@@ -80,29 +74,3 @@ def check_once(trace, instances: int, methods: int) -> None:
     assert {role for role, _ in by} <= {"main", "solve", "aggregate"}, by  # job parses and render: no call
     assert {name for role, name in by if role != "main"} <= {"problem_structure", "problem_probe"}, by
     assert by[("aggregate", "problem_structure")] <= instances, by  # one check per instance, not per store
-
-
-def test_a_local_run_expands_the_config_once(tmp_path, traced):
-    write_config(tmp_path, {"tiny": PLANAR})
-    ok(snakemake(tmp_path, "--cores", "2"))
-    check_outputs(tmp_path, "tiny", PLANAR, 6)
-    check_once(traced, instances=1, methods=2)
-    plans = list((tmp_path / "results" / ".plans").glob("*.json"))
-    assert len(plans) == 1
-    written = plans[0].stat().st_mtime_ns
-    traced.unlink()
-    out = ok(snakemake(tmp_path, "--cores", "2"))
-    assert "Nothing to be done" in out.stdout + out.stderr
-    assert plans[0].stat().st_mtime_ns == written  # the same plan: not rewritten
-
-
-def test_cluster_jobs_read_the_plan_in_their_own_parse(tmp_path, traced):
-    """Snakemake's generic cluster executor: each job is a Snakemake process of its own that parses the workflow
-    again (as under SLURM); it reads the plan instead of expanding the config."""
-    write_config(tmp_path, {"tiny": PLANAR})
-    (tmp_path / "workflow").symlink_to(ROOT / "workflow")  # the profile names the script relative to the workdir
-    ok(snakemake(tmp_path, "--profile", str(ROOT / "workflow" / "profiles" / "local-submit"), timeout=400))
-    check_outputs(tmp_path, "tiny", PLANAR, 6)
-    check_once(traced, instances=1, methods=2)
-    submitted = (tmp_path / ".snakemake" / "local_submit" / "submitted.txt").read_text().splitlines()
-    assert len(submitted) == 3  # solve, aggregate and render: three Snakemake processes that parsed the workflow
