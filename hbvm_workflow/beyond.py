@@ -24,6 +24,7 @@ import os
 
 import numpy as np
 
+from . import layout
 from .study import Study
 
 #: e_s targets of the time-to-accuracy table
@@ -64,7 +65,7 @@ def work_precision_rows(study: Study, errors_csv: str, timings_csv: str | None =
     wall_s, the run's measured wall time, from timings.csv (by default next to errors.csv)."""
     specs = {m.label: m for m in study.methods}
     raw = _read_csv(errors_csv)
-    timings = _read_csv(timings_csv or os.path.join(os.path.dirname(errors_csv), "timings.csv"))
+    timings = _read_csv(timings_csv or layout.timings_beside(errors_csv))
     wall = {(t["method"], t["h"]): t["wall_s"] for t in timings}
     rows = []
     for r in raw:
@@ -379,7 +380,7 @@ def _convention_note(study: Study) -> str:
 def study_figure(study: Study, png: str, pdf: str) -> None:
     """The study's figure, results/<study>/<study>.png (called by the aggregate rule after errors.csv is written)."""
     if study.kind == "work_precision":
-        rows = work_precision_rows(study, os.path.join(study.dir, "errors.csv"))
+        rows = work_precision_rows(study, layout.errors_csv(study.results, study.name))
         work_precision_plot([(study.title, rows)], png, pdf, accuracy_targets(study))
     elif study.kind == "long_time":
         long_time_plot([(study.title, list(long_time_runs(study)))], png, pdf)
@@ -411,7 +412,7 @@ def write_time_to_accuracy(studies: list[Study], out_csv: str) -> int:
     Returns the number of rows."""
     table = []
     for st in studies:
-        rows = work_precision_rows(st, os.path.join(st.dir, "errors.csv"))
+        rows = work_precision_rows(st, layout.errors_csv(st.results, st.name))
         targets = accuracy_targets(st)
         found = time_to_accuracy(rows, targets)
         table += [{**r, "method": r["family"]} for t in targets for r in found if r["target"] == t]
@@ -425,7 +426,7 @@ def write_summary(kind: str, studies: list[Study], png: str, pdf: str, md: str, 
         panels, table = [], []
         targets = accuracy_targets(studies[0]) if studies else TARGETS
         for st in studies:
-            rows = work_precision_rows(st, os.path.join(st.dir, "errors.csv"))
+            rows = work_precision_rows(st, layout.errors_csv(st.results, st.name))
             panels.append((st.problem, rows))
             table += time_to_accuracy(rows, targets)
         work_precision_plot(panels, png, pdf, targets)

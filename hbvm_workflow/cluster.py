@@ -36,12 +36,14 @@ import dask
 
 from hbvm_core.errors import ConfigError, HBVMError
 
+from .layout import SLURM_LOGS
+
 #: one BLAS/OpenMP thread per worker process: the workers are the parallelism
 THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
 START_METHODS = ("fork", "spawn", "forkserver")
 #: config dask keys passed to dask-jobqueue's SLURMCluster as they are
 SLURM_KEYS = ("cores", "processes", "memory", "walltime", "queue", "account", "job_extra_directives", "log_directory")
-SLURM_DEFAULTS = {"cores": 1, "memory": "1GB", "log_directory": "logs/dask-slurm"}
+SLURM_DEFAULTS = {"cores": 1, "memory": "1GB", "log_directory": SLURM_LOGS}
 #: at most this many worker jobs unless dask.jobs says otherwise
 SLURM_MAX_JOBS = 8
 LOOPBACK = "127.0.0.1"

@@ -9,13 +9,15 @@ are written by rules of their own (``workflow/rules/beyond.smk``: ``<kind>.md``,
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
-#: a convergence study's files under results/<study>/ ({study}: its name)
-CONVERGENCE_FILES = ("errors.csv", "errors.zarr", "table.md", "table.tex", "table.html", "{study}.png", "{study}.pdf")
-#: a beyond-the-paper study's: errors.csv, its figure and its kind's table ({kind}.md and .csv, rules/beyond.smk)
-BEYOND_FILES = ("errors.csv", "{study}.png", "{study}.pdf", "{kind}.md", "{kind}.csv")
+from .layout import study_files
+
+#: a convergence study's files under results/<study>/, by their keys in ``layout.study_files``: errors.csv,
+#: errors.zarr, table.md, table.tex, table.html, <study>.png, <study>.pdf
+CONVERGENCE_FILES = ("csv", "zarr", "md", "tex", "html", "png", "pdf")
+#: a beyond-the-paper study's: errors.csv, its figure and its kind's table (<kind>.md and .csv, rules/beyond.smk)
+BEYOND_FILES = ("csv", "png", "pdf", "kind_md", "kind_csv")
 
 
 @dataclass(frozen=True)
@@ -23,8 +25,9 @@ class StudyKind:
     """One kind of study.
 
     plots: the figures it may draw (``plot``; the first is the default); files: what it builds under
-    results/<study>/; opt_in: None (in the default target), "beyond" (with config ``beyond: true`` or
-    named in ``select:``) or "select" (only when named in ``select:``); grid: whether it takes a ``grid``.
+    results/<study>/ (keys of ``layout.study_files``); opt_in: None (in the default target), "beyond" (with
+    config ``beyond: true`` or named in ``select:``) or "select" (only when named in ``select:``); grid: whether
+    it takes a ``grid``.
     """
 
     name: str
@@ -35,7 +38,7 @@ class StudyKind:
 
     def targets(self, results: str, study: str) -> list[str]:
         """The files a study of this kind builds."""
-        return [os.path.join(results, study, f.format(study=study, kind=self.name)) for f in self.files]
+        return study_files(results, study, self.name, self.files)
 
     def in_default(self, study: str, config: dict) -> bool:
         """Whether the default target builds the study (of the selected ones)."""

@@ -1,27 +1,52 @@
 """The results layout: every path the workflow reads or writes, defined once.
 
+The Snakemake rules (``workflow/rules/*.smk``), the job scripts and the rest of ``hbvm_workflow`` take
+their paths from here and build none of their own: a rule's input or output is a call of a function
+below (with the wildcard ``"{study}"`` as the study where the rule's output is a pattern) or another
+rule's output (``rules.<name>.output.<key>``); ``tests/unit/test_layout.py`` pins the published names
+and finds any file name written out in a rule file.
+
 <results>/<study>/runs/<label>/<run>.zarr.zip      one trajectory store per run (one file: a Zarr zip store)
 <results>/<study>/runs/<label>/<combo>/<run>.zarr.zip  the same in a study with a grid (combo: L=0.5)
 <results>/<study>/runs/<label>/<run>.zarr.zip.failed.json   a run whose iteration diverged
 <results>/<study>/.tmp/                             temporaries: written here, then renamed into place
-<results>/<study>/solve.json                        the manifest of the solve step
+<results>/<study>/solve.json                        the manifest of the solve step (manifest_path)
+<results>/<study>/.runs-<digest>                    the solve step's marker of the study's runs (runs_marker)
 <results>/<study>/.lock                             the study's writer lock (hbvm_workflow.locks)
 <results>/<study>/.snakemake.lock                   held by the Snakemake run that builds the study
-<results>/<study>/errors.zarr, errors.csv, timings.csv, table.{md,tex,html}, <study>.{png,pdf}
-<results>/beyond/<kind>.{png,pdf,md,csv}            the beyond-the-paper summaries
+<results>/<study>/errors.zarr, errors.csv, timings.csv     the numbers (errors_outputs: rule aggregate)
+<results>/<study>/table.{md,tex,html}, <study>.{png,pdf}  the tables and figure (render_outputs: rule render)
+<results>/<study>/<kind>.{md,csv}                   a work_precision or long_time study's table (beyond_table)
+<results>/beyond/<kind>.{png,pdf,md,csv}            the beyond-the-paper summaries (beyond_summary)
+<results>/beyond/time_to_accuracy.csv               their machine-readable time to accuracy
 <results>/.plans/<key>.json                         the studies as the parse expanded them (hbvm_workflow.plan)
-logs/<study>/<step>.log                             one log per study and step
+logs/<study>/<step>.log                             one log per study and step (log_path; logs/beyond/ too)
 """
 
 from __future__ import annotations
 
 import os
 
-#: the outputs of the aggregate step of one study, by their names in the rule
-TABLES = ("md", "tex", "html")
 #: a run store's file suffix: a Zarr store in one zip file
 STORE_SUFFIX = ".zarr.zip"
+#: the file names in a study's folder
+MANIFEST = "solve.json"
+ERRORS_ZARR = "errors.zarr"
+ERRORS_CSV = "errors.csv"
+TIMINGS_CSV = "timings.csv"
+TABLE = "table"  # table.<ext>, ext in TABLES
+#: the tables (table.<ext>) and figures (<study>.<ext>) of a study, by their names in rule render
+TABLES = ("md", "tex", "html")
 FIGURES = ("png", "pdf")
+#: the folder under <results> of the summaries over all beyond-the-paper studies (and of their lock)
+BEYOND = "beyond"
+#: the files of one such summary: <results>/beyond/<kind>.<ext>
+SUMMARIES = ("png", "pdf", "md", "csv")
+TIME_TO_ACCURACY = "time_to_accuracy"
+#: the logs' folder, relative to the working directory
+LOGS = "logs"
+#: the worker jobs' logs of a Dask cluster on SLURM (dask-jobqueue), unless ``dask.slurm.log_directory`` says
+SLURM_LOGS = os.path.join(LOGS, "dask-slurm")
 
 
 def study_dir(results: str, study: str) -> str:
@@ -110,14 +135,18 @@ def snakemake_lock_path(results: str, study: str) -> str:
 
 
 def manifest_path(results: str, study: str) -> str:
-    return os.path.join(results, study, "solve.json")
+    """<results>/<study>/solve.json: the solve step's manifest of the study's runs."""
+    return os.path.join(results, study, MANIFEST)
+
+
+RUNS_MARKER = ".runs-"
 
 
 def runs_marker(results: str, study: str, digest: str) -> str:
     """<results>/<study>/.runs-<digest>: the solve step's record that the manifest is of the runs whose
     ``Study.runs_digest`` is ``digest`` (a changed set of runs has another marker, missing: Snakemake reruns the
     solve step). It holds the runs' [id, hash] list; the solve step removes the study's other markers."""
-    return os.path.join(results, study, f".runs-{digest}")
+    return os.path.join(results, study, f"{RUNS_MARKER}{digest}")
 
 
 def plan_dir(results: str) -> str:
@@ -133,16 +162,63 @@ def plan_path(results: str, key: str) -> str:
 def manifest_of_store(store: str) -> str:
     """The manifest of the study a run store belongs to (<study>/runs/<label>/[<combo>/]<run> -> <study>/solve.json)."""
     study = study_of_path(store) or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(store))))
-    return os.path.join(study, "solve.json")
+    return os.path.join(study, MANIFEST)
+
+
+def errors_zarr(results: str, study: str) -> str:
+    """<results>/<study>/errors.zarr: the errors and rates (an xarray Dataset in a Zarr folder store)."""
+    return os.path.join(results, study, ERRORS_ZARR)
+
+
+def errors_csv(results: str, study: str) -> str:
+    """<results>/<study>/errors.csv: the same as a table (``COLUMNS``, ``EXTRA``)."""
+    return os.path.join(results, study, ERRORS_CSV)
+
+
+def timings_csv(results: str, study: str) -> str:
+    """<results>/<study>/timings.csv: what was measured, one row per run (``TIMINGS``)."""
+    return os.path.join(results, study, TIMINGS_CSV)
+
+
+def timings_beside(errors_csv_path: str) -> str:
+    """The timings.csv in the folder of an errors.csv (a study's folder, wherever it lies)."""
+    return os.path.join(os.path.dirname(errors_csv_path), TIMINGS_CSV)
+
+
+def is_errors_store(path: str) -> bool:
+    """Whether ``path`` is a study's errors.zarr: so named, next to the study's manifest."""
+    folder = os.path.dirname(os.path.abspath(path))
+    return os.path.basename(os.path.normpath(path)) == ERRORS_ZARR and os.path.isfile(os.path.join(folder, MANIFEST))
+
+
+def table_path(results: str, study: str, ext: str) -> str:
+    """<results>/<study>/table.<ext> (ext in ``TABLES``)."""
+    return os.path.join(results, study, f"{TABLE}.{ext}")
+
+
+def figure_path(results: str, study: str, ext: str) -> str:
+    """<results>/<study>/<study>.<ext> (ext in ``FIGURES``)."""
+    return os.path.join(results, study, f"{study}.{ext}")
+
+
+def errors_outputs(results: str, study: str) -> dict[str, str]:
+    """Rule aggregate's outputs of one study, by their names in the rule: zarr, csv, timings."""
+    return {
+        "zarr": errors_zarr(results, study),
+        "csv": errors_csv(results, study),
+        "timings": timings_csv(results, study),
+    }
+
+
+def render_outputs(results: str, study: str) -> dict[str, str]:
+    """Rule render's outputs of one study, by their names in the rule: md, tex, html, png, pdf."""
+    out = {ext: table_path(results, study, ext) for ext in TABLES}
+    return out | {ext: figure_path(results, study, ext) for ext in FIGURES}
 
 
 def aggregate_outputs(results: str, study: str) -> dict[str, str]:
-    """The aggregate step's outputs of one study, by kind (zarr, csv, timings, md, tex, html, png, pdf)."""
-    d = study_dir(results, study)
-    out = {"zarr": f"{d}/errors.zarr", "csv": f"{d}/errors.csv", "timings": f"{d}/timings.csv"}
-    out |= {ext: f"{d}/table.{ext}" for ext in TABLES}
-    out |= {ext: f"{d}/{study}.{ext}" for ext in FIGURES}
-    return out
+    """The aggregate and render steps' outputs of one study, by kind (zarr, csv, timings, md, tex, html, png, pdf)."""
+    return errors_outputs(results, study) | render_outputs(results, study)
 
 
 def beyond_table(results: str, study: str, kind: str, ext: str) -> str:
@@ -150,13 +226,28 @@ def beyond_table(results: str, study: str, kind: str, ext: str) -> str:
     return os.path.join(results, study, f"{kind}.{ext}")
 
 
+def study_files(results: str, study: str, kind: str, names: tuple[str, ...]) -> list[str]:
+    """The files of a study of ``kind`` by their keys (``hbvm_workflow.kinds``): those of
+    ``aggregate_outputs``, and ``kind_md``, ``kind_csv`` for its kind's table (``beyond_table``)."""
+    files = aggregate_outputs(results, study)
+    files |= {f"kind_{ext}": beyond_table(results, study, kind, ext) for ext in ("md", "csv")}
+    return [files[name] for name in names]
+
+
 def beyond_summary(results: str, kind: str, ext: str) -> str:
-    return os.path.join(results, "beyond", f"{kind}.{ext}")
+    """<results>/beyond/<kind>.<ext>: the summary over every study of ``kind`` (ext in ``SUMMARIES``)."""
+    return os.path.join(results, BEYOND, f"{kind}.{ext}")
+
+
+def time_to_accuracy_csv(results: str) -> str:
+    """<results>/beyond/time_to_accuracy.csv: the time to accuracy over every work_precision study."""
+    return os.path.join(results, BEYOND, f"{TIME_TO_ACCURACY}.csv")
 
 
 def log_path(study: str, step: str) -> str:
-    """logs/<study>/<step>.log (relative to the working directory, as Snakemake writes it)."""
-    return os.path.join("logs", study, f"{step}.log")
+    """logs/<study>/<step>.log (relative to the working directory, as Snakemake writes it; ``study`` may be a
+    wildcard, "{study}", or ``BEYOND`` for the summaries' logs)."""
+    return os.path.join(LOGS, study, f"{step}.log")
 
 
 # --------------------------------------------------------------------------- the CSV files' columns

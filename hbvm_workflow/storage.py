@@ -473,12 +473,11 @@ def set_aside(path: str) -> str | None:
     """Move the damaged store at ``path`` out of the study, into ``<study>/.tmp/damaged/<id>-<name>`` (a
     rename: the run is then missing, and the solve step recomputes it); returns where it went, None when it
     is not a run store of a study or cannot be moved (read-only)."""
-    from .layout import study_of_path
+    from .layout import is_errors_store, study_of_path
 
     study = study_of_path(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.basename(os.path.normpath(path)) == "errors.zarr" and os.path.isfile(os.path.join(folder, "solve.json")):
-        study = folder  # a study's aggregated errors
+    if is_errors_store(path):
+        study = os.path.dirname(os.path.abspath(path))  # a study's aggregated errors
     if study is None or not os.path.lexists(path):
         return None
     try:
@@ -710,7 +709,9 @@ def open_errors(study: str, results: str = "results"):
     StoreError
         A damaged errors store (naming the array).
     """
-    path = Path(results) / study / "errors.zarr"
+    from .layout import errors_zarr
+
+    path = Path(errors_zarr(results, study))
     if not path.exists():
         raise MissingStoreError(f"{path}: no aggregated study {study!r} under {results!r} (run snakemake first)")
     ds = open_errors_at(str(path))
@@ -749,7 +750,7 @@ def open_study(study: str, results: str = "results"):
     """
     import xarray as xr
 
-    from .layout import manifest_path, study_dir
+    from .layout import errors_zarr, manifest_path, study_dir
 
     base = Path(study_dir(results, study))
     manifest = Path(manifest_path(results, study))
@@ -758,7 +759,7 @@ def open_study(study: str, results: str = "results"):
     with open(manifest) as fh:
         jobs = json.load(fh)["jobs"]
     nodes: dict[str, Any] = {}
-    errs = base / "errors.zarr"
+    errs = Path(errors_zarr(results, study))
     nodes["/"] = open_errors(study, results) if errs.exists() else xr.Dataset()
     for job in jobs:
         store = base / job["store"]

@@ -313,7 +313,9 @@ class Study:
 
     @property
     def dir(self) -> str:
-        return os.path.join(self.results, self.name)
+        from .layout import study_dir
+
+        return study_dir(self.results, self.name)
 
     @property
     def rows(self) -> list[Row]:

@@ -596,7 +596,7 @@ def compute_errors(
 
     What they hold depends only on the runs and the keys that define the numbers, never on the title or the
     figure's keys (the workflow's rule aggregate; rule render lays them out, ``rows_from_outputs``)."""
-    from .layout import tmp_dir
+    from .layout import timings_beside, tmp_dir
     from .storage import write_dataset
 
     rows = study_rows(study, workers)
@@ -604,7 +604,7 @@ def compute_errors(
     write_dataset(errors_dataset(study, rows), out_zarr, tmp_dir=tmp_dir(study.results, study.name))
     grid = tuple(study.grid)  # one column per grid key, only in a study with a grid
     write_csv(rows, out_csv, COLUMNS + EXTRA + grid)
-    timings = out_timings or os.path.join(os.path.dirname(out_csv), "timings.csv")
+    timings = out_timings or timings_beside(out_csv)
     write_csv(run_timings(study, rows), timings, TIMINGS + grid)
     return rows
 

@@ -11,71 +11,52 @@
 # One job per study and rule, so that each study's outputs depend on its own entry only: a change of
 # `title`, `plot` or `expected_rates` reruns only render (the errors are not recomputed), and choosing
 # other studies with `select:` reruns nothing that is up to date (docs/workflow.md, "What reruns").
+#
+# Paths: hbvm_workflow.layout (the files of errors_outputs and render_outputs; rule render names its inputs by
+# layout too, not by rules.aggregate.output, whose flags -- directory, report -- belong to the outputs); the
+# functions: rules/common.smk.
 from hbvm_workflow.cluster import rule_resources  # config resources.<rule>
-from hbvm_workflow.study import number_config
-
-
-def aggregate_threads(name):
-    """One, and for a large study one per 500 runs (its runs are read in that many processes); Snakemake
-    caps it at --cores."""
-    return max(1, -(-len(STUDIES[name].jobs) // 500))
-
-
-def number_params(wildcards):
-    """The study's keys that define its numbers (everything but the presentation keys): a change reruns
-    rule aggregate."""
-    return number_config(STUDIES[wildcards.study].cfg)
-
-
-def shown(path, caption, output):
-    return report(path, caption=caption, category="{study}", labels={"study": "{study}", "output": output})
-
-
-def runs_of(wildcards):
-    """The marker of the study's current set of runs where the shared solve job builds it: a new set of runs
-    (a changed job hash: another identity, a changed param) is a missing input, so that solve reruns and this
-    study is aggregated again. A study of solve_study reruns by that rule's param instead."""
-    from hbvm_workflow.layout import runs_marker
-
-    name = wildcards.study
-    return [runs_marker(RESULTS, name, STUDIES[name].runs_digest())] if name in SOLVED_TOGETHER else []
 
 
 rule aggregate:
     input:
-        manifest=f"{RESULTS}/{{study}}/solve.json",
+        manifest=layout.manifest_path(RESULTS, "{study}"),
         runs=runs_of,
     output:
-        zarr=directory(f"{RESULTS}/{{study}}/errors.zarr"),
-        csv=shown(f"{RESULTS}/{{study}}/errors.csv", "../report/errors.rst", "errors.csv"),
-        timings=f"{RESULTS}/{{study}}/timings.csv",
+        zarr=directory(layout.errors_zarr(RESULTS, "{study}")),
+        csv=shown(layout.errors_csv(RESULTS, "{study}"), "../report/errors.rst", layout.ERRORS_CSV),
+        timings=layout.timings_csv(RESULTS, "{study}"),
     params:
         numbers=number_params,
     threads: lambda wc: aggregate_threads(wc.study)
     resources:
         **rule_resources(config, "aggregate", mem_mb=2000, runtime=30),
     log:
-        "logs/{study}/aggregate.log",
+        layout.log_path("{study}", "aggregate"),
+    conda:
+        HBVM_ENV
     script:
         "../scripts/aggregate.py"
 
 
 rule render:
     input:
-        manifest=f"{RESULTS}/{{study}}/solve.json",
-        zarr=f"{RESULTS}/{{study}}/errors.zarr",
-        csv=f"{RESULTS}/{{study}}/errors.csv",
+        manifest=layout.manifest_path(RESULTS, "{study}"),
+        zarr=layout.errors_zarr(RESULTS, "{study}"),
+        csv=layout.errors_csv(RESULTS, "{study}"),
     output:
-        md=f"{RESULTS}/{{study}}/table.md",
-        tex=f"{RESULTS}/{{study}}/table.tex",
-        html=shown(f"{RESULTS}/{{study}}/table.html", "../report/table.rst", "table"),
-        png=shown(f"{RESULTS}/{{study}}/{{study}}.png", "../report/plot.rst", "figure"),
-        pdf=f"{RESULTS}/{{study}}/{{study}}.pdf",
+        md=layout.table_path(RESULTS, "{study}", "md"),
+        tex=layout.table_path(RESULTS, "{study}", "tex"),
+        html=shown(layout.table_path(RESULTS, "{study}", "html"), "../report/table.rst", "table"),
+        png=shown(layout.figure_path(RESULTS, "{study}", "png"), "../report/plot.rst", "figure"),
+        pdf=layout.figure_path(RESULTS, "{study}", "pdf"),
     params:
         study=study_params,
     resources:
         **rule_resources(config, "aggregate", mem_mb=2000, runtime=30),
     log:
-        "logs/{study}/render.log",
+        layout.log_path("{study}", "render"),
+    conda:
+        HBVM_ENV
     script:
         "../scripts/render.py"

@@ -13,28 +13,10 @@
 # They cost minutes, so they are opt-in:  snakemake --cores 2 beyond
 # (or `beyond: true` in the config / `--config beyond=True`, or naming them in `select:`, to put them
 # in the default target).
-BEYOND_KINDS = tuple(name for name, kind in STUDY_KINDS.items() if kind.opt_in == "beyond")
-
-
-def beyond_names(kind):
-    return [n for n, s in STUDIES.items() if s.kind == kind]
-
-
-def beyond_summary_targets():
-    out = [f"{RESULTS}/beyond/{kind}.{ext}" for kind in BEYOND_KINDS if beyond_names(kind) for ext in ("png", "pdf", "md", "csv")]
-    return out + time_to_accuracy_targets()
-
-
-def time_to_accuracy_targets():
-    return [f"{RESULTS}/beyond/time_to_accuracy.csv"] if beyond_names("work_precision") else []
-
-
-def beyond_default_summaries():
-    """The summaries, in the default target with config beyond: true (the studies' own files: their kind's entry)."""
-    selected = any(STUDIES[n].kind in BEYOND_KINDS for n in SELECTED)
-    return beyond_summary_targets() if config.get("beyond", False) and selected else []
-
-
+#
+# Paths: hbvm_workflow.layout (beyond_table, beyond_summary, time_to_accuracy_csv; the Snakefile includes
+# this file before rules/aggregate.smk, so its inputs name errors.csv by layout.errors_csv, not by
+# rules.aggregate); the functions (beyond_names, beyond_summary_targets, ...): rules/common.smk.
 EXTRA_DEFAULT_TARGETS.append(beyond_default_summaries)
 
 
@@ -53,66 +35,72 @@ rule work_precision:
 
 rule work_precision_tables:
     input:
-        manifest=f"{RESULTS}/{{study}}/solve.json",
-        csv=f"{RESULTS}/{{study}}/errors.csv",
+        manifest=layout.manifest_path(RESULTS, "{study}"),
+        csv=layout.errors_csv(RESULTS, "{study}"),
     output:
-        md=f"{RESULTS}/{{study}}/work_precision.md",
-        csv=f"{RESULTS}/{{study}}/work_precision.csv",
+        md=layout.beyond_table(RESULTS, "{study}", "work_precision", "md"),
+        csv=layout.beyond_table(RESULTS, "{study}", "work_precision", "csv"),
     params:
         study=study_params,
     resources:
         mem_mb=2000,
         runtime=30,
     log:
-        "logs/{study}/work_precision.log",
+        layout.log_path("{study}", "work_precision"),
+    conda:
+        HBVM_ENV
     script:
         "../scripts/beyond_study.py"
 
 
 rule long_time:
     input:
-        manifest=f"{RESULTS}/{{study}}/solve.json",
-        csv=f"{RESULTS}/{{study}}/errors.csv",
+        manifest=layout.manifest_path(RESULTS, "{study}"),
+        csv=layout.errors_csv(RESULTS, "{study}"),
     output:
-        md=f"{RESULTS}/{{study}}/long_time.md",
-        csv=f"{RESULTS}/{{study}}/long_time.csv",
+        md=layout.beyond_table(RESULTS, "{study}", "long_time", "md"),
+        csv=layout.beyond_table(RESULTS, "{study}", "long_time", "csv"),
     params:
         study=study_params,
     resources:
         mem_mb=2000,
         runtime=30,
     log:
-        "logs/{study}/long_time.log",
+        layout.log_path("{study}", "long_time"),
+    conda:
+        HBVM_ENV
     script:
         "../scripts/beyond_study.py"
 
 
 rule time_to_accuracy:
     input:
-        [f"{RESULTS}/{n}/work_precision.csv" for n in beyond_names("work_precision")],
-        [f"{RESULTS}/{n}/errors.csv" for n in beyond_names("work_precision")],
+        [layout.beyond_table(RESULTS, n, "work_precision", "csv") for n in beyond_names("work_precision")],
+        [layout.errors_csv(RESULTS, n) for n in beyond_names("work_precision")],
     output:
-        csv=f"{RESULTS}/beyond/time_to_accuracy.csv",
+        csv=layout.time_to_accuracy_csv(RESULTS),
     params:
         studies={n: STUDIES[n].cfg for n in beyond_names("work_precision")},
     resources:
         mem_mb=2000,
         runtime=30,
     log:
-        "logs/beyond/time_to_accuracy.log",
+        layout.log_path(layout.BEYOND, layout.TIME_TO_ACCURACY),
+    conda:
+        HBVM_ENV
     script:
         "../scripts/time_to_accuracy.py"
 
 
 rule beyond_summary:
     input:
-        lambda wc: [f"{RESULTS}/{n}/{wc.kind}.csv" for n in beyond_names(wc.kind)],
-        lambda wc: [f"{RESULTS}/{n}/errors.csv" for n in beyond_names(wc.kind)],
+        lambda wc: [layout.beyond_table(RESULTS, n, wc.kind, "csv") for n in beyond_names(wc.kind)],
+        lambda wc: [layout.errors_csv(RESULTS, n) for n in beyond_names(wc.kind)],
     output:
-        png=f"{RESULTS}/beyond/{{kind}}.png",
-        pdf=f"{RESULTS}/beyond/{{kind}}.pdf",
-        md=f"{RESULTS}/beyond/{{kind}}.md",
-        csv=f"{RESULTS}/beyond/{{kind}}.csv",
+        png=layout.beyond_summary(RESULTS, "{kind}", "png"),
+        pdf=layout.beyond_summary(RESULTS, "{kind}", "pdf"),
+        md=layout.beyond_summary(RESULTS, "{kind}", "md"),
+        csv=layout.beyond_summary(RESULTS, "{kind}", "csv"),
     wildcard_constraints:
         kind="work_precision|long_time",
     params:
@@ -121,6 +109,8 @@ rule beyond_summary:
         mem_mb=2000,
         runtime=30,
     log:
-        "logs/beyond/{kind}.log",
+        layout.log_path(layout.BEYOND, "{kind}"),
+    conda:
+        HBVM_ENV
     script:
         "../scripts/beyond_summary.py"

@@ -1,6 +1,10 @@
 # Config checks and study expansion, before any job runs: a bad key or value
 # stops the workflow here with a one-line message naming it. The expansion is
 # written as the run's plan (hbvm_workflow.plan), which the jobs read.
+#
+# This file holds every function of the workflow and defines no rule (`snakemake --lint` wants them
+# apart); the other files hold the rules. Every path comes from hbvm_workflow.layout, as a call such as
+# layout.manifest_path(RESULTS, "{study}") in a pattern, or as another rule's output.
 import json
 import os
 import re
@@ -10,6 +14,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
 
 from hbvm_core.errors import ConfigError
+from hbvm_workflow import layout
 from hbvm_workflow.config import load_studies
 from hbvm_workflow.kinds import KINDS as STUDY_KINDS
 from hbvm_workflow.plan import planned_studies, write_plan
@@ -68,8 +73,8 @@ def default_studies():
 
 
 def solved_together():
-    """The studies that rule solve computes in one job: the default target's, unless the config asks for
-    one solve job per study (``solve_per_study``, set by the SLURM profile: a batch scheduler then spreads
+    """The studies computed by the one job of the solve rule (the default target's), unless the config asks
+    for one solve job per study (``solve_per_study``, set by the SLURM profile: a batch scheduler then spreads
     the studies' jobs over its nodes). The others get one solve_study job each."""
     return [] if config.get("solve_per_study") else default_studies()
 
@@ -113,9 +118,7 @@ def study_solve_threads(wildcards):
 
 def lost_runs(name):
     """Runs that the study's manifest lists as done but whose store has gone (deleted by hand)."""
-    from hbvm_workflow.layout import manifest_path
-
-    path = manifest_path(RESULTS, name)
+    path = layout.manifest_path(RESULTS, name)
     try:
         with open(path) as fh:
             jobs = json.load(fh)["jobs"]
@@ -131,10 +134,9 @@ def damaged_runs(name):
     then checked in full (hbvm_workflow.storage.corruption: every chunk read and its checksums checked), and
     ``what`` names the array and the damage, or is "changed" for an intact store (copied, touched, replaced).
     Without a recorded signature (an older manifest) only missing or truncated chunks count."""
-    from hbvm_workflow.layout import manifest_path
     from hbvm_workflow.storage import FORMAT, corruption, damage, file_signature, read_attrs
 
-    path = manifest_path(RESULTS, name)
+    path = layout.manifest_path(RESULTS, name)
     try:
         with open(path) as fh:
             jobs = json.load(fh)["jobs"]
@@ -154,3 +156,93 @@ def damaged_runs(name):
         elif j.get("stat") and os.path.exists(store):  # edited, replaced, of another format (a gone one: lost_runs)
             out.append((j["id"], store, "changed"))
     return out
+
+
+# --------------------------------------------------------------------------- the rule files' functions
+# The software of every job: workflow/envs/hbvm.yaml (relative to the rule files in workflow/rules/), used
+# with --software-deployment-method conda (docs/workflow.md, "Software").
+HBVM_ENV = "../envs/hbvm.yaml"
+
+
+# rules/solve.smk
+def solve_outputs(names):
+    """Per study its manifest and the marker of its set of runs (hbvm_workflow.layout.runs_marker). (A study
+    built by solve_study and later by solve reruns nothing; one built by solve and later by solve_study is
+    solved once more, every run reused.)"""
+    return {
+        "manifest": [layout.manifest_path(RESULTS, name) for name in names],
+        "runs": [layout.runs_marker(RESULTS, name, STUDIES[name].runs_digest()) for name in names],
+    }
+
+
+def studies_of(wildcards, output):
+    """The studies of a solve job, from its outputs (a param derived from the outputs: Snakemake does not
+    compare it with the last run's, as it does a plain param)."""
+    paths = [output.manifest] if isinstance(output.manifest, str) else list(output.manifest)
+    return [os.path.basename(os.path.dirname(path)) for path in paths]
+
+
+def study_runs(wildcards):
+    """The digest of one study's runs: a change reruns solve_study (a param of a job of one study, which no
+    other study's choice changes)."""
+    return STUDIES[wildcards.study].runs_digest()
+
+
+# rules/aggregate.smk
+def aggregate_threads(name):
+    """One, and for a large study one per 500 runs (its runs are read in that many processes); Snakemake
+    caps it at --cores."""
+    return max(1, -(-len(STUDIES[name].jobs) // 500))
+
+
+def number_params(wildcards):
+    """The study's keys that define its numbers (everything but the presentation keys): a change reruns
+    the aggregate rule."""
+    from hbvm_workflow.study import number_config
+
+    return number_config(STUDIES[wildcards.study].cfg)
+
+
+def shown(path, caption, output):
+    return report(path, caption=caption, category="{study}", labels={"study": "{study}", "output": output})
+
+
+def runs_of(wildcards):
+    """The marker of the study's current set of runs where the shared solve job builds it: a new set of runs
+    (a changed job hash: another identity, a changed param) is a missing input, so that solve reruns and this
+    study is aggregated again. A study of solve_study reruns by that rule's param instead."""
+    name = wildcards.study
+    return [layout.runs_marker(RESULTS, name, STUDIES[name].runs_digest())] if name in SOLVED_TOGETHER else []
+
+
+# rules/beyond.smk
+BEYOND_KINDS = tuple(name for name, kind in STUDY_KINDS.items() if kind.opt_in == "beyond")
+
+
+def beyond_names(kind):
+    return [n for n, s in STUDIES.items() if s.kind == kind]
+
+
+def beyond_summary_targets():
+    out = [
+        layout.beyond_summary(RESULTS, kind, ext)
+        for kind in BEYOND_KINDS
+        if beyond_names(kind)
+        for ext in layout.SUMMARIES
+    ]
+    return out + time_to_accuracy_targets()
+
+
+def time_to_accuracy_targets():
+    return [layout.time_to_accuracy_csv(RESULTS)] if beyond_names("work_precision") else []
+
+
+def beyond_default_summaries():
+    """The summaries, in the default target with config beyond: true (the studies' own files: their kind's entry)."""
+    selected = any(STUDIES[n].kind in BEYOND_KINDS for n in SELECTED)
+    return beyond_summary_targets() if config.get("beyond", False) and selected else []
+
+
+# rules/sweep.smk
+def sweep_names():
+    return [n for n, s in STUDIES.items() if s.kind == "sweep"]

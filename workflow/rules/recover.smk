@@ -22,7 +22,7 @@ HBVM_RECOVER_MODE = hbvm_recover.mode(hbvm_recover.cli_args(), workflow.is_main_
 # of a killed run still writing one (an orphan) is waited for the same way. A run of other studies in the same
 # working directory is not held up, and told nothing.
 if HBVM_RECOVER_MODE is not None:
-    _every = [n for n in STUDIES if os.path.isdir(os.path.join(RESULTS, n)) or n in SELECTED]
+    _every = [n for n in STUDIES if os.path.isdir(hbvm_layout.study_dir(RESULTS, n)) or n in SELECTED]
     _default = default_studies()
     _guarded = hbvm_recover.targeted_studies(hbvm_recover.cli_args(), RESULTS, _default, _every)
     try:
@@ -55,7 +55,7 @@ for _name in _guarded if HBVM_RECOVER_MODE is not None else ():
                     _aside = hbvm_storage.set_aside(_store)
                     _where = f"; set aside as {_aside}" if _aside else ""
                     logger.warning(f"damaged store {_store}: {_damage}{_where}")
-            for _path in (_manifest, hbvm_layout.aggregate_outputs(RESULTS, _name)["csv"]):
+            for _path in (_manifest, hbvm_layout.errors_csv(RESULTS, _name)):
                 if os.path.exists(_path):
                     os.remove(_path)
             logger.warning(f"{_what}; the solve step recomputes them")

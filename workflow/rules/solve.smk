@@ -15,35 +15,12 @@
 # has none that lists them; each study's set of runs is recorded by a marker output instead
 # (hbvm_workflow.layout.runs_marker, named by the digest of its runs): a changed study has a marker that
 # does not exist yet, and choosing other studies with `select:` reruns nothing that is up to date.
+#
+# Paths: hbvm_workflow.layout; the functions (solve_outputs, studies_of, study_runs): rules/common.smk.
 from hbvm_workflow.cluster import rule_resources  # config resources.<rule>
 
 DEFAULT_STUDIES = default_studies()
 SOLVED_TOGETHER = solved_together()
-
-
-def solve_outputs(names):
-    """Per study its manifest and the marker of its set of runs (hbvm_workflow.layout.runs_marker). (A study
-    built by solve_study and later by solve reruns nothing; one built by solve and later by solve_study is
-    solved once more, every run reused.)"""
-    from hbvm_workflow.layout import runs_marker
-
-    return {
-        "manifest": [f"{RESULTS}/{name}/solve.json" for name in names],
-        "runs": [runs_marker(RESULTS, name, STUDIES[name].runs_digest()) for name in names],
-    }
-
-
-def studies_of(wildcards, output):
-    """The studies of a solve job, from its outputs (a param derived from the outputs: Snakemake does not
-    compare it with the last run's, as it does a plain param)."""
-    paths = [output.manifest] if isinstance(output.manifest, str) else list(output.manifest)
-    return [os.path.basename(os.path.dirname(path)) for path in paths]
-
-
-def study_runs(wildcards):
-    """The digest of one study's runs: a change reruns solve_study (a param of a job of one study, which no
-    other study's choice changes)."""
-    return STUDIES[wildcards.study].runs_digest()
 
 
 if SOLVED_TOGETHER:
@@ -57,14 +34,16 @@ if SOLVED_TOGETHER:
         resources:
             **rule_resources(config, "solve", mem_mb=2000, runtime=60),
         log:
-            [f"logs/{name}/solve.log" for name in SOLVED_TOGETHER],
+            [layout.log_path(name, "solve") for name in SOLVED_TOGETHER],
+        conda:
+            HBVM_ENV
         script:
             "../scripts/solve.py"
 
 
 rule solve_study:
     output:
-        manifest=f"{RESULTS}/{{study}}/solve.json",
+        manifest=layout.manifest_path(RESULTS, "{study}"),
     wildcard_constraints:
         study=study_regex([n for n in STUDIES if n not in SOLVED_TOGETHER]),
     params:
@@ -74,6 +53,8 @@ rule solve_study:
     resources:
         **rule_resources(config, "solve", mem_mb=2000, runtime=60),
     log:
-        "logs/{study}/solve.log",
+        layout.log_path("{study}", "solve"),
+    conda:
+        HBVM_ENV
     script:
         "../scripts/solve.py"

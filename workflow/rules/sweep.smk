@@ -6,9 +6,7 @@
 # Opt-in, as the beyond-the-paper studies: `snakemake --cores 2 sweep`, or name the
 # study in `select:` to put it in the default target.
 
-
-def sweep_names():
-    return [n for n, s in STUDIES.items() if s.kind == "sweep"]
+# (sweep_names: rules/common.smk)
 
 
 rule sweep:

@@ -7,9 +7,10 @@ import time
 
 def main(smk) -> None:
     from hbvm_workflow.jobs import job_locks, one_line_errors
+    from hbvm_workflow.layout import BEYOND
 
     # the run lock, and the lock of the folder it writes (results/beyond/)
-    with one_line_errors(smk.log), job_locks(smk.config, ["beyond"]):
+    with one_line_errors(smk.log), job_locks(smk.config, [BEYOND]):
         write(smk)
 
 
