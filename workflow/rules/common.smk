@@ -27,16 +27,20 @@ if os.getcwd() not in sys.path:
 try:
     if workflow.is_main_process:
         # the config expanded once for the whole run (validated, defaults filled in; one line naming a bad key),
-        # then written as the plan that every job reads (hbvm_workflow.plan)
+        # written as the plan that every job reads (hbvm_workflow.plan) when jobs are about to run (onstart)
         STUDIES = load_studies(config)
-        if not workflow.dryrun:
-            write_plan(config, STUDIES)
     else:  # a job's own parse (a cluster or subprocess job): the main process's plan
         STUDIES = planned_studies(config)
 except ConfigError as exc:
     # one line and a non-zero exit, not Snakemake's "WorkflowError in file ..., line ..." around it
     print(f"bad config: {exc}", file=sys.stderr, flush=True)
     sys.exit(1)
+
+
+onstart:
+    # not in a dry run, --lint or when nothing is to be done: only jobs about to run read the plan
+    write_plan(config, STUDIES)
+
 
 RESULTS = config["results"]  # filled in by the schema default
 SELECTED = config.get("select") or list(STUDIES)
