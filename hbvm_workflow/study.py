@@ -100,8 +100,8 @@ class Job:
     def steps(self) -> int:
         return round(self.t_end / self.h)
 
-    def spec(self) -> dict:
-        """Everything that determines the trajectory (the hash input): the config's entries, what the
+    def hash_input(self) -> dict:
+        """Everything that determines the trajectory (what ``hash`` hashes): the config's entries, what the
         problem computes and the identity of the numerics (``hbvm_core.fingerprint``). A problem of expressions
         counts by its name and fingerprint (its canonical expressions), not by the text of its mapping."""
         from hbvm_core.problems import problem_name
@@ -121,7 +121,7 @@ class Job:
 
     @property
     def hash(self) -> str:
-        return hashlib.sha256(json.dumps(self.spec(), sort_keys=True).encode()).hexdigest()[:16]
+        return hashlib.sha256(json.dumps(self.hash_input(), sort_keys=True).encode()).hexdigest()[:16]
 
     def as_dict(self) -> dict:
         return asdict(self)
