@@ -70,13 +70,13 @@ def _load(job, cache: dict, problem):
 
 def _recompute(job, problem, exc):
     """The trajectory of a run whose store was found damaged (``exc``: naming the store and the array, the store
-    set aside), computed again into its store (``runner.solve_job``); None if the run fails (its marker written).
+    set aside), computed again into its store (``worker.solve_job``); None if the run fails (its marker written).
     One line on the study's aggregate log (and the terminal) says so."""
     import logging
     import sys
 
-    from .runner import solve_job
     from .storage import load_trajectory
+    from .worker import solve_job
 
     array = f"array {exc.array}: " if exc.array else ""
     aside = f"; set aside as {exc.aside}" if getattr(exc, "aside", None) else ""

@@ -1,4 +1,4 @@
-"""Batches of runs for the solve step (hbvm_workflow.batching, runner.solve_batch): every run once, sized by
+"""Batches of runs for the solve step (hbvm_workflow.batching, worker.solve_batch): every run once, sized by
 estimated work, balanced over the workers; one Dask task for many runs without one run's error stopping the rest."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import numpy as np
 from hbvm_core import get_problem, integrate
 from hbvm_core.methods import from_spec
 from hbvm_workflow.batching import batches
-from hbvm_workflow.runner import solve_batch
 from hbvm_workflow.storage import load_trajectory, read_attrs
 from hbvm_workflow.study import expand_study
+from hbvm_workflow.worker import solve_batch
 
 
 def sweep(results, n: int = 60, grid: bool = False):

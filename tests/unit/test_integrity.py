@@ -17,7 +17,6 @@ from _stores import Q_CHUNK, group_doc, rewrite, set_group_doc
 
 from hbvm_core import HBVM, get_problem
 from hbvm_core.fingerprint import problem_fingerprint
-from hbvm_workflow.runner import run_to_store
 from hbvm_workflow.storage import (
     FORMAT,
     StoreError,
@@ -31,6 +30,7 @@ from hbvm_workflow.storage import (
     write_dataset,
 )
 from hbvm_workflow.verify import verify
+from hbvm_workflow.worker import run_to_store
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

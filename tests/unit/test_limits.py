@@ -8,8 +8,8 @@ import pytest
 
 from hbvm_core.errors import ConfigError
 from hbvm_workflow.config import defaults, load_studies
-from hbvm_workflow.runner import run_to_store
 from hbvm_workflow.study import check_limits, expand_study
+from hbvm_workflow.worker import run_to_store
 
 LIMITS = defaults("limits")
 

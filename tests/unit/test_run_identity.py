@@ -12,9 +12,9 @@ import pytest
 
 from hbvm_core import HBVM, get_problem
 from hbvm_core.references import _CACHE, reference_solution
-from hbvm_workflow.runner import run_to_store, solve_job
 from hbvm_workflow.storage import load_trajectory, read_attrs
 from hbvm_workflow.study import expand_study
+from hbvm_workflow.worker import run_to_store, solve_job
 
 BASE = {
     "problem": "planar_pendulum",

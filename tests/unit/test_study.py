@@ -175,7 +175,7 @@ def test_a_user_problem_by_module_path(tmp_path, monkeypatch):
 
 
 def test_warm_up_runs_one_step_per_distinct_problem_and_method():
-    from hbvm_workflow.runner import warm_up
+    from hbvm_workflow.worker import warm_up
 
     st = expand_study("s", small(methods=[{"k": 1, "s": 1}, {"k": 2, "s": 2}], h=[0.1, 0.05, 0.025], backend="numpy"))
     assert len(st.jobs) == 6 and warm_up(st.jobs.values()) == 2
@@ -226,7 +226,7 @@ def test_solve_workers_size_a_solve_job_by_its_estimated_work(published):
 
 WARM_SCRIPT = """
 import json
-from hbvm_workflow.runner import _uncached_loops, warm_up
+from hbvm_workflow.worker import _uncached_loops, warm_up
 from hbvm_workflow.study import Job
 
 def job(problem, k, s, h):

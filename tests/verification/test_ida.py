@@ -74,8 +74,8 @@ def test_missing_package_is_one_clear_config_error(planar, monkeypatch):
 
 
 def test_study_job_with_ida_solves(tmp_path):
-    from hbvm_workflow.runner import solve_job
     from hbvm_workflow.study import expand_study
+    from hbvm_workflow.worker import solve_job
 
     cfg = {
         "problem": "planar_pendulum",

@@ -102,8 +102,8 @@ def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: di
     from hbvm_workflow.cluster import _problem_module, dask_client, forks_local_workers, ship_problem_module
     from hbvm_workflow.cluster import describe as where
     from hbvm_workflow.jobs import FILE_ONLY, Progress, plural, tell_studies
-    from hbvm_workflow.runner import solve_batch, warm_up
     from hbvm_workflow.storage import clean_temporaries
+    from hbvm_workflow.worker import solve_batch, warm_up
 
     # facts of the whole job: one line each on stderr (and in each study's log)
     names = {j.study for j in todo}

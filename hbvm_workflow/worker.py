@@ -1,4 +1,4 @@
-"""The job runner: one run of a study, from its Job to a published store.
+"""What a worker runs: one run of a study, from its Job to a published store.
 
 It owns the run: builds the problem and the method from the job, integrates into
 a ``storage.ZarrSink`` (bounded memory, written under a temporary path), and
