@@ -623,7 +623,7 @@ def rows_from_outputs(study: Study, csv_path: str, zarr_path: str) -> list[dict]
     """The rows that ``compute_errors`` wrote, read back for the tables: the numbers, status and error of each row
     from errors.csv (floats written by repr, read back exactly), its grid combination from the study's rows (in the
     same order), the round-off flags from errors.zarr. ValueError if the files are not the study's rows."""
-    from .storage import open_trajectory
+    from .storage import open_errors_at
 
     expected = [
         (spec, inst, r)
@@ -636,7 +636,7 @@ def rows_from_outputs(study: Study, csv_path: str, zarr_path: str) -> list[dict]
         found = list(csv.DictReader(fh))
     if len(found) != len(expected):
         raise ValueError(f"{csv_path}: {len(found)} rows, the study has {len(expected)}")
-    ds = open_trajectory(zarr_path, load=True)
+    ds = open_errors_at(zarr_path)
     labels = [str(x) for x in ds.scheme.values]
     hs = [float(x) for x in ds.h.values]
     rows = []

@@ -24,6 +24,7 @@ from hbvm_workflow.storage import (
     clean_temporaries,
     damage,
     load_trajectory,
+    open_errors_at,
     open_trajectory,
     read_attrs,
     store_status,
@@ -157,7 +158,7 @@ def test_errors_dataset_is_checksummed_and_recorded(tmp_path):
     path = str(tmp_path / "errors.zarr")
     write_dataset(xr.Dataset({"e_s": (("method", "h"), np.ones((2, 3)))}), path)
     assert damage(path) is None and sorted(read_attrs(path)["chunks"]) == ["e_s"]
-    assert float(open_trajectory(path, load=True).e_s.sum()) == 6.0
+    assert float(open_errors_at(path).e_s.sum()) == 6.0
     chunk = os.path.join(path, "e_s", "c", "0", "0")
     with open(chunk, "r+b") as fh:
         data = bytearray(fh.read())
@@ -165,10 +166,10 @@ def test_errors_dataset_is_checksummed_and_recorded(tmp_path):
         fh.seek(0)
         fh.write(data)
     with pytest.raises(StoreError, match="errors.zarr: array e_s: unreadable"):
-        open_trajectory(path, load=True)
+        open_errors_at(path)
     os.remove(chunk)
     with pytest.raises(StoreError, match="errors.zarr: array e_s: chunk c/0/0 missing"):
-        open_trajectory(path)
+        open_errors_at(path)
 
 
 def test_verify_command(store, tmp_path):
