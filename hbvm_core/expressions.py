@@ -491,7 +491,7 @@ def generate_source(model: Model) -> str:
         "",
         "import numpy",
         "",
-        "from hbvm_core.kernels.spec import kernel",
+        "from hbvm_core.kernels import kernel",
         "",
     ]
     params = [f"    c_{j} = c[{j}]" for j in range(len(model.c))]

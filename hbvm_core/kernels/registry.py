@@ -48,7 +48,7 @@ import types
 from pathlib import Path
 
 from ..errors import ConfigError, ProblemError
-from .spec import Kernels, kernel
+from .callbacks import Kernels, kernel
 
 #: template name -> its file; the generated module of template T is <cache>/T_kernel_<hash>.py
 TEMPLATES = {name: Path(__file__).with_name(f"{name}.py") for name in ("hbvm", "polynomial", "rattle", "reference")}
