@@ -400,9 +400,9 @@ def numerics_digest(cls, package: str | os.PathLike = PACKAGE) -> str:
 
 def method_fingerprint(entry: dict) -> str:
     """A hex digest of the numerics of ``entry``'s method class (``numerics_digest``)."""
-    from .methods import from_spec
+    from .methods import method_from_entry
 
-    return numerics_digest(type(from_spec(entry)))
+    return numerics_digest(type(method_from_entry(entry)))
 
 
 __all__ = [

@@ -166,13 +166,13 @@ ORDER_KEYS = {"e_s": ("q", "p"), "e_lambda": ("lam",), "e_hc": ("hc",)}
 
 def theoretical_order(method, var: str) -> float | None:
     """The order of ``var`` (e_s, e_lambda, e_hc) that ``method`` (a method object, or an entry for
-    ``from_spec``) declares in its ``orders`` ({"q": ..., "p": ..., "lam": ...}, None where unknown), or None
+    ``method_from_entry``) declares in its ``orders`` ({"q": ..., "p": ..., "lam": ...}, None where unknown), or None
     where it declares none."""
     if isinstance(method, dict):
-        from hbvm_core.methods import from_spec
+        from hbvm_core.methods import method_from_entry
 
         try:
-            method = from_spec(method)
+            method = method_from_entry(method)
         except Exception:  # an entry the study already checked; a method that cannot say has no order
             return None
     orders = getattr(method, "orders", None)

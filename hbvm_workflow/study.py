@@ -1,7 +1,7 @@
 """Studies: a config entry -> (problem, method, h) jobs with stable ids, hashes and store paths.
 
 A study (config ``studies: <name>:``) names a problem, a list of method entries
-(each passed to ``hbvm_core.methods.from_spec``), an interval (``t_end`` or
+(each passed to ``hbvm_core.methods.method_from_entry``), an interval (``t_end`` or
 ``periods``), a step-size rule and an error convention (docs/method.md section 5).
 ``expand_study`` checks all of it and returns a ``Study`` whose ``rows`` are the
 table rows and whose ``jobs`` are the trajectories to compute: the rows' runs
@@ -207,7 +207,7 @@ class Instance:
 
 @dataclass
 class StudyMethod:
-    """A method of a study: its label, display name, from_spec entry and rows."""
+    """A method of a study: its label, display name, entry (for ``method_from_entry``) and rows."""
 
     label: str
     name: str
@@ -493,7 +493,7 @@ def _convention(where: str, cfg: dict, problem) -> tuple[str, Any]:
 def _method(where: str, raw, cfg: dict, earlier: list[StudyMethod], problems=()) -> StudyMethod:
     """The StudyMethod of one method entry: its canonical (hashed) entry, its label and display name; ConfigError
     when one of ``problems`` lacks what the method needs (``Method.check_problem``)."""
-    from hbvm_core.methods import from_spec
+    from hbvm_core.methods import method_from_entry
 
     if not isinstance(raw, dict):
         raise ConfigError(f"{where} = {raw!r}: expected a mapping such as {{k: 2, s: 2}}")
@@ -505,7 +505,7 @@ def _method(where: str, raw, cfg: dict, earlier: list[StudyMethod], problems=())
         if isinstance(k, int) and isinstance(s, int) and k < s:
             raise ConfigError(f"{where}: k = {k} < s = {s}; HBVM(k, s) needs k >= s")
     try:
-        method = from_spec(entry)
+        method = method_from_entry(entry)
         for problem in problems:
             method.check_problem(problem)
     except (ConfigError, TypeError, ValueError) as exc:

@@ -120,7 +120,7 @@ def solve_job(job: Job | dict, problems: dict | None = None) -> dict:
     Returns a summary dict: id, hash, store, status ("ok" | "failed"), steps,
     mean_iterations, wall_s, and for a failure the error (step, t, increment).
     """
-    from hbvm_core.methods import from_spec, load_method_modules
+    from hbvm_core.methods import load_method_modules, method_from_entry
 
     job = job if isinstance(job, Job) else Job(**job)
     check_shared(job)
@@ -136,7 +136,7 @@ def solve_job(job: Job | dict, problems: dict | None = None) -> dict:
             f"(it must be shared with, or uploaded by, the host of the solve step: docs/clusters.md): {exc}"
         ) from None
     probe = check_problem(job, problem)
-    method = from_spec(job.method)
+    method = method_from_entry(job.method)
     identity = {}
     if probe is not None:  # the planned identity, checked above: the record a later plan snaps to
         identity = {
@@ -208,14 +208,16 @@ def _one_step(job: Job | dict) -> None:
     from hbvm_core.checks import derivative_checks
     from hbvm_core.errors import HBVMError
     from hbvm_core.integrate import integrate
-    from hbvm_core.methods import from_spec
+    from hbvm_core.methods import method_from_entry
     from hbvm_core.problems import get_problem
 
     job = job if isinstance(job, Job) else Job(**job)
     try:
         with derivative_checks(False):  # checked when the study was expanded
             problem = get_problem(job.problem, **job.params)
-        integrate(problem, from_spec(job.method), job.h, job.h, compensated=job.compensated, backend=job.backend)
+        integrate(
+            problem, method_from_entry(job.method), job.h, job.h, compensated=job.compensated, backend=job.backend
+        )
     except (HBVMError, FloatingPointError):
         pass
 
@@ -226,7 +228,7 @@ def _uncached_loops(jobs) -> list[Job]:
     from hbvm_core.checks import derivative_checks
     from hbvm_core.errors import HBVMError
     from hbvm_core.kernels import uncached_loop
-    from hbvm_core.methods import from_spec
+    from hbvm_core.methods import method_from_entry
     from hbvm_core.problems import get_problem
 
     cold: dict[str, Job] = {}
@@ -235,7 +237,7 @@ def _uncached_loops(jobs) -> list[Job]:
             continue
         try:
             with derivative_checks(False):  # checked when the study was expanded
-                name = uncached_loop(from_spec(job.method), get_problem(job.problem, **job.params))
+                name = uncached_loop(method_from_entry(job.method), get_problem(job.problem, **job.params))
         except (HBVMError, AttributeError, TypeError):
             continue
         if name is not None:

@@ -9,7 +9,7 @@ import os
 import numpy as np
 
 from hbvm_core import get_problem, integrate
-from hbvm_core.methods import from_spec
+from hbvm_core.methods import method_from_entry
 from hbvm_workflow.batching import batches
 from hbvm_workflow.storage import load_trajectory, read_attrs
 from hbvm_workflow.study import expand_study
@@ -59,7 +59,7 @@ def test_a_batch_writes_each_run_as_solve_job_would_and_one_error_stops_nothing(
     problem = get_problem("planar_pendulum")
     for job in jobs[2:]:
         traj = load_trajectory(job.store, problem, job_hash=job.hash)
-        mem = integrate(problem, from_spec(job.method), job.h, job.t_end)
+        mem = integrate(problem, method_from_entry(job.method), job.h, job.t_end)
         np.testing.assert_array_equal(traj.q, mem.q)  # bit for bit
     # a batch retried after a lost worker does not compute its published runs again
     before = {j.store: os.stat(j.store).st_mtime_ns for j in jobs[2:]}

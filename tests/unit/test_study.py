@@ -235,9 +235,9 @@ def job(problem, k, s, h):
 jobs = [job("planar_pendulum", 1, 1, 0.1), job("planar_pendulum", 2, 2, 0.1), job("tethered_satellites", 6, 2, 0.1)]
 cold = sorted(j.problem for j in _uncached_loops(jobs))
 n = warm_up(jobs, processes=2)
-from hbvm_core.methods import from_spec
+from hbvm_core.methods import method_from_entry
 from hbvm_core.problems import get_problem
-loops = [from_spec(j.method).compiled_runner(get_problem(j.problem)).module.run_chunk for j in jobs]
+loops = [method_from_entry(j.method).compiled_runner(get_problem(j.problem)).module.run_chunk for j in jobs]
 stats = [(len(f.stats.cache_hits), len(f.stats.cache_misses)) for f in loops]
 print(json.dumps({"cold": cold, "n": n, "after": len(_uncached_loops(jobs)), "stats": stats}))
 """
