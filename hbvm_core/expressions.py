@@ -565,39 +565,39 @@ def generate_source(model: Model) -> str:
 _MODELS: dict[str, Model] = {}
 
 
-def model_from_mapping(spec: dict) -> Model:
+def model_from_mapping(mapping: dict) -> Model:
     """The Model of a config's ``problem:`` mapping (checked: its keys and every expression), memoised by its text."""
-    if not isinstance(spec, dict):
-        raise ConfigError(f"problem = {_short(repr(spec))}: expected a built-in name, 'module:factory' or a mapping")
-    unknown = [k for k in spec if k not in KEYS]
+    if not isinstance(mapping, dict):
+        raise ConfigError(f"problem = {_short(repr(mapping))}: expected a built-in name, 'module:factory' or a mapping")
+    unknown = [k for k in mapping if k not in KEYS]
     if unknown:
         raise ConfigError(f"problem.{unknown[0]}: unknown key (expected {', '.join(KEYS)})")
-    missing = [k for k in REQUIRED if k not in spec]
+    missing = [k for k in REQUIRED if k not in mapping]
     if missing:
         raise ConfigError(f"problem: missing key {missing[0]!r} (a problem mapping needs {', '.join(REQUIRED)})")
-    params = spec.get("params") or {}
+    params = mapping.get("params") or {}
     if not isinstance(params, dict):
         raise ConfigError(f"problem.params = {params!r}: expected a mapping name -> value")
     try:
-        key = json.dumps({k: v for k, v in spec.items() if k != "params"} | {"params": list(params)}, sort_keys=True)
+        key = json.dumps({k: v for k, v in mapping.items() if k != "params"} | {"params": list(params)}, sort_keys=True)
     except TypeError:
         key = None
     if key is not None and key in _MODELS:
         model = _MODELS[key]
         model.defaults = {k: _number(f"problem.params.{k}", v) for k, v in params.items()}
         return model
-    model = Model(**{k: v for k, v in spec.items()})
+    model = Model(**{k: v for k, v in mapping.items()})
     if key is not None:
         _MODELS[key] = model
     return model
 
 
-def factory(spec: dict) -> Callable[..., Problem]:
+def factory(mapping: dict) -> Callable[..., Problem]:
     """A problem factory for the mapping: its keywords are the mapping's parameters (a study's ``grid`` keys)."""
-    model = model_from_mapping(spec)
+    model = model_from_mapping(mapping)
 
     def build(**values) -> Problem:
-        return model_from_mapping(spec).problem(**values)
+        return model_from_mapping(mapping).problem(**values)
 
     build.__signature__ = inspect.Signature(
         [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=v) for k, v in model.defaults.items()]

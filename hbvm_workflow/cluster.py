@@ -344,7 +344,7 @@ def _pythonpath_env() -> dict:
     return {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
 
 
-def _problem_module(spec: str):
+def _problem_module(problem_entry: str):
     """(top-level module name, its file or package folder) of a ``module.path:factory`` problem that
     is not installed in site-packages; None for a built-in problem or an installed module."""
     import importlib.util
@@ -352,9 +352,9 @@ def _problem_module(spec: str):
 
     from hbvm_core.problems import BUILTIN
 
-    if not isinstance(spec, str) or spec in BUILTIN or ":" not in spec:
+    if not isinstance(problem_entry, str) or problem_entry in BUILTIN or ":" not in problem_entry:
         return None
-    top = spec.partition(":")[0].split(".")[0]
+    top = problem_entry.partition(":")[0].split(".")[0]
     if os.getcwd() not in sys.path:  # a module next to the config, as expand_study finds it
         sys.path.insert(0, os.getcwd())
     found = importlib.util.find_spec(top)
@@ -367,7 +367,7 @@ def _problem_module(spec: str):
     return top, path
 
 
-def ship_problem_module(client, spec: str) -> str | None:
+def ship_problem_module(client, problem_entry: str) -> str | None:
     """Make the module of a ``module:factory`` problem importable on the client's workers.
 
     Workers of an existing scheduler (``dask: {address: ...}``) or of a SLURMCluster may run
@@ -378,7 +378,7 @@ def ship_problem_module(client, spec: str) -> str | None:
     """
     from distributed.diagnostics.plugin import UploadDirectory, UploadFile
 
-    found = _problem_module(spec)
+    found = _problem_module(problem_entry)
     if found is None:
         return None
     top, path = found

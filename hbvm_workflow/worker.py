@@ -62,7 +62,7 @@ def solve_batch(jobs: list[dict]) -> list[dict]:
 
 
 def _problem(job: Job, cache: dict | None):
-    """The job's problem, built once per (spec, params) in ``cache``."""
+    """The job's problem, built once per (problem entry, params) in ``cache``."""
     from hbvm_core.checks import derivative_checks
     from hbvm_core.problems import get_problem
 
@@ -152,7 +152,7 @@ def solve_job(job: Job | dict, problems: dict | None = None) -> dict:
         "numerics_fingerprint": job.numerics_fingerprint,
         "label": job.label,
         "method_name": job.name,
-        "problem_spec": job.problem,
+        "problem_entry": job.problem,
         "problem_params": job.params,
         "method_entry": job.method,
         "worker": _worker_address(),

@@ -141,10 +141,10 @@ def test_a_store_from_an_older_version_is_stale_and_never_loaded(store, planar):
 
 
 def test_a_store_never_runs_what_its_attrs_name(store, planar, tmp_path):
-    """problem_spec / method_entry in the attrs are data: edited to os:system, nothing runs."""
+    """problem_entry / method_entry in the attrs are data: edited to os:system, nothing runs."""
     marker = tmp_path / "marker"
     doc = group_doc(store)
-    attrs = {"problem_spec": "os:system", "problem_params": {"command": f"touch {marker}"}, "method_entry": {"k": 2}}
+    attrs = {"problem_entry": "os:system", "problem_params": {"command": f"touch {marker}"}, "method_entry": {"k": 2}}
     doc["attributes"].update(attrs)
     set_group_doc(store, doc)
     traj = load_trajectory(store, planar)

@@ -89,16 +89,16 @@ METHODS = {
 H = 0.05
 
 
-def from_mapping(spec):
-    return hc.get_problem(spec)
+def from_mapping(mapping):
+    return hc.get_problem(mapping)
 
 
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
 @pytest.mark.parametrize("method", list(METHODS))
 @pytest.mark.parametrize("case", list(CASES))
 def test_expressions_match_the_hand_written_problem(case, method, backend):
-    spec, hand = CASES[case]
-    ours, theirs = from_mapping(spec), hand()
+    mapping, hand = CASES[case]
+    ours, theirs = from_mapping(mapping), hand()
     entry, steps = METHODS[method]
     if backend == "numba" and method_from_entry(dict(entry)).compiled_runner(ours) is None:
         assert method == "hbvm-polynomial" and ours.M is not None  # the only combination without a compiled loop
@@ -125,8 +125,8 @@ def test_expressions_match_the_hand_written_problem(case, method, backend):
 @pytest.mark.parametrize("case", list(CASES))
 def test_derivatives_and_multiplier_match(case):
     """grad U, G, d2g and lambda(q, p) (numpy and compiled) against the hand-written ones at q0 and off q0."""
-    spec, hand = CASES[case]
-    ours, theirs = from_mapping(spec), hand()
+    mapping, hand = CASES[case]
+    ours, theirs = from_mapping(mapping), hand()
     rng = np.random.default_rng(1)
     Q = ours.q0[None, :] + np.vstack([np.zeros(ours.m), 0.1 * rng.standard_normal((3, ours.m))])
     V = rng.standard_normal(Q.shape)
