@@ -185,13 +185,13 @@ def theoretical_order(method, var: str) -> float | None:
     return float(min(values))
 
 
-def reference_order(study: Study, spec, var: str) -> tuple[float | None, str]:
+def reference_order(study: Study, study_method, var: str) -> tuple[float | None, str]:
     """(p, how) of a method's reference slope: its theoretical order ("theory"), else the study's
     ``expected_rates`` ("expected"), else (None, "")."""
-    p = theoretical_order(getattr(spec, "method", None) or spec.entry, var)
+    p = theoretical_order(getattr(study_method, "method", None) or study_method.entry, var)
     if p:
         return p, "theory"
-    p = _slope(study.expected_rates.get(var), spec.s)
+    p = _slope(study.expected_rates.get(var), study_method.s)
     return (p, "expected") if p else (None, "")
 
 

@@ -395,10 +395,10 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
     if not isinstance(cfg["methods"], list) or not cfg["methods"]:
         raise ConfigError(f"{where}.methods: expected a non-empty list of method entries")
     for i, raw in enumerate(cfg["methods"]):
-        spec = _method(f"{where}.methods[{i}]", raw, cfg, study.methods, [inst.problem for inst in instances])
+        study_method = _method(f"{where}.methods[{i}]", raw, cfg, study.methods, [inst.problem for inst in instances])
         for inst in instances:
-            _add_runs(study, spec, raw, f"{where}.methods[{i}]", inst)
-        study.methods.append(spec)
+            _add_runs(study, study_method, raw, f"{where}.methods[{i}]", inst)
+        study.methods.append(study_method)
     for inst in instances:
         _identify(study, inst)
     return study
@@ -567,7 +567,7 @@ def _combinations(grid: dict) -> list[dict]:
     return [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
 
 
-def _add_runs(study: Study, spec: StudyMethod, raw: dict, where: str, inst: Instance) -> None:
+def _add_runs(study: Study, study_method: StudyMethod, raw: dict, where: str, inst: Instance) -> None:
     """The rows of one method (its own step-size rule or the study's) for one problem instance and their
     jobs: the row's run and, for ``errors.reference: self``, its h/2 partner (of the same instance), each
     named (``layout.run_stem``) and hashed."""
@@ -577,10 +577,10 @@ def _add_runs(study: Study, spec: StudyMethod, raw: dict, where: str, inst: Inst
     cfg = study.cfg
     study_rule = {k: cfg[k] for k in STEP_KEYS if k in cfg}
     rule = {k: raw[k] for k in STEP_KEYS if k in raw} or study_rule
-    numerics = method_fingerprint(spec.entry)
+    numerics = method_fingerprint(study_method.entry)
     names: dict[str, float] = {}  # run name -> h: names must identify the runs
     for n, h, half in step_sizes(rule, inst.period, where if rule is not study_rule else f"studies.{study.name}"):
-        row = Row(label=spec.label, n=n, h=h, job="", combo=inst.key)
+        row = Row(label=study_method.label, n=n, h=h, job="", combo=inst.key)
         half_n = None if n is None else (n + 1 if "halvings" in rule else 2 * n)
         for hh, nn, role in ((h, n, "row"), (half, half_n, "partner")):
             if role == "partner" and study.reference != "self":
@@ -592,11 +592,11 @@ def _add_runs(study: Study, spec: StudyMethod, raw: dict, where: str, inst: Inst
                 raise ConfigError(f"{where}: {exc}{extra}") from None
             job = Job(
                 study=study.name,
-                label=spec.label,
-                name=spec.name,
+                label=study_method.label,
+                name=study_method.name,
                 problem=cfg["problem"],
                 params=dict(inst.params),
-                method=spec.entry,
+                method=study_method.entry,
                 h=hh,
                 t_end=inst.t_end,
                 save_every=int(cfg["save_every"]),
@@ -605,10 +605,10 @@ def _add_runs(study: Study, spec: StudyMethod, raw: dict, where: str, inst: Inst
                 chunk=int(cfg["chunk"]),
                 numerics_fingerprint=numerics,
                 combo=inst.key,
-                method_module=spec.module,
+                method_module=study_method.module,
             )
             job.run = run_stem(hh, nn)
-            job.store = store_path(study.results, study.name, spec.label, hh, nn, inst.key)
+            job.store = store_path(study.results, study.name, study_method.label, hh, nn, inst.key)
             if names.setdefault(job.run, hh) != hh:
                 raise ConfigError(
                     f"{where}: step sizes {names[job.run]!r} and {hh!r} get the same run name {job.run!r}; "
@@ -620,13 +620,14 @@ def _add_runs(study: Study, spec: StudyMethod, raw: dict, where: str, inst: Inst
             else:
                 row.partner = job.id
         _check_sampling(where, study.convention, study.reference, h, study.jobs[row.job], inst.period)
-        spec.rows.append(row)
+        study_method.rows.append(row)
 
 
-def build_problem(where: str, spec: str, params: dict, check_derivatives: bool = True):
-    """The study's problem from ``spec`` and ``params``; ConfigError with one line naming the study, the spec
-    and the exception when the module fails to import, the params do not fit the factory's signature
-    (bad params), or the factory raises (its own error, reported as such, whatever its type).
+def build_problem(where: str, problem_entry: str, params: dict, check_derivatives: bool = True):
+    """The study's problem from ``problem_entry`` (the config's ``problem``) and ``params``; ConfigError with one
+    line naming the study, the problem entry and the exception when the module fails to import, the params do
+    not fit the factory's signature (bad params), or the factory raises (its own error, reported as such,
+    whatever its type).
     ``check_derivatives``: the study's key; False skips ``hbvm_core.checks.check_derivatives``."""
     import inspect
 
@@ -634,13 +635,19 @@ def build_problem(where: str, spec: str, params: dict, check_derivatives: bool =
     from hbvm_core.checks import derivative_checks
     from hbvm_core.problems import resolve_factory
 
-    what = f"{where}.problem = {spec!r}" if isinstance(spec, str) else f"{where}.problem {spec.get('name')!r}"
+    what = (
+        f"{where}.problem = {problem_entry!r}"
+        if isinstance(problem_entry, str)
+        else f"{where}.problem {problem_entry.get('name')!r}"
+    )
     try:
-        factory = resolve_factory(spec)
+        factory = resolve_factory(problem_entry)
     except ConfigError as exc:
         raise ConfigError(f"{where}.{exc}") from None
     except Exception as exc:  # the module raised while importing (SyntaxError, NameError, ...)
-        raise ConfigError(f"{what}: importing {spec.partition(':')[0]!r} raised {type(exc).__name__}: {exc}") from None
+        raise ConfigError(
+            f"{what}: importing {problem_entry.partition(':')[0]!r} raised {type(exc).__name__}: {exc}"
+        ) from None
     try:
         inspect.signature(factory).bind(**params)
     except TypeError as exc:  # the factory's call signature does not take these params
@@ -689,12 +696,12 @@ def step_sizes(rule: dict, period: float | None, where: str) -> list[tuple[int |
     )
 
 
-def _divisions(spec, where: str) -> list[int]:
-    if isinstance(spec, dict):
-        unknown = set(spec) - {"start", "step", "stop"}
+def _divisions(value, where: str) -> list[int]:
+    if isinstance(value, dict):
+        unknown = set(value) - {"start", "step", "stop"}
         if unknown:
             raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r} (expected start, step, stop)")
-        start, step, stop = spec.get("start"), spec.get("step", 1), spec.get("stop")
+        start, step, stop = value.get("start"), value.get("step", 1), value.get("stop")
         for key, v in (("start", start), ("step", step), ("stop", stop)):
             if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
                 raise ConfigError(f"{where}.{key} = {v!r}: expected an integer >= 1")
@@ -702,12 +709,12 @@ def _divisions(spec, where: str) -> list[int]:
             raise ConfigError(f"{where}: stop = {stop} < start = {start}")
         ns = list(range(start, stop + 1, step))
     else:
-        ns = list(spec)
+        ns = list(value)
         for v in ns:
             if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
-                raise ConfigError(f"{where} = {spec!r}: expected integers >= 1")
+                raise ConfigError(f"{where} = {value!r}: expected integers >= 1")
     if len(set(ns)) != len(ns):
-        raise ConfigError(f"{where} = {spec!r}: repeated division")
+        raise ConfigError(f"{where} = {value!r}: repeated division")
     return sorted(ns)
 
 

@@ -28,19 +28,19 @@ def made_up_rows(study) -> list[dict]:
     """One row per (method, n): e_s = 1.1e-2 ..., each error column with its own leading digits; rates likewise;
     no rate in a method's first row."""
     rows = []
-    for mi, spec in enumerate(study.methods):
-        for r in spec.rows:
+    for mi, study_method in enumerate(study.methods):
+        for r in study_method.rows:
             n = r.n
             scale = 10.0 ** -(n + 2 * mi + 2)
             rows.append(
                 {
                     "problem": "planar_pendulum",
-                    "k": spec.k,
-                    "s": spec.s,
+                    "k": study_method.k,
+                    "s": study_method.s,
                     "h": r.h,
                     "study": study.name,
-                    "method": spec.label,
-                    "name": spec.name,
+                    "method": study_method.label,
+                    "name": study_method.name,
                     "n": n,
                     "t_end": 1.0,
                     "status": "ok",
