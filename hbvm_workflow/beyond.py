@@ -44,9 +44,9 @@ TOLERANCE_FAMILIES = {"dop853": "DOP853", "ida": "IDA"}
 
 def family(entry: dict, name: str) -> str:
     """The curve a run belongs to: DOP853 (or IDA) runs that differ only in the tolerance form one curve."""
-    kind = TOLERANCE_FAMILIES.get(entry.get("method"))
-    if kind is not None:
-        return kind + ("-proj" if entry.get("projection") else "")
+    tolerance_family = TOLERANCE_FAMILIES.get(entry.get("method"))
+    if tolerance_family is not None:
+        return tolerance_family + ("-proj" if entry.get("projection") else "")
     return name
 
 

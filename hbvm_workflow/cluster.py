@@ -84,22 +84,22 @@ def dask_client(dask_cfg: dict | None, threads: int = 1, env: dict | None = None
         finally:
             client.close()
         return
-    kind = cfg.get("cluster", "local")
-    if kind not in ("local", "slurm"):
-        raise ConfigError(f"dask.cluster = {kind!r}: expected local or slurm")
+    cluster_type = cfg.get("cluster", "local")
+    if cluster_type not in ("local", "slurm"):
+        raise ConfigError(f"dask.cluster = {cluster_type!r}: expected local or slurm")
     method = cfg.get("start_method") or default_start_method()
     if method not in START_METHODS:
         raise ConfigError(f"dask.start_method = {method!r}: expected one of {', '.join(START_METHODS)}")
     security = temporary_security()
     with dask.config.set({"distributed.worker.multiprocessing-method": method}):
-        if kind == "local":
+        if cluster_type == "local":
             cluster = _local_cluster(cfg.get("n_workers") or max(1, int(threads)), env, security)
         else:
             cluster = _slurm_cluster(cfg, env, tasks if tasks is not None else threads, security)
         try:
             client = Client(cluster, timeout=timeout, security=security)
             try:
-                if kind == "slurm":
+                if cluster_type == "slurm":
                     _wait_for_workers(client, cluster, cfg)
                 yield client
             finally:

@@ -392,8 +392,8 @@ def _reference(study: Study, traj, times):
     from hbvm_core.references import reference_solution
 
     conv = study.convention
-    kind = "exact" if study.reference == "exact" else getattr(conv, "reference_kind", "auto")
-    return reference_solution(traj.problem, times, kind=kind)
+    reference_kind = "exact" if study.reference == "exact" else getattr(conv, "reference_kind", "auto")
+    return reference_solution(traj.problem, times, reference_kind=reference_kind)
 
 
 def _norm(study: Study):

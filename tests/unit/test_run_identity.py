@@ -89,7 +89,7 @@ def test_the_reference_cache_keeps_instances_apart():
         _CACHE.clear()
         for gravity in order:
             pb = get_problem("planar_pendulum", gravity=gravity, theta_dot0=0.5)
-            q, p, lam = reference_solution(pb, times, kind="ode")
+            q, p, lam = reference_solution(pb, times, reference_kind="ode")
             qx, px, lx = pb.exact(times)
             # DOP853 at rtol = atol = 1e-13 over 3 time units of an O(1) solution: 1e-9 is far above its error
             # and far below the distance between the two instances (O(1))
