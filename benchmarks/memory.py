@@ -3,7 +3,7 @@
     python -m benchmarks.memory [--steps 100000 1000000] [--save-every 1] [--chunk 65536] [--json]
 
 Each case runs in a fresh Python process (so the peak is that run's alone):
-``hbvm_workflow.runner.run_to_store`` integrates with the compiled kernel into a
+``hbvm_workflow.worker.run_to_store`` integrates with the compiled kernel into a
 ZarrSink, then the process reports its peak resident set size
 (``resource.getrusage(RUSAGE_SELF).ru_maxrss``) and the store is opened again
 to check that every row is there (shape, no fill values left, last time =
@@ -29,7 +29,7 @@ CHILD = textwrap.dedent(
     import json, resource, sys, time
     import numpy as np
     import hbvm_core as hc
-    from hbvm_workflow.runner import run_to_store
+    from hbvm_workflow.worker import run_to_store
     from hbvm_workflow.storage import open_trajectory
 
     steps, save_every, chunk, path = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]

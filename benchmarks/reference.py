@@ -54,9 +54,9 @@ def bead_on_circle(r: float = 1.0):
 
 
 def study_time(form: str) -> dict:
-    from hbvm_workflow.runner import solve_job
     from hbvm_workflow.study import expand_study
     from hbvm_workflow.tables import aggregate
+    from hbvm_workflow.worker import solve_job
 
     if form == "expressions":
         problem, params = dict(EXPRESSIONS), {}

@@ -11,7 +11,7 @@ kernel caches (NUMBA_CACHE_DIR, HBVM_KERNEL_CACHE in a temporary folder), so
 that the compiles are part of the time.
 
 scaling: ``--jobs`` equal runs (HBVM(6,2), tethered satellites, h = 0.1,
-2 * 10^5 steps, every 10th point stored) through ``hbvm_workflow.runner.solve_job``
+2 * 10^5 steps, every 10th point stored) through ``hbvm_workflow.worker.solve_job``
 on a LocalCluster (``hbvm_workflow.cluster.dask_client``) of 1 and of 2 worker
 processes; each store is written by its worker. Timed from the first submit to
 the last result (the cluster start is reported apart); the kernel is compiled
@@ -82,7 +82,7 @@ def _job_list(n: int, folder: str):
 
 def timed_solve(job: dict) -> dict:
     """solve_job, plus the CPU time the worker spent on it (to tell lack of cores from lack of scaling)."""
-    from hbvm_workflow.runner import solve_job
+    from hbvm_workflow.worker import solve_job
 
     c0 = time.process_time()
     res = solve_job(job)
@@ -93,7 +93,7 @@ def scaling(n_jobs: int = 20) -> dict:
     from distributed import wait
 
     from hbvm_workflow.cluster import dask_client
-    from hbvm_workflow.runner import warm_up
+    from hbvm_workflow.worker import warm_up
 
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:

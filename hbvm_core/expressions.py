@@ -61,8 +61,8 @@ def _not_smooth(expr) -> str | None:
     """The name of a function in ``expr`` that is not differentiable everywhere (abs, sign, ...), else None."""
     sp = _sympy()
     rough = ((sp.Abs, "abs"), (sp.sign, "sign"), (sp.Heaviside, "Heaviside"), (sp.Min, "min"), (sp.Max, "max"))
-    for kind, name in rough:
-        if expr.has(kind):
+    for function, name in rough:
+        if expr.has(function):
             return name
     return None
 
@@ -301,13 +301,13 @@ class Model:
     def _identity(self) -> str:
         """The canonical text of the mathematics: coordinates, parameter names and every expression (srepr)."""
         sp = _sympy()
-        kind, mass = self.mass
+        form, mass = self.mass
         doc = {
             "coordinates": list(self.coordinates),
             "params": list(self.param_names),
             "potential": sp.srepr(self.U),
             "constraints": [sp.srepr(x) for x in self.g],
-            "mass": [kind, sp.srepr(sp.Matrix(mass) if kind == "full" else mass)],
+            "mass": [form, sp.srepr(sp.Matrix(mass) if form == "full" else mass)],
             "q0": [sp.srepr(x) for x in self.q0],
             "p0": [sp.srepr(x) for x in self.p0],
             "period": None if self.period is None else sp.srepr(self.period),
@@ -352,8 +352,8 @@ class Model:
                 q0, p0, mass, period = mod.initial(c)
             except (ArithmeticError, ValueError) as exc:
                 raise ConfigError(f"problem {self.name!r}: q0, p0, mass or period at {values}: {exc}") from None
-        kind = self.mass[0]
-        shape = () if kind == "scalar" else (-1,) if kind == "diagonal" else (len(q0), -1)
+        form = self.mass[0]
+        shape = () if form == "scalar" else (-1,) if form == "diagonal" else (len(q0), -1)
         M = np.array(mass, dtype=float).reshape(shape)
         nu = len(self.g)
         for key, val in (("q0", q0), ("p0", p0), ("mass", mass), ("period", [] if period is None else [period])):
@@ -377,7 +377,7 @@ class Model:
             g=_bind(mod.g, c) if nu else None,
             G=_bind(mod.G, c) if nu else None,
             d2g=_bind(mod.d2g, c) if nu else None,
-            M=None if kind == "scalar" and float(M) == 1.0 else M,
+            M=None if form == "scalar" and float(M) == 1.0 else M,
             exact=_bind(mod.exact, c) if self.exact is not None else None,
             period=period,
             params=values,
@@ -491,7 +491,7 @@ def generate_source(model: Model) -> str:
         "",
         "import numpy",
         "",
-        "from hbvm_core.kernels.spec import kernel",
+        "from hbvm_core.kernels import kernel",
         "",
     ]
     params = [f"    c_{j} = c[{j}]" for j in range(len(model.c))]
@@ -527,8 +527,8 @@ def generate_source(model: Model) -> str:
         out += ["def exact(t, c):", "    return exact_q(t, c), exact_p(t, c), exact_lam(t, c)", ""]
 
     # the initial data, the mass matrix and the period: plain floats
-    kind, mass = model.mass
-    flat = [mass] if kind == "scalar" else list(mass) if kind == "diagonal" else [x for row in mass for x in row]
+    form, mass = model.mass
+    flat = [mass] if form == "scalar" else list(mass) if form == "diagonal" else [x for row in mass for x in row]
     init = [r(e) for e in model.q0 + model.p0 + flat] + ([] if model.period is None else [r(model.period)])
     cse, codes = _block(scalar, init, "    ")
     out += ["def initial(c):"] + params + cse
@@ -565,39 +565,39 @@ def generate_source(model: Model) -> str:
 _MODELS: dict[str, Model] = {}
 
 
-def model_from_mapping(spec: dict) -> Model:
+def model_from_mapping(mapping: dict) -> Model:
     """The Model of a config's ``problem:`` mapping (checked: its keys and every expression), memoised by its text."""
-    if not isinstance(spec, dict):
-        raise ConfigError(f"problem = {_short(repr(spec))}: expected a built-in name, 'module:factory' or a mapping")
-    unknown = [k for k in spec if k not in KEYS]
+    if not isinstance(mapping, dict):
+        raise ConfigError(f"problem = {_short(repr(mapping))}: expected a built-in name, 'module:factory' or a mapping")
+    unknown = [k for k in mapping if k not in KEYS]
     if unknown:
         raise ConfigError(f"problem.{unknown[0]}: unknown key (expected {', '.join(KEYS)})")
-    missing = [k for k in REQUIRED if k not in spec]
+    missing = [k for k in REQUIRED if k not in mapping]
     if missing:
         raise ConfigError(f"problem: missing key {missing[0]!r} (a problem mapping needs {', '.join(REQUIRED)})")
-    params = spec.get("params") or {}
+    params = mapping.get("params") or {}
     if not isinstance(params, dict):
         raise ConfigError(f"problem.params = {params!r}: expected a mapping name -> value")
     try:
-        key = json.dumps({k: v for k, v in spec.items() if k != "params"} | {"params": list(params)}, sort_keys=True)
+        key = json.dumps({k: v for k, v in mapping.items() if k != "params"} | {"params": list(params)}, sort_keys=True)
     except TypeError:
         key = None
     if key is not None and key in _MODELS:
         model = _MODELS[key]
         model.defaults = {k: _number(f"problem.params.{k}", v) for k, v in params.items()}
         return model
-    model = Model(**{k: v for k, v in spec.items()})
+    model = Model(**{k: v for k, v in mapping.items()})
     if key is not None:
         _MODELS[key] = model
     return model
 
 
-def factory(spec: dict) -> Callable[..., Problem]:
+def factory(mapping: dict) -> Callable[..., Problem]:
     """A problem factory for the mapping: its keywords are the mapping's parameters (a study's ``grid`` keys)."""
-    model = model_from_mapping(spec)
+    model = model_from_mapping(mapping)
 
     def build(**values) -> Problem:
-        return model_from_mapping(spec).problem(**values)
+        return model_from_mapping(mapping).problem(**values)
 
     build.__signature__ = inspect.Signature(
         [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=v) for k, v in model.defaults.items()]

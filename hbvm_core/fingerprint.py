@@ -139,14 +139,14 @@ def _module_file(module: str) -> str | None:
         return path if path and path.endswith(".py") else None
     top, *rest = module.split(".")
     try:
-        spec = importlib.util.find_spec(top)  # a top-level name: finds, imports nothing
+        found = importlib.util.find_spec(top)  # a top-level name: finds, imports nothing
     except (ImportError, ValueError):
         return None
-    if spec is None or not spec.has_location:
+    if found is None or not found.has_location:
         return None
     if not rest:
-        return spec.origin if spec.origin and spec.origin.endswith(".py") else None
-    for folder in spec.submodule_search_locations or ():
+        return found.origin if found.origin and found.origin.endswith(".py") else None
+    for folder in found.submodule_search_locations or ():
         base = Path(folder, *rest)
         for path in (base.with_suffix(".py"), base / "__init__.py"):
             if path.is_file():
@@ -407,9 +407,9 @@ def numerics_digest(cls, package: str | os.PathLike = PACKAGE) -> str:
 
 def method_fingerprint(entry: dict) -> str:
     """A hex digest of the numerics of ``entry``'s method class (``numerics_digest``)."""
-    from .methods import from_spec
+    from .methods import method_from_entry
 
-    return numerics_digest(type(from_spec(entry)))
+    return numerics_digest(type(method_from_entry(entry)))
 
 
 __all__ = [

@@ -151,11 +151,11 @@ def errors(traj: Trajectory, convention: ErrorConvention, partner: Trajectory | 
         y_ref = partner.y()[_indices(partner, partner.t, ts, "sample (h/2 run)")]
         lam_ref = partner.lam[_indices(partner, partner.tstep, tl, "lambda sample (h/2 run)")]
     else:
-        kind = c.reference_kind if c.reference == "reference" else "exact"
-        if kind == "auto" and c.reference == "reference":
-            kind = "ode" if pb.exact is None else "exact"
+        reference_kind = c.reference_kind if c.reference == "reference" else "exact"
+        if reference_kind == "auto" and c.reference == "reference":
+            reference_kind = "ode" if pb.exact is None else "exact"
         # one reference for both samples (the reference ODE: one solve on [0, max time])
-        q_all, p_all, lam_all = reference_solution(pb, np.concatenate([ts, tl]), kind=kind)
+        q_all, p_all, lam_all = reference_solution(pb, np.concatenate([ts, tl]), reference_kind=reference_kind)
         q_ref, p_ref, lam_ref = q_all[: ts.size], p_all[: ts.size], lam_all[ts.size :]
         y_ref = np.concatenate([q_ref, p_ref], axis=1)
     e_lambda = float(np.max(vector_norm(lam - lam_ref, c.norm), initial=0.0)) if pb.nu else float("nan")

@@ -15,27 +15,27 @@ import numpy as np
 from .errors import ConfigError, SolverError
 from .problem import Problem
 
-KINDS = ("auto", "exact", "ode", "hbvm")
+REFERENCE_KINDS = ("auto", "exact", "ode", "hbvm")
 
 #: Largest step of the HBVM(12,6) theta reference (order 12: error far below 1e-15).
 HBVM_REFERENCE_HMAX = 0.025
 
 
-def reference_solution(problem: Problem, times, kind: str = "auto", rtol: float = 1e-13):
+def reference_solution(problem: Problem, times, reference_kind: str = "auto", rtol: float = 1e-13):
     """(q, p, lam) of the reference at ``times``: the closed form where there is one, else the ODE."""
     times = np.asarray(times, dtype=float)
-    if kind not in KINDS:
-        raise ConfigError(f"reference kind = {kind!r}: expected one of {', '.join(KINDS)}")
-    if kind == "auto":
-        kind = "exact" if problem.exact is not None else "ode"
-    if kind == "exact":
+    if reference_kind not in REFERENCE_KINDS:
+        raise ConfigError(f"reference_kind = {reference_kind!r}: expected one of {', '.join(REFERENCE_KINDS)}")
+    if reference_kind == "auto":
+        reference_kind = "exact" if problem.exact is not None else "ode"
+    if reference_kind == "exact":
         if problem.exact is None:
             raise ConfigError(f"reference: exact: problem {problem.name!r} has no closed-form solution")
         return problem.exact(times)
-    if kind == "hbvm":
+    if reference_kind == "hbvm":
         if problem.name != "planar_pendulum" or problem.params:
             what = f"{problem.name!r} {problem.params}" if problem.params else repr(problem.name)
-            raise ConfigError(f"reference kind = 'hbvm' exists for the published planar_pendulum only, not {what}")
+            raise ConfigError(f"reference_kind = 'hbvm' exists for the published planar_pendulum only, not {what}")
         return planar_hbvm_reference(times)
     return _memo(problem, times, rtol)
 
@@ -125,7 +125,7 @@ def planar_hbvm_reference(times) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     dt = float(np.min(np.diff(np.concatenate([[0.0], pos])))) if pos.size else t_max
     j = times / dt
     if np.any(np.abs(j - np.round(j)) > 1e-7):
-        raise ConfigError("reference kind 'hbvm' needs the sample times on a common grid")
+        raise ConfigError("reference_kind 'hbvm' needs the sample times on a common grid")
     r = math.ceil(dt / HBVM_REFERENCE_HMAX - 1e-9)
     h = dt / r
     t_end = round(t_max / h) * h

@@ -45,9 +45,9 @@ TOLERANCE_FAMILIES = {"dop853": "DOP853", "ida": "IDA"}
 
 def family(entry: dict, name: str) -> str:
     """The curve a run belongs to: DOP853 (or IDA) runs that differ only in the tolerance form one curve."""
-    kind = TOLERANCE_FAMILIES.get(entry.get("method"))
-    if kind is not None:
-        return kind + ("-proj" if entry.get("projection") else "")
+    tolerance_family = TOLERANCE_FAMILIES.get(entry.get("method"))
+    if tolerance_family is not None:
+        return tolerance_family + ("-proj" if entry.get("projection") else "")
     return name
 
 
@@ -63,14 +63,14 @@ def _read_csv(path: str) -> list[dict]:
 def work_precision_rows(study: Study, errors_csv: str, timings_csv: str | None = None) -> list[dict]:
     """The study's runs: family, name, h, rtol, e_s, steps, mean_iterations, status from errors.csv, and
     wall_s, the run's measured wall time, from timings.csv (by default next to errors.csv)."""
-    specs = {m.label: m for m in study.methods}
+    by_label = {m.label: m for m in study.methods}
     raw = _read_csv(errors_csv)
     timings = _read_csv(timings_csv or layout.timings_beside(errors_csv))
     wall = {(t["method"], t["h"]): t["wall_s"] for t in timings}
     rows = []
     for r in raw:
-        spec = specs.get(r["method"])
-        if spec is None:
+        study_method = by_label.get(r["method"])
+        if study_method is None:
             continue
         if (r["method"], r["h"]) not in wall:
             raise ValueError(f"{errors_csv}: run {r['method']}/h={r['h']} has no row in its timings.csv")
@@ -78,11 +78,11 @@ def work_precision_rows(study: Study, errors_csv: str, timings_csv: str | None =
             {
                 "problem": study.problem,
                 "study": study.name,
-                "family": family(spec.entry, spec.name),
-                "name": spec.name,
-                "label": spec.label,
+                "family": family(study_method.entry, study_method.name),
+                "name": study_method.name,
+                "label": study_method.label,
                 "h": _number(r["h"]),
-                "rtol": spec.entry.get("rtol", math.nan),
+                "rtol": study_method.entry.get("rtol", math.nan),
                 "e_s": _number(r["e_s"]),
                 "wall_s": _number(wall[(r["method"], r["h"])]),
                 "steps": int(_number(r["steps"])) if r["steps"] else 0,
@@ -143,8 +143,8 @@ def _run_label(r: dict) -> str:
     return f"h={r['h']:g}"
 
 
-def _fmt(v: float, spec: str = ".3g") -> str:
-    return "--" if not (isinstance(v, float) and math.isfinite(v)) else format(v, spec)
+def _fmt(v: float, fmt: str = ".3g") -> str:
+    return "--" if not (isinstance(v, float) and math.isfinite(v)) else format(v, fmt)
 
 
 def time_to_accuracy_markdown(table: list[dict], targets=TARGETS) -> str:

@@ -86,22 +86,22 @@ def dask_client(dask_cfg: dict | None, threads: int = 1, env: dict | None = None
         finally:
             client.close()
         return
-    kind = cfg.get("cluster", "local")
-    if kind not in ("local", "slurm"):
-        raise ConfigError(f"dask.cluster = {kind!r}: expected local or slurm")
+    cluster_type = cfg.get("cluster", "local")
+    if cluster_type not in ("local", "slurm"):
+        raise ConfigError(f"dask.cluster = {cluster_type!r}: expected local or slurm")
     method = cfg.get("start_method") or default_start_method()
     if method not in START_METHODS:
         raise ConfigError(f"dask.start_method = {method!r}: expected one of {', '.join(START_METHODS)}")
     security = temporary_security()
     with dask.config.set({"distributed.worker.multiprocessing-method": method}):
-        if kind == "local":
+        if cluster_type == "local":
             cluster = _local_cluster(cfg.get("n_workers") or max(1, int(threads)), env, security)
         else:
             cluster = _slurm_cluster(cfg, env, tasks if tasks is not None else threads, security)
         try:
             client = Client(cluster, timeout=timeout, security=security)
             try:
-                if kind == "slurm":
+                if cluster_type == "slurm":
                     _wait_for_workers(client, cluster, cfg)
                 yield client
             finally:
@@ -346,7 +346,7 @@ def _pythonpath_env() -> dict:
     return {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
 
 
-def _problem_module(spec: str):
+def _problem_module(problem_entry: str):
     """(top-level module name, its file or package folder) of a ``module.path:factory`` problem that
     is not installed in site-packages; None for a built-in problem or an installed module."""
     import importlib.util
@@ -354,9 +354,9 @@ def _problem_module(spec: str):
 
     from hbvm_core.problems import BUILTIN
 
-    if not isinstance(spec, str) or spec in BUILTIN or ":" not in spec:
+    if not isinstance(problem_entry, str) or problem_entry in BUILTIN or ":" not in problem_entry:
         return None
-    top = spec.partition(":")[0].split(".")[0]
+    top = problem_entry.partition(":")[0].split(".")[0]
     if os.getcwd() not in sys.path:  # a module next to the config, as expand_study finds it
         sys.path.insert(0, os.getcwd())
     found = importlib.util.find_spec(top)
@@ -369,7 +369,7 @@ def _problem_module(spec: str):
     return top, path
 
 
-def ship_problem_module(client, spec: str) -> str | None:
+def ship_problem_module(client, problem_entry: str) -> str | None:
     """Make the module of a ``module:factory`` problem importable on the client's workers.
 
     Workers of an existing scheduler (``dask: {address: ...}``) or of a SLURMCluster may run
@@ -380,7 +380,7 @@ def ship_problem_module(client, spec: str) -> str | None:
     """
     from distributed.diagnostics.plugin import UploadDirectory, UploadFile
 
-    found = _problem_module(spec)
+    found = _problem_module(problem_entry)
     if found is None:
         return None
     top, path = found

@@ -73,7 +73,7 @@ def study_record(study: Study) -> dict:
 
 def study_from_record(rec: dict) -> Study:
     """The ``Study`` of a ``study_record``; its problems are built when first asked for (``Instance.problem``)."""
-    from hbvm_core.methods import from_spec
+    from hbvm_core.methods import method_from_entry
     from hbvm_core.metrics import ErrorConvention
 
     cfg, where = rec["cfg"], f"studies.{rec['name']}"
@@ -89,7 +89,7 @@ def study_from_record(rec: dict) -> Study:
             i["period"],
             structure=i["structure"],
             probe=i["probe"],
-            source=cfg["problem"],
+            problem_entry=cfg["problem"],
             check_derivatives=check,
             where=f"{where}[{i['key']}]" if i["key"] else where,
         )  # fmt: skip
@@ -103,7 +103,7 @@ def study_from_record(rec: dict) -> Study:
             m["k"],
             m["s"],
             rows=[Row(**r) for r in m["rows"]],
-            method=from_spec(m["entry"]),
+            method=method_from_entry(m["entry"]),
             module=m["module"],
         )  # fmt: skip
         for m in rec["methods"]

@@ -166,13 +166,13 @@ ORDER_KEYS = {"e_s": ("q", "p"), "e_lambda": ("lam",), "e_hc": ("hc",)}
 
 def theoretical_order(method, var: str) -> float | None:
     """The order of ``var`` (e_s, e_lambda, e_hc) that ``method`` (a method object, or an entry for
-    ``from_spec``) declares in its ``orders`` ({"q": ..., "p": ..., "lam": ...}, None where unknown), or None
+    ``method_from_entry``) declares in its ``orders`` ({"q": ..., "p": ..., "lam": ...}, None where unknown), or None
     where it declares none."""
     if isinstance(method, dict):
-        from hbvm_core.methods import from_spec
+        from hbvm_core.methods import method_from_entry
 
         try:
-            method = from_spec(method)
+            method = method_from_entry(method)
         except Exception:  # an entry the study already checked; a method that cannot say has no order
             return None
     orders = getattr(method, "orders", None)
@@ -185,13 +185,13 @@ def theoretical_order(method, var: str) -> float | None:
     return float(min(values))
 
 
-def reference_order(study: Study, spec, var: str) -> tuple[float | None, str]:
+def reference_order(study: Study, study_method, var: str) -> tuple[float | None, str]:
     """(p, how) of a method's reference slope: its theoretical order ("theory"), else the study's
     ``expected_rates`` ("expected"), else (None, "")."""
-    p = theoretical_order(getattr(spec, "method", None) or spec.entry, var)
+    p = theoretical_order(getattr(study_method, "method", None) or study_method.entry, var)
     if p:
         return p, "theory"
-    p = _slope(study.expected_rates.get(var), spec.s)
+    p = _slope(study.expected_rates.get(var), study_method.s)
     return (p, "expected") if p else (None, "")
 
 
@@ -393,8 +393,8 @@ def _reference(study: Study, traj, times):
     from hbvm_core.references import reference_solution
 
     conv = study.convention
-    kind = "exact" if study.reference == "exact" else getattr(conv, "reference_kind", "auto")
-    return reference_solution(traj.problem, times, kind=kind)
+    reference_kind = "exact" if study.reference == "exact" else getattr(conv, "reference_kind", "auto")
+    return reference_solution(traj.problem, times, reference_kind=reference_kind)
 
 
 def _norm(study: Study):

@@ -35,17 +35,17 @@ def schema(path: str | os.PathLike | None = None) -> dict:
     path = Path(path) if path is not None else SCHEMA
     if not path.exists():
         raise ConfigError(f"config schema {str(path)!r} not found")
-    spec = copy.deepcopy(_schema(str(path)))
-    method = spec.get("$defs", {}).get("method")
+    doc = copy.deepcopy(_schema(str(path)))
+    method = doc.get("$defs", {}).get("method")
     if method is not None:
         method["properties"] = {**method_entry_keys(), **method.get("properties", {})}
-    study = spec.get("$defs", {}).get("study", {}).get("properties", {})
+    study = doc.get("$defs", {}).get("study", {}).get("properties", {})
     if "kind" in study and "plot" in study:  # the study kinds' registry (hbvm_workflow.kinds)
         from .kinds import KINDS, plot_names
 
         study["kind"]["enum"] = list(KINDS)
         study["plot"]["enum"] = plot_names()
-    return spec
+    return doc
 
 
 def method_entry_keys() -> dict[str, dict]:
@@ -65,12 +65,12 @@ def method_entry_keys() -> dict[str, dict]:
 
 def defaults(section: str) -> dict[str, Any]:
     """The schema's defaults of one section: ``top`` (top-level keys) or a ``$defs`` name (study, limits, ...)."""
-    spec = schema()
-    node = spec if section == "top" else spec.get("$defs", {}).get(section) or spec["properties"][section]
+    doc = schema()
+    node = doc if section == "top" else doc.get("$defs", {}).get(section) or doc["properties"][section]
     return {k: v["default"] for k, v in node.get("properties", {}).items() if isinstance(v, dict) and "default" in v}
 
 
-def _validator(spec: dict):
+def _validator(doc: dict):
     """A Draft 2020-12 validator that fills in each ``properties`` default it passes (as Snakemake's validate)."""
     import jsonschema
 
@@ -84,7 +84,7 @@ def _validator(spec: dict):
                     instance.setdefault(key, copy.deepcopy(sub["default"]))
         yield from check_properties(validator, props, instance, subschema)
 
-    return jsonschema.validators.extend(base, {"properties": properties})(spec)
+    return jsonschema.validators.extend(base, {"properties": properties})(doc)
 
 
 def validate_config(config: dict, schema_path: str | os.PathLike | None = None) -> dict:

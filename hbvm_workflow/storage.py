@@ -505,12 +505,14 @@ def corruption(path: str, attrs: dict | None = None, reader=None) -> tuple[str |
 
 
 def open_trajectory(path: str, load: bool = False):
-    """A trajectory (or errors) store as an xarray Dataset, after checking its chunk files.
+    """A run's store (its ``.zarr.zip``: the trajectory) as an xarray Dataset, after checking its chunk files.
+
+    A study's errors.zarr has its own readers: ``open_errors`` (by the study's name), ``open_errors_at``.
 
     Parameters
     ----------
     path : str
-        The store: a run's ``.zarr.zip`` file, or a ``.zarr`` folder (errors.zarr).
+        The run's store, a ``.zarr.zip`` file.
     load : bool
         Read every variable now. Otherwise the Dataset is lazy (``xr.open_zarr``), and a chunk
         that fails its checksum raises a Zarr error only when it is read.
@@ -525,6 +527,12 @@ def open_trajectory(path: str, load: bool = False):
         Naming the store and the array: a missing or truncated chunk (``require_intact``), or
         with ``load`` a chunk that fails its checksum.
     """
+    return _open_checked(path, load)
+
+
+def _open_checked(path: str, load: bool):
+    """The store at ``path`` (a run's or errors.zarr) as an xarray Dataset, its chunk files checked first
+    (``open_trajectory``, ``open_errors_at``)."""
     import xarray as xr
 
     require_intact(path)
@@ -722,7 +730,7 @@ def open_errors(study: str, results: str = "results"):
 
 def open_errors_at(path: str):
     """The errors store (errors.zarr) at ``path``, checked and loaded (``open_errors`` by a study's name)."""
-    return open_trajectory(path, load=True)
+    return _open_checked(path, load=True)
 
 
 def open_study(study: str, results: str = "results"):

@@ -1,7 +1,7 @@
 """Studies: a config entry -> (problem, method, h) jobs with stable ids, hashes and store paths.
 
 A study (config ``studies: <name>:``) names a problem, a list of method entries
-(each passed to ``hbvm_core.methods.from_spec``), an interval (``t_end`` or
+(each passed to ``hbvm_core.methods.method_from_entry``), an interval (``t_end`` or
 ``periods``), a step-size rule and an error convention (docs/method.md section 5).
 ``expand_study`` checks all of it and returns a ``Study`` whose ``rows`` are the
 table rows and whose ``jobs`` are the trajectories to compute: the rows' runs
@@ -103,8 +103,8 @@ class Job:
 
         return number_of_steps(self.h, self.t_end)
 
-    def spec(self) -> dict:
-        """Everything that determines the trajectory (the hash input): the config's entries, what the
+    def hash_input(self) -> dict:
+        """Everything that determines the trajectory (what ``hash`` hashes): the config's entries, what the
         problem computes and the identity of the numerics (``hbvm_core.fingerprint``). A problem of expressions
         counts by its name and fingerprint (its canonical expressions), not by the text of its mapping."""
         from hbvm_core.problems import problem_name
@@ -124,7 +124,7 @@ class Job:
 
     @property
     def hash(self) -> str:
-        return hashlib.sha256(json.dumps(self.spec(), sort_keys=True).encode()).hexdigest()[:16]
+        return hashlib.sha256(json.dumps(self.hash_input(), sort_keys=True).encode()).hexdigest()[:16]
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -209,7 +209,7 @@ class Instance:
     probe: str = field(default="", repr=False)
     #: what builds the problem when ``built`` is None: the config's problem, its check_derivatives and the
     #: study's key in messages
-    source: Any = field(default=None, repr=False, compare=False)
+    problem_entry: Any = field(default=None, repr=False, compare=False)
     check_derivatives: bool = field(default=True, repr=False, compare=False)
     where: str = field(default="", repr=False, compare=False)
     #: (structure, probe) once ``problem`` is known to be the planned identity (``checked``)
@@ -238,13 +238,13 @@ class Instance:
         """The instance's problem, built from the config once (``build_problem``: a study read from the plan
         builds it only where a job integrates or measures with it)."""
         if self.built is None:
-            self.built = build_problem(self.where, self.source, self.params, self.check_derivatives)
+            self.built = build_problem(self.where, self.problem_entry, self.params, self.check_derivatives)
         return self.built
 
 
 @dataclass
 class StudyMethod:
-    """A method of a study: its label, display name, from_spec entry and rows."""
+    """A method of a study: its label, display name, entry (for ``method_from_entry``) and rows."""
 
     label: str
     name: str
@@ -436,10 +436,10 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
     if not isinstance(cfg["methods"], list) or not cfg["methods"]:
         raise ConfigError(f"{where}.methods: expected a non-empty list of method entries")
     for i, raw in enumerate(cfg["methods"]):
-        spec = _method(f"{where}.methods[{i}]", raw, cfg, study.methods, [inst.problem for inst in instances])
+        study_method = _method(f"{where}.methods[{i}]", raw, cfg, study.methods, [inst.problem for inst in instances])
         for inst in instances:
-            _add_runs(study, spec, raw, f"{where}.methods[{i}]", inst)
-        study.methods.append(spec)
+            _add_runs(study, study_method, raw, f"{where}.methods[{i}]", inst)
+        study.methods.append(study_method)
     for inst in instances:
         _identify(study, inst)
     return study
@@ -536,7 +536,7 @@ def _convention(where: str, cfg: dict, problem) -> tuple[str, Any]:
 def _method(where: str, raw, cfg: dict, earlier: list[StudyMethod], problems=()) -> StudyMethod:
     """The StudyMethod of one method entry: its canonical (hashed) entry, its label and display name; ConfigError
     when one of ``problems`` lacks what the method needs (``Method.check_problem``)."""
-    from hbvm_core.methods import from_spec
+    from hbvm_core.methods import method_from_entry
 
     if not isinstance(raw, dict):
         raise ConfigError(f"{where} = {raw!r}: expected a mapping such as {{k: 2, s: 2}}")
@@ -548,7 +548,7 @@ def _method(where: str, raw, cfg: dict, earlier: list[StudyMethod], problems=())
         if isinstance(k, int) and isinstance(s, int) and k < s:
             raise ConfigError(f"{where}: k = {k} < s = {s}; HBVM(k, s) needs k >= s")
     try:
-        method = from_spec(entry)
+        method = method_from_entry(entry)
         for problem in problems:
             method.check_problem(problem)
     except (ConfigError, TypeError, ValueError) as exc:
@@ -610,7 +610,7 @@ def _combinations(grid: dict) -> list[dict]:
     return [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
 
 
-def _add_runs(study: Study, spec: StudyMethod, raw: dict, where: str, inst: Instance) -> None:
+def _add_runs(study: Study, study_method: StudyMethod, raw: dict, where: str, inst: Instance) -> None:
     """The rows of one method (its own step-size rule or the study's) for one problem instance and their
     jobs: the row's run and, for ``errors.reference: self``, its h/2 partner (of the same instance), each
     named (``layout.run_stem``) and hashed."""
@@ -620,10 +620,10 @@ def _add_runs(study: Study, spec: StudyMethod, raw: dict, where: str, inst: Inst
     cfg = study.cfg
     study_rule = {k: cfg[k] for k in STEP_KEYS if k in cfg}
     rule = {k: raw[k] for k in STEP_KEYS if k in raw} or study_rule
-    numerics = method_fingerprint(spec.entry)
+    numerics = method_fingerprint(study_method.entry)
     names: dict[str, float] = {}  # run name -> h: names must identify the runs
     for n, h, half in step_sizes(rule, inst.period, where if rule is not study_rule else f"studies.{study.name}"):
-        row = Row(label=spec.label, n=n, h=h, job="", combo=inst.key)
+        row = Row(label=study_method.label, n=n, h=h, job="", combo=inst.key)
         half_n = None if n is None else (n + 1 if "halvings" in rule else 2 * n)
         for hh, nn, role in ((h, n, "row"), (half, half_n, "partner")):
             if role == "partner" and study.reference != "self":
@@ -635,11 +635,11 @@ def _add_runs(study: Study, spec: StudyMethod, raw: dict, where: str, inst: Inst
                 raise ConfigError(f"{where}: {exc}{extra}") from None
             job = Job(
                 study=study.name,
-                label=spec.label,
-                name=spec.name,
+                label=study_method.label,
+                name=study_method.name,
                 problem=cfg["problem"],
                 params=dict(inst.params),
-                method=spec.entry,
+                method=study_method.entry,
                 h=hh,
                 t_end=inst.t_end,
                 save_every=int(cfg["save_every"]),
@@ -648,10 +648,10 @@ def _add_runs(study: Study, spec: StudyMethod, raw: dict, where: str, inst: Inst
                 chunk=int(cfg["chunk"]),
                 numerics_fingerprint=numerics,
                 combo=inst.key,
-                method_module=spec.module,
+                method_module=study_method.module,
             )
             job.run = run_stem(hh, nn)
-            job.store = store_path(study.results, study.name, spec.label, hh, nn, inst.key)
+            job.store = store_path(study.results, study.name, study_method.label, hh, nn, inst.key)
             if names.setdefault(job.run, hh) != hh:
                 raise ConfigError(
                     f"{where}: step sizes {names[job.run]!r} and {hh!r} get the same run name {job.run!r}; "
@@ -663,13 +663,14 @@ def _add_runs(study: Study, spec: StudyMethod, raw: dict, where: str, inst: Inst
             else:
                 row.partner = job.id
         _check_sampling(where, study.convention, study.reference, h, study.jobs[row.job], inst.period)
-        spec.rows.append(row)
+        study_method.rows.append(row)
 
 
-def build_problem(where: str, spec: str, params: dict, check_derivatives: bool = True):
-    """The study's problem from ``spec`` and ``params``; ConfigError with one line naming the study, the spec
-    and the exception when the module fails to import, the params do not fit the factory's signature
-    (bad params), or the factory raises (its own error, reported as such, whatever its type).
+def build_problem(where: str, problem_entry: str, params: dict, check_derivatives: bool = True):
+    """The study's problem from ``problem_entry`` (the config's ``problem``) and ``params``; ConfigError with one
+    line naming the study, the problem entry and the exception when the module fails to import, the params do
+    not fit the factory's signature (bad params), or the factory raises (its own error, reported as such,
+    whatever its type).
     ``check_derivatives``: the study's key; False skips ``hbvm_core.checks.check_derivatives``."""
     import inspect
 
@@ -677,13 +678,19 @@ def build_problem(where: str, spec: str, params: dict, check_derivatives: bool =
     from hbvm_core.checks import derivative_checks
     from hbvm_core.problems import resolve_factory
 
-    what = f"{where}.problem = {spec!r}" if isinstance(spec, str) else f"{where}.problem {spec.get('name')!r}"
+    what = (
+        f"{where}.problem = {problem_entry!r}"
+        if isinstance(problem_entry, str)
+        else f"{where}.problem {problem_entry.get('name')!r}"
+    )
     try:
-        factory = resolve_factory(spec)
+        factory = resolve_factory(problem_entry)
     except ConfigError as exc:
         raise ConfigError(f"{where}.{exc}") from None
     except Exception as exc:  # the module raised while importing (SyntaxError, NameError, ...)
-        raise ConfigError(f"{what}: importing {spec.partition(':')[0]!r} raised {type(exc).__name__}: {exc}") from None
+        raise ConfigError(
+            f"{what}: importing {problem_entry.partition(':')[0]!r} raised {type(exc).__name__}: {exc}"
+        ) from None
     try:
         inspect.signature(factory).bind(**params)
     except TypeError as exc:  # the factory's call signature does not take these params
@@ -732,12 +739,12 @@ def step_sizes(rule: dict, period: float | None, where: str) -> list[tuple[int |
     )
 
 
-def _divisions(spec, where: str) -> list[int]:
-    if isinstance(spec, dict):
-        unknown = set(spec) - {"start", "step", "stop"}
+def _divisions(value, where: str) -> list[int]:
+    if isinstance(value, dict):
+        unknown = set(value) - {"start", "step", "stop"}
         if unknown:
             raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r} (expected start, step, stop)")
-        start, step, stop = spec.get("start"), spec.get("step", 1), spec.get("stop")
+        start, step, stop = value.get("start"), value.get("step", 1), value.get("stop")
         for key, v in (("start", start), ("step", step), ("stop", stop)):
             if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
                 raise ConfigError(f"{where}.{key} = {v!r}: expected an integer >= 1")
@@ -745,12 +752,12 @@ def _divisions(spec, where: str) -> list[int]:
             raise ConfigError(f"{where}: stop = {stop} < start = {start}")
         ns = list(range(start, stop + 1, step))
     else:
-        ns = list(spec)
+        ns = list(value)
         for v in ns:
             if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
-                raise ConfigError(f"{where} = {spec!r}: expected integers >= 1")
+                raise ConfigError(f"{where} = {value!r}: expected integers >= 1")
     if len(set(ns)) != len(ns):
-        raise ConfigError(f"{where} = {spec!r}: repeated division")
+        raise ConfigError(f"{where} = {value!r}: repeated division")
     return sorted(ns)
 
 

@@ -71,13 +71,13 @@ def _load(job, cache: dict, problem, planned=None):
 
 def _recompute(job, problem, exc):
     """The trajectory of a run whose store was found damaged (``exc``: naming the store and the array, the store
-    set aside), computed again into its store (``runner.solve_job``); None if the run fails (its marker written).
+    set aside), computed again into its store (``worker.solve_job``); None if the run fails (its marker written).
     One line on the study's aggregate log (and the terminal) says so."""
     import logging
     import sys
 
-    from .runner import solve_job
     from .storage import load_trajectory
+    from .worker import solve_job
 
     array = f"array {exc.array}: " if exc.array else ""
     aside = f"; set aside as {exc.aside}" if getattr(exc, "aside", None) else ""
@@ -96,7 +96,7 @@ def study_rows(study: Study, workers: int = 1) -> list[dict]:
     ``workers`` > 1: the blocks (method, combination) are computed in that many processes forked from this
     one (where the platform forks; each reads its runs' stores), the rows put back in order.
     """
-    blocks = [(spec, inst) for spec in study.methods for inst in study.instances or [study.instance_of("")]]
+    blocks = [(sm, inst) for sm in study.methods for inst in study.instances or [study.instance_of("")]]
     if workers > 1 and len(blocks) > 1 and "fork" in multiprocessing.get_all_start_methods():
         from concurrent.futures import ProcessPoolExecutor
 
@@ -111,7 +111,7 @@ def study_rows(study: Study, workers: int = 1) -> list[dict]:
         finally:
             _FORKED_STUDY = None
     else:
-        parts = [_block_rows(study, spec, inst) for spec, inst in blocks]
+        parts = [_block_rows(study, study_method, inst) for study_method, inst in blocks]
     return [row for part in parts for row in part]
 
 
@@ -121,27 +121,27 @@ _FORKED_STUDY: Study | None = None
 
 def _forked_block(i: int) -> list[dict]:
     study = _FORKED_STUDY
-    blocks = [(spec, inst) for spec in study.methods for inst in study.instances or [study.instance_of("")]]
+    blocks = [(sm, inst) for sm in study.methods for inst in study.instances or [study.instance_of("")]]
     return _block_rows(study, *blocks[i])
 
 
-def _block_rows(study: Study, spec, inst) -> list[dict]:
+def _block_rows(study: Study, study_method, inst) -> list[dict]:
     from hbvm_core.metrics import at_roundoff, errors, rates, roundoff_scales
 
     rows: list[dict] = []
     cache: dict = {}
-    for r in (r for r in spec.rows if r.combo == inst.key):
+    for r in (r for r in study_method.rows if r.combo == inst.key):
         job = study.jobs[r.job]
         traj = _load(job, cache, inst.problem, inst.checked())
         partner = _load(study.jobs[r.partner], cache, inst.problem, inst.checked()) if r.partner else None
         row = {
             "problem": study.problem,
-            "k": spec.k,
-            "s": spec.s,
+            "k": study_method.k,
+            "s": study_method.s,
             "h": r.h,
             "study": study.name,
-            "method": spec.label,
-            "name": spec.name,
+            "method": study_method.label,
+            "name": study_method.name,
             "n": r.n,
             "t_end": inst.t_end,
             "status": "ok",
@@ -199,8 +199,8 @@ def run_timings(study: Study, rows: list[dict] | None = None) -> list[dict]:
     stored = {run: attrs for row in rows or () for run, attrs in row.get("_stored", {}).items()}
     out = []
     order = {inst.key: i for i, inst in enumerate(study.instances)}
-    for spec in study.methods:
-        jobs = (j for j in study.jobs.values() if j.label == spec.label)
+    for study_method in study.methods:
+        jobs = (j for j in study.jobs.values() if j.label == study_method.label)
         for job in sorted(jobs, key=lambda j: (order.get(j.combo, 0), -j.h)):
             attrs = stored.get(job.id) or read_attrs(job.store)
             status = "ok"
@@ -210,8 +210,8 @@ def run_timings(study: Study, rows: list[dict] | None = None) -> list[dict]:
             out.append(
                 {
                     "study": study.name,
-                    "method": spec.label,
-                    "name": spec.name,
+                    "method": study_method.label,
+                    "name": study_method.name,
                     "h": job.h,
                     "steps": job.steps,
                     "wall_s": math.nan if wall is None else float(wall),
@@ -465,11 +465,11 @@ def _describe(study: Study) -> str:
 
 def _blocks(study: Study, rows: list[dict]):
     """(heading, rows) per table block: one per method, and per grid combination in a study with a grid."""
-    for spec in study.methods:
+    for study_method in study.methods:
         for inst in study.instances or [study.instance_of("")]:
-            block = [r for r in rows if r["method"] == spec.label and r.get("combo", "") == inst.key]
-            heading = f"{spec.name}, {inst.key.replace(',', ', ')}" if inst.key else spec.name
-            yield spec, heading, block
+            block = [r for r in rows if r["method"] == study_method.label and r.get("combo", "") == inst.key]
+            heading = f"{study_method.name}, {inst.key.replace(',', ', ')}" if inst.key else study_method.name
+            yield study_method, heading, block
 
 
 def markdown_table(study: Study, rows: list[dict]) -> str:
@@ -624,33 +624,33 @@ def rows_from_outputs(study: Study, csv_path: str, zarr_path: str) -> list[dict]
     """The rows that ``compute_errors`` wrote, read back for the tables: the numbers, status and error of each row
     from errors.csv (floats written by repr, read back exactly), its grid combination from the study's rows (in the
     same order), the round-off flags from errors.zarr. ValueError if the files are not the study's rows."""
-    from .storage import open_trajectory
+    from .storage import open_errors_at
 
     expected = [
-        (spec, inst, r)
-        for spec in study.methods
+        (study_method, inst, r)
+        for study_method in study.methods
         for inst in study.instances or [study.instance_of("")]
-        for r in spec.rows
+        for r in study_method.rows
         if r.combo == inst.key
     ]
     with open(csv_path, newline="") as fh:
         found = list(csv.DictReader(fh))
     if len(found) != len(expected):
         raise ValueError(f"{csv_path}: {len(found)} rows, the study has {len(expected)}")
-    ds = open_trajectory(zarr_path, load=True)
+    ds = open_errors_at(zarr_path)
     labels = [str(x) for x in ds.scheme.values]
     hs = [float(x) for x in ds.h.values]
     rows = []
-    for (spec, inst, r), raw in zip(expected, found):
-        if raw["method"] != spec.label or float(raw["h"]) != r.h:
+    for (study_method, inst, r), raw in zip(expected, found):
+        if raw["method"] != study_method.label or float(raw["h"]) != r.h:
             where = f"row {raw['method']} h = {raw['h']}"
-            raise ValueError(f"{csv_path}: {where} where the study has {spec.label} h = {r.h}")
-        row: dict = {"method": spec.label, "h": r.h, "n": r.n, "combo": inst.key, **inst.values}
+            raise ValueError(f"{csv_path}: {where} where the study has {study_method.label} h = {r.h}")
+        row: dict = {"method": study_method.label, "h": r.h, "n": r.n, "combo": inst.key, **inst.values}
         row["status"], row["error"] = raw["status"], raw["error"]
         for key in NUMERIC:
             row[key] = float(raw[key]) if raw[key] != "" else math.nan
         grid_at = (values.index(inst.values[k]) for k, values in study.grid.items())
-        at = (labels.index(spec.label), hs.index(r.h), *grid_at)
+        at = (labels.index(study_method.label), hs.index(r.h), *grid_at)
         for flag in ROUNDOFF.values():
             row[flag] = bool(ds[flag].values[at])
         rows.append(row)

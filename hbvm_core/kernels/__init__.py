@@ -27,7 +27,7 @@ the cache. Importing this package does not import numba.
 
 from __future__ import annotations
 
-from .spec import Kernels, kernel
+from .callbacks import Kernels, kernel
 
 
 def uncached_loop(method, problem) -> str | None:

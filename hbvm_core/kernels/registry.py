@@ -48,7 +48,7 @@ import types
 from pathlib import Path
 
 from ..errors import ConfigError, ProblemError
-from .spec import Kernels, kernel
+from .callbacks import Kernels, kernel
 
 #: template name -> its file; the generated module of template T is <cache>/T_kernel_<hash>.py
 TEMPLATES = {name: Path(__file__).with_name(f"{name}.py") for name in ("hbvm", "polynomial", "rattle", "reference")}
@@ -343,10 +343,10 @@ def import_generated(stem: str, name: str, text: str) -> types.ModuleType:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(module_spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    module_spec.loader.exec_module(module)
     return module
 
 

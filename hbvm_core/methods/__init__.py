@@ -15,7 +15,8 @@ from .index_reduced import DOP853
 from .polynomial import PolynomialHBVM
 from .rattle import RATTLE
 
-# The registry, entry ``method`` -> class: ``from_spec`` looks the entry up here and lets the class check the rest.
+# The registry, entry ``method`` -> class: ``method_from_entry`` looks the entry up here and lets the class check
+# the rest.
 METHODS.update(
     {
         "hbvm": HBVMBase,  # multiplier: constant (HBVM) or polynomial (PolynomialHBVM)
@@ -36,7 +37,7 @@ __all__ = [
     "HBVMStepper",
     "Method",
     "PolynomialHBVM",
-    "from_spec",
+    "method_from_entry",
     "load_method_modules",
     "method_class",
     "method_label",
@@ -46,8 +47,8 @@ __all__ = [
 
 def method_class(entry: dict) -> type[Method] | None:
     """The registered class of a method entry (its ``method``, default hbvm), or None for an unknown one."""
-    kind = entry.get("method", "hbvm") if isinstance(entry, dict) else None
-    return METHODS.get(kind) if isinstance(kind, str) else None
+    name = entry.get("method", "hbvm") if isinstance(entry, dict) else None
+    return METHODS.get(name) if isinstance(name, str) else None
 
 
 def registered() -> list[type[Method]]:
@@ -72,7 +73,7 @@ def load_method_modules(names) -> list[str]:
     return list(names)
 
 
-def from_spec(spec: dict) -> Method:
+def method_from_entry(entry: dict) -> Method:
     """Build a method from a study's method entry.
 
     - ``{k: 6, s: 2}`` (optional solver, warm_start; multiplier: constant): HBVM(k, s), docs/method.md 3;
@@ -81,13 +82,13 @@ def from_spec(spec: dict) -> Method:
     - ``{method: dop853, rtol: 1e-8, atol: 1e-8, projection: false}`` (atol defaults to rtol);
     - ``{method: ida, rtol: 1e-8, atol: 1e-8}`` (atol defaults to rtol).
     """
-    if not isinstance(spec, dict):
-        raise ConfigError(f"method entry {spec!r}: expected a mapping such as {{k: 6, s: 2}}")
-    cls = method_class(spec)
-    spec = dict(spec)
-    kind = spec.pop("method", "hbvm")
+    if not isinstance(entry, dict):
+        raise ConfigError(f"method entry {entry!r}: expected a mapping such as {{k: 6, s: 2}}")
+    cls = method_class(entry)
+    entry = dict(entry)
+    name = entry.pop("method", "hbvm")
     if cls is None:
         names = list(METHODS)
-        hint = did_you_mean(kind, names)
-        raise ConfigError(f"method = {kind!r}: unknown method (expected {', '.join(names[:-1])} or {names[-1]}){hint}")
-    return cls.from_entry(spec)
+        hint = did_you_mean(name, names)
+        raise ConfigError(f"method = {name!r}: unknown method (expected {', '.join(names[:-1])} or {names[-1]}){hint}")
+    return cls.from_entry(entry)

@@ -100,7 +100,7 @@ class Method(ABC):
             cls.__repr__ = Method.__repr__
 
     def __repr__(self) -> str:
-        """One line: the display name, the label and the entry that rebuilds it (``from_spec``)."""
+        """One line: the display name, the label and the entry that rebuilds it (``method_from_entry``)."""
         try:
             entry, label = entry_text(self.entry()), self.label()
         except Exception:  # a half-built method (in an error message) still prints
@@ -118,7 +118,8 @@ class Method(ABC):
 
     @abstractmethod
     def entry(self) -> dict[str, Any]:
-        """The canonical method entry of this method (defaults left out): ``from_spec(m.entry())`` rebuilds it."""
+        """The canonical method entry of this method (defaults left out): ``method_from_entry(m.entry())`` rebuilds
+        it."""
 
     @abstractmethod
     def stepper(self, problem):

@@ -8,7 +8,7 @@ orders (``orders``: q, p, lambda) and what it conserves to round-off (``conserve
 
 from __future__ import annotations
 
-from . import from_spec, registered
+from . import method_from_entry, registered
 
 NAMES = {"H": "H", "g": "g", "hidden": "hidden constraint"}
 
@@ -34,7 +34,7 @@ def markdown() -> str:
     ]
     for cls in registered():
         for entry in cls.EXAMPLES:
-            method = from_spec(entry)
+            method = method_from_entry(entry)
             orders = method.orders
             if all(v is None for v in orders.values()):
                 claimed = "none: the error follows rtol"

@@ -19,44 +19,44 @@ BUILTIN: dict[str, Callable[[], Problem]] = {
 }
 
 
-def resolve_factory(spec: str | dict) -> Callable[..., Problem]:
+def resolve_factory(problem_entry: str | dict) -> Callable[..., Problem]:
     """The factory for a built-in name, a ``module.path:factory`` string or a mapping of expressions
     (``hbvm_core.expressions``: its keywords are the mapping's parameters)."""
-    if isinstance(spec, dict):
+    if isinstance(problem_entry, dict):
         from ..expressions import factory
 
-        return factory(spec)
-    if not isinstance(spec, str) or not spec:
-        raise ConfigError(f"problem = {spec!r}: expected a built-in name or 'module.path:factory'")
-    if spec in BUILTIN:
-        return BUILTIN[spec]
-    if ":" not in spec:
+        return factory(problem_entry)
+    if not isinstance(problem_entry, str) or not problem_entry:
+        raise ConfigError(f"problem = {problem_entry!r}: expected a built-in name or 'module.path:factory'")
+    if problem_entry in BUILTIN:
+        return BUILTIN[problem_entry]
+    if ":" not in problem_entry:
         raise ConfigError(
-            f"problem = {spec!r}: unknown problem; built-in problems are {', '.join(sorted(BUILTIN))}, "
-            "or give 'module.path:factory'" + did_you_mean(spec, BUILTIN)
+            f"problem = {problem_entry!r}: unknown problem; built-in problems are {', '.join(sorted(BUILTIN))}, "
+            "or give 'module.path:factory'" + did_you_mean(problem_entry, BUILTIN)
         )
-    module, _, attr = spec.partition(":")
+    module, _, attr = problem_entry.partition(":")
     try:
         mod = importlib.import_module(module)
     except ImportError as exc:
-        raise ConfigError(f"problem = {spec!r}: cannot import module {module!r} ({exc})") from None
+        raise ConfigError(f"problem = {problem_entry!r}: cannot import module {module!r} ({exc})") from None
     factory = getattr(mod, attr, None)
     if not callable(factory):
-        raise ConfigError(f"problem = {spec!r}: module {module!r} has no callable {attr!r}")
+        raise ConfigError(f"problem = {problem_entry!r}: module {module!r} has no callable {attr!r}")
     return factory
 
 
-def problem_name(spec: str | dict) -> str:
+def problem_name(problem_entry: str | dict) -> str:
     """The name of a problem as a config gives it: the string, or a mapping's ``name``."""
-    return str(spec.get("name", "?")) if isinstance(spec, dict) else spec
+    return str(problem_entry.get("name", "?")) if isinstance(problem_entry, dict) else problem_entry
 
 
-def get_problem(spec: str | dict, **params) -> Problem:
+def get_problem(problem_entry: str | dict, **params) -> Problem:
     """Build a built-in problem by name, a user problem from its factory, or a problem from expressions.
 
     Parameters
     ----------
-    spec : str or dict
+    problem_entry : str or dict
         A built-in name (``BUILTIN``: planar_pendulum, conical_pendulum, ...), ``"module.path:factory"``, or
         a mapping ``{name, coordinates, params, mass, potential, constraints, q0, p0, period, exact}``
         (``hbvm_core.expressions``; docs/configuration.md).
@@ -75,10 +75,10 @@ def get_problem(spec: str | dict, **params) -> Problem:
     ProblemError
         From the problem's own checks (shapes, consistent initial data).
     """
-    factory = resolve_factory(spec)
+    factory = resolve_factory(problem_entry)
     problem = factory(**params)
     if not isinstance(problem, Problem):
-        raise ConfigError(f"problem = {spec!r}: factory returned {type(problem).__name__}, expected a Problem")
+        raise ConfigError(f"problem = {problem_entry!r}: factory returned {type(problem).__name__}, expected a Problem")
     return problem
 
 

@@ -265,13 +265,13 @@ def test_the_shipped_profile_spreads_the_studies_over_the_compute_hosts(tmp_path
     for rule, _, jobid in submitted:
         assert jobid in jobs, f"squeue never showed the {rule} job {jobid}:\n{watch.report()}"
         job = jobs[jobid]
-        kind = "solve" if rule == "solve_study" else "aggregate"  # render takes resources.aggregate
+        resources = "solve" if rule == "solve_study" else "aggregate"  # render takes resources.aggregate
         assert job["comment"].startswith(f"rule_{rule}")
-        assert job["mem"] == f"{RESOURCES[kind]['mem_mb']}M"  # config resources.<rule>.mem_mb -> --mem
-        assert job["time"] == f"{RESOURCES[kind]['runtime']}:00"  # runtime (minutes) -> -t
+        assert job["mem"] == f"{RESOURCES[resources]['mem_mb']}M"  # config resources.<rule>.mem_mb -> --mem
+        assert job["time"] == f"{RESOURCES[resources]['runtime']}:00"  # runtime (minutes) -> -t
         assert "RUNNING" in job["states"] and job["states"][-1] == "COMPLETED"
         # threads -> --cpus-per-task: the solve job's local workers; aggregate and render: one
-        assert job["cpus"] == str(WORKERS if kind == "solve" else 1)
+        assert job["cpus"] == str(WORKERS if resources == "solve" else 1)
     assert "localrule all" in out  # only the target rule ran here
 
     # the two solve jobs ran side by side on the two compute hosts: each study's runs carry its job's host

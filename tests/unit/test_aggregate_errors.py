@@ -18,10 +18,10 @@ SCRIPT = Path(__file__).resolve().parents[2] / "workflow" / "scripts" / "aggrega
 
 @pytest.fixture
 def script(monkeypatch):
-    spec = importlib.util.spec_from_file_location("hbvm_aggregate_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    monkeypatch.setitem(sys.modules, spec.name, module)
+    module_spec = importlib.util.spec_from_file_location("hbvm_aggregate_script", SCRIPT)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    monkeypatch.setitem(sys.modules, module_spec.name, module)
     return module
 
 

@@ -91,7 +91,7 @@ def test_bad_integration_arguments(planar, call, exc, message):
 
 
 @pytest.mark.parametrize(
-    "spec,message",
+    "problem_entry,message",
     [
         ("no_such_problem", "problem = 'no_such_problem': unknown problem"),
         ("no_such_module:f", "cannot import module 'no_such_module'"),
@@ -99,9 +99,9 @@ def test_bad_integration_arguments(planar, call, exc, message):
         ("numpy:zeros", "factory returned"),
     ],
 )
-def test_bad_problem_spec(spec, message):
+def test_bad_problem_entry(problem_entry, message):
     with pytest.raises(ConfigError, match=message):
-        hc.get_problem(spec, **({"shape": 3} if spec == "numpy:zeros" else {}))
+        hc.get_problem(problem_entry, **({"shape": 3} if problem_entry == "numpy:zeros" else {}))
 
 
 @pytest.mark.parametrize(

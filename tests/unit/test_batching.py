@@ -1,4 +1,4 @@
-"""Batches of runs for the solve step (hbvm_workflow.batching, runner.solve_batch): every run once, sized by
+"""Batches of runs for the solve step (hbvm_workflow.batching, worker.solve_batch): every run once, sized by
 estimated work, balanced over the workers; one Dask task for many runs without one run's error stopping the rest."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import os
 import numpy as np
 
 from hbvm_core import get_problem, integrate
-from hbvm_core.methods import from_spec
+from hbvm_core.methods import method_from_entry
 from hbvm_workflow.batching import batches
-from hbvm_workflow.runner import solve_batch
 from hbvm_workflow.storage import load_trajectory, read_attrs
 from hbvm_workflow.study import expand_study
+from hbvm_workflow.worker import solve_batch
 
 
 def sweep(results, n: int = 60, grid: bool = False):
@@ -59,7 +59,7 @@ def test_a_batch_writes_each_run_as_solve_job_would_and_one_error_stops_nothing(
     problem = get_problem("planar_pendulum")
     for job in jobs[2:]:
         traj = load_trajectory(job.store, problem, job_hash=job.hash)
-        mem = integrate(problem, from_spec(job.method), job.h, job.t_end)
+        mem = integrate(problem, method_from_entry(job.method), job.h, job.t_end)
         np.testing.assert_array_equal(traj.q, mem.q)  # bit for bit
     # a batch retried after a lost worker does not compute its published runs again
     before = {j.store: os.stat(j.store).st_mtime_ns for j in jobs[2:]}

@@ -10,7 +10,7 @@ import pytest
 
 import hbvm_core as hc
 from hbvm_core.errors import ConfigError
-from hbvm_core.methods import from_spec
+from hbvm_core.methods import method_from_entry
 from hbvm_core.problems import BUILTIN
 from hbvm_workflow.__main__ import main
 from hbvm_workflow.config import load_studies
@@ -43,7 +43,7 @@ def test_problem_and_method_reprs():
     assert text.splitlines()[0] == "<hbvm_core.Problem> tethered_satellites"
     assert "m = 9, nu = 3, M identity" in text and "d2g" in text and len(text.splitlines()) <= 6
     assert repr(hc.HBVM(6, 2)) == "<hbvm_core.HBVM> HBVM(6,2), label hbvm_k6_s2, entry {method: hbvm, k: 6, s: 2}"
-    assert repr(from_spec({"method": "rattle"})).startswith("<hbvm_core.RATTLE> RATTLE, label rattle")
+    assert repr(method_from_entry({"method": "rattle"})).startswith("<hbvm_core.RATTLE> RATTLE, label rattle")
 
 
 def _study(**over):

@@ -17,8 +17,8 @@ import pytest
 
 from hbvm_core import HBVM, get_problem
 from hbvm_workflow import zipstore
-from hbvm_workflow.runner import DiskFull, run_to_store
 from hbvm_workflow.storage import FAILED, load_trajectory, store_status
+from hbvm_workflow.worker import DiskFull, run_to_store
 
 #: 10 000 steps of the planar pendulum in chunks of 1024 rows: about 0.6 MB of stores, written chunk by chunk
 H, T_END, CHUNK = 1e-3, 10.0, 1024

@@ -34,11 +34,11 @@ FIRST_STUDY = {
 def schema_keys() -> dict[str, list[str]]:
     from hbvm_workflow.schema import schema
 
-    spec = schema()  # schema.yaml with the method entry keys the registered methods declare
-    d = spec["$defs"]
-    resources = spec["properties"]["resources"]["additionalProperties"]["properties"]
+    doc = schema()  # schema.yaml with the method entry keys the registered methods declare
+    d = doc["$defs"]
+    resources = doc["properties"]["resources"]["additionalProperties"]["properties"]
     return {
-        "top level": list(spec["properties"]),
+        "top level": list(doc["properties"]),
         "resources": list(resources),
         "study": list(d["study"]["properties"]),
         "expected_rates": list(d["study"]["properties"]["expected_rates"]["properties"]),

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from hbvm_core.metrics import at_roundoff
-from hbvm_workflow.runner import solve_job
 from hbvm_workflow.storage import open_errors
 from hbvm_workflow.study import expand_study
 from hbvm_workflow.tables import aggregate
+from hbvm_workflow.worker import solve_job
 
 
 def _solved(tmp_path, name, cfg):

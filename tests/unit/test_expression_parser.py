@@ -38,9 +38,9 @@ def load(problem, **extra):
 
 
 def with_(**changes):
-    spec = copy.deepcopy(PENDULUM)
-    spec.update(changes)
-    return spec
+    mapping = copy.deepcopy(PENDULUM)
+    mapping.update(changes)
+    return mapping
 
 
 BAD = [
@@ -69,10 +69,10 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("spec,message", [c[1:] for c in BAD], ids=[c[0] for c in BAD])
-def test_bad_expressions_are_refused_with_one_line(spec, message):
+@pytest.mark.parametrize("mapping,message", [c[1:] for c in BAD], ids=[c[0] for c in BAD])
+def test_bad_expressions_are_refused_with_one_line(mapping, message):
     with pytest.raises(ConfigError) as info:
-        load(spec)
+        load(mapping)
     text = str(info.value)
     assert "\n" not in text and message in text, text
 

@@ -67,8 +67,8 @@ def test_another_hosts_round_off_keeps_the_identity(monkeypatch):
 
 
 def test_the_job_hashes_and_the_worker_check_ignore_round_off(monkeypatch, tmp_path):
-    from hbvm_workflow.runner import check_problem
     from hbvm_workflow.study import expand_study
+    from hbvm_workflow.worker import check_problem
 
     planned = expand_study("s", STUDY, results=str(tmp_path))
     other_host(monkeypatch, 4)
@@ -81,8 +81,8 @@ def test_the_job_hashes_and_the_worker_check_ignore_round_off(monkeypatch, tmp_p
 
 
 def test_values_moved_beyond_round_off_are_refused_by_the_worker_and_get_another_identity():
-    from hbvm_workflow.runner import check_problem
     from hbvm_workflow.study import Job
+    from hbvm_workflow.worker import check_problem
 
     planned, moved = line(1.0), line(1.0 + 1e-8)  # c is a constant of the source, not a param
     assert problem_fingerprint(planned) == problem_fingerprint(moved)  # the structure alone is the same

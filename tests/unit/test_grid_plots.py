@@ -9,7 +9,7 @@ import pytest
 
 from hbvm_workflow import plots
 from hbvm_workflow.config import load_studies
-from hbvm_workflow.runner import solve_job
+from hbvm_workflow.worker import solve_job
 
 LENGTHS = [1.0, 2.0]
 CONICAL = {

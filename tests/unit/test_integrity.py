@@ -17,7 +17,6 @@ from _stores import Q_CHUNK, group_doc, rewrite, set_group_doc
 
 from hbvm_core import HBVM, get_problem
 from hbvm_core.fingerprint import problem_fingerprint
-from hbvm_workflow.runner import run_to_store
 from hbvm_workflow.storage import (
     FORMAT,
     StoreError,
@@ -25,12 +24,14 @@ from hbvm_workflow.storage import (
     clean_temporaries,
     damage,
     load_trajectory,
+    open_errors_at,
     open_trajectory,
     read_attrs,
     store_status,
     write_dataset,
 )
 from hbvm_workflow.verify import verify
+from hbvm_workflow.worker import run_to_store
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -140,10 +141,10 @@ def test_a_store_from_an_older_version_is_stale_and_never_loaded(store, planar):
 
 
 def test_a_store_never_runs_what_its_attrs_name(store, planar, tmp_path):
-    """problem_spec / method_entry in the attrs are data: edited to os:system, nothing runs."""
+    """problem_entry / method_entry in the attrs are data: edited to os:system, nothing runs."""
     marker = tmp_path / "marker"
     doc = group_doc(store)
-    attrs = {"problem_spec": "os:system", "problem_params": {"command": f"touch {marker}"}, "method_entry": {"k": 2}}
+    attrs = {"problem_entry": "os:system", "problem_params": {"command": f"touch {marker}"}, "method_entry": {"k": 2}}
     doc["attributes"].update(attrs)
     set_group_doc(store, doc)
     traj = load_trajectory(store, planar)
@@ -157,7 +158,7 @@ def test_errors_dataset_is_checksummed_and_recorded(tmp_path):
     path = str(tmp_path / "errors.zarr")
     write_dataset(xr.Dataset({"e_s": (("method", "h"), np.ones((2, 3)))}), path)
     assert damage(path) is None and sorted(read_attrs(path)["chunks"]) == ["e_s"]
-    assert float(open_trajectory(path, load=True).e_s.sum()) == 6.0
+    assert float(open_errors_at(path).e_s.sum()) == 6.0
     chunk = os.path.join(path, "e_s", "c", "0", "0")
     with open(chunk, "r+b") as fh:
         data = bytearray(fh.read())
@@ -165,10 +166,10 @@ def test_errors_dataset_is_checksummed_and_recorded(tmp_path):
         fh.seek(0)
         fh.write(data)
     with pytest.raises(StoreError, match="errors.zarr: array e_s: unreadable"):
-        open_trajectory(path, load=True)
+        open_errors_at(path)
     os.remove(chunk)
     with pytest.raises(StoreError, match="errors.zarr: array e_s: chunk c/0/0 missing"):
-        open_trajectory(path)
+        open_errors_at(path)
 
 
 def test_verify_command(store, tmp_path):

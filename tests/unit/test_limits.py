@@ -8,8 +8,8 @@ import pytest
 
 from hbvm_core.errors import ConfigError
 from hbvm_workflow.config import defaults, load_studies
-from hbvm_workflow.runner import run_to_store
 from hbvm_workflow.study import check_limits, expand_study
+from hbvm_workflow.worker import run_to_store
 
 LIMITS = defaults("limits")
 
@@ -30,14 +30,14 @@ def test_the_estimated_size_is_the_size_of_the_store_written(tmp_path):
     """stored_bytes counts what storage.ZarrSink writes (uncompressed): the arrays' sizes, exactly."""
     import zarr
 
-    from hbvm_core.methods import from_spec
+    from hbvm_core.methods import method_from_entry
     from hbvm_core.problems import get_problem
 
     for name, save_every in (("planar_pendulum", 1), ("tethered_satellites", 3)):
         cfg = config(tmp_path, problem=name, save_every=save_every, h=[0.05])
         study = expand_study("s", cfg["studies"]["s"], results=str(tmp_path))
         job = next(iter(study.jobs.values()))
-        problem, method = get_problem(name), from_spec(job.method)
+        problem, method = get_problem(name), method_from_entry(job.method)
         run_to_store(job.store, problem, method, job.h, job.t_end, save_every=save_every, backend="numpy")
         g = zarr.open_group(zarr.storage.ZipStore(job.store, mode="r"), mode="r")
         written = sum(a.nbytes for _, a in g.arrays())

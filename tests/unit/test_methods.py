@@ -9,7 +9,7 @@ import pytest
 
 import hbvm_core as hc
 from hbvm_core.errors import ConfigError
-from hbvm_core.methods import DOP853, HBVM, METHODS, RATTLE, Method, PolynomialHBVM, from_spec, method_label
+from hbvm_core.methods import DOP853, HBVM, METHODS, RATTLE, Method, PolynomialHBVM, method_from_entry, method_label
 
 ENTRIES = [
     ({"k": 6, "s": 2}, HBVM, "hbvm_k6_s2", "HBVM(6,2)"),
@@ -24,10 +24,10 @@ ENTRIES = [
 
 @pytest.mark.parametrize("entry,cls,label,name", ENTRIES, ids=[e[2] for e in ENTRIES])
 def test_every_method_implements_the_interface(entry, cls, label, name):
-    method = from_spec(entry)
+    method = method_from_entry(entry)
     assert type(method) is cls and isinstance(method, Method)
     assert method.name == name and method.label() == label == method_label(entry)
-    assert from_spec(method.entry()) == method
+    assert method_from_entry(method.entry()) == method
     assert method.attrs()["method"] == entry.get("method", "hbvm")
 
 
@@ -42,7 +42,7 @@ def test_compiled_runner_is_none_where_there_is_no_compiled_loop(planar):
 def test_registry_names_the_methods_in_its_error():
     assert set(METHODS) == {"hbvm", "rattle", "dop853", "ida"}
     with pytest.raises(ConfigError, match=r"method = 'euler': unknown method \(expected hbvm, rattle, dop853 or ida\)"):
-        from_spec({"method": "euler"})
+        method_from_entry({"method": "euler"})
 
 
 def test_the_schema_method_entry_is_built_from_what_the_methods_declare(monkeypatch):
@@ -69,4 +69,4 @@ def test_the_schema_method_entry_is_built_from_what_the_methods_declare(monkeypa
     bad = {"studies": {"s": {**study, "methods": [{"method": "damped", "theta": -1}]}}}
     with pytest.raises(ConfigError, match=r"methods\[0\]\.theta = -1"):
         validate_config(bad)
-    assert from_spec({"method": "damped", "theta": 0.25}).theta == 0.25
+    assert method_from_entry({"method": "damped", "theta": 0.25}).theta == 0.25

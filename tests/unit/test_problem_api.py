@@ -8,7 +8,7 @@ from user_problems import double_pendulum
 
 import hbvm_core as hc
 from hbvm_core.errors import ConfigError, ProblemError
-from hbvm_core.methods import from_spec
+from hbvm_core.methods import method_from_entry
 from hbvm_workflow.study import expand_study
 
 
@@ -20,7 +20,7 @@ def _with_mass(M, m1=1.0, m2=2.0):
 
 
 def _run(pb):
-    return hc.integrate(pb, from_spec({"k": 2, "s": 2}), 0.05, 0.5, backend="numpy")
+    return hc.integrate(pb, method_from_entry({"k": 2, "s": 2}), 0.05, 0.5, backend="numpy")
 
 
 @pytest.mark.parametrize("form", ["vector", "scalar"])

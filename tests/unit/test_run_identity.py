@@ -12,9 +12,9 @@ import pytest
 
 from hbvm_core import HBVM, get_problem
 from hbvm_core.references import _CACHE, reference_solution
-from hbvm_workflow.runner import run_to_store, solve_job
 from hbvm_workflow.storage import load_trajectory, read_attrs
 from hbvm_workflow.study import expand_study
+from hbvm_workflow.worker import run_to_store, solve_job
 
 BASE = {
     "problem": "planar_pendulum",
@@ -89,7 +89,7 @@ def test_the_reference_cache_keeps_instances_apart():
         _CACHE.clear()
         for gravity in order:
             pb = get_problem("planar_pendulum", gravity=gravity, theta_dot0=0.5)
-            q, p, lam = reference_solution(pb, times, kind="ode")
+            q, p, lam = reference_solution(pb, times, reference_kind="ode")
             qx, px, lx = pb.exact(times)
             # DOP853 at rtol = atol = 1e-13 over 3 time units of an O(1) solution: 1e-9 is far above its error
             # and far below the distance between the two instances (O(1))

@@ -8,8 +8,8 @@ import platform
 
 import pytest
 
-from hbvm_workflow.runner import solve_job
 from hbvm_workflow.study import expand_study
+from hbvm_workflow.worker import solve_job
 
 STUDY = {
     "problem": "planar_pendulum",

@@ -12,7 +12,6 @@ import xarray as xr
 from zarr.storage import ZipStore
 
 from hbvm_core import HBVM, get_problem, integrate
-from hbvm_workflow.runner import run_to_store
 from hbvm_workflow.storage import (
     StoreMismatchError,
     ZarrSink,
@@ -25,6 +24,7 @@ from hbvm_workflow.storage import (
     saved_rows,
     store_status,
 )
+from hbvm_workflow.worker import run_to_store
 
 
 @pytest.fixture(scope="module")

@@ -175,7 +175,7 @@ def test_a_user_problem_by_module_path(tmp_path, monkeypatch):
 
 
 def test_warm_up_runs_one_step_per_distinct_problem_and_method():
-    from hbvm_workflow.runner import warm_up
+    from hbvm_workflow.worker import warm_up
 
     st = expand_study("s", small(methods=[{"k": 1, "s": 1}, {"k": 2, "s": 2}], h=[0.1, 0.05, 0.025], backend="numpy"))
     assert len(st.jobs) == 6 and warm_up(st.jobs.values()) == 2
@@ -226,7 +226,7 @@ def test_solve_workers_size_a_solve_job_by_its_estimated_work(published):
 
 WARM_SCRIPT = """
 import json
-from hbvm_workflow.runner import _uncached_loops, warm_up
+from hbvm_workflow.worker import _uncached_loops, warm_up
 from hbvm_workflow.study import Job
 
 def job(problem, k, s, h):
@@ -235,9 +235,9 @@ def job(problem, k, s, h):
 jobs = [job("planar_pendulum", 1, 1, 0.1), job("planar_pendulum", 2, 2, 0.1), job("tethered_satellites", 6, 2, 0.1)]
 cold = sorted(j.problem for j in _uncached_loops(jobs))
 n = warm_up(jobs, processes=2)
-from hbvm_core.methods import from_spec
+from hbvm_core.methods import method_from_entry
 from hbvm_core.problems import get_problem
-loops = [from_spec(j.method).compiled_runner(get_problem(j.problem)).module.run_chunk for j in jobs]
+loops = [method_from_entry(j.method).compiled_runner(get_problem(j.problem)).module.run_chunk for j in jobs]
 stats = [(len(f.stats.cache_hits), len(f.stats.cache_misses)) for f in loops]
 print(json.dumps({"cold": cold, "n": n, "after": len(_uncached_loops(jobs)), "stats": stats}))
 """

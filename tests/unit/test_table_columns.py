@@ -28,19 +28,19 @@ def made_up_rows(study) -> list[dict]:
     """One row per (method, n): e_s = 1.1e-2 ..., each error column with its own leading digits; rates likewise;
     no rate in a method's first row."""
     rows = []
-    for mi, spec in enumerate(study.methods):
-        for r in spec.rows:
+    for mi, study_method in enumerate(study.methods):
+        for r in study_method.rows:
             n = r.n
             scale = 10.0 ** -(n + 2 * mi + 2)
             rows.append(
                 {
                     "problem": "planar_pendulum",
-                    "k": spec.k,
-                    "s": spec.s,
+                    "k": study_method.k,
+                    "s": study_method.s,
                     "h": r.h,
                     "study": study.name,
-                    "method": spec.label,
-                    "name": spec.name,
+                    "method": study_method.label,
+                    "name": study_method.name,
                     "n": n,
                     "t_end": 1.0,
                     "status": "ok",
@@ -62,8 +62,8 @@ def made_up_rows(study) -> list[dict]:
     return rows
 
 
-@pytest.mark.parametrize("kind", ["md", "tex", "html"])
-def test_each_table_column_is_its_errors_csv_column(kind, tmp_path):
+@pytest.mark.parametrize("table_format", ["md", "tex", "html"])
+def test_each_table_column_is_its_errors_csv_column(table_format, tmp_path):
     study = expand_study("cols", dict(CFG))
     rows = made_up_rows(study)
     write_csv(rows, str(tmp_path / "errors.csv"), COLUMNS + EXTRA)
@@ -73,7 +73,7 @@ def test_each_table_column_is_its_errors_csv_column(kind, tmp_path):
         "md": (markdown_table(study, rows), markdown_blocks),
         "tex": (latex_table(study, rows), latex_blocks),
         "html": (html_table(study, rows), html_blocks),
-    }[kind]
+    }[table_format]
     checked = check_blocks(parse(text), csv_rows, study.row_label)
     # 6 rows x 5 errors, and 4 rows with rates x 3 rates, and the two labels of each row (n, and h beside it)
     assert checked == 6 * 5 + 4 * 3 + 6 * 2

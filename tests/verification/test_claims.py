@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import hbvm_core as hc
-from hbvm_core.methods import from_spec, registered
+from hbvm_core.methods import method_from_entry, registered
 from hbvm_core.metrics import ROUNDOFF_ULPS, at_roundoff, rates
 
 EPS = np.finfo(float).eps
@@ -55,14 +55,16 @@ def _drift(traj) -> dict[str, float]:
     }
 
 
-@pytest.mark.parametrize("cls,entry", CASES, ids=[f"{c.__name__}-{from_spec(e).label()}" for c, e in CASES])
+@pytest.mark.parametrize("cls,entry", CASES, ids=[f"{c.__name__}-{method_from_entry(e).label()}" for c, e in CASES])
 def test_a_method_keeps_its_declared_claims(planar, cls, entry):
-    method = from_spec(entry)
+    method = method_from_entry(entry)
     assert type(method) is cls and set(method.orders) == {"q", "p", "lam"}
     assert method.conserves <= {"H", "g", "hidden"}
     if all(order is None for order in method.orders.values()):  # a tolerance method: the error follows rtol
         # output step 1: DOP853 projected and restarted at each output step is at round-off for shorter ones
-        runs = [hc.integrate(planar, from_spec({**entry, "rtol": tol, "atol": tol}), 1.0, T_END) for tol in TOLS]
+        runs = [
+            hc.integrate(planar, method_from_entry({**entry, "rtol": tol, "atol": tol}), 1.0, T_END) for tol in TOLS
+        ]
         loose, tight = (_errors(planar, traj)["state"] for traj in runs)
         assert tight < loose / 30, (loose, tight)  # 1000x the tolerance: at least 30x the accuracy
     else:

@@ -10,7 +10,7 @@ import pytest
 from user_problems import double_pendulum
 
 import hbvm_core as hc
-from hbvm_core.methods import from_spec
+from hbvm_core.methods import method_from_entry
 from hbvm_core.problems import pendulum, spherical, tethered
 
 EPS = np.finfo(float).eps
@@ -89,23 +89,25 @@ METHODS = {
 H = 0.05
 
 
-def from_mapping(spec):
-    return hc.get_problem(spec)
+def from_mapping(mapping):
+    return hc.get_problem(mapping)
 
 
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
 @pytest.mark.parametrize("method", list(METHODS))
 @pytest.mark.parametrize("case", list(CASES))
 def test_expressions_match_the_hand_written_problem(case, method, backend):
-    spec, hand = CASES[case]
-    ours, theirs = from_mapping(spec), hand()
+    mapping, hand = CASES[case]
+    ours, theirs = from_mapping(mapping), hand()
     entry, steps = METHODS[method]
-    if backend == "numba" and from_spec(dict(entry)).compiled_runner(ours) is None:
+    if backend == "numba" and method_from_entry(dict(entry)).compiled_runner(ours) is None:
         assert method == "hbvm-polynomial" and ours.M is not None  # the only combination without a compiled loop
         pytest.skip("the compiled loop of the polynomial multiplier takes M = I only")
-    a = hc.integrate(ours, from_spec(dict(entry)), H, steps * H, backend=backend)
+    a = hc.integrate(ours, method_from_entry(dict(entry)), H, steps * H, backend=backend)
     # the hand-written double pendulum has numpy callbacks only: the compiled expressions are compared to them
-    b = hc.integrate(theirs, from_spec(dict(entry)), H, steps * H, backend=backend if theirs.kernels else "numpy")
+    b = hc.integrate(
+        theirs, method_from_entry(dict(entry)), H, steps * H, backend=backend if theirs.kernels else "numpy"
+    )
     scale = max(1.0, np.abs(b.y()).max())
     if method == "ida":
         # IDA chooses its own steps: a round-off difference may change one step-size decision, so the two
@@ -123,8 +125,8 @@ def test_expressions_match_the_hand_written_problem(case, method, backend):
 @pytest.mark.parametrize("case", list(CASES))
 def test_derivatives_and_multiplier_match(case):
     """grad U, G, d2g and lambda(q, p) (numpy and compiled) against the hand-written ones at q0 and off q0."""
-    spec, hand = CASES[case]
-    ours, theirs = from_mapping(spec), hand()
+    mapping, hand = CASES[case]
+    ours, theirs = from_mapping(mapping), hand()
     rng = np.random.default_rng(1)
     Q = ours.q0[None, :] + np.vstack([np.zeros(ours.m), 0.1 * rng.standard_normal((3, ours.m))])
     V = rng.standard_normal(Q.shape)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import hbvm_core as hc
-from hbvm_core.methods import from_spec
+from hbvm_core.methods import method_from_entry
 
 M = np.array([[2.0, 0.5], [0.5, 1.0]])
 H_STEP, T_END = 0.1, 5.0
@@ -38,7 +38,7 @@ def check_invariants(run, steps: int) -> None:
 
 
 def test_constant_multiplier_compiled_against_numpy(problem):
-    method = from_spec({"k": 2, "s": 2})
+    method = method_from_entry({"k": 2, "s": 2})
     ref = hc.integrate(problem, method, H_STEP, T_END, backend="numpy")
     traj = hc.integrate(problem, method, H_STEP, T_END, backend="numba")
     assert traj.attrs["backend"] == "numba" and ref.attrs["backend"] == "numpy"
@@ -54,7 +54,7 @@ def test_constant_multiplier_compiled_against_numpy(problem):
 def test_polynomial_multiplier_keeps_the_invariants(problem):
     """The polynomial multiplier's compiled loop takes a full M too (by its Cholesky factor): both backends
     keep the invariants."""
-    method = from_spec({"k": 4, "s": 2, "multiplier": "polynomial"})
+    method = method_from_entry({"k": 4, "s": 2, "multiplier": "polynomial"})
     assert method.compiled_runner(problem) is not None
     for backend in ("numba", "numpy"):
         run = hc.integrate(problem, method, H_STEP, T_END, backend=backend)

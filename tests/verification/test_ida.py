@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import hbvm_core as hc
-from hbvm_core.methods import IDA, from_spec, method_label
+from hbvm_core.methods import IDA, method_from_entry, method_label
 
 # find_spec, not importorskip: importing sksundae while collecting made a later in-process Dask cluster test hang
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("sksundae") is None, reason="needs scikit-sundae")
@@ -45,19 +45,19 @@ def test_run_stores_q_p_lam_like_any_method(tethered):
     assert np.abs(traj.g()).max() < 1e-6 and traj.iterations.min() > 0
 
 
-def test_spec_label_and_bad_values():
-    m = from_spec({"method": "ida", "rtol": 1e-8})
+def test_entry_label_and_bad_values():
+    m = method_from_entry({"method": "ida", "rtol": 1e-8})
     assert m.tolerances == (1e-8, 1e-8) and m.name == "IDA(1e-08)" and m.label() == "ida_rtol1e-08"
     assert method_label({"method": "ida", "rtol": 1e-8}) == "ida_rtol1e-08"
-    assert from_spec(m.entry()) == m
-    assert from_spec({"method": "ida", "rtol": 1e-8, "atol": 1e-12}).tolerances[1] == 1e-12
-    for spec, key in [
+    assert method_from_entry(m.entry()) == m
+    assert method_from_entry({"method": "ida", "rtol": 1e-8, "atol": 1e-12}).tolerances[1] == 1e-12
+    for entry, key in [
         ({"method": "ida", "rtol": 0}, "rtol = 0"),
         ({"method": "ida", "rtol": 1e-8, "atol": "x"}, "atol = 'x'"),
         ({"method": "ida", "rtol": 1e-8, "projection": True}, "'projection'"),
     ]:
         with pytest.raises(hc.ConfigError, match=key):
-            from_spec(spec)
+            method_from_entry(entry)
 
 
 def test_missing_package_is_one_clear_config_error(planar, monkeypatch):
@@ -74,8 +74,8 @@ def test_missing_package_is_one_clear_config_error(planar, monkeypatch):
 
 
 def test_study_job_with_ida_solves(tmp_path):
-    from hbvm_workflow.runner import solve_job
     from hbvm_workflow.study import expand_study
+    from hbvm_workflow.worker import solve_job
 
     cfg = {
         "problem": "planar_pendulum",

@@ -5,7 +5,7 @@ import pytest
 from scipy.integrate import solve_ivp
 
 import hbvm_core as hc
-from hbvm_core.methods import DOP853, from_spec
+from hbvm_core.methods import DOP853, method_from_entry
 
 
 def _state_error(problem, traj):
@@ -44,15 +44,15 @@ def test_projection_keeps_constraints_at_roundoff_and_reports_lambda(tethered):
     np.testing.assert_allclose(traj.lam, tethered.multiplier(traj.q[:-1], traj.p[:-1]), rtol=1e-14, atol=1e-15)
 
 
-def test_from_spec_and_bad_values():
-    m = from_spec({"method": "dop853", "rtol": 1e-8, "projection": True})
+def test_from_entry_and_bad_values():
+    m = method_from_entry({"method": "dop853", "rtol": 1e-8, "projection": True})
     assert m.tolerances == (1e-8, 1e-8) and m.projection and m.name == "DOP853(1e-08)-proj"
-    assert from_spec({"method": "dop853", "rtol": 1e-8, "atol": 1e-12}).attrs()["atol"] == 1e-12
-    for spec, key in [
+    assert method_from_entry({"method": "dop853", "rtol": 1e-8, "atol": 1e-12}).attrs()["atol"] == 1e-12
+    for entry, key in [
         ({"method": "dop853", "rtol": 0}, "rtol = 0"),
         ({"method": "dop853", "rtol": 1e-8, "atol": "x"}, "atol = 'x'"),
         ({"method": "dop853", "rtol": 1e-8, "projection": "yes"}, "projection = 'yes'"),
         ({"method": "dop853", "rtol": 1e-8, "k": 2}, "'k'"),
     ]:
         with pytest.raises(hc.ConfigError, match=key):
-            from_spec(spec)
+            method_from_entry(entry)

@@ -109,7 +109,7 @@ def test_uncompensated_and_saved_every_nth_step_match(planar):
 
 
 class RecordingSink(MemorySink):
-    """The in-memory sink, recording the (kind, start, rows) of every chunk it receives."""
+    """The in-memory sink, recording the (array group, start, rows) of every chunk it receives."""
 
     def __init__(self):
         super().__init__()
@@ -133,8 +133,8 @@ def test_chunked_emission_is_the_same_as_numpy(conical):
     a, b = sinks["numpy"], sinks["numba"]
     assert sorted(a.calls) == sorted(b.calls)
     assert max(rows for _, _, rows in b.calls) == 7
-    for kind in ("points", "steps"):  # contiguous chunks
-        starts = [(s0, r) for k, s0, r in b.calls if k == kind]
+    for group in ("points", "steps"):  # contiguous chunks
+        starts = [(s0, r) for g, s0, r in b.calls if g == group]
         assert all(s1 == s0 + r for (s0, r), (s1, _) in zip(starts, starts[1:]))
     xa, xb = a.arrays(3, 1), b.arrays(3, 1)
     for key in xa:

@@ -6,7 +6,7 @@ from _util import fitted_order, round_off
 
 import hbvm_core as hc
 from hbvm_core.kernels import Kernels, kernel
-from hbvm_core.methods import HBVM, PolynomialHBVM, from_spec
+from hbvm_core.methods import HBVM, PolynomialHBVM, method_from_entry
 
 EPS = np.finfo(float).eps
 
@@ -82,12 +82,12 @@ def test_plain_step_is_symmetric(tethered):
     np.testing.assert_allclose(p0 + dp + dp2, p0, atol=1e-14)
 
 
-def test_from_spec_entries():
-    m = from_spec({"k": 6, "s": 3, "multiplier": "polynomial", "projection": True})
+def test_method_from_entry():
+    m = method_from_entry({"k": 6, "s": 3, "multiplier": "polynomial", "projection": True})
     assert isinstance(m, PolynomialHBVM) and m.projection and m.name == "HBVM(6,3)-poly-proj"
     assert m.attrs()["multiplier"] == "polynomial"
-    assert isinstance(from_spec({"k": 6, "s": 2, "multiplier": "constant"}), HBVM)
-    for spec, key in [
+    assert isinstance(method_from_entry({"k": 6, "s": 2, "multiplier": "constant"}), HBVM)
+    for entry, key in [
         ({"k": 6, "s": 2, "projection": True}, "projection = True"),
         ({"k": 6, "s": 2, "multiplier": "linear"}, "multiplier = 'linear'"),
         ({"k": 6, "s": 2, "multiplier": "polynomial", "solver": "blended"}, "solver = 'blended'"),
@@ -95,7 +95,7 @@ def test_from_spec_entries():
         ({"k": 6, "s": 2, "multiplier": "polynomial", "projection": 1}, "projection = 1"),
     ]:
         with pytest.raises(hc.ConfigError, match=key):
-            from_spec(spec)
+            method_from_entry(entry)
 
 
 @pytest.mark.slow

@@ -66,7 +66,7 @@ def test_references_agree(planar):
     """The closed form, the ODE reference and the published HBVM(12,6) theta reference agree."""
     t = np.linspace(0, 10, 101)
     exact = planar.exact(t)
-    for kind in ("ode", "hbvm"):
-        ref = hc.references.reference_solution(planar, t, kind=kind)
+    for reference_kind in ("ode", "hbvm"):
+        ref = hc.references.reference_solution(planar, t, reference_kind=reference_kind)
         for a, b in zip(exact, ref):
             np.testing.assert_allclose(a, b, atol=1e-11)

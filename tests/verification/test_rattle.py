@@ -8,7 +8,7 @@ from _util import fitted_order
 
 import hbvm_core as hc
 from hbvm_core.kernels import kernel
-from hbvm_core.methods import DOP853, HBVM, RATTLE, from_spec
+from hbvm_core.methods import DOP853, HBVM, RATTLE, method_from_entry
 from hbvm_core.problems.pendulum import theta_to_planar
 
 #: the unit round-off of float64
@@ -96,12 +96,12 @@ def test_rattle_is_symmetric_and_handles_several_constraints(tethered):
     np.testing.assert_allclose(p1 + dp2, p0, atol=1e-14)
 
 
-def test_rattle_from_spec_and_bad_keys():
-    assert from_spec({"method": "rattle"}).name == "RATTLE"
+def test_rattle_from_entry_and_bad_keys():
+    assert method_from_entry({"method": "rattle"}).name == "RATTLE"
     with pytest.raises(hc.ConfigError, match="'k'"):
-        from_spec({"method": "rattle", "k": 2})
+        method_from_entry({"method": "rattle", "k": 2})
     with pytest.raises(hc.ConfigError, match="'leapfrog'"):
-        from_spec({"method": "leapfrog"})
+        method_from_entry({"method": "leapfrog"})
 
 
 def test_rattle_reports_a_diverging_newton_iteration(planar):

@@ -28,7 +28,7 @@ from _reliability import csv_dicts, snakemake, write_config
 
 import hbvm_core as hc
 from hbvm_core.errors import ConvergenceError, NonFiniteError
-from hbvm_core.methods import from_spec
+from hbvm_core.methods import method_from_entry
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +54,7 @@ NUMBERS = ("e_s", "rate_s", "e_lambda", "rate_lambda", "e_H", "e_g", "e_hc", "ra
 def core_failure(problem, k: int, s: int, h: float, t_end: float) -> Exception:
     """The exception the core raises for the same run in-process."""
     try:
-        hc.integrate(problem, from_spec({"k": k, "s": s}), h, t_end, backend="numpy")
+        hc.integrate(problem, method_from_entry({"k": k, "s": s}), h, t_end, backend="numpy")
     except (ConvergenceError, NonFiniteError) as exc:
         return exc
     raise AssertionError(f"HBVM({k},{s}) h = {h} did not fail")

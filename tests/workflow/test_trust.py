@@ -129,7 +129,7 @@ def test_damaged_old_and_tampered_stores(tmp_path, clean):
             del doc["attributes"]["chunks"]
         else:
             marker = workdir / "marker"
-            doc["attributes"].update(problem_spec="os:system", problem_params={"command": f"touch {marker}"})
+            doc["attributes"].update(problem_entry="os:system", problem_params={"command": f"touch {marker}"})
         set_group_doc(path, doc)
 
     bad = verify(workdir)

@@ -102,8 +102,8 @@ def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: di
     from hbvm_workflow.cluster import _problem_module, dask_client, forks_local_workers, ship_problem_module
     from hbvm_workflow.cluster import describe as where
     from hbvm_workflow.jobs import FILE_ONLY, Progress, plural, tell_studies
-    from hbvm_workflow.runner import solve_batch, warm_up
     from hbvm_workflow.storage import clean_temporaries
+    from hbvm_workflow.worker import solve_batch, warm_up
 
     # facts of the whole job: one line each on stderr (and in each study's log)
     names = {j.study for j in todo}
@@ -125,16 +125,16 @@ def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: di
         Progress(len(todo)) as progress,
     ):
         if not forks_local_workers(dask_cfg):  # forked workers inherit our sys.path
-            for spec in sorted({job.problem for job in todo if isinstance(job.problem, str)}):
-                shipped = ship_problem_module(client, spec)
-                for name in {j.study for j in todo if j.problem == spec} if shipped else ():
+            for problem_entry in sorted({job.problem for job in todo if isinstance(job.problem, str)}):
+                shipped = ship_problem_module(client, problem_entry)
+                for name in {j.study for j in todo if j.problem == problem_entry} if shipped else ():
                     logs[name].info(f"problem module {shipped} uploaded to the workers")
             for module in sorted({job.method_module for job in todo} - {""}):  # config: method_modules
                 shipped = ship_problem_module(client, f"{module}:")
                 for name in {j.study for j in todo if j.method_module == module} if shipped else ():
                     logs[name].info(f"method module {shipped} uploaded to the workers")
-        specs = {job.problem for job in todo if isinstance(job.problem, str)}  # a mapping (expressions) has no module
-        modules = {spec: (_problem_module(spec) or ("", ""))[1] for spec in specs}
+        entries = {job.problem for job in todo if isinstance(job.problem, str)}  # a mapping (expressions) has no module
+        modules = {entry: (_problem_module(entry) or ("", ""))[1] for entry in entries}
         futures = {
             client.submit(
                 solve_batch,

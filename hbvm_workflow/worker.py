@@ -1,4 +1,4 @@
-"""The job runner: one run of a study, from its Job to a published store.
+"""What a worker runs: one run of a study, from its Job to a published store.
 
 It owns the run: builds the problem and the method from the job, integrates into
 a ``storage.ZarrSink`` (bounded memory, written under a temporary path), and
@@ -62,7 +62,7 @@ def solve_batch(jobs: list[dict]) -> list[dict]:
 
 
 def _problem(job: Job, cache: dict | None):
-    """The job's problem, built once per (spec, params) in ``cache``."""
+    """The job's problem, built once per (problem entry, params) in ``cache``."""
     from hbvm_core.checks import derivative_checks
     from hbvm_core.problems import get_problem
 
@@ -131,7 +131,7 @@ def solve_job(job: Job | dict, problems: dict | None = None) -> dict:
     Returns a summary dict: id, hash, store, status ("ok" | "failed"), steps,
     mean_iterations, wall_s, and for a failure the error (step, t, increment).
     """
-    from hbvm_core.methods import from_spec, load_method_modules
+    from hbvm_core.methods import load_method_modules, method_from_entry
 
     job = job if isinstance(job, Job) else Job(**job)
     check_shared(job)
@@ -147,7 +147,7 @@ def solve_job(job: Job | dict, problems: dict | None = None) -> dict:
             f"(it must be shared with, or uploaded by, the host of the solve step: docs/clusters.md): {exc}"
         ) from None
     probe = _checked(job, problem, problems)
-    method = from_spec(job.method)
+    method = method_from_entry(job.method)
     identity = {}
     if probe is not None:  # the planned identity, checked above: the record a later plan snaps to
         identity = {
@@ -163,7 +163,7 @@ def solve_job(job: Job | dict, problems: dict | None = None) -> dict:
         "numerics_fingerprint": job.numerics_fingerprint,
         "label": job.label,
         "method_name": job.name,
-        "problem_spec": job.problem,
+        "problem_entry": job.problem,
         "problem_params": job.params,
         "method_entry": job.method,
         "worker": _worker_address(),
@@ -219,14 +219,16 @@ def _one_step(job: Job | dict) -> None:
     from hbvm_core.checks import derivative_checks
     from hbvm_core.errors import HBVMError
     from hbvm_core.integrate import integrate
-    from hbvm_core.methods import from_spec
+    from hbvm_core.methods import method_from_entry
     from hbvm_core.problems import get_problem
 
     job = job if isinstance(job, Job) else Job(**job)
     try:
         with derivative_checks(False):  # checked when the study was expanded
             problem = get_problem(job.problem, **job.params)
-        integrate(problem, from_spec(job.method), job.h, job.h, compensated=job.compensated, backend=job.backend)
+        integrate(
+            problem, method_from_entry(job.method), job.h, job.h, compensated=job.compensated, backend=job.backend
+        )
     except (HBVMError, FloatingPointError):
         pass
 
@@ -237,7 +239,7 @@ def _uncached_loops(jobs) -> list[Job]:
     from hbvm_core.checks import derivative_checks
     from hbvm_core.errors import HBVMError
     from hbvm_core.kernels import uncached_loop
-    from hbvm_core.methods import from_spec
+    from hbvm_core.methods import method_from_entry
     from hbvm_core.problems import get_problem
 
     cold: dict[str, Job] = {}
@@ -246,7 +248,7 @@ def _uncached_loops(jobs) -> list[Job]:
             continue
         try:
             with derivative_checks(False):  # checked when the study was expanded
-                name = uncached_loop(from_spec(job.method), get_problem(job.problem, **job.params))
+                name = uncached_loop(method_from_entry(job.method), get_problem(job.problem, **job.params))
         except (HBVMError, AttributeError, TypeError):
             continue
         if name is not None:
