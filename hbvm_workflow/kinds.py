@@ -27,7 +27,7 @@ class StudyKind:
     plots: the figures it may draw (``plot``; the first is the default); files: what it builds under
     results/<study>/ (keys of ``layout.study_files``); opt_in: None (in the default target), "beyond" (with
     config ``beyond: true`` or named in ``select:``) or "select" (only when named in ``select:``); grid: whether
-    it takes a ``grid``.
+    it takes a ``grid``; grid_keys: how many keys its grid must have (None: any number, none included).
     """
 
     name: str
@@ -35,6 +35,7 @@ class StudyKind:
     files: tuple[str, ...]
     opt_in: str | None = None
     grid: bool = False
+    grid_keys: int | None = None
 
     def targets(self, results: str, study: str) -> list[str]:
         """The files a study of this kind builds."""
@@ -58,7 +59,7 @@ KINDS: dict[str, StudyKind] = {
         StudyKind("work_precision", ("work_precision",), BEYOND_FILES, opt_in="beyond"),  # hbvm_workflow.beyond
         StudyKind("long_time", ("long_time",), BEYOND_FILES, opt_in="beyond"),
         # a one-key grid: error constants and iterations against the value (plots.sweep_plot)
-        StudyKind("sweep", ("sweep",), CONVERGENCE_FILES, opt_in="select", grid=True),
+        StudyKind("sweep", ("sweep",), CONVERGENCE_FILES, opt_in="select", grid=True, grid_keys=1),
     )
 }  # fmt: skip
 

@@ -568,8 +568,10 @@ def _grid(where: str, cfg: dict) -> dict:
     from hbvm_core.problems import resolve_factory
 
     grid = dict(cfg.get("grid") or {})
-    if cfg["kind"] == "sweep" and len(grid) != 1:
-        raise ConfigError(f"{where}: kind sweep needs a grid of exactly one key, got {len(grid)}")
+    need = KINDS[cfg["kind"]].grid_keys
+    if need is not None and len(grid) != need:
+        keys = "one key" if need == 1 else f"{need} keys"
+        raise ConfigError(f"{where}: kind {cfg['kind']} needs a grid of exactly {keys}, got {len(grid)}")
     if not grid:
         return {}
     if not KINDS[cfg["kind"]].grid:
