@@ -177,9 +177,7 @@ def _prune(folder: str) -> None:
 
 def read_plan(config: dict, names=None) -> dict[str, Study] | None:
     """The studies ``names`` (all when None) of the plan of ``config``, or None when there is none (or it does
-    not have them). The modules of ``method_modules`` are imported first (their methods are in the plan)."""
-    from hbvm_core.methods import load_method_modules
-
+    not have them). The modules of ``method_modules`` must have been imported (``planned_studies`` does)."""
     path = plan_path(config["results"], plan_key(config))
     try:
         with open(path) as fh:
@@ -192,17 +190,22 @@ def read_plan(config: dict, names=None) -> dict[str, Study] | None:
     wanted = list(records) if names is None else list(names)
     if any(name not in records for name in wanted):
         return None
-    if config.get("method_modules"):
-        load_method_modules(config["method_modules"])
-    return {name: study_from_record(records[name]) for name in wanted}
+    try:
+        return {name: study_from_record(records[name]) for name in wanted}
+    except (KeyError, TypeError, ValueError, AttributeError):  # a damaged plan: as if there were none
+        return None
 
 
 def planned_studies(config: dict, names=None) -> dict[str, Study]:
     """The studies of a job: read from the plan its workflow run's parse wrote, or (no plan: a dry run's
     config, a results folder the parse did not see) expanded here (``config.load_studies``)."""
+    from hbvm_core.methods import load_method_modules
+
     from .config import load_studies
     from .schema import validate_config
 
+    if config.get("method_modules"):  # their methods are part of the schema
+        load_method_modules(config["method_modules"])
     validate_config(config)  # fills in the defaults the parse filled in: the same plan key
     studies = read_plan(config, names)
     return studies if studies is not None else load_studies(config, names=names)

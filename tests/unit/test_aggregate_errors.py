@@ -37,7 +37,7 @@ def job(tmp_path, name):
 
 
 def test_a_failing_study_ends_its_job_with_one_line(script, tmp_path, monkeypatch, capsys):
-    def study(name, config, out, log_path, workers=1, numbers=None):
+    def study(name, config, out, log_path, workers=1, numbers=None, marker=None):
         raise StoreError("results/bad/runs/m/h=0.1.zarr.zip", "q", "chunk c/0/0 unreadable (CRC-32C)")
 
     monkeypatch.setattr(script, "aggregate_study", study)
@@ -51,7 +51,7 @@ def test_a_failing_study_ends_its_job_with_one_line(script, tmp_path, monkeypatc
 
 
 def test_a_good_study_is_aggregated(script, tmp_path, monkeypatch):
-    def study(name, config, out, log_path, workers=1, numbers=None):
+    def study(name, config, out, log_path, workers=1, numbers=None, marker=None):
         Path(out.csv).write_text(f"{name} done\n")
 
     monkeypatch.setattr(script, "aggregate_study", study)

@@ -117,6 +117,8 @@ def test_a_plan_of_another_format_or_config_is_not_read(tmp_path):
     assert plan.read_plan(config) is None
     path.write_text("{not json")
     assert plan.read_plan(config) is None
+    path.write_text(json.dumps(text | {"studies": {"fig3": {"name": "fig3"}}}))  # damaged: fields missing
+    assert plan.read_plan(config) is None
     # planned_studies expands the config itself then: the same studies
     same(plan.planned_studies(config, ["fig3"])["fig3"], load_studies(config, names=["fig3"])["fig3"])
 
@@ -142,3 +144,40 @@ def test_a_job_refuses_a_plan_that_is_not_the_one_its_rule_was_given(tmp_path):
     plan.check_planned(study, "its entry", {"h": (0.1, 0.2)}, {"h": [0.1, 0.2]})  # YAML lists, Python tuples
     with pytest.raises(HBVMError, match=r"^study fig3: its plan \(its runs\) changed .*run the workflow again$"):
         plan.check_planned(study, "its runs", "0" * 16, study.runs_digest())
+
+
+def test_the_aggregate_job_refuses_a_plan_rewritten_under_it(tmp_path, capsys):
+    """Another run with another entry for the study wrote the plan after this run's parse: the job stops in one
+    line (its rule's param and input marker are what this run planned), writing nothing."""
+    import importlib.util
+    import sys
+    from types import SimpleNamespace
+
+    from hbvm_workflow.layout import runs_marker
+    from hbvm_workflow.study import number_config
+
+    config = shipped(tmp_path)
+    planned = load_studies(config, names=["fig3"])["fig3"]
+    other = json.loads(json.dumps(config))
+    other["studies"]["fig3"]["t_end"] = 2000  # the other run's entry (this one's: 1000)
+    plan.write_plan(config, load_studies(other, names=["fig3"]))  # the other run's studies, under this config's key
+    script = ROOT / "workflow" / "scripts" / "aggregate.py"
+    module_spec = importlib.util.spec_from_file_location("hbvm_aggregate_plan_test", script)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    out = SimpleNamespace(**{key: str(tmp_path / f"out.{key}") for key in ("zarr", "csv", "timings")})
+    smk = SimpleNamespace(
+        wildcards=SimpleNamespace(study="fig3"),
+        output=out,
+        input=SimpleNamespace(runs=[runs_marker(config["results"], "fig3", planned.runs_digest())]),
+        params=SimpleNamespace(numbers=number_config(planned.cfg)),
+        log=[str(tmp_path / "aggregate.log")],
+        threads=1,
+        config=config,
+    )
+    with pytest.raises(SystemExit):
+        module.main(smk)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "study fig3: its plan (its entry) changed" in err[0], err
+    assert not any(Path(p).exists() for p in vars(out).values())
+    sys.modules.pop("hbvm_aggregate_plan_test", None)

@@ -7,10 +7,16 @@ A large study's runs are read in the job's threads (processes forked from this o
 import time
 
 
-def aggregate_study(name: str, config: dict, out, log_path: str, workers: int = 1, numbers=None) -> str:
-    """errors.zarr, errors.csv and timings.csv of one study; returns a one-line summary. ``numbers``: the rule's
-    param (the study's keys that define its numbers), checked against the plan."""
+def aggregate_study(
+    name: str, config: dict, out, log_path: str, workers: int = 1, numbers=None, marker: str | None = None
+) -> str:
+    """errors.zarr, errors.csv and timings.csv of one study; returns a one-line summary. ``numbers`` (the rule's
+    param: the study's keys that define its numbers) and ``marker`` (its input: the marker of the study's runs,
+    ``layout.runs_marker``) are checked against the plan."""
+    import os
+
     from hbvm_workflow.jobs import plural, study_logger
+    from hbvm_workflow.layout import runs_marker
     from hbvm_workflow.plan import check_planned, planned_studies
     from hbvm_workflow.storage import clean_temporaries
     from hbvm_workflow.study import number_config
@@ -21,6 +27,9 @@ def aggregate_study(name: str, config: dict, out, log_path: str, workers: int = 
     study = planned_studies(config, [name])[name]  # the parse's expansion (hbvm_workflow.plan)
     if numbers is not None:
         check_planned(study, "its entry", numbers, number_config(study.cfg))
+    if marker:
+        planned = runs_marker(study.results, name, study.runs_digest())
+        check_planned(study, "its runs", os.path.basename(marker), os.path.basename(planned))
     for p in clean_temporaries(study.dir):  # e.g. the errors.zarr of a killed aggregation
         log.info(f"removed the leftover temporary {p}")
     rows = compute_errors(study, out.zarr, out.csv, out.timings, workers)
@@ -30,12 +39,15 @@ def aggregate_study(name: str, config: dict, out, log_path: str, workers: int = 
 
 
 def main(smk) -> None:
-    from hbvm_workflow.jobs import job_locks, one_line_errors
+    from hbvm_workflow.jobs import as_list, job_locks, one_line_errors
 
     name = smk.wildcards.study
     with one_line_errors(smk.log), job_locks(smk.config, [name]):
-        numbers = getattr(getattr(smk, "params", None), "numbers", None)  # the rule's param (none when called by hand)
-        aggregate_study(name, smk.config, smk.output, smk.log[0], max(1, int(smk.threads)), numbers)
+        # the rule's param and runs marker (none when called by hand, or for a study of solve_study)
+        numbers = getattr(getattr(smk, "params", None), "numbers", None)
+        markers = as_list(getattr(getattr(smk, "input", None), "runs", None) or [])
+        workers = max(1, int(smk.threads))
+        aggregate_study(name, smk.config, smk.output, smk.log[0], workers, numbers, markers[0] if markers else None)
 
 
 if __name__ == "__main__":
