@@ -15,6 +15,17 @@ import hbvm_core as hc
 #: that builds it: a worker).
 PERTURB_ULPS = "HBVM_TEST_PERTURB_ULPS"
 
+#: The pendulum of length ``length`` as a problem given only as expressions (a study's ``problem:`` mapping).
+PENDULUM_EXPRESSIONS = {
+    "name": "pendulum",
+    "coordinates": ["x", "y"],
+    "params": {"length": 1.0, "grav": 1.0},
+    "potential": "grav*y",
+    "constraints": ["x**2 + y**2 - length**2"],
+    "q0": [0, "-length"],
+    "p0": ["length", 0],
+}
+
 
 def double_pendulum(
     m1: float = 1.0, m2: float = 2.0, a: float = 0.6, b: float = -0.4, w1: float = 0.5, w2: float = 1.0

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from user_problems import PENDULUM_EXPRESSIONS
 
 import hbvm_core.fingerprint as fp
 from hbvm_core.errors import HBVMError
@@ -19,15 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: a problem given as expressions, with a grid over one of its params (two instances)
 GRID = {
-    "problem": {
-        "name": "pendulum",
-        "coordinates": ["x", "y"],
-        "params": {"length": 1.0, "grav": 1.0},
-        "potential": "grav*y",
-        "constraints": ["x**2 + y**2 - length**2"],
-        "q0": [0, "-length"],
-        "p0": ["length", 0],
-    },
+    "problem": PENDULUM_EXPRESSIONS,
     "grid": {"length": [0.5, 2.0]},
     "backend": "numpy",
     "methods": [{"k": 2, "s": 2}, {"k": 3, "s": 2, "label": "three"}],

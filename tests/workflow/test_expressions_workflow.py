@@ -4,18 +4,11 @@ from __future__ import annotations
 
 import pytest
 from test_workflow import ok, read_csv, snakemake, write_config
+from user_problems import PENDULUM_EXPRESSIONS
 
 pytestmark = pytest.mark.slow
 
-PROBLEM = {
-    "name": "pendulum",
-    "coordinates": ["x", "y"],
-    "params": {"length": 1.0, "grav": 1.0},
-    "potential": "grav*y",
-    "constraints": ["x**2 + y**2 - length**2"],
-    "q0": [0, "-length"],
-    "p0": ["length", 0],
-}
+PROBLEM = PENDULUM_EXPRESSIONS
 LENGTHS = [0.5, 2.0]
 
 
