@@ -24,7 +24,10 @@ import os
 
 import numpy as np
 
+from hbvm_core.errors import ConfigError
+
 from . import layout
+from .storage import ResultsMismatchError
 from .study import Study
 
 #: e_s targets of the time-to-accuracy table
@@ -73,7 +76,7 @@ def work_precision_rows(study: Study, errors_csv: str, timings_csv: str | None =
         if study_method is None:
             continue
         if (r["method"], r["h"]) not in wall:
-            raise ValueError(f"{errors_csv}: run {r['method']}/h={r['h']} has no row in its timings.csv")
+            raise ResultsMismatchError(f"{errors_csv}: run {r['method']}/h={r['h']} has no row in its timings.csv")
         rows.append(
             {
                 "problem": study.problem,
@@ -385,7 +388,7 @@ def study_figure(study: Study, png: str, pdf: str) -> None:
     elif study.kind == "long_time":
         long_time_plot([(study.title, list(long_time_runs(study)))], png, pdf)
     else:
-        raise ValueError(f"study {study.name!r}: kind {study.kind!r} has no work-precision or long-time figure")
+        raise ConfigError(f"study {study.name!r}: kind {study.kind!r} has no work-precision or long-time figure")
 
 
 def write_study(study: Study, errors_csv: str, md: str, out_csv: str) -> int:
@@ -403,7 +406,7 @@ def write_study(study: Study, errors_csv: str, md: str, out_csv: str) -> int:
         write_text(f"# {study.title}: long-time drift\n\n" + long_time_markdown(table), md)
         write_csv(table, out_csv, LT_COLUMNS)
         return len(table)
-    raise ValueError(f"study {study.name!r}: kind {study.kind!r} has no work-precision or long-time tables")
+    raise ConfigError(f"study {study.name!r}: kind {study.kind!r} has no work-precision or long-time tables")
 
 
 def write_time_to_accuracy(studies: list[Study], out_csv: str) -> int:
@@ -445,4 +448,4 @@ def write_summary(kind: str, studies: list[Study], png: str, pdf: str, md: str, 
         write_text("# Long-time drift\n\n" + long_time_markdown(table), md)
         write_csv(table, out_csv, LT_COLUMNS)
         return
-    raise ValueError(f"kind {kind!r}: expected work_precision or long_time")
+    raise ConfigError(f"kind {kind!r}: expected work_precision or long_time")

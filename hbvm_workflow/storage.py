@@ -88,6 +88,10 @@ class RunNotFoundError(HBVMError, KeyError):
     """No run of a study matches the label, (k, s) or step size asked for (``select_run``)."""
 
 
+class ResultsMismatchError(HBVMError, ValueError):
+    """A study's files that do not hold its rows: errors.csv or timings.csv written for another set of runs."""
+
+
 class StoreMismatchError(StoreError):
     """A store computed for another run (job hash) or another problem (fingerprint) than the caller's."""
 

@@ -292,7 +292,9 @@ class Study:
                 return inst
         if not combo:  # a Study made by hand, without instances
             return Instance("", {}, dict(self.params), self.built_problem, "", self.t_end, self.period)
-        raise KeyError(f"study {self.name!r} has no grid combination {combo!r}")
+        from .storage import RunNotFoundError
+
+        raise RunNotFoundError(f"study {self.name!r} has no grid combination {combo!r}")
 
     def problem_of(self, item) -> Any:
         """The problem, built from the config, of a Row or Job (its grid combination's)."""

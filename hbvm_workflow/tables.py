@@ -22,7 +22,7 @@ import os
 import numpy as np
 
 from .layout import COLUMNS, EXTRA, TIMINGS, manifest_of_store  # noqa: F401  (re-exported)
-from .storage import MissingStoreError  # noqa: F401  (re-exported)
+from .storage import MissingStoreError, ResultsMismatchError  # noqa: F401  (MissingStoreError re-exported)
 from .study import Study
 
 NUMERIC = ("e_s", "rate_s", "e_lambda", "rate_lambda", "e_H", "e_g", "e_hc", "rate_hc", "steps", "mean_iterations")
@@ -636,7 +636,7 @@ def rows_from_outputs(study: Study, csv_path: str, zarr_path: str) -> list[dict]
     with open(csv_path, newline="") as fh:
         found = list(csv.DictReader(fh))
     if len(found) != len(expected):
-        raise ValueError(f"{csv_path}: {len(found)} rows, the study has {len(expected)}")
+        raise ResultsMismatchError(f"{csv_path}: {len(found)} rows, the study has {len(expected)}")
     ds = open_errors_at(zarr_path)
     labels = [str(x) for x in ds.scheme.values]
     hs = [float(x) for x in ds.h.values]
@@ -644,7 +644,7 @@ def rows_from_outputs(study: Study, csv_path: str, zarr_path: str) -> list[dict]
     for (study_method, inst, r), raw in zip(expected, found):
         if raw["method"] != study_method.label or float(raw["h"]) != r.h:
             where = f"row {raw['method']} h = {raw['h']}"
-            raise ValueError(f"{csv_path}: {where} where the study has {study_method.label} h = {r.h}")
+            raise ResultsMismatchError(f"{csv_path}: {where} where the study has {study_method.label} h = {r.h}")
         row: dict = {"method": study_method.label, "h": r.h, "n": r.n, "combo": inst.key, **inst.values}
         row["status"], row["error"] = raw["status"], raw["error"]
         for key in NUMERIC:

@@ -35,6 +35,11 @@ from .storage import (
 from .study import Job
 
 
+class WorkerError(HBVMError, RuntimeError):
+    """A worker cannot run a planned job as planned: it does not see what the solve step shares with it (the
+    results folder, the kernel cache, the problem module), or it builds another problem than the one planned."""
+
+
 def solve_batch(jobs: list[dict]) -> list[dict]:
     """``solve_job`` for each job of a batch (one Dask task for many small runs), the problems built once.
 
@@ -77,19 +82,19 @@ def _problem(job: Job, cache: dict | None):
 
 
 def check_shared(job: Job) -> None:
-    """RuntimeError (one line naming this host and the path) when this host cannot see what it shares with the
+    """WorkerError (one line naming this host and the path) when this host cannot see what it shares with the
     host of the solve step: the study's results folder (``job.study_dir``: it exists there, the study's lock is
     in it) and the kernel cache that HBVM_KERNEL_CACHE names. Checked before anything is written: a worker that
     does not share the file system would otherwise write its stores where nobody reads them (docs/clusters.md)."""
     study = job.study_dir
     if study and not os.path.isdir(study):
-        raise RuntimeError(
+        raise WorkerError(
             f"run {job.id}: host {platform.node()} cannot see the results folder {study} "
             "(it must be shared with the host of the solve step: docs/clusters.md)"
         )
     cache = os.environ.get("HBVM_KERNEL_CACHE")
     if cache and not os.path.isdir(cache):
-        raise RuntimeError(
+        raise WorkerError(
             f"run {job.id}: host {platform.node()} cannot see the kernel cache {cache} (HBVM_KERNEL_CACHE; "
             "it must be shared with the host of the solve step, or unset for a cache of the host's own)"
         )
@@ -98,7 +103,7 @@ def check_shared(job: Job) -> None:
 def check_problem(job: Job, problem) -> dict | None:
     """The job's reference probe (``hbvm_core.fingerprint.problem_probe``), after checking that ``problem`` (built
     here) is the one planned: the same structure, and values that agree to ``PROBE_RTOL`` x scale (round-off of
-    another host is not a reason to refuse). None for a job planned without them. RuntimeError otherwise."""
+    another host is not a reason to refuse). None for a job planned without them. WorkerError otherwise."""
     from hbvm_core.fingerprint import PROBE_RTOL, problem_mismatch
 
     if not job.problem_structure:
@@ -106,7 +111,7 @@ def check_problem(job: Job, problem) -> dict | None:
     probe = json.loads(job.problem_probe) if job.problem_probe else None
     why = problem_mismatch(problem, job.problem_structure, probe)
     if why is not None:
-        raise RuntimeError(
+        raise WorkerError(
             f"run {job.id}: problem {job.problem!r} on host {platform.node()} is not the one planned when the "
             f"workflow started ({why}; round-off up to {PROBE_RTOL:g} x scale is accepted); run again"
         )
@@ -142,7 +147,7 @@ def solve_job(job: Job | dict, problems: dict | None = None) -> dict:
     except ConfigError as exc:
         if not job.module_file:
             raise
-        raise RuntimeError(
+        raise WorkerError(
             f"run {job.id}: host {platform.node()} cannot import the problem module {job.module_file} "
             f"(it must be shared with, or uploaded by, the host of the solve step: docs/clusters.md): {exc}"
         ) from None
