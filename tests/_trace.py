@@ -51,7 +51,7 @@ def calls(trace) -> list[tuple[str, str, str]]:
     for line in trace.read_text().splitlines():
         pid, argv, name = line.split("\t")
         words = argv.split(" ")
-        if os.path.basename(words[0]) == "snakemake" or words[1:3] == ["-m", "snakemake"]:
+        if words[0].endswith(("/snakemake", "snakemake/__main__.py")) or words[0] == "snakemake":  # python -m too
             role = "job parse" if "--mode" in words else "main"
         else:  # a script job: .snakemake/scripts/tmpXXXX.<rule>.py
             role = next((r for r in ("solve", "aggregate", "render") if words[0].endswith(f".{r}.py")), argv)

@@ -45,6 +45,7 @@ from pathlib import Path
 import pytest
 import yaml
 from _lab import Lab, run_hosts, unavailable
+from _trace import check_once, traced
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -239,10 +240,14 @@ def workers_of(workdir: Path, study: str = "tiny") -> set[str]:
 
 # --------------------------------------------------------------------------- tests
 @needs_slurm
-def test_the_shipped_profile_spreads_the_studies_over_the_compute_hosts(tmp_path, lab, local_errors, record_property):
+def test_the_shipped_profile_spreads_the_studies_over_the_compute_hosts(
+    tmp_path, lab, local_errors, record_property, monkeypatch
+):
     """snakemake --workflow-profile workflow/profiles/slurm: one solve job per study, on both compute hosts, then
-    an aggregate and a render job per study; the same errors.csv as locally."""
+    an aggregate and a render job per study; the same errors.csv as locally. Each SLURM job parses the workflow
+    again on its compute host: it reads the plan of the head's parse, which alone expanded the config."""
     write_config(tmp_path, STUDIES, resources=RESOURCES, dask={"n_workers": WORKERS})
+    trace = traced(tmp_path, monkeypatch)
     watch = SqueueWatch(lab)
     watch.start()
     t0 = time.monotonic()
@@ -273,6 +278,7 @@ def test_the_shipped_profile_spreads_the_studies_over_the_compute_hosts(tmp_path
         # threads -> --cpus-per-task: the solve job's local workers; aggregate and render: one
         assert job["cpus"] == str(WORKERS if resources == "solve" else 1)
     assert "localrule all" in out  # only the target rule ran here
+    check_once(trace, instances=len(STUDIES), methods=2 * len(STUDIES))  # the config expanded once, on the head
 
     # the two solve jobs ran side by side on the two compute hosts: each study's runs carry its job's host
     solve_nodes = {study: jobs[jobid]["on"] for rule, study, jobid in submitted if rule == "solve_study"}
