@@ -15,6 +15,7 @@ plan rewritten meanwhile by a run with another problem or config is refused in o
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -134,7 +135,8 @@ def study_from_record(rec: dict) -> Study:
 # --------------------------------------------------------------------------- the plan file
 def write_plan(config: dict, studies: dict[str, Study]) -> str | None:
     """Write the plan of ``config`` (its expanded ``studies``) to ``layout.plan_path``; returns the path, or None
-    when a study holds values that JSON cannot carry (the jobs then expand the config themselves)."""
+    when a study holds values that JSON cannot carry or the file cannot be written (a full disk, a read-only
+    folder): the jobs then expand the config themselves, and a full disk stops them with its own one line."""
     results = config["results"]
     try:
         text = json.dumps(
@@ -144,7 +146,6 @@ def write_plan(config: dict, studies: dict[str, Study]) -> str | None:
     except (TypeError, ValueError):
         return None
     path = plan_path(results, plan_key(config))
-    os.makedirs(os.path.dirname(path), exist_ok=True)
     try:
         with open(path) as fh:
             if fh.read() == text:  # unchanged: the file (and its time) left alone
@@ -153,13 +154,14 @@ def write_plan(config: dict, studies: dict[str, Study]) -> str | None:
         pass
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(tmp, "w") as fh:
             fh.write(text)
         os.replace(tmp, path)
-    except BaseException:  # a full disk: no temporary left behind
-        if os.path.exists(tmp):
+    except OSError:  # no temporary left behind
+        with contextlib.suppress(OSError):
             os.remove(tmp)
-        raise
+        return None
     _prune(os.path.dirname(path))
     return path
 

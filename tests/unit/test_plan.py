@@ -116,6 +116,28 @@ def test_a_plan_of_another_format_or_config_is_not_read(tmp_path):
     same(plan.planned_studies(config, ["fig3"])["fig3"], load_studies(config, names=["fig3"])["fig3"])
 
 
+def test_a_plan_that_cannot_be_written_leaves_nothing(tmp_path, monkeypatch):
+    """A full disk while the plan is written: no plan and no temporary; the jobs expand the config themselves."""
+    import builtins
+
+    config = shipped(tmp_path)
+    studies = load_studies(config, names=["fig3"])
+    real = builtins.open
+
+    def full(path, mode="r", *args, **kwargs):
+        fh = real(path, mode, *args, **kwargs)
+        if "w" in mode:
+            fh.close()
+            raise OSError(28, "No space left on device")
+        return fh
+
+    monkeypatch.setattr(builtins, "open", full)
+    assert plan.write_plan(config, studies) is None
+    monkeypatch.undo()
+    assert list(Path(plan_path(config["results"], "x")).parent.iterdir()) == []
+    assert plan.read_plan(config) is None
+
+
 def test_an_unchanged_plan_is_not_rewritten_and_old_plans_are_pruned(tmp_path):
     config = shipped(tmp_path)
     studies = load_studies(config, names=["fig3"])
