@@ -75,6 +75,8 @@ def dask_client(dask_cfg: dict | None, threads: int = 1, env: dict | None = None
     """
     from distributed import Client
 
+    from .quiet_close import QuietClose
+
     cfg = dict(dask_cfg or {})
     timeout = float(cfg.get("timeout", CONNECT_TIMEOUT))
     if cfg.get("address") and cfg.get("scheduler_file"):
@@ -101,6 +103,7 @@ def dask_client(dask_cfg: dict | None, threads: int = 1, env: dict | None = None
         try:
             client = Client(cluster, timeout=timeout, security=security)
             try:
+                client.register_plugin(QuietClose())
                 if cluster_type == "slurm":
                     _wait_for_workers(client, cluster, cfg)
                 yield client
