@@ -4,20 +4,14 @@ import copy
 
 import numpy as np
 import pytest
+from user_problems import PENDULUM_EXPRESSIONS
 
 import hbvm_core as hc
 from hbvm_core.errors import ConfigError
 from hbvm_core.expressions import Model, parse
 
-PENDULUM = {
-    "name": "pendulum",
-    "coordinates": ["x", "y"],
-    "params": {"length": 1.0, "grav": 9.81},
-    "potential": "grav*y",
-    "constraints": ["x**2 + y**2 - length**2"],
-    "q0": [0, "-length"],
-    "p0": [1, 0],
-}
+#: the shared pendulum with g = 9.81 and p0 = (1, 0), so that no value equals another by accident
+PENDULUM = {**PENDULUM_EXPRESSIONS, "params": {"length": 1.0, "grav": 9.81}, "p0": [1, 0]}
 
 
 def study(problem, **extra):
