@@ -10,7 +10,7 @@ import hbvm_core as hc
 from hbvm_core.errors import ConfigError
 from hbvm_core.expressions import Model, parse
 
-#: the shared pendulum with g = 9.81 and p0 = (1, 0), so that no value equals another by accident
+#: the shared pendulum with the g = 9.81 and p0 = (1, 0) these tests were written for
 PENDULUM = {**PENDULUM_EXPRESSIONS, "params": {"length": 1.0, "grav": 9.81}, "p0": [1, 0]}
 
 
