@@ -3,7 +3,7 @@
 - ``check_vectorised``: every callback takes Q of shape (n, m) (n points) and returns (n, ...): it is
   called on one point and on three, and a callback that raises or returns another leading axis is named.
 - ``check_derivatives``: the derivatives the user wrote agree with central differences of the functions
-  they differentiate (docs/method.md 1), at q0 and at the probe points of ``fingerprint.probe_points``:
+  they differentiate (docs/method.md 1), at q0 and at the probe points of ``probes.probe_points``:
 
       grad_U  against  (U(q + h e_j) - U(q - h e_j)) / 2h
       G       against  (g(q + h e_j) - g(q - h e_j)) / 2h            (column i: gradient of g_i)
@@ -27,6 +27,7 @@ import importlib
 import numpy as np
 
 from .errors import ProblemError
+from .probes import probe_points
 
 #: what every callback must do (quoted by the errors below)
 VECTORISED = "callbacks receive Q of shape (n, m) (n points) and must return (n, ...)"
@@ -139,9 +140,7 @@ def _directions(m: int, n: int) -> np.ndarray:
 def check_derivatives(problem) -> None:
     """grad_U, G and d2g against central differences, the compiled callbacks against the numpy ones.
 
-    Points: ``fingerprint.probe_points(q0)`` (q0 and three points near it); step h = STEP * (1 + max |q0|)."""
-    from .fingerprint import probe_points
-
+    Points: ``probes.probe_points(q0)`` (q0 and three points near it); step h = STEP * (1 + max |q0|)."""
     P = probe_points(problem.q0)
     n, m = P.shape
     size = 1.0 + float(np.abs(problem.q0).max())

@@ -46,6 +46,9 @@ from pathlib import Path
 import numpy as np
 
 from ._version import __version__
+from .kernels.registry import cache_dir
+from .methods import method_from_entry
+from .probes import probe_points
 
 PACKAGE = Path(__file__).resolve().parent
 #: Two probe records agree when |a - b| <= PROBE_RTOL * scale for each value (scale: the largest magnitude of
@@ -108,8 +111,6 @@ def _parsed(data: bytes) -> tuple[str, tuple]:
 
 @functools.cache
 def _digest_cache() -> Path:
-    from .kernels.registry import cache_dir
-
     path = cache_dir() / "source-digests"
     path.mkdir(exist_ok=True)
     return path
@@ -241,14 +242,6 @@ def problem_structure(problem) -> str:
     value = hashlib.sha256(b"hbvm-problem-structure/2\n" + text.encode()).hexdigest()[:16]
     problem.__dict__[_STRUCTURE] = value
     return value
-
-
-def probe_points(q0: np.ndarray, n: int = 3) -> np.ndarray:
-    """q0 and ``n`` fixed deterministic points near it, shape (n + 1, m)."""
-    m = q0.size
-    scale = 1e-2 * (1.0 + float(np.max(np.abs(q0)))) if m else 0.0
-    rows = [q0] + [q0 + scale * np.cos(0.7 * (j + 1) * np.arange(1, m + 1) + j) for j in range(n)]
-    return np.array(rows, dtype=float)
 
 
 def _record(value) -> dict | str | None:
@@ -407,8 +400,6 @@ def numerics_digest(cls, package: str | os.PathLike = PACKAGE) -> str:
 
 def method_fingerprint(entry: dict) -> str:
     """A hex digest of the numerics of ``entry``'s method class (``numerics_digest``)."""
-    from .methods import method_from_entry
-
     return numerics_digest(type(method_from_entry(entry)))
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 
+from . import checks
 from .errors import NonFiniteError, ProblemError
 
 Array = np.ndarray
@@ -138,14 +139,6 @@ class Problem:
         ]
         return "\n".join(lines)
 
-    @staticmethod
-    def from_expressions(*args, **kwargs) -> Problem:
-        """A problem from expressions: ``hbvm_core.expressions.from_expressions`` (exact derivatives, generated
-        numpy callbacks and compiled kernels)."""
-        from .expressions import from_expressions
-
-        return from_expressions(*args, **kwargs)
-
     # --- sizes and linear algebra -------------------------------------------------
     def _set_mass(self, m: int) -> None:
         """M from a scalar, a vector (the diagonal) or a full SPD matrix.
@@ -199,9 +192,7 @@ class Problem:
 
     # --- callbacks on single states and trajectories ---------------------------------
     def _probe_nu(self) -> int:
-        from .checks import check_vectorised
-
-        check_vectorised(self, keys=("g",))
+        checks.check_vectorised(self, keys=("g",))
         gq = np.asarray(self.g(self.q0[None, :]))
         if gq.ndim != 2 or gq.shape[0] != 1:
             raise ProblemError(f"{self.name}: g(Q) must return shape (n, nu), got {gq.shape} for n = 1")
@@ -277,9 +268,7 @@ class Problem:
     def validate(self) -> None:
         """Check vectorisation, shapes, finiteness, derivatives (``hbvm_core.checks``), consistency of (q0, p0)
         and regularity of G^T M^{-1} G."""
-        from .checks import check_derivatives, check_vectorised, enabled
-
-        check_vectorised(self)
+        checks.check_vectorised(self)
         m, nu = self.m, self.nu
         Q = np.stack([self.q0, self.q0 + 1e-3])
         expected = {"U": (2,), "grad_U": (2, m)}
@@ -298,8 +287,8 @@ class Problem:
                 raise NonFiniteError(f"{self.name}: callback {key} returned non-finite values at q0")
         if not (np.all(np.isfinite(self.q0)) and np.all(np.isfinite(self.p0))):
             raise ProblemError(f"{self.name}: q0 or p0 is not finite")
-        if self.check_derivatives and enabled():
-            check_derivatives(self)
+        if self.check_derivatives and checks.enabled():
+            checks.check_derivatives(self)
         if nu == 0:
             return
         if nu >= m:

@@ -198,4 +198,3 @@ def test_python_functions_are_traced():
         ],
     )
     assert pb.identity == from_mapping(TETHERED).identity  # the same canonical expressions
-    assert hc.Problem.from_expressions is not None
