@@ -24,7 +24,9 @@ from typing import Any
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 
-from . import checks
+from .checks import check_derivatives as check_derivatives_of
+from .checks import check_vectorised
+from .checks import enabled as derivative_checks_enabled
 from .errors import NonFiniteError, ProblemError
 
 Array = np.ndarray
@@ -192,7 +194,7 @@ class Problem:
 
     # --- callbacks on single states and trajectories ---------------------------------
     def _probe_nu(self) -> int:
-        checks.check_vectorised(self, keys=("g",))
+        check_vectorised(self, keys=("g",))
         gq = np.asarray(self.g(self.q0[None, :]))
         if gq.ndim != 2 or gq.shape[0] != 1:
             raise ProblemError(f"{self.name}: g(Q) must return shape (n, nu), got {gq.shape} for n = 1")
@@ -268,7 +270,7 @@ class Problem:
     def validate(self) -> None:
         """Check vectorisation, shapes, finiteness, derivatives (``hbvm_core.checks``), consistency of (q0, p0)
         and regularity of G^T M^{-1} G."""
-        checks.check_vectorised(self)
+        check_vectorised(self)
         m, nu = self.m, self.nu
         Q = np.stack([self.q0, self.q0 + 1e-3])
         expected = {"U": (2,), "grad_U": (2, m)}
@@ -287,8 +289,8 @@ class Problem:
                 raise NonFiniteError(f"{self.name}: callback {key} returned non-finite values at q0")
         if not (np.all(np.isfinite(self.q0)) and np.all(np.isfinite(self.p0))):
             raise ProblemError(f"{self.name}: q0 or p0 is not finite")
-        if self.check_derivatives and checks.enabled():
-            checks.check_derivatives(self)
+        if self.check_derivatives and derivative_checks_enabled():
+            check_derivatives_of(self)
         if nu == 0:
             return
         if nu >= m:
