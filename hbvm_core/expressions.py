@@ -383,6 +383,7 @@ class Model:
             params=values,
             kernels=kernels,
             identity=self.identity,
+            coordinates=tuple(self.coordinates),
         )
 
 

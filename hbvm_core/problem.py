@@ -63,6 +63,9 @@ class Problem:
     kernels : hbvm_core.kernels.Kernels, optional
         Compiled callbacks: the problem then takes the compiled loop (and, with ``Kernels.d2g``, lambda(q, p)
         and the reference ODE run compiled too).
+    coordinates : sequence of str, optional
+        The names of the m components of q (and p), e.g. ``("x", "y", "z")``: the ``dof`` coordinate of a
+        run's store (``q.sel(dof="z")``). Default ``x0, x1, ...``; expression problems name theirs.
     identity : str, optional
         The canonical text of what the problem computes, independent of the host (set by
         ``hbvm_core.expressions``: the expressions in canonical form); None for callbacks. When given, a
@@ -108,6 +111,7 @@ class Problem:
     params: dict[str, Any] = field(default_factory=dict)
     kernels: Any = None
     identity: str | None = None
+    coordinates: tuple[str, ...] | None = None
     check: bool = True
     check_derivatives: bool = True
 
@@ -119,6 +123,7 @@ class Problem:
             raise ProblemError(f"{self.name}: p0 has {self.p0.size} entries, q0 has {m}")
         if (self.g is None) != (self.G is None):
             raise ProblemError(f"{self.name}: give both g and G, or neither")
+        self.coordinates = self._coordinate_names(m)
         self._chol, self._diag = None, None
         self._reference = None
         if self.M is not None:
@@ -134,6 +139,7 @@ class Problem:
         lines = [
             f"<hbvm_core.Problem> {self.name}",
             f"  sizes:     m = {self.m}, nu = {self.nu}, M {M}",
+            f"  q:         {', '.join(self.coordinates)}",
             f"  params:    {self.params}",
             f"  callbacks: {', '.join(given)}",
             f"  period:    {'none' if self.period is None else f'{self.period:.10g}'}",
@@ -142,6 +148,22 @@ class Problem:
         return "\n".join(lines)
 
     # --- sizes and linear algebra -------------------------------------------------
+    def _coordinate_names(self, m: int) -> tuple[str, ...]:
+        """The names of q's components: ``coordinates`` checked (m distinct non-empty strings), else x0..x{m-1}."""
+        if self.coordinates is None:
+            return tuple(f"x{i}" for i in range(m))
+        names = (self.coordinates,) if isinstance(self.coordinates, str) else tuple(self.coordinates)
+        if len(names) != m or not all(isinstance(c, str) and c for c in names) or len(set(names)) != m:
+            raise ProblemError(
+                f"{self.name}: coordinates = {list(names)!r}: expected {m} distinct names, one per component of q0"
+            )
+        return names
+
+    @property
+    def constraint_index(self) -> tuple[int, ...]:
+        """0, 1, ..., nu - 1: the ``constraint`` coordinate of a run's store (g_i, the hidden constraint, lambda_i)."""
+        return tuple(range(self.nu))
+
     def _set_mass(self, m: int) -> None:
         """M from a scalar, a vector (the diagonal) or a full SPD matrix.
 

@@ -15,7 +15,12 @@ Layout of a run store (xarray names)::
     lam        (tstep, constraint) multiplier used on [tstep, tstep + h] (docs/method.md 3)
     iterations (tstep)             nonlinear iterations of the step
 
-and attrs with every parameter (problem, method entry, h, t_end, solver
+The names of the dof (``Problem.coordinates``: an expression problem's coordinates, else x0, x1, ...) are
+the attr ``coordinates``; the readers (``open_trajectory``, ``open_study``) make them the ``dof``
+coordinate and 0..nu-1 the ``constraint`` coordinate, so that ``run.q.sel(dof="z")`` and
+``run.g.sel(constraint=0)`` work (plain xarray shows the dimensions without coordinates).
+
+And attrs with every parameter (problem, method entry, h, t_end, solver
 settings), the package versions, the wall time and ``complete``; the job hash
 and the problem's fingerprint (``hbvm_core.fingerprint``) it was computed for;
 the rows (``points``, ``step_rows``) and ``chunks``: per array, the chunks
@@ -237,7 +242,8 @@ class ZarrSink:
             )
         self.writer.flush()
         rows = {"points": self.n_points, "step_rows": self.n_steps, "chunks": self.writer.sizes}
-        self.writer.close(jsonable({**attrs, **rows, "format": FORMAT, "complete": True}))
+        names = {"coordinates": list(self.problem.coordinates)}
+        self.writer.close(jsonable({**attrs, **names, **rows, "format": FORMAT, "complete": True}))
 
     def abort(self) -> None:
         """Close the unfinished zip (the caller removes it)."""
@@ -508,7 +514,7 @@ def corruption(path: str, attrs: dict | None = None, reader=None) -> tuple[str |
     return None
 
 
-def open_trajectory(path: str, load: bool = False):
+def open_trajectory(path: str, load: bool = False, chunks: dict | None = None):
     """A run's store (its ``.zarr.zip``: the trajectory) as an xarray Dataset, after checking its chunk files.
 
     A study's errors.zarr has its own readers: ``open_errors`` (by the study's name), ``open_errors_at``.
@@ -518,12 +524,19 @@ def open_trajectory(path: str, load: bool = False):
     path : str
         The run's store, a ``.zarr.zip`` file.
     load : bool
-        Read every variable now. Otherwise the Dataset is lazy (``xr.open_zarr``), and a chunk
-        that fails its checksum raises a Zarr error only when it is read.
+        Read every variable now. Otherwise the Dataset is lazy, and a chunk that fails its
+        checksum raises a Zarr error only when it is read.
+    chunks : dict, optional
+        None (default): lazy numpy-backed variables, read on first use (indexing reads only the
+        chunks it needs; ``.item()``, ``float()``, ``.values`` work). ``{}``: dask arrays of the
+        stored chunks, for computations larger than memory (dask has no ``.item()``: use
+        ``float(x.compute())``).
 
     Returns
     -------
     xarray.Dataset
+        With the ``dof`` coordinate (the problem's coordinate names) and the ``constraint``
+        coordinate (0..nu-1): ``run.q.sel(dof="y")``.
 
     Raises
     ------
@@ -531,17 +544,27 @@ def open_trajectory(path: str, load: bool = False):
         Naming the store and the array: a missing or truncated chunk (``require_intact``), or
         with ``load`` a chunk that fails its checksum.
     """
-    return _open_checked(path, load)
+    return with_coordinates(_open_checked(path, load, chunks))
 
 
-def _open_checked(path: str, load: bool):
+def with_coordinates(ds):
+    """A run's Dataset with its ``dof`` coordinate (the attr ``coordinates``; x0, x1, ... for a store written
+    before it was recorded) and its ``constraint`` coordinate 0..nu-1."""
+    dof = ds.attrs.get("coordinates")
+    m, nu = ds.sizes.get("dof", 0), ds.sizes.get("constraint", 0)
+    if not isinstance(dof, list) or len(dof) != m:
+        dof = [f"x{i}" for i in range(m)]
+    return ds.assign_coords(dof=[str(c) for c in dof], constraint=np.arange(nu))
+
+
+def _open_checked(path: str, load: bool, chunks: dict | None = None):
     """The store at ``path`` (a run's or errors.zarr) as an xarray Dataset, its chunk files checked first
-    (``open_trajectory``, ``open_errors_at``)."""
+    (``open_trajectory``, ``open_errors_at``); ``chunks``: as ``open_trajectory``'s."""
     import xarray as xr
 
     require_intact(path)
     with quiet_zarr():
-        ds = xr.open_zarr(zarr_store(path), consolidated=True)
+        ds = xr.open_zarr(zarr_store(path), consolidated=True, chunks=chunks)
         if load:
             for name in ds.variables:
                 try:
@@ -785,45 +808,73 @@ def open_study(study: str, results: str = "results"):
     return tree
 
 
-def select_run(tree, h: float, k: int | None = None, s: int | None = None, label: str | None = None):
-    """The trajectory Dataset of one run of an ``open_study`` tree.
+def select_run(
+    tree, h: float | None = None, *, n: int | None = None, method: str | None = None, label: str | None = None, **entry
+):
+    """The trajectory Dataset of one run of an ``open_study`` tree, by what a user types.
 
     Parameters
     ----------
     tree : xarray.DataTree
         From ``open_study``; in a study with a grid, the subtree of one combination
         (``tree["hbvm_k2_s2/L=0.5"]``), since every combination has a run of each h.
-    h : float
+    h : float, optional
         The run's step size (matched to a relative 1e-9).
-    k, s : int, optional
-        The HBVM(k, s) of the run.
+    n : int, optional
+        Instead of h: the run's step number, its name ``n=<n>`` (``halvings``, ``period_divisions``).
+    method : str, optional
+        The method: its label (``hbvm_k2_s2``, ``rattle``), its display name (``HBVM(2,2)``) or its
+        entry's ``method`` value (``hbvm``, ``rattle``, ``dop853``).
     label : str, optional
-        The method's label instead (``hbvm_k2_s2``, ``rattle``).
+        The method's label (the same as ``method=<label>``).
+    **entry
+        Keys of the method entry, compared with the run's (``k=2, s=2``, ``solver="blended"``,
+        ``rtol=1e-8``).
 
     Returns
     -------
     xarray.Dataset
-        Lazy, as stored.
+        Lazy, as stored, with the ``dof`` and ``constraint`` coordinates (``open_trajectory``).
 
     Raises
     ------
     RunNotFoundError
-        No such run (a KeyError; naming the nearest step size when only h is off).
+        No such run, or several (naming them), or neither h nor n given (a KeyError; naming
+        the nearest step size when only h is off).
     """
+    asked = {"method": method, "label": label, **entry}
+    asked = ", ".join(f"{k}={v!r}" for k, v in asked.items() if v is not None) or "any method"
+    if (h is None) == (n is None):
+        raise RunNotFoundError(f"select_run({asked}): give the run's step size h= or its step number n=, one of them")
     cands = []
     for run in tree.subtree:  # the runs are the nodes with a step size (below the label, or the combination)
         a = run.attrs
         if run is tree or "h" not in a:
             continue
-        mk, ms = a.get("method_entry", {}).get("k"), a.get("method_entry", {}).get("s")
+        got = a.get("method_entry", {})
+        if method is not None and method not in (a.get("label"), a.get("method_name"), got.get("method")):
+            continue
         if label is not None and a.get("label") != label:
             continue
-        if (k is not None and mk != k) or (s is not None and ms != s):
+        if any(got.get(key) != value for key, value in entry.items()):
             continue
         cands.append(run)
     if not cands:
-        raise RunNotFoundError(f"no run with label={label!r} k={k!r} s={s!r}")
-    best = min(cands, key=lambda r: abs(r.attrs["h"] - h))
-    if not math.isclose(best.attrs["h"], h, rel_tol=1e-9):
-        raise RunNotFoundError(f"no run with h = {h!r} (nearest {best.attrs['h']!r})")
-    return best.to_dataset()
+        raise RunNotFoundError(f"no run with {asked}")
+    if n is not None:
+        chosen = [r for r in cands if r.name == f"n={n}"]
+        if not chosen:
+            named = sorted({r.name for r in cands})
+            raise RunNotFoundError(f"no run n={n} with {asked} (runs: {', '.join(named)})")
+    else:
+        best = min(cands, key=lambda r: abs(r.attrs["h"] - h))
+        if not math.isclose(best.attrs["h"], h, rel_tol=1e-9):
+            raise RunNotFoundError(f"no run with h = {h!r} (nearest {best.attrs['h']!r})")
+        chosen = [r for r in cands if math.isclose(r.attrs["h"], h, rel_tol=1e-9)]
+    if len(chosen) > 1:
+        which = ", ".join(sorted(r.path for r in chosen))
+        raise RunNotFoundError(
+            f"{len(chosen)} runs match {asked}: {which}; name the method (label=, k=, s=), or pass the subtree of "
+            "one grid combination"
+        )
+    return chosen[0].to_dataset()
