@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 #: the steps of the README's sh blocks that set up a clone (done by the test's own environment) or run the tests
-SETUP = ("python -m venv", ". .venv/bin/activate", "pip install", "pytest")
+SETUP = ("python -m venv", ". .venv", "pip install", "pytest")  # . .venv/bin/activate, . .venv-test/...
 #: two studies with explicit step sizes, one of them a single run (numpy: no compiling)
 SMALL = {
     "tiny": {

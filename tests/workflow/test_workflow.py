@@ -6,8 +6,9 @@
 - a real ``dask scheduler`` + ``dask worker`` on loopback with ``dask.address``;
 - Snakemake's generic cluster executor with a local submit script;
 - the config expanded once per run (``_trace``): the jobs read the plan;
-- a failing run: the table says "failed", the aggregation completes;
-- bad configs fail before any job runs, naming the key, and write nothing.
+- a failing run: the table says "failed", the aggregation completes.
+
+Bad configs (failing before any job, naming the key, writing nothing): test_reliability_config.py.
 """
 
 from __future__ import annotations
@@ -366,23 +367,3 @@ def test_a_failed_run_is_shown_as_failed_and_the_aggregation_completes(tmp_path)
     assert "| 2 | failed |" in md and "nan" not in md.lower()
     ds = xr.open_zarr(res / "errors.zarr")
     assert list(ds.status.values[0]) == [1, 0, 0]
-
-
-BAD = [
-    ({"problem": "no_such_problem"}, r"studies\.bad\.problem = 'no_such_problem': unknown problem"),
-    ({"methods": [{"k": 1, "s": 2}]}, r"studies\.bad\.methods\[0\]: k = 1 < s = 2"),
-    ({"h": [0.1, 0.0], "h0": None, "halvings": None}, r"config\.studies\.bad\.h\[1\] = 0\.0"),
-    ({"stepsize": 0.1}, r"config\.studies\.bad: unknown key 'stepsize'"),
-]
-
-
-@pytest.mark.parametrize("over, message", BAD, ids=["unknown problem", "k < s", "h <= 0", "unknown key"])
-def test_a_bad_config_fails_before_any_job_and_writes_nothing(tmp_path, over, message):
-    study = {k: v for k, v in dict(PLANAR, **over).items() if v is not None}
-    write_config(tmp_path, {"bad": study})
-    proc = snakemake(tmp_path, "--cores", "2")
-    assert proc.returncode != 0
-    out = proc.stdout + proc.stderr
-    assert re.search(message, out), out[-3000:]
-    assert "rule solve" not in out
-    assert not (tmp_path / "results").exists() and not (tmp_path / "logs").exists()
