@@ -138,8 +138,7 @@ class Problem:
         given = [f for f in ("U", "grad_U", "g", "G", "d2g", "exact") if getattr(self, f) is not None]
         lines = [
             f"<hbvm_core.Problem> {self.name}",
-            f"  sizes:     m = {self.m}, nu = {self.nu}, M {M}",
-            f"  q:         {', '.join(self.coordinates)}",
+            f"  sizes:     m = {self.m}, nu = {self.nu}, M {M}; q = ({', '.join(self.coordinates)})",
             f"  params:    {self.params}",
             f"  callbacks: {', '.join(given)}",
             f"  period:    {'none' if self.period is None else f'{self.period:.10g}'}",

@@ -47,3 +47,39 @@ def _dask_scheduler_restored():
         dask.config.config.pop("scheduler", None)
     else:
         dask.config.config["scheduler"] = before
+
+
+#: the built-in problems' compiled loops the slow tiers use, as (problems, solvers of the hbvm loop) of
+#: ``python -m hbvm_core kernels warm`` (every loop: hbvm, polynomial, rattle); not theta_pendulum's, nor the blended
+#: loops of the conical and modified pendulums: no test compiles those
+WARM = ((("planar_pendulum", "tethered_satellites"), ("fixed-point", "blended")),
+        (("conical_pendulum", "modified_pendulum"), ("fixed-point",)))  # fmt: skip
+
+
+def pytest_collection_finish(session):
+    """A run of the slow tiers on a cold kernel cache (a fresh clone, CI) compiles the built-in problems' loops
+    first, side by side, one process per core (``python -m hbvm_core kernels warm``), instead of one after another
+    in this process as the tests reach them (some 6 s of CPU each, 14 loops): the tests then load them. Nothing
+    is compiled for a run of a few files or of the quick tier (``-m "not slow"``)."""
+    import os
+    import time
+
+    if len(session.items) < 200 or not any(item.get_closest_marker("slow") for item in session.items):
+        return
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    from hbvm_core.__main__ import LOOPS, _warm_one, loop_method, warm_tasks
+    from hbvm_core.kernels import uncached_loop
+
+    tasks = [task for problems, solvers in WARM for task in warm_tasks(list(problems), list(solvers), LOOPS)]
+    cold = [(p, loop) for p, loop in tasks if uncached_loop(loop_method(loop), hc.get_problem(p)) is not None]
+    if len(cold) < 2:
+        return
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=min(len(cold), os.cpu_count() or 1), mp_context=get_context("spawn")) as pool:
+        list(pool.map(_warm_one, cold))
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        seconds = time.perf_counter() - t0
+        reporter.write_line(f"kernel cache: {len(cold)} loops compiled side by side in {seconds:.0f} s")
