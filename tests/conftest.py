@@ -64,7 +64,9 @@ def pytest_collection_finish(session):
     import os
     import time
 
-    if len(session.items) < 200 or not any(item.get_closest_marker("slow") for item in session.items):
+    if session.config.option.collectonly or len(session.items) < 200:
+        return
+    if not any(item.get_closest_marker("slow") for item in session.items):
         return
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
