@@ -265,6 +265,9 @@ COLUMNS = (
     "e_g",
     "e_hc",
     "rate_hc",
+    "order_s",
+    "order_lambda",
+    "order_hc",
     "steps",
     "mean_iterations",
 )

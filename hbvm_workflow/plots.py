@@ -1,8 +1,7 @@
 """The study figures (docs/method.md section 5), written as PNG and PDF.
 
-- ``convergence``: log-log e_s, e_lambda, e_hc against h per method, with dotted
-  reference slopes: the method's theoretical order (its declared ``orders``), else the study's
-  ``expected_rates``, else none (observed rates are in the tables, never drawn as a slope);
+- ``convergence``: log-log e_s, e_lambda, e_hc against h per method, each curve with its dotted
+  reference slope (``reference_order``: the rule of docs/configuration.md, Reference slopes);
 - ``solution_error`` (fig1): ||y_n - y(t_n)|| against t / T (linear axes: it grows linearly);
 - ``invariants`` (fig2): against t, log y: lambda error, hidden constraint, H error, g error;
 - ``constraint_panels`` (fig3): against t, log y: hidden constraint, H error and each |g_i|.
@@ -186,13 +185,14 @@ def theoretical_order(method, var: str) -> float | None:
 
 
 def reference_order(study: Study, study_method, var: str) -> tuple[float | None, str]:
-    """(p, how) of a method's reference slope: its theoretical order ("theory"), else the study's
-    ``expected_rates`` ("expected"), else (None, "")."""
-    p = theoretical_order(getattr(study_method, "method", None) or study_method.entry, var)
-    if p:
-        return p, "theory"
+    """(p, how) of one curve's reference slope, by the one rule of docs/configuration.md (Reference slopes):
+    the study's ``expected_rates[var]`` evaluated for this method (``"2s"``: 2 s of its own s), "expected";
+    else the order its method declares (``theoretical_order``), "declared"; else (None, ""): no slope."""
     p = _slope(study.expected_rates.get(var), study_method.s)
-    return (p, "expected") if p else (None, "")
+    if p:
+        return p, "expected"
+    p = theoretical_order(getattr(study_method, "method", None) or study_method.entry, var)
+    return (p, "declared") if p else (None, "")
 
 
 # --------------------------------------------------------------------------- convergence
@@ -215,15 +215,14 @@ def _all_roundoff(ds, rate: str, flag: str) -> bool:
     return bool(pairs.any() and flags[pairs].all())
 
 
-def convergence_plot(study: Study, ds, png: str, pdf: str) -> None:
+def convergence_plot(study: Study, ds, png: str, pdf: str):
     """Log-log errors against h for each method, with dotted reference slopes C h^p.
 
     Each method has its own colour, hollow marker and line style, so coinciding curves
-    stay visible; one legend below the panels covers every panel. p is the method's
-    theoretical order (``theoretical_order``: its declared ``orders``), labelled "order p (theory)",
-    else the study's expected rate (a number, or a multiple of s like "2s"), labelled
-    "order p (expected)", else no slope: observed rates stay in the tables. A panel whose every
-    rate pair is at the round-off floor says so instead of drawing the noise.
+    stay visible; one legend below the panels covers every panel. Each curve's p is its own
+    method's (``reference_order``), labelled "order p (expected)" or "order p (declared)"; one
+    grey line where every curve of a panel has the same p. A panel whose every rate pair is at
+    the round-off floor says so instead of drawing the noise. Returns the figure.
     """
     panels = [("e_s", "rate_s", "solution error e_s"), ("e_lambda", "rate_lambda", "multiplier error e_λ")]
     panels.append(("e_hc", "rate_hc", "hidden constraint e_hc"))
@@ -247,6 +246,7 @@ def convergence_plot(study: Study, ds, png: str, pdf: str) -> None:
         )
     fig.suptitle(_suptitle(study), fontsize=10)
     save(fig, png, pdf, legend_rows=rows + 1 if rows else 0)
+    return fig
 
 
 def _combinations(study: Study, ds) -> list:
@@ -324,8 +324,8 @@ def _convergence_row(study: Study, ds, axes_row, panels, handles: dict, heading:
 
 def sweep_plot(study: Study, ds, png: str, pdf: str) -> None:
     """A one-key grid study (kind sweep): per method against the grid value, the error constant
-    e_s / h^p at the finest step (p the expected rate of e_s, else 2) and the mean iterations per step
-    at each step size (the finest solid, the coarsest dotted)."""
+    e_s / h^p at the finest step (p: the method's reference order of e_s, ``reference_order``, else 2) and the
+    mean iterations per step at each step size (the finest solid, the coarsest dotted)."""
     (key,) = study.grid
     values = np.asarray(ds[key].values, dtype=float)
     fig, axes = _figure(1, 2, size=(8.0, 3.6))
@@ -333,7 +333,7 @@ def sweep_plot(study: Study, ds, png: str, pdf: str) -> None:
     handles = []
     for i in range(ds.sizes["scheme"]):
         sub = ds.isel(scheme=i)
-        p = _slope(study.expected_rates.get("e_s"), int(sub.s.values) or None) or 2.0
+        p = reference_order(study, study.methods[i], "e_s")[0] or 2.0
         style = method_style(i)
         h = sub.h.values
         ok = [j for j in range(h.size) if np.isfinite(sub.e_s.values[j]).any()]
@@ -358,7 +358,7 @@ def sweep_plot(study: Study, ds, png: str, pdf: str) -> None:
 
 
 def _reference_line(ax, h, y, p, how: str, color) -> None:
-    """A dotted line C h^p, labelled "order p (theory)" or "order p (expected)"."""
+    """A dotted line C h^p, labelled "order p (expected)" or "order p (declared)" (``reference_order``)."""
     ax.loglog(h, y, ":", color=color, lw=1.2, alpha=0.9)
     text = f"order {p:g} ({how})"
     ax.annotate(text, (h[-1], y[-1]), fontsize=7, color=color, ha="left", va="top")
