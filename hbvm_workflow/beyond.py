@@ -207,8 +207,11 @@ def _style(fam: str, i: int) -> dict:
     return {"color": f"C{i % 10}", "marker": marker, "ls": ls, "ms": 4, "lw": 1.2}
 
 
-def work_precision_plot(panels: list[tuple[str, list[dict]]], png: str, pdf: str, targets=TARGETS) -> None:
-    """One log-log panel per problem: wall time per run against e_s, one curve per family."""
+def work_precision_plot(
+    panels: list[tuple[str, list[dict]]], png: str, pdf: str, targets=TARGETS, repeats: int | None = None
+):
+    """One log-log panel per problem: wall time per run against e_s, one curve per family; ``repeats``: the
+    times are the best of that many timed repeats (``measure``), said on the axis. Returns the figure."""
     n = len(panels)
     ncols = 2 if n > 1 else 1
     nrows = math.ceil(n / ncols)
@@ -233,9 +236,10 @@ def work_precision_plot(panels: list[tuple[str, list[dict]]], png: str, pdf: str
     for ax in list(axes.flat)[n:]:
         ax.set_visible(False)
     axes.flat[0].legend(fontsize=7)
-    fig.suptitle("work precision: cost against accuracy (more accurate to the right)", fontsize=10)
+    fig.suptitle("work precision: cost against accuracy\n(more accurate to the right)", fontsize=10)
     fig.savefig(png, dpi=150)
     fig.savefig(pdf)
+    return fig
 
 
 # --------------------------------------------------------------------------- long time
@@ -342,8 +346,9 @@ def _loglog(ax, t, y, color: str, label: str) -> None:
     ax.loglog(tt, np.fmax.accumulate(yy), color=color, lw=1.3, label=label)
 
 
-def long_time_plot(panels: list[tuple[str, list]], png: str, pdf: str) -> None:
-    """Rows: problems; columns: |H - H0|, ||g||, hidden constraint against t, log-log; one line per method."""
+def long_time_plot(panels: list[tuple[str, list]], png: str, pdf: str):
+    """Rows: problems; columns: |H - H0|, ||g||, hidden constraint against t, log-log; one line per method.
+    Returns the figure."""
     fig, axes = _figure(len(panels), len(SERIES), (3.6, 2.9))
     names: list[str] = []
     for _, runs in panels:
@@ -363,6 +368,7 @@ def long_time_plot(panels: list[tuple[str, list]], png: str, pdf: str) -> None:
     )
     fig.savefig(png, dpi=150)
     fig.savefig(pdf)
+    return fig
 
 
 # --------------------------------------------------------------------------- writers used by the rules
