@@ -168,3 +168,27 @@ def test_the_check_finds_an_overlap_and_a_clipped_title():
     found = problems(fig)
     assert any(p.startswith("overlap: 'one' and 'two'") for p in found), found
     assert any(p.startswith("outside the figure") and "title far too long" in p for p in found), found
+
+
+def test_convergence_figure_shows_what_is_conserved(tmp_path):
+    """The convergence figure's e_H and e_g panels: per method its errors against h (the made-up 1e-16 (1 + i)
+    of e_H, exact zeros drawn at ZERO_FLOOR), no reference slope; no e_g panel without constraints."""
+    study = expand_study("c", CONICAL)
+    ds = made_up_dataset(study, _orders)
+    ds["e_H"][0] = 0.0  # HBVM(2,2) conserves H exactly here
+    fig = plots.convergence_plot(study, ds, f"{tmp_path}/f.png", f"{tmp_path}/f.pdf")
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles[3:] == [f"energy error e_H (0 at {plots.ZERO_FLOOR:g})", "constraint error e_g"]
+    for ax, var in zip(fig.axes[3:], ("e_H", "e_g")):
+        curves = [line for line in ax.get_lines() if line.get_marker() not in ("None", "")]  # not the floor's
+        assert [np.asarray(c.get_ydata()).tolist() for c in curves] == [
+            np.where(ds[var].values[i] > 0, ds[var].values[i], plots.ZERO_FLOOR).tolist() for i in range(2)
+        ]
+        assert not [line for line in ax.get_lines() if line.get_linestyle() == ":"]  # no slope
+    cfg = {**CONICAL, "problem": "theta_pendulum", "t_end": 1, "h": [0.1, 0.05], "errors": {"reference": "self"}}
+    del cfg["periods"], cfg["period_divisions"]
+    unconstrained = expand_study("u", cfg)
+    fig = plots.convergence_plot(
+        unconstrained, made_up_dataset(unconstrained, _orders), f"{tmp_path}/u.png", "/dev/null"
+    )
+    assert "constraint error e_g" not in [ax.get_title() for ax in fig.axes]
