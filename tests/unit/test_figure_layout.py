@@ -115,7 +115,9 @@ def _wp_rows(problem: str) -> list[dict]:
 
 def work_precision(tmp, solved, n=1):
     panels = [(f"Work precision: {p}", _wp_rows(p)) for p in ("planar_pendulum", "conical_pendulum")[:n]]
-    panels += [(f"Work precision: {p}", _wp_rows(p)) for p in ("modified_pendulum", "tethered_satellites")[: n - 2]]
+    panels += [
+        (f"Work precision: {p}", _wp_rows(p)) for p in ("modified_pendulum", "tethered_satellites")[: max(n - 2, 0)]
+    ]
     return beyond.work_precision_plot(panels, f"{tmp}/f.png", f"{tmp}/f.pdf", repeats=5)
 
 
