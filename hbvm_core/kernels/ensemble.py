@@ -32,6 +32,8 @@ import ast
 
 import numpy as np
 
+from ..errors import ConfigError
+
 #: the block call's inputs, run axis first: q0 [R, m], p0 [R, m], h [R], N [R] int64, sample_every [R] int64,
 #: params [R, P]; and what the loops need besides: lam0 [R, nu] (the first multiplier of each run: the blended
 #: solver's lambda(q0, p0), else zeros), L [R, m, m] (the Cholesky factor of each run's M; [R, 0, 0] for M = I),
@@ -74,7 +76,7 @@ def chunk_parameters(source: str) -> list[str]:
     for node in ast.parse(source).body:
         if isinstance(node, ast.FunctionDef) and node.name == "run_chunk":
             return [a.arg for a in node.args.args]
-    raise ValueError("template has no run_chunk")
+    raise ConfigError("a kernel template without run_chunk has no ensemble block")
 
 
 def saved_points(N: np.ndarray, sample_every: np.ndarray) -> np.ndarray:
