@@ -332,7 +332,8 @@ def _run_numba(runner, inputs: dict, threads: int | None) -> dict:
             raise ConfigError(f"threads = {threads!r}: expected 1..{numba.config.NUMBA_NUM_THREADS}")
         numba.set_num_threads(threads)
     try:
-        out = run_block_numba(runner, inputs)
+        with numba.parallel_chunksize(1):  # runs handed out one at a time: runs of different N balance
+            out = run_block_numba(runner, inputs)
     finally:
         numba.set_num_threads(previous)
     note_compiled(runner.module)
