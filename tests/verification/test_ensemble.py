@@ -113,7 +113,10 @@ def test_summary_at_round_off():
     """H and g are conserved by HBVM(2,2) on the conical pendulum (U linear, g quadratic: degree <= 2k/s,
     docs/method.md 3), so the summary's H_error and g_error are round-off: eps times the scale times the steps."""
     runs, h, N, every = grid()
-    result = hc.integrate_ensemble(runs, METHODS["hbvm-fixed-point"], h, N, sample_every=every)
+    result = hc.integrate_ensemble(runs, METHODS["hbvm-fixed-point"], h, N, sample_every=every, backend="auto")
+    if result.backend == "numba":  # no GPU here: auto falls back and says so
+        assert result.backend_note.startswith("backend auto: ran on numba")
+    assert "4 x ok" in repr(result) and "\n" in repr(result)
     for r, pb in enumerate(runs):
         scale = max(1.0, abs(float(pb.hamiltonian(pb.q0[None], pb.p0[None])[0])), float(np.max(pb.q0**2)))
         assert 0.0 <= result.H_error[r] <= 4 * EPS * scale * N[r]
@@ -165,6 +168,7 @@ def test_bad_values():
         ({"h": 0.1, "N": 2.5}, "N = 2.5"),
         ({"h": 0.1, "N": 3, "sample_every": 0}, "sample_every = 0"),
         ({"h": 0.1, "N": 3, "backend": "gpu"}, "backend = 'gpu'"),
+        ({"h": 0.1, "N": 3, "threads": 0}, "threads = 0"),
     ):
         with pytest.raises(ConfigError, match=match):
             hc.integrate_ensemble(pb, hc.HBVM(2, 2), **kwargs)
