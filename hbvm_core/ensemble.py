@@ -248,11 +248,8 @@ def _runner(method, problem: Problem):
         if problem.kernels is None:
             raise ProblemError(f"{problem.name}: an ensemble needs compiled callbacks (Problem.kernels)")
         raise ConfigError(f"method {name}: no compiled loop for {problem.name}, so no ensemble")
-    from .kernels.ensemble import chunk_parameters_of
-
     if not hasattr(runner, "module") or not hasattr(runner.module, "run_block"):
         raise ConfigError(f"method {name}: its compiled loop has no ensemble block (run_block)")
-    chunk_parameters_of(runner.module)
     return runner
 
 

@@ -121,10 +121,11 @@ def test_summary_at_round_off():
         scale = max(1.0, abs(float(pb.hamiltonian(pb.q0[None], pb.p0[None])[0])), float(np.max(pb.q0**2)))
         assert 0.0 <= result.H_error[r] <= 4 * EPS * scale * N[r]
         assert result.g_error.shape == (4, 1) and 0.0 <= result.g_error[r, 0] <= 4 * EPS * scale * N[r]
-    # the summary's own arithmetic: the same maxima from the saved points, by hand
+    # the summary's own arithmetic: the same maxima from the saved points, by hand (H evaluated on other rows
+    # at once: its vectorised sums may round differently, by an ulp of H)
     n = int(result.n_saved[0])
     H = runs[0].hamiltonian(result.q[0, :n], result.p[0, :n])
-    assert result.H_error[0] == np.max(np.abs(H - H[0]))
+    assert abs(result.H_error[0] - np.max(np.abs(H - H[0]))) <= 4 * EPS * max(1.0, float(np.max(np.abs(H))))
 
 
 @pytest.mark.slow
