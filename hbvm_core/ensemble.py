@@ -339,7 +339,6 @@ def _run_numba(runner, inputs: dict, threads: int | None) -> dict:
     import numba
 
     from .kernels.ensemble import run_block_numba
-    from .kernels.registry import note_compiled
 
     previous = numba.get_num_threads()
     if threads is not None:
@@ -351,7 +350,8 @@ def _run_numba(runner, inputs: dict, threads: int | None) -> dict:
             out = run_block_numba(runner, inputs)
     finally:
         numba.set_num_threads(previous)
-    note_compiled(runner.module)
+    # no registry.note_compiled here: its marker says that run_chunk's per-run signature is cached, which
+    # compiling run_block (run_chunk on views of the block's rows) does not
     return out
 
 
