@@ -67,7 +67,9 @@ class EnsembleResult:
         return (
             f"EnsembleResult: {self.runs} runs, up to {self.t.shape[1]} saved points of m = {self.q.shape[2]}\n"
             f"  status: {status}\n  steps: {int(self.steps.sum())}, iterations: {int(self.iterations.sum())}\n"
-            f"  max |H - H0| = {H:.3e}, max |g| = {g:.3e}\n  backend: {self.backend}{note}"
+            f"  max |H - H0| = {H:.3e}, "
+            + (f"max |g| = {g:.3e}" if self.g_error.size else "no constraints")
+            + f"\n  backend: {self.backend}{note}"
         )
 
 
