@@ -63,6 +63,8 @@ def block_inputs(problem, runner, R: int, h: float, steps: int) -> dict:
     from hbvm_core.kernels.runner import cholesky_factor
 
     q0, p0 = scan(problem, R)
+    lam0 = initial_multiplier(problem) if runner.solver else np.zeros(problem.nu)
+    L = cholesky_factor(problem)
     return {
         "q0": q0,
         "p0": p0,
@@ -70,8 +72,8 @@ def block_inputs(problem, runner, R: int, h: float, steps: int) -> dict:
         "N": np.full(R, steps, dtype=np.int64),
         "sample_every": np.full(R, steps, dtype=np.int64),
         "params": np.broadcast_to(runner.params, (R, runner.params.size)),
-        "lam0": np.broadcast_to(initial_multiplier(problem) if runner.solver else np.zeros(problem.nu), (R, problem.nu)),
-        "L": np.broadcast_to(cholesky_factor(problem), (R, *cholesky_factor(problem).shape)),
+        "lam0": np.broadcast_to(lam0, (R, problem.nu)),
+        "L": np.broadcast_to(L, (R, *L.shape)),
         "compensated": True,
     }
 
@@ -133,10 +135,10 @@ def cpu_row(case: str, problem, method, h: float, R: int, steps: int) -> dict:
 
 def ptx(names: list[str]) -> list[dict]:
     """Each case's kernel compiled to PTX for sm_90 (no GPU needed; NVVM is): PTX size and local memory."""
+    import numba.cuda.dispatcher as dispatcher
     from numba import cuda
     from numba import types as nt
 
-    import numba.cuda.dispatcher as dispatcher
     from hbvm_core.kernels.cuda import cuda_module
 
     class _Target:  # the device functions compile for the current device's cc: sm_90 here, no GPU
@@ -203,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{row['case']:9} {row['method']:10} GPU  {row['runs']:>8} runs: {row['run_steps_per_s']:.3e} "
                   f"run-steps/s, {row['ns_per_run_step']:.3f} ns/run-step, kernel {row['kernel_s']:.3f} s, "
                   f"transfers {row['to_device_s'] + row['to_host_s']:.3f} s, x{row['speedup_vs_cpu']:.0f} CPU, "
-                  f"max|H-H0| {row['max_H_error']:.1e}, max|g| {row['max_g_error']:.1e}, failed {row['failed']}")  # fmt: skip
+                  f"max|H-H0| {row['max_H_error']:.1e}, max|g| {row['max_g_error']:.1e}, "
+                  f"failed {row['failed']}")  # fmt: skip
     return 0
 
 
