@@ -99,9 +99,32 @@ def cpu_run(problem, method, h: float, N: int, every: int, S: int) -> dict:
     return out
 
 
+ENSEMBLE_FIELDS = ("status", "fail_step", "steps", "iterations", "max_iterations", "n_saved", "t", "q", "p", "lam")
+ENSEMBLE_FIELDS += ("H_error", "g_error")
+
+
+def ensemble(arrays: dict) -> None:
+    """``integrate_ensemble`` end to end with backend cuda and auto (here: the GPU or the simulator) and numba:
+    two instances of the parametric conical pendulum, per-run h, N and sample_every, HBVM(2,2) fixed point."""
+    from hbvm_core import integrate_ensemble
+
+    problems = [conical_pendulum(length=1.5), conical_pendulum(length=2.0, gravity=1.3)]
+    runs = [problems[0], problems[1], problems[0], problems[1]]
+    h, N, every = np.array([0.05, 0.04, 0.1, 0.02]), np.array([12, 8, 7, 10]), np.array([3, 5, 1, 10])
+    for backend in ("cuda", "auto", "numba"):
+        res = integrate_ensemble(runs, HBVM(2, 2), h, N, sample_every=every, backend=backend)
+        for key in ENSEMBLE_FIELDS:
+            arrays[f"ensemble/{backend}_{key}"] = getattr(res, key)
+        arrays[f"ensemble/{backend}_backend"] = np.array(res.backend)
+        arrays[f"ensemble/{backend}_note"] = np.array(res.backend_note)
+    arrays["ensemble/N"] = N
+
+
 def main(path: str, only: list[str] | None) -> None:
     device = "--device" in sys.argv
     arrays: dict[str, np.ndarray] = {"device": np.array(device_name())}
+    if not only or "ensemble" in only:
+        ensemble(arrays)
     for case, (problems, method, h, N, every) in cases(device).items():
         if only and case not in only:
             continue

@@ -30,6 +30,7 @@ EPS = float(np.finfo(float).eps)
 #: simulator computes with numpy scalars: a few ulps of the quantity's scale per step, growing at most linearly
 ULPS_PER_STEP = 64
 CASES = ("conical", "planar", "tethered")
+ENSEMBLE_FIELDS = ("status", "fail_step", "steps", "iterations", "max_iterations", "n_saved", "t", "q", "p", "lam")
 needs_numba_cuda = pytest.mark.skipif(importlib.util.find_spec("numba_cuda") is None, reason="numba-cuda missing")
 
 
@@ -183,10 +184,54 @@ def test_simulator_failed_run_stops_alone(simulated):
     assert simulated["planar/gpu_n_saved"][-1] == 4
 
 
+@pytest.mark.slow
+@needs_numba_cuda
+def test_simulator_ensemble_end_to_end(simulated):
+    """integrate_ensemble(backend="cuda") and ("auto") run the block on the (simulated) GPU and give the result of
+    backend "numba" (the CPU ensemble) beyond round-off in nothing: counts alike, states to eps x scale x steps."""
+    d = {key.split("/", 1)[1]: val for key, val in simulated.items() if key.startswith("ensemble/")}
+    steps = int(d["N"].max())
+    for backend in ("cuda", "auto"):
+        assert str(d[f"{backend}_backend"]) == "cuda" and str(d[f"{backend}_note"]) == ""
+        for key in (*ENSEMBLE_FIELDS, "H_error", "g_error"):
+            gpu, cpu = d[f"{backend}_{key}"], d[f"numba_{key}"]
+            assert gpu.shape == cpu.shape and np.array_equal(np.isnan(gpu), np.isnan(cpu)), key
+            if gpu.dtype.kind in "iu":
+                assert np.array_equal(gpu, cpu), key
+            else:
+                scale = max(1.0, float(np.nanmax(np.abs(cpu))))
+                assert np.nanmax(np.abs(gpu - cpu)) <= ULPS_PER_STEP * EPS * scale * steps, key
+
+
+@pytest.mark.slow
+def test_ensemble_without_gpu():
+    """Without a GPU: backend "cuda" stops with one line; "auto" runs the CPU ensemble and says so in one line."""
+    import hbvm_core as hc
+    from hbvm_core.errors import BackendError
+    from hbvm_core.kernels.cuda import cuda_available
+    from hbvm_core.problems.parametric import conical_pendulum
+
+    if cuda_available():
+        pytest.skip("a GPU (or numba-cuda's simulator) is present")
+    pb = conical_pendulum(length=1.5)
+    with pytest.raises(BackendError, match="backend 'cuda': no GPU") as err:
+        hc.integrate_ensemble(pb, hc.HBVM(2, 2), 0.1, 3, backend="cuda")
+    assert "\n" not in str(err.value)
+    res = hc.integrate_ensemble(pb, hc.HBVM(2, 2), 0.1, 3, backend="auto")
+    assert res.backend == "numba" and "no GPU" in res.backend_note and "\n" not in res.backend_note
+    assert np.all(res.status == 0)
+
+
 # --------------------------------------------------------------------------- a real GPU
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_gpu_matches_compiled_loop(on_gpu):
-    """1000 runs x 200 steps of the conical pendulum, HBVM(2,2), on the GPU against the CPU loop, and at round-off."""
+    """1000 runs x 200 steps of the conical pendulum, HBVM(2,2), on the GPU against the CPU loop, and at round-off;
+    integrate_ensemble(backend="cuda") there."""
     _agree(on_gpu, "conical", sweeps_per_step=1)  # FMA contraction may move d across the stopping threshold
     _conserves(on_gpu, "conical")
+    assert str(on_gpu["ensemble/cuda_backend"]) == "cuda"
+    for key in ("t", "q", "p"):
+        gpu, cpu = on_gpu[f"ensemble/cuda_{key}"], on_gpu[f"ensemble/numba_{key}"]
+        scale = max(1.0, float(np.nanmax(np.abs(cpu))))
+        assert np.nanmax(np.abs(gpu - cpu)) <= ULPS_PER_STEP * EPS * scale * int(on_gpu["ensemble/N"].max()), key
