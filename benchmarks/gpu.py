@@ -1,7 +1,7 @@
 """Ensembles on a GPU: run-steps per second of the GPU block call against the CPU ensemble of the same machine.
 
     python -m benchmarks.gpu [--runs 1000 10000 ...] [--steps 1000] [--cases conical tethered] [--cpu-runs R]
-                             [--threads 128] [--json]
+                             [--threads 128] [--max-registers 0 128 ...] [--json]
     python -m benchmarks.gpu --ptx [--cases ...]
 
 Cases: HBVM(2,2) on the conical pendulum at h = T/100 and HBVM(6,2) on the
@@ -20,8 +20,10 @@ timed in the same run; the speed-up is the ratio of the run-step rates.
 
 Without a GPU (or under numba-cuda's simulator) it stops with one line.
 ``--ptx`` needs no GPU, only NVVM (``pip install numba-cuda[cu12]``): it
-compiles each case's kernel to PTX for sm_90 and prints its size and the
-local memory of a thread.
+compiles each case's kernel (both solvers) to PTX for sm_90 and prints its size and the
+registers, stack and spills of a thread (by ``ptxas -v``, where ``$PTXAS`` or the PATH has
+one: ``pip install nvidia-cuda-nvcc``). ``--max-registers`` caps a thread's registers (0: no cap): more
+threads per SM against spills.
 """
 
 from __future__ import annotations
@@ -78,14 +80,14 @@ def block_inputs(problem, runner, R: int, h: float, steps: int) -> dict:
     }
 
 
-def gpu_row(case: str, problem, method, h: float, R: int, steps: int, threads: int) -> dict:
+def gpu_row(case: str, problem, method, h: float, R: int, steps: int, threads: int, regs: int | None = None) -> dict:
     """The GPU block call of R runs x steps: kernel time, transfers, rates and the runs' errors."""
     from hbvm_core.kernels.cuda import run_block_cuda
 
     runner = method.compiled_runner(problem)
     inputs = block_inputs(problem, runner, R, h, steps)
     timings: dict = {}
-    out = run_block_cuda(runner, inputs, threads=threads, timings=timings)
+    out = run_block_cuda(runner, inputs, threads=threads, max_registers=regs, timings=timings)
     ok = out["status"] == 0
     last = out["n_saved"] - 1
     rows = np.arange(R)
@@ -96,7 +98,7 @@ def gpu_row(case: str, problem, method, h: float, R: int, steps: int, threads: i
     run_steps = float(np.sum(out["steps"]))
     return {
         "case": case, "method": method.label(), "runs": R, "steps": steps, "threads": threads,
-        "failed": int(np.sum(~ok)),
+        "max_registers": regs, "failed": int(np.sum(~ok)),
         "kernel_s": timings["kernel"], "to_device_s": timings["to_device"], "to_host_s": timings["to_host"],
         "run_steps_per_s": run_steps / timings["kernel"], "ns_per_run_step": 1e9 * timings["kernel"] / run_steps,
         "max_H_error": float(np.max(np.abs(H - H0)[ok])) if ok.any() else float("nan"),
@@ -134,7 +136,13 @@ def cpu_row(case: str, problem, method, h: float, R: int, steps: int) -> dict:
 
 
 def ptx(names: list[str]) -> list[dict]:
-    """Each case's kernel compiled to PTX for sm_90 (no GPU needed; NVVM is): PTX size and local memory."""
+    """Each case's kernel (both solvers) compiled to PTX for sm_90 (no GPU needed; NVVM is): its size, and where
+    ``ptxas`` is found (``$PTXAS``, the PATH), the registers, stack and spills of a thread (``ptxas -v``)."""
+    import re
+    import shutil
+    import subprocess
+    import tempfile
+
     import numba.cuda.dispatcher as dispatcher
     from numba import cuda
     from numba import types as nt
@@ -148,17 +156,30 @@ def ptx(names: list[str]) -> list[dict]:
     f1, f2, f3, i1 = nt.float64[::1], nt.float64[:, ::1], nt.float64[:, :, ::1], nt.int64[::1]
     sig = (f2, f2, f2, f1, i1, i1, f2, f3, nt.boolean, nt.int64, f1, f2, f2, f2, f2, nt.int8[::1], i1, i1, i1, i1, i1,
            f2, f3, f3, f2)  # fmt: skip
+    ptxas = os.environ.get("PTXAS") or shutil.which("ptxas")
     rows = []
-    for case, (problem, method, _) in cases().items():
+    for case, (problem, base, _) in cases().items():
         if case not in names:
             continue
-        module = cuda_module(method.compiled_runner(problem))
-        t0 = time.perf_counter()
-        text, _ = cuda.compile_ptx(module.run_block.py_func, sig, cc=(9, 0))
-        depot = [line for line in text.splitlines() if "__local_depot0[" in line]
-        local = int(depot[0].split("[")[1].split("]")[0]) if depot else 0
-        rows.append({"case": case, "method": method.label(), "ptx_bytes": len(text), "local_bytes_per_thread": local,
-                     "compile_s": time.perf_counter() - t0})  # fmt: skip
+        for solver in ("fixed-point", "blended"):
+            method = HBVM(base.k, base.s, solver=solver)
+            module = cuda_module(method.compiled_runner(problem))
+            t0 = time.perf_counter()
+            text, _ = cuda.compile_ptx(module.run_block.py_func, sig, cc=(9, 0))
+            row = {"case": case, "method": method.label(), "solver": solver, "ptx_bytes": len(text),
+                   "compile_s": round(time.perf_counter() - t0, 1)}  # fmt: skip
+            if ptxas:
+                with tempfile.TemporaryDirectory() as tmp:
+                    src = os.path.join(tmp, "k.ptx")
+                    with open(src, "w") as fh:
+                        fh.write(text)
+                    cmd = [ptxas, "-arch=sm_90", "-O3", "-v", src, "-o", os.path.join(tmp, "k.cubin")]
+                    report = subprocess.run(cmd, capture_output=True, text=True).stderr
+                for key, pattern in (("registers", r"Used (\d+) registers"), ("stack_bytes", r"(\d+) bytes stack"),
+                                     ("spill_store_bytes", r"(\d+) bytes spill stores")):  # fmt: skip
+                    hit = re.search(pattern, report)
+                    row[key] = int(hit.group(1)) if hit else None
+            rows.append(row)
     return rows
 
 
@@ -169,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", nargs="+", default=["conical", "tethered"], choices=["conical", "tethered"])
     parser.add_argument("--cpu-runs", type=int, default=20_000, help="runs of the CPU ensemble (its rate is per run)")
     parser.add_argument("--threads", type=int, default=128, help="threads per block")
+    parser.add_argument("--max-registers", type=int, nargs="+", default=[0], help="register caps to try (0: none)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--ptx", action="store_true", help="compile the kernels to PTX (no GPU needed), then stop")
     args = parser.parse_args(argv)
@@ -188,10 +210,12 @@ def main(argv: list[str] | None = None) -> int:
             continue
         gpu_row(case, problem, method, h, 64, 10, args.threads)  # untimed: the module's build and the compile
         cpu = cpu_row(case, problem, method, h, args.cpu_runs, args.steps)
-        for R in args.runs:
-            row = gpu_row(case, problem, method, h, R, args.steps, args.threads)
-            row["speedup_vs_cpu"] = row["run_steps_per_s"] / cpu["run_steps_per_s"]
-            rows.append(row)
+        for regs in args.max_registers:
+            gpu_row(case, problem, method, h, 64, 10, args.threads, regs or None)  # untimed: the capped compile
+            for R in args.runs:
+                row = gpu_row(case, problem, method, h, R, args.steps, args.threads, regs or None)
+                row["speedup_vs_cpu"] = row["run_steps_per_s"] / cpu["run_steps_per_s"]
+                rows.append(row)
         rows.append(cpu | {"backend": "cpu"})
     if args.json:
         print(json.dumps({"machine": info, "rows": rows}, indent=1))
@@ -202,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{row['case']:9} {row['method']:10} CPU  {row['runs']:>8} runs: {row['run_steps_per_s']:.3e} "
                   f"run-steps/s, {row['ns_per_run_step']:.1f} ns/run-step ({row['cpu']})")  # fmt: skip
         else:
-            print(f"{row['case']:9} {row['method']:10} GPU  {row['runs']:>8} runs: {row['run_steps_per_s']:.3e} "
+            print(f"{row['case']:9} {row['method']:10} GPU  {row['runs']:>8} runs (regs {row['max_registers']}): "
+                  f"{row['run_steps_per_s']:.3e} "
                   f"run-steps/s, {row['ns_per_run_step']:.3f} ns/run-step, kernel {row['kernel_s']:.3f} s, "
                   f"transfers {row['to_device_s'] + row['to_host_s']:.3f} s, x{row['speedup_vs_cpu']:.0f} CPU, "
                   f"max|H-H0| {row['max_H_error']:.1e}, max|g| {row['max_g_error']:.1e}, "

@@ -47,6 +47,7 @@ ROWS = 4
 #: threads per block of a launch
 THREADS = 128
 _MODULES: dict[str, types.ModuleType] = {}
+_CAPPED: dict[tuple[str, int], object] = {}  # (module, max_registers) -> its kernel compiled with that cap
 
 
 def cuda_available() -> bool:
@@ -151,6 +152,19 @@ def cuda_module(runner) -> types.ModuleType:
     return module
 
 
+def kernel(module: types.ModuleType, max_registers: int | None = None):
+    """The module's ``run_block``, or a copy compiled with at most ``max_registers`` registers per thread (more
+    threads per SM, at the price of spills to local memory; ignored by the simulator)."""
+    if not max_registers or simulated():
+        return module.run_block
+    key = (module.__name__, int(max_registers))
+    if key not in _CAPPED:
+        from numba import cuda
+
+        _CAPPED[key] = cuda.jit(max_registers=int(max_registers))(module.run_block.py_func)
+    return _CAPPED[key]
+
+
 def saved_rows(N: np.ndarray, sample_every: np.ndarray) -> np.ndarray:
     """Points 0..N kept by the save rule (``rules.point_saved``): every sample_every-th, and the last."""
     N, every = np.asarray(N, dtype=np.int64), np.asarray(sample_every, dtype=np.int64)
@@ -165,9 +179,12 @@ def _soa(a: np.ndarray, empty_shape: tuple[int, ...]) -> np.ndarray:
     return np.ascontiguousarray(np.moveaxis(a, 0, -1))
 
 
-def run_block_cuda(runner, inputs: dict, *, threads: int = THREADS, timings: dict | None = None) -> dict:
+def run_block_cuda(
+    runner, inputs: dict, *, threads: int = THREADS, max_registers: int | None = None, timings: dict | None = None
+) -> dict:
     """The block call on the GPU: one kernel launch, one thread per run (see the module docstring).
 
+    ``threads``: threads per block; ``max_registers``: a cap on the registers of a thread (``kernel``).
     ``timings``, if given, receives the seconds of ``compile`` (building the module; numba-cuda compiles the
     kernel at its first launch, which then counts in ``kernel``), ``to_device``, ``kernel`` and ``to_host``.
     """
@@ -215,7 +232,7 @@ def run_block_cuda(runner, inputs: dict, *, threads: int = THREADS, timings: dic
     t2 = clock()
     if R:
         blocks = (R + threads - 1) // threads
-        module.run_block[blocks, threads](
+        kernel(module, max_registers)[blocks, threads](
             dev["q0"], dev["p0"], dev["lam0"], dev["h"], dev["N"], dev["sample_every"], dev["params"], dev["L"],
             bool(inputs.get("compensated", True)), int(runner.warm), rule, Ihat, W, X, E,
             *out.values(),
