@@ -37,7 +37,7 @@ import time
 import numpy as np
 
 import hbvm_core as hc
-from hbvm_core.methods import HBVM
+from hbvm_core.methods import HBVM, RATTLE, PolynomialHBVM
 
 from ._common import machine
 
@@ -59,13 +59,14 @@ def scan(problem, R: int) -> tuple[np.ndarray, np.ndarray]:
     return np.broadcast_to(problem.q0, (R, problem.m)).copy(), scale[:, None] * problem.p0[None, :]
 
 
-def block_inputs(problem, runner, R: int, h: float, steps: int) -> dict:
+def block_inputs(problem, method, runner, R: int, h: float, steps: int) -> dict:
     """The block call's inputs of the scan (run axis first)."""
     from hbvm_core.blended import initial_multiplier
+    from hbvm_core.kernels.ensemble import shared_arguments
     from hbvm_core.kernels.runner import cholesky_factor
 
     q0, p0 = scan(problem, R)
-    lam0 = initial_multiplier(problem) if runner.solver else np.zeros(problem.nu)
+    lam0 = initial_multiplier(problem) if getattr(runner, "solver", 0) else np.zeros(problem.nu)
     L = cholesky_factor(problem)
     return {
         "q0": q0,
@@ -77,6 +78,8 @@ def block_inputs(problem, runner, R: int, h: float, steps: int) -> dict:
         "lam0": np.broadcast_to(lam0, (R, problem.nu)),
         "L": np.broadcast_to(L, (R, *L.shape)),
         "compensated": True,
+        "gamma_rows": runner.guess_rows(method),
+        "shared": shared_arguments(runner, problem),
     }
 
 
@@ -85,7 +88,7 @@ def gpu_row(case: str, problem, method, h: float, R: int, steps: int, threads: i
     from hbvm_core.kernels.cuda import run_block_cuda
 
     runner = method.compiled_runner(problem)
-    inputs = block_inputs(problem, runner, R, h, steps)
+    inputs = block_inputs(problem, method, runner, R, h, steps)
     timings: dict = {}
     out = run_block_cuda(runner, inputs, threads=threads, max_registers=regs, timings=timings)
     ok = out["status"] == 0
@@ -135,9 +138,17 @@ def cpu_row(case: str, problem, method, h: float, R: int, steps: int) -> dict:
     }  # fmt: skip
 
 
+def ptx_methods(case: str) -> list:
+    """The methods whose kernels ``--ptx`` compiles for a case: HBVM with both solvers, and for the conical
+    pendulum the polynomial multiplier and RATTLE."""
+    k, s = (2, 2) if case == "conical" else (6, 2)
+    extra = [PolynomialHBVM(3, 2), RATTLE()] if case == "conical" else []
+    return [HBVM(k, s), HBVM(k, s, solver="blended"), *extra]
+
+
 def ptx(names: list[str]) -> list[dict]:
-    """Each case's kernel (both solvers) compiled to PTX for sm_90 (no GPU needed; NVVM is): its size, and where
-    ``ptxas`` is found (``$PTXAS``, the PATH), the registers, stack and spills of a thread (``ptxas -v``)."""
+    """Each case's kernels compiled to PTX for sm_90 (no GPU needed; NVVM is): their size, and where ``ptxas``
+    is found (``$PTXAS``, the PATH), the registers, stack and spills of a thread (``ptxas -v``)."""
     import re
     import shutil
     import subprocess
@@ -145,28 +156,24 @@ def ptx(names: list[str]) -> list[dict]:
 
     import numba.cuda.dispatcher as dispatcher
     from numba import cuda
-    from numba import types as nt
 
-    from hbvm_core.kernels.cuda import cuda_module
+    from hbvm_core.kernels.cuda import kernel_signature
 
     class _Target:  # the device functions compile for the current device's cc: sm_90 here, no GPU
         compute_capability = (9, 0)
 
     dispatcher.get_current_device = lambda: _Target()
-    f1, f2, f3, i1 = nt.float64[::1], nt.float64[:, ::1], nt.float64[:, :, ::1], nt.int64[::1]
-    sig = (f2, f2, f2, f1, i1, i1, f2, f3, nt.boolean, nt.int64, f1, f2, f2, f2, f2, nt.int8[::1], i1, i1, i1, i1, i1,
-           f2, f3, f3, f2)  # fmt: skip
     ptxas = os.environ.get("PTXAS") or shutil.which("ptxas")
     rows = []
-    for case, (problem, base, _) in cases().items():
+    for case, (problem, _, h) in cases().items():
         if case not in names:
             continue
-        for solver in ("fixed-point", "blended"):
-            method = HBVM(base.k, base.s, solver=solver)
-            module = cuda_module(method.compiled_runner(problem))
+        for method in ptx_methods(case):
+            runner = method.compiled_runner(problem)
+            func, sig = kernel_signature(runner, block_inputs(problem, method, runner, 4, h, 10))
             t0 = time.perf_counter()
-            text, _ = cuda.compile_ptx(module.run_block.py_func, sig, cc=(9, 0))
-            row = {"case": case, "method": method.label(), "solver": solver, "ptx_bytes": len(text),
+            text, _ = cuda.compile_ptx(func, sig, cc=(9, 0))
+            row = {"case": case, "method": method.label(), "ptx_bytes": len(text),
                    "compile_s": round(time.perf_counter() - t0, 1)}  # fmt: skip
             if ptxas:
                 with tempfile.TemporaryDirectory() as tmp:

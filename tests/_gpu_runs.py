@@ -18,7 +18,7 @@ from hbvm_core import ConvergenceError, integrate
 from hbvm_core.blended import initial_multiplier
 from hbvm_core.kernels.cuda import device_name, run_block_cuda
 from hbvm_core.kernels.runner import cholesky_factor
-from hbvm_core.methods import HBVM
+from hbvm_core.methods import HBVM, RATTLE, PolynomialHBVM
 from hbvm_core.problems.parametric import conical_pendulum, planar_pendulum, tethered_satellites
 
 
@@ -53,6 +53,20 @@ def cases(device: bool) -> dict:
             np.array([10, 6, 12, 8]),
             np.array([1, 2, 5, 1]),
         ),
+        "polynomial": (
+            [conical_pendulum(length=ell) for ell in (1.5, 2.0, 0.8)],
+            PolynomialHBVM(3, 2),
+            np.array([0.1, 0.05, 0.1]),
+            np.array([6, 9, 5]),
+            np.array([1, 4, 2]),
+        ),
+        "rattle": (
+            [planar_pendulum(theta_dot0=w, length=ell) for w, ell in ((0.5, 1.0), (1.2, 0.8), (0.9, 1.5))],
+            RATTLE(),
+            np.array([0.1, 0.05, 0.2]),
+            np.array([12, 9, 7]),
+            np.array([1, 4, 3]),
+        ),
         "tethered": (
             [tethered_satellites(masses=ms) for ms in ((1.0, 1.1, 0.9), (1.2, 1.0, 0.8))],
             HBVM(6, 2),
@@ -63,9 +77,11 @@ def cases(device: bool) -> dict:
     }
 
 
-def block_inputs(problems, method, h, N, sample_every) -> dict:
+def block_inputs(runner, problems, method, h, N, sample_every) -> dict:
     """The block call's inputs (run axis first) for these problems, one run each."""
-    blended = method.solver == "blended"
+    from hbvm_core.kernels.ensemble import shared_arguments
+
+    blended = getattr(method, "solver", None) == "blended"
     return {
         "q0": np.stack([p.q0 for p in problems]),
         "p0": np.stack([p.p0 for p in problems]),
@@ -76,6 +92,8 @@ def block_inputs(problems, method, h, N, sample_every) -> dict:
         "lam0": np.stack([initial_multiplier(p) if blended else np.zeros(p.nu) for p in problems]),
         "L": np.stack([cholesky_factor(p) for p in problems]),
         "compensated": True,
+        "gamma_rows": runner.guess_rows(method),
+        "shared": shared_arguments(runner, problems[0]),
     }
 
 
@@ -131,7 +149,7 @@ def main(path: str, only: list[str] | None) -> None:
         runner = method.compiled_runner(problems[0])
         timings: dict = {}
         t0 = time.perf_counter()
-        out = run_block_cuda(runner, block_inputs(problems, method, h, N, every), timings=timings)
+        out = run_block_cuda(runner, block_inputs(runner, problems, method, h, N, every), timings=timings)
         arrays[f"{case}/wall_s"] = np.array(time.perf_counter() - t0)
         S = out["t"].shape[1]
         for key, val in out.items():

@@ -127,89 +127,133 @@ def to_cuda(source: str, sizes: dict[str, int]) -> str:
     return ast.unparse(tree)
 
 
-#: the kernel: run r = the thread's global index; inputs and outputs are structure-of-arrays (run axis last)
-KERNEL = '''
+#: run_chunk's parameters that belong to one run -> the kernel's local array or value for it (the names of
+#: ``kernels/ensemble.PER_RUN``; every other parameter but N and save_every is shared by the block, passed through)
+LOCAL = {
+    "q": "cuda.local.array({m}, np.float64)",
+    "p": "cuda.local.array({m}, np.float64)",
+    "cq": "cuda.local.array({m}, np.float64)",
+    "cp": "cuda.local.array({m}, np.float64)",
+    "gamma_prev": "cuda.local.array(({g}, {m}), np.float64)",
+    "lam_prev": "cuda.local.array({nu}, np.float64)",
+    "lam": "cuda.local.array({nu}, np.float64)",
+    "state": "cuda.local.array(7, np.int64)",
+    "info": "cuda.local.array(4, np.float64)",
+    "q_fail": "cuda.local.array({m}, np.float64)",
+    "pt_t": "cuda.local.array({rows}, np.float64)",
+    "pt_q": "cuda.local.array(({rows}, {m}), np.float64)",
+    "pt_p": "cuda.local.array(({rows}, {m}), np.float64)",
+    "st_t": "cuda.local.array({rows}, np.float64)",
+    "st_lam": "cuda.local.array(({rows}, {nu}), np.float64)",
+    "st_it": "cuda.local.array({rows}, np.int32)",
+}
+#: run_chunk's per-run scalars and views of the block's arrays (structure-of-arrays: the run axis last)
+VIEWS = {"h": "h[r]", "P": "params[:, r]", "params": "params[:, r]", "L": "L[:, :, r]"}
+#: set per call: the steps to run to and the save rule
+CALL = {"N": "n_call", "save_every": "every_call"}
+#: the kernel: run r = the thread's global index. Its time loop is the CPU ensemble's (kernels/ensemble.py): the
+#: steps to N - 1 by the run's save rule, then the last step with save_every 1, so that the step row of the last
+#: step (its multiplier: the result's lam) is kept and the points are those of the rule (a point N - 1 kept only
+#: as the last point of the first part is dropped); after each call of run_chunk the points go to global memory.
+KERNEL = """
 
 @cuda.jit(cache=CACHE)
-def run_block(q0, p0, lam0, h, N, sample_every, params, L, compensated, warm, rule, Ihat, W, X, E,
+def run_block(q0, p0, lam0, h, N, sample_every, params, L, compensated, {shared}
               status, fail_step, steps, iterations, max_iterations, n_saved, t, q_out, p_out, lam_out):
-    """Run r of the block by this module's run_chunk; q0[a, r], t[i, r], q_out[i, a, r], lam_out[b, r]."""
+    \"\"\"Run r of the block by this module's run_chunk; q0[a, r], t[i, r], q_out[i, a, r], lam_out[b, r].\"\"\"
     r = cuda.grid(1)
     if r >= q0.shape[1]:
         return
     m, nu = M_SIZE, NU_SIZE
-    q = cuda.local.array({m}, np.float64)
-    p = cuda.local.array({m}, np.float64)
-    cq = cuda.local.array({m}, np.float64)
-    cp = cuda.local.array({m}, np.float64)
-    gamma_prev = cuda.local.array(({s}, {m}), np.float64)
-    lam_prev = cuda.local.array({nu}, np.float64)
-    state = cuda.local.array(7, np.int64)
-    info = cuda.local.array(4, np.float64)
-    pt_t = cuda.local.array({rows}, np.float64)
-    pt_q = cuda.local.array(({rows}, {m}), np.float64)
-    pt_p = cuda.local.array(({rows}, {m}), np.float64)
-    st_t = cuda.local.array({rows}, np.float64)
-    st_lam = cuda.local.array(({rows}, {nu}), np.float64)
-    st_it = cuda.local.array({rows}, np.int32)
+{local}
     for a in range(m):
-        q[a] = q0[a, r]
-        p[a] = p0[a, r]
-        cq[a] = 0.0
-        cp[a] = 0.0
+        _q[a] = q0[a, r]
+        _p[a] = p0[a, r]
         q_out[0, a, r] = q0[a, r]
         p_out[0, a, r] = p0[a, r]
-        for j in range({s}):
-            gamma_prev[j, a] = 0.0
-    t[0, r] = 0.0
+{clear}
     for b in range(nu):
-        lam_prev[b] = lam0[b, r]
-    for i in range(7):
-        state[i] = 0
-    state[6] = 1 if compensated else 0
-    for i in range(4):
-        info[i] = 0.0
-    n_run, every, h_run = N[r], sample_every[r], h[r]
-    P = params[:, r]
-    L_run = L[:, :, r]
+        lam_run[b] = np.nan
+{lam_start}
+    t[0, r] = 0.0
+    _state[6] = 1 if compensated else 0
+    n_run, every = N[r], sample_every[r]
+{views}
     saved = 1
     code = OK
-    while state[0] < n_run:
-        code = run_chunk(q, p, cq, cp, gamma_prev, lam_prev, state, h_run, n_run, every, warm, rule, Ihat, W, X,
-                         E, L_run, P, pt_t, pt_q, pt_p, st_t, st_lam, st_it, info)
-        for i in range(state[2]):  # the points of this call to global memory; the step rows are not kept
-            t[saved, r] = pt_t[i]
+    while code == OK and _state[0] < n_run:
+        last = _state[0] >= n_run - 1
+        n_call = n_run if last else n_run - 1
+        every_call = 1 if last else every
+        code = run_chunk({call})
+        rows = _state[2]
+        if code == OK and not last and _state[0] == n_run - 1 and (n_run - 1) % every != 0:
+            rows -= 1  # point N - 1 was kept only as the last point of the first part
+        for i in range(rows):
+            t[saved, r] = _pt_t[i]
             for a in range(m):
-                q_out[saved, a, r] = pt_q[i, a]
-                p_out[saved, a, r] = pt_p[i, a]
+                q_out[saved, a, r] = _pt_q[i, a]
+                p_out[saved, a, r] = _pt_p[i, a]
             saved += 1
-        state[2] = 0
-        state[3] = 0
-        if code != OK:
-            break
+        if code == OK and last and _state[3] > 0:
+            for b in range(nu):
+                lam_run[b] = _st_lam[_state[3] - 1, b]
+        _state[2] = 0
+        _state[3] = 0
     for i in range(saved, t.shape[0]):
         t[i, r] = np.nan
         for a in range(m):
             q_out[i, a, r] = np.nan
             p_out[i, a, r] = np.nan
     status[r] = code
-    fail_step[r] = -1 if code == OK else int(info[1])
-    steps[r] = state[0]
-    iterations[r] = state[4]
-    max_iterations[r] = state[5]
+    fail_step[r] = -1 if code == OK else int(_info[1])
+    steps[r] = _state[0]
+    iterations[r] = _state[4]
+    max_iterations[r] = _state[5]
     n_saved[r] = saved
     for b in range(nu):
-        lam_out[b, r] = lam_prev[b] if code == OK and state[0] > 0 else np.nan
-'''
+        lam_out[b, r] = lam_run[b] if code == OK and n_run > 0 else np.nan
+"""
 
 
-def run_block_source(sizes: dict[str, int], rows: int) -> str:
-    """The kernel ``run_block`` for the constant-multiplier template (``hbvm.py``): its local arrays sized by the
-    compile-time ``sizes`` (0 allocated as 1) and ``rows`` rows of point and step buffer per call of run_chunk."""
-    return KERNEL.format(m=max(sizes["m"], 1), s=max(sizes["s"], 1), nu=max(sizes["nu"], 1), rows=rows)
+def shared_parameters(names: list[str]) -> list[str]:
+    """run_chunk's parameters shared by the block (in run_chunk's order: ``ensemble.BLOCK_SHARED``'s)."""
+    return [n for n in names if n not in LOCAL and n not in VIEWS and n not in CALL]
 
 
-def cuda_module_source(expanded: str, sizes: dict[str, int], rows: int) -> str:
+def run_block_source(names: list[str], sizes: dict[str, int], rows: int, gamma_rows: int) -> str:
+    """The kernel ``run_block`` for a template whose ``run_chunk`` has the parameters ``names``: its local arrays
+    sized by the compile-time ``sizes`` (0 allocated as 1), ``rows`` rows of point and step buffer per call, the
+    carried guess of ``gamma_rows`` rows."""
+    dims = {"m": max(sizes["m"], 1), "nu": max(sizes["nu"], 1), "g": max(gamma_rows, 1), "rows": rows}
+    own = [n for n in names if n in LOCAL]
+    local = [f"    _{n} = {LOCAL[n].format(**dims)}" for n in own] + [f"    lam_run = {LOCAL['lam'].format(**dims)}"]
+    clear = []
+    for n in own:
+        if n in ("cq", "cp", "q_fail"):
+            clear.append(f"        _{n}[a] = 0.0")
+        if n == "gamma_prev":
+            clear.append(f"        for j in range({dims['g']}):\n            _gamma_prev[j, a] = 0.0")
+    starts = [f"    for b in range(nu):\n        _{n}[b] = lam0[b, r]" for n in own if n in ("lam_prev", "lam")]
+    starts += ["    for i in range(7):\n        _state[i] = 0", "    for i in range(4):\n        _info[i] = 0.0"]
+    views = [f"    _{n} = {VIEWS[n]}" for n in names if n in VIEWS]
+    call = ", ".join(CALL[n] if n in CALL else f"_{n}" if n in LOCAL or n in VIEWS else n for n in names)
+    shared = "".join(f"{n}, " for n in shared_parameters(names))
+    return KERNEL.format(
+        shared=shared, local="\n".join(local), clear="\n".join(clear), lam_start="\n".join(starts),
+        views="\n".join(views), call=call,
+    )  # fmt: skip
+
+
+def chunk_parameters(source: str) -> list[str]:
+    """The parameter names of ``run_chunk`` in a template's source."""
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef) and node.name == "run_chunk":
+            return [a.arg for a in node.args.args]
+    raise ValueError("the template has no run_chunk")
+
+
+def cuda_module_source(expanded: str, sizes: dict[str, int], rows: int, gamma_rows: int) -> str:
     """The generated CUDA module's text (without the footer that binds the callbacks and constants)."""
     header = [
         "import math  # noqa: F401",
@@ -218,4 +262,5 @@ def cuda_module_source(expanded: str, sizes: dict[str, int], rows: int) -> str:
         "from numba import cuda  # noqa: F401",
         "",
     ]
-    return "\n".join(header) + to_cuda(expanded, sizes) + "\n" + run_block_source(sizes, rows)
+    names = chunk_parameters(expanded)
+    return "\n".join(header) + to_cuda(expanded, sizes) + "\n" + run_block_source(names, sizes, rows, gamma_rows)

@@ -2,7 +2,8 @@
 
 Without a GPU (here and in CI) the kernel runs under numba-cuda's simulator, which executes the same generated
 module in Python: a few runs and steps of the conical pendulum (HBVM(2,2), blended), the planar pendulum
-(HBVM(2,2), fixed point, one run failing at step 3) and the tethered satellites (HBVM(6,2), M != I).
+(HBVM(2,2), fixed point, one run failing at step 3), the tethered satellites (HBVM(6,2), M != I), the polynomial
+multiplier (PolynomialHBVM(3,2), conical) and RATTLE (planar).
 numba.cuda reads NUMBA_ENABLE_CUDASIM once, when first imported, so the blocks run in a subprocess
 (tests/_gpu_runs.py) and this process never switches numba.cuda's mode. The tests marked ``gpu`` run the same
 script on a real GPU and are skipped without one.
@@ -29,7 +30,7 @@ EPS = float(np.finfo(float).eps)
 #: the same IEEE operations in the same order on both paths, but a GPU may contract a*b + c into one FMA and the
 #: simulator computes with numpy scalars: a few ulps of the quantity's scale per step, growing at most linearly
 ULPS_PER_STEP = 64
-CASES = ("conical", "planar", "tethered")
+CASES = ("conical", "planar", "tethered", "polynomial", "rattle")
 ENSEMBLE_FIELDS = ("status", "fail_step", "steps", "iterations", "max_iterations", "n_saved", "t", "q", "p", "lam")
 needs_numba_cuda = pytest.mark.skipif(importlib.util.find_spec("numba_cuda") is None, reason="numba-cuda missing")
 
@@ -96,8 +97,9 @@ def _agree(blocks: dict, case: str, sweeps_per_step: int) -> None:
 
 
 def _conserves(blocks: dict, case: str) -> None:
-    """|H - H0| and |g| at the GPU's saved points at round-off: U linear and g quadratic in q, which HBVM(2,2)
-    conserves exactly (docs/method.md 3), so only the rounding of each step remains (linear in the steps)."""
+    """|H - H0| and |g| at the GPU's saved points at round-off: U linear and g quadratic in q, which HBVM(2,2) and
+    the polynomial-multiplier HBVM(3,2) conserve exactly (docs/method.md 3, 6: the quadrature is exact), so only
+    the rounding of each step remains (linear in the steps)."""
     H, g, scale, N = (blocks[f"{case}/{key}"] for key in ("H_error", "g_error", "scale", "N"))
     bound = ULPS_PER_STEP * EPS * scale * N
     assert np.all(H <= bound), (H, bound)
@@ -168,7 +170,7 @@ def test_simulator_matches_compiled_loop(simulated, case):
 
 @pytest.mark.slow
 @needs_numba_cuda
-@pytest.mark.parametrize("case", ("conical", "planar"))
+@pytest.mark.parametrize("case", ("conical", "planar", "polynomial"))
 def test_simulator_conserves_energy_and_constraints(simulated, case):
     _conserves(simulated, case)
 
