@@ -2,28 +2,30 @@
 
 ``run_block_cuda(runner, inputs)`` integrates a block of runs on the GPU:
 ``runner`` is the per-run runner of (method, representative problem)
-(``kernels.runner.CompiledRunner``: the tables, the stopping rule, the warm
-start, the compile-time sizes and the callbacks), ``inputs`` the block call's
-arrays, run axis first (``q0 [R, m]``, ``p0``, ``h [R]``, ``N [R]``,
-``sample_every [R]``, ``params [R, P]``, ``lam0 [R, nu]``: the first
-multiplier of each run, ``L [R, m, m]``: each run's Cholesky factor of M, or
-``[R, 0, 0]`` for M = I, ``compensated``). It returns the block call's outputs
-(``status``, ``fail_step``, ``steps``, ``iterations``, ``max_iterations``,
-``n_saved``, ``t [R, S]``, ``q``, ``p [R, S, m]``, ``lam [R, nu]``), run axis
-first, NaN beyond each run's saved points.
+(``kernels.runner``: ``CompiledRunner``, ``PolynomialRunner``, ``RattleRunner``;
+its loop module gives the compile-time sizes and the callbacks), ``inputs``
+the block call's arrays, run axis first (``kernels/ensemble.BLOCK_INPUTS``:
+``q0 [R, m]``, ``p0``, ``h [R]``, ``N [R]``, ``sample_every [R]``,
+``params [R, P]``, ``lam0 [R, nu]``, ``L [R, m, m]`` or ``[R, 0, 0]`` for
+M = I, ``compensated``, ``gamma_rows``, and ``shared``: the template's shared
+run_chunk arguments -- tables, stopping rule, warm start -- in run_chunk's
+order). It returns the block call's outputs (``BLOCK_OUTPUTS``: ``status``,
+``fail_step``, ``steps``, ``iterations``, ``max_iterations``, ``n_saved``,
+``t [R, S]``, ``q``, ``p [R, S, m]``, ``lam [R, nu]``), run axis first, NaN
+beyond each run's saved points, as the CPU ensemble does.
 
 The kernel module comes from the SAME template as the CPU loop: the template
 with ``rules.py`` and ``linalg.py`` pasted (``registry.expand_inline``),
 rewritten by ``cuda_source`` (work arrays as ``cuda.local.array`` of
-compile-time size, ``run_chunk`` a device function), k, s, m, nu, M != I and
-the solver fixed at compile time, the problem's callbacks bound as device
-functions (``cuda.jit(device=True, inline="always")`` of their Python source).
-In global memory the state is structure-of-arrays (``q0[a, r]``: adjacent
-threads read adjacent words); each thread keeps its run's state in local
-memory (registers where the compiler can), calls ``run_chunk`` until its run
-is done or failed, and copies only the saved points out. A failed run records
-its status and step; the others go on. Only HBVM with the constant multiplier
-(``hbvm.py``, both solvers) has a GPU loop so far.
+compile-time size, ``run_chunk`` a device function) and a kernel written from
+run_chunk's parameter names; k, s, m, nu, M != I and the solver are fixed at
+compile time, the problem's callbacks bound as device functions
+(``cuda.jit(device=True, inline="always")`` of their Python source). In global
+memory the block is structure-of-arrays (``q0[a, r]``: adjacent threads read
+adjacent words); each thread keeps its run's state in local memory (registers
+where the compiler can), calls ``run_chunk`` until its run is done or failed,
+and copies only the saved points out. A failed run records its status and
+step; the others go on.
 
 ``cuda_available()`` says whether a GPU (or numba-cuda's simulator,
 ``NUMBA_ENABLE_CUDASIM=1``) can run it. Importing this module imports neither

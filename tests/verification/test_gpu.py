@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hbvm_core.kernels.cuda_source import to_cuda
+from hbvm_core.kernels.cuda_source import SCALAR_MATH, to_cuda
 from hbvm_core.kernels.registry import SHARED, TEMPLATES, expand_inline
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,22 +111,32 @@ def _expanded(template: str) -> str:
     return expand_inline(TEMPLATES[template].read_text(), *(path.read_text() for path in SHARED))
 
 
-def test_cuda_source_keeps_the_arithmetic():
-    """The CUDA module's run_chunk is the CPU one but for the work arrays, the decorator and np.isfinite: every
-    other statement of the expanded template appears, in order, in the rewritten one."""
+@pytest.mark.parametrize("template", ("hbvm", "polynomial", "rattle"))
+def test_cuda_source_keeps_the_arithmetic(template):
+    """The CUDA module's run_chunk is the CPU one but for the work arrays, the decorator and numpy's scalar
+    functions (as math's): every other statement of the expanded template appears, in order, in the rewritten one."""
     sizes = {"k": 6, "s": 2, "m": 9, "nu": 3, "sm": 18}
-    cpu = ast.unparse(ast.parse(_expanded("hbvm"))).splitlines()
-    gpu = to_cuda(_expanded("hbvm"), sizes).splitlines()
-    kept = [
-        line.replace("np.isfinite", "math.isfinite")
-        for line in cpu
-        if "np.empty" not in line and "np.zeros" not in line and line.strip() != "@njit(cache=CACHE)"
-    ]
+    cpu = ast.unparse(ast.parse(_expanded(template))).splitlines()
+    gpu = to_cuda(_expanded(template), sizes).splitlines()
+    kept = []
+    for line in cpu:
+        if "np.empty" in line or "np.zeros" in line or line.strip() == "@njit(cache=CACHE)":
+            continue
+        for name in SCALAR_MATH:
+            line = line.replace(f"np.{name}(", f"math.{name}(")
+        kept.append(line)
     it = iter(gpu)
     missing = [line for line in kept if not any(line == other for other in it)]
     assert not missing, missing[:3]
     assert "@cuda.jit(device=True)" in gpu
     assert not [line for line in gpu if "np.empty" in line or "np.zeros" in line or "np.isfinite" in line]
+
+
+def test_cuda_source_sizes_and_zeros():
+    """The work arrays' sizes are integer literals from the compile-time sizes (0 allocated as 1); np.zeros is
+    followed by its zero fill."""
+    sizes = {"k": 6, "s": 2, "m": 9, "nu": 3, "sm": 18}
+    gpu = to_cuda(_expanded("hbvm"), sizes).splitlines()
     # the literal sizes, 0 allocated as 1, and the zero fill of np.zeros
     assert "    A11 = cuda.local.array((18, 18), np.float64)" in gpu
     assert "    piv11 = cuda.local.array((18,), np.int64)" in gpu
