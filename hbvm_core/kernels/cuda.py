@@ -260,8 +260,14 @@ def run_block_cuda(
     cuda.synchronize()
     t2 = clock()
     if R:
+        from numba.core.errors import NumbaError
+
         blocks = (R + threads - 1) // threads
-        kernel(module, max_registers)[blocks, threads](*passed, *out.values())
+        try:
+            kernel(module, max_registers)[blocks, threads](*passed, *out.values())
+        except NumbaError as exc:  # numba-cuda cannot compile it: a callback calling numpy array functions, say
+            first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+            raise BackendError(f"backend 'cuda': the {template_of(runner)} kernel does not compile: {first}") from None
     cuda.synchronize()
     t3 = clock()
     result = {key: val.copy_to_host() for key, val in out.items()}
