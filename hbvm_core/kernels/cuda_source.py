@@ -216,9 +216,20 @@ def run_block(q0, p0, lam0, h, N, sample_every, params, L, compensated, {shared}
 """
 
 
+#: the kernel's own names, which a shared parameter must not take
+KERNEL_NAMES = frozenset(
+    "q0 p0 lam0 h N sample_every params L compensated status fail_step steps iterations max_iterations n_saved t "
+    "q_out p_out lam_out r m nu a b i j lam_run n_run every saved code last n_call every_call rows".split()
+)
+
+
 def shared_parameters(names: list[str]) -> list[str]:
     """run_chunk's parameters shared by the block (in run_chunk's order: ``ensemble.BLOCK_SHARED``'s)."""
-    return [n for n in names if n not in LOCAL and n not in VIEWS and n not in CALL]
+    shared = [n for n in names if n not in LOCAL and n not in VIEWS and n not in CALL]
+    clash = sorted(set(shared) & KERNEL_NAMES)
+    if clash:
+        raise ValueError(f"run_chunk parameter {clash[0]!r}: a name of the GPU kernel (kernels/cuda_source)")
+    return shared
 
 
 def run_block_source(names: list[str], sizes: dict[str, int], rows: int, gamma_rows: int) -> str:

@@ -147,6 +147,19 @@ def test_cuda_source_sizes_and_zeros():
     assert gpu[fill + 4].strip().startswith("GQ[") and gpu[fill + 4].strip().endswith("= 0")
 
 
+def test_cuda_kernel_roles_are_the_cpu_ensembles():
+    """The GPU kernel gives a run its own copy of exactly the run_chunk parameters the CPU ensemble does
+    (``kernels/ensemble.PER_RUN``), so both pass the same shared arguments (``BLOCK_SHARED``) in the same order."""
+    from hbvm_core.kernels import cuda_source, ensemble
+
+    assert set(cuda_source.LOCAL) | set(cuda_source.VIEWS) == set(ensemble.PER_RUN)
+    assert set(cuda_source.CALL) == set(ensemble.CALL)
+    for template in ("hbvm", "polynomial", "rattle"):
+        names = cuda_source.chunk_parameters(_expanded(template))
+        cpu_shared = [n for n in names if n not in ensemble.PER_RUN and n not in ensemble.CALL]
+        assert cuda_source.shared_parameters(names) == cpu_shared
+
+
 def test_cuda_source_refuses_what_it_cannot_rewrite():
     """A numpy function the rewrite does not know, or a shape that is not a compile-time size, is an error."""
     sizes = {"k": 2, "s": 2, "m": 3, "nu": 1, "sm": 6}
