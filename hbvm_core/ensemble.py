@@ -56,6 +56,12 @@ class EnsembleResult:
         """R, the number of runs."""
         return int(self.status.shape[0])
 
+    def last_points(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(t [R], q [R, m], p [R, m]) at each run's last saved point (the final state of a run that finished)."""
+        rows = np.arange(self.runs)
+        last = np.maximum(self.n_saved - 1, 0)
+        return self.t[rows, last], self.q[rows, last], self.p[rows, last]
+
     def __repr__(self) -> str:
         """A few lines, no arrays: runs, saved points, status counts, the largest summary errors, the backend."""
         codes, counts = np.unique(self.status, return_counts=True)
@@ -67,7 +73,9 @@ class EnsembleResult:
         return (
             f"EnsembleResult: {self.runs} runs, up to {self.t.shape[1]} saved points of m = {self.q.shape[2]}\n"
             f"  status: {status}\n  steps: {int(self.steps.sum())}, iterations: {int(self.iterations.sum())}\n"
-            f"  max |H - H0| = {H:.3e}, max |g| = {g:.3e}\n  backend: {self.backend}{note}"
+            f"  max |H - H0| = {H:.3e}, "
+            + (f"max |g| = {g:.3e}" if self.g_error.size else "no constraints")
+            + f"\n  backend: {self.backend}{note}"
         )
 
 
@@ -253,12 +261,16 @@ def _runner(method, problem: Problem):
     return runner
 
 
-def _structure(pb: Problem) -> tuple:
-    k = pb.kernels
+def structure_key(problem: Problem) -> tuple:
+    """What runs of one ensemble block must share (hashable): the compiled callbacks, m, nu, whether M = I and
+    the number of params; ``(None,)`` for a problem without compiled callbacks. Group runs by it before calling
+    ``integrate_ensemble`` (a parametric factory at its defaults returns the published problem, whose
+    callbacks differ: ``hbvm_core.problems.parametric``)."""
+    k = problem.kernels
     if k is None:
         return (None,)
     callbacks = tuple(getattr(k, name) for name in ("grad_U", "G", "g", "d2g"))
-    return (callbacks, pb.m, pb.nu, pb.M is None, len(tuple(k.params)))
+    return (callbacks, problem.m, problem.nu, problem.M is None, len(tuple(k.params)))
 
 
 def _check_structure(instances: list[Problem], first_run: list[int], runner) -> None:
@@ -267,10 +279,10 @@ def _check_structure(instances: list[Problem], first_run: list[int], runner) -> 
     from .kernels.runner import check_callbacks
 
     first = instances[0]
-    ref = _structure(first)
+    ref = structure_key(first)
     what = ("compiled callbacks", "m", "nu", "mass-matrix form (M = I or not)", "number of params")
     for i, pb in zip(first_run, instances):
-        mine = _structure(pb)
+        mine = structure_key(pb)
         if mine != ref:
             diff = "compiled callbacks" if len(mine) == 1 else next(w for w, a, b in zip(what, mine, ref) if a != b)
             raise ProblemError(

@@ -106,6 +106,10 @@ def test_failures_stay_in_their_run():
     assert np.isnan(block.lam[4]).all() and np.isnan(block.lam[5]).all()
     assert block.n_saved[5] == 1 and np.all(np.isnan(block.q[5]))
     assert np.isnan(block.H_error[5]) and np.isfinite(block.H_error[:4]).all()
+    t_last, q_last, _ = block.last_points()
+    assert t_last[4] == block.t[4, err.value.step] and np.array_equal(
+        q_last[:4, 0], good.q[np.arange(4), N // every + (N % every != 0), 0]
+    )
 
 
 @pytest.mark.slow
@@ -153,6 +157,15 @@ def test_problems_of_different_structure():
     runs = [conical_pendulum(length=1.5), conical_pendulum(length=2.0), tethered_satellites(tether=1.2)]
     with pytest.raises(ProblemError, match=r"problems\[2\] \(tethered_satellites\) differs .* in its compiled"):
         hc.integrate_ensemble(runs, hc.HBVM(2, 2), 0.1, 10)
+
+
+def test_structure_key_groups_the_runs():
+    """Instances of one parametric factory share a key; the published problem (the defaults) does not."""
+    from hbvm_core.ensemble import structure_key
+
+    a, b, published = conical_pendulum(length=1.5), conical_pendulum(length=2.0, gravity=2.0), conical_pendulum()
+    assert structure_key(a) == structure_key(b) and hash(structure_key(a)) == hash(structure_key(b))
+    assert structure_key(published) != structure_key(a)
 
 
 def test_mismatched_lengths():
