@@ -3,9 +3,10 @@
 e_s      = max over sample times of ||y_n - y_ref(t_n)||   (y = (q, p))
 e_lambda = max over sample step times of ||lam_n - lambda_ref(t_n)||
 e_H      = max_n |H(y_n) - H(y_0)|
-e_g      = max_n ||g(q_n)||_inf
+e_g      = max_n ||g(q_n)||_inf = max_i e_g,i,   e_g,i = max_n |g_i(q_n)|   (``constraint_errors``)
 e_hc     = max_n ||G(q_n)^T M^{-1} p_n||   (norm: hc_norm)
 rate     = log(e_prev / e) / log(h_prev / h)
+order    = the least-squares slope of log e against log h over the asymptotic range (``fitted_order``)
 
 ``ErrorConvention`` chooses the reference (exact | reference | self), the norm
 (1 | 2 | inf) and the sampling (all | periods | a time spacing); each published
@@ -164,9 +165,15 @@ def errors(traj: Trajectory, convention: ErrorConvention, partner: Trajectory | 
         "e_s": float(np.max(vector_norm(y - y_ref, c.norm), initial=0.0)),
         "e_lambda": e_lambda,
         "e_H": float(np.max(traj.energy_error(), initial=0.0)),
-        "e_g": float(np.max(vector_norm(traj.g(), "inf"), initial=0.0)),
+        "e_g": float(np.max(constraint_errors(traj), initial=0.0)),
         "e_hc": float(np.max(vector_norm(traj.hidden(), hc_norm), initial=0.0)),
     }
+
+
+def constraint_errors(traj: Trajectory) -> np.ndarray:
+    """e_g,i = max_n |g_i(q_n)| for each constraint i (shape (nu,)); e_g is their maximum."""
+    g = traj.g()
+    return np.max(np.abs(g), axis=0, initial=0.0) if g.size else np.zeros(traj.problem.nu)
 
 
 def rates(h, e) -> np.ndarray:
@@ -185,6 +192,11 @@ def rates(h, e) -> np.ndarray:
 ROUNDOFF_ULPS = 1000.0
 
 
+def roundoff_floor(scale: float = 1.0) -> float:
+    """The round-off floor of an error of a quantity of size ``scale``: ROUNDOFF_ULPS eps scale."""
+    return ROUNDOFF_ULPS * float(np.finfo(float).eps) * float(scale)
+
+
 def at_roundoff(e_prev: float, e: float, scale: float = 1.0) -> bool:
     """True when both errors of a rate pair lie at the round-off floor: <= ROUNDOFF_ULPS eps ``scale``.
 
@@ -193,9 +205,49 @@ def at_roundoff(e_prev: float, e: float, scale: float = 1.0) -> bool:
     The floor is 1000 eps (not 100): round-off accumulates over the thousands of
     steps of a run (the conical pendulum's e_lambda sits at 1e-14 .. 6e-14).
     """
-    floor = ROUNDOFF_ULPS * np.finfo(float).eps * float(scale)
+    floor = roundoff_floor(scale)
     vals = (float(e_prev), float(e))
     return all(math.isfinite(v) and v <= floor for v in vals)
+
+
+#: rates that differ by at most this (max - min) lie in one asymptotic range (``fitted_order``)
+RATE_TOLERANCE = 0.2
+#: the fewest step sizes a fitted order is computed from (two rates that agree)
+FIT_POINTS = 3
+
+
+def fitted_order(h, e, floor=0.0, tolerance: float = RATE_TOLERANCE) -> tuple[float, int, int]:
+    """(p, first, last): the least-squares order over the asymptotic range of e(h) (docs/method.md section 5).
+
+    The range is the longest run of consecutive rows first..last (at least FIT_POINTS) whose errors are
+    finite and above the round-off floor ``floor`` (a number, or one per row) and whose neighbouring rates
+    (``rates``) differ by at most ``tolerance`` (max - min over the run); of two such runs of the same length,
+    the finer one (the larger indices). p is the slope of the least-squares line of log e against log h over
+    it. (nan, -1, -1) where no run qualifies.
+    """
+    h = np.asarray(h, dtype=float)
+    e = np.asarray(e, dtype=float)
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(e) & (e > np.broadcast_to(np.asarray(floor, dtype=float), e.shape)) & (h > 0)
+    r = rates(h, np.where(ok, e, np.nan))  # r[i]: the rate of rows i-1, i
+    best = (0, -1, -1)
+    for first in range(e.size):
+        if not ok[first]:
+            continue
+        lo = hi = None
+        for last in range(first + 1, e.size):
+            if not (ok[last] and np.isfinite(r[last])):
+                break
+            lo, hi = min(r[last], lo if lo is not None else r[last]), max(r[last], hi if hi is not None else r[last])
+            if hi - lo > tolerance:
+                break
+            if last - first + 1 >= max(FIT_POINTS, best[0]):
+                best = (last - first + 1, first, last)
+    if best[1] < 0:
+        return math.nan, -1, -1
+    sl = slice(best[1], best[2] + 1)
+    p = np.polyfit(np.log(h[sl]), np.log(e[sl]), 1)[0]
+    return float(p), best[1], best[2]
 
 
 def roundoff_scales(traj: Trajectory) -> dict[str, float]:

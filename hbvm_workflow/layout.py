@@ -265,9 +265,14 @@ COLUMNS = (
     "e_g",
     "e_hc",
     "rate_hc",
+    "order_s",
+    "order_lambda",
+    "order_hc",
     "steps",
     "mean_iterations",
 )
 EXTRA = ("study", "method", "name", "n", "t_end", "status", "error")
 #: timings.csv: one row per run (methods in config order, h decreasing), what was measured when it ran
 TIMINGS = ("study", "method", "name", "h", "steps", "wall_s", "backend", "worker", "host", "status")
+#: and in a work_precision study: the best of ``repeats`` timed repeats of each run's time loop (``beyond.measure``)
+MEASURED = ("best_wall_s", "repeats")

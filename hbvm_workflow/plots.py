@@ -1,8 +1,8 @@
 """The study figures (docs/method.md section 5), written as PNG and PDF.
 
-- ``convergence``: log-log e_s, e_lambda, e_hc against h per method, with dotted
-  reference slopes: the method's theoretical order (its declared ``orders``), else the study's
-  ``expected_rates``, else none (observed rates are in the tables, never drawn as a slope);
+- ``convergence``: log-log e_s, e_lambda, e_hc against h per method, each curve with its dotted
+  reference slope (``reference_order``: the rule of docs/configuration.md, Reference slopes), and the
+  conservation panels e_H and e_g (the maximum over the constraints; each one's in errors.zarr);
 - ``solution_error`` (fig1): ||y_n - y(t_n)|| against t / T (linear axes: it grows linearly);
 - ``invariants`` (fig2): against t, log y: lambda error, hidden constraint, H error, g error;
 - ``constraint_panels`` (fig3): against t, log y: hidden constraint, H error and each |g_i|.
@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from hbvm_core.metrics import ROUNDOFF_ULPS
+from hbvm_core.metrics import ROUNDOFF_ULPS, roundoff_floor
 
 from .study import Study
 
@@ -76,14 +76,18 @@ def _plain_log_ticks(fig) -> None:
 
 
 #: fixed margins (inches) of the figures' grids: room for tick labels, axis labels and titles
-MARGINS = {"left": 0.85, "right": 0.2, "bottom": 0.55, "top": 0.45, "suptitle": 0.3, "wspace": 0.85, "hspace": 0.5}
+#: (hspace: a row's tick labels and "h" below it and the title of the row below; left: a y label beside tick
+#: labels of six characters; tests/unit/test_figure_layout.py draws every figure and checks that no texts
+#: overlap or leave the figure)
+MARGINS = {"left": 1.0, "right": 0.2, "bottom": 0.55, "top": 0.45, "suptitle": 0.3, "wspace": 0.85, "hspace": 0.85}
 
 
 def fixed_layout(fig, legend_rows: int = 0) -> None:
     """Place the figure's grid of axes with the fixed MARGINS (in inches).
 
-    What tight_layout would find for these figures, without the two extra draws
-    it costs (a second or more per figure, the most of a study's aggregation).
+    What tight_layout or the constrained layout would find for these figures, without the extra
+    draws they cost (measured: a table2 convergence figure takes 2.2 s with the constrained layout,
+    0.6 s with these margins).
     """
     W, H = fig.get_size_inches()
     nrows, ncols = fig.axes[0].get_subplotspec().get_gridspec().get_geometry()
@@ -186,13 +190,14 @@ def theoretical_order(method, var: str) -> float | None:
 
 
 def reference_order(study: Study, study_method, var: str) -> tuple[float | None, str]:
-    """(p, how) of a method's reference slope: its theoretical order ("theory"), else the study's
-    ``expected_rates`` ("expected"), else (None, "")."""
-    p = theoretical_order(getattr(study_method, "method", None) or study_method.entry, var)
-    if p:
-        return p, "theory"
+    """(p, how) of one curve's reference slope, by the one rule of docs/configuration.md (Reference slopes):
+    the study's ``expected_rates[var]`` evaluated for this method (``"2s"``: 2 s of its own s), "expected";
+    else the order its method declares (``theoretical_order``), "declared"; else (None, ""): no slope."""
     p = _slope(study.expected_rates.get(var), study_method.s)
-    return (p, "expected") if p else (None, "")
+    if p:
+        return p, "expected"
+    p = theoretical_order(getattr(study_method, "method", None) or study_method.entry, var)
+    return (p, "declared") if p else (None, "")
 
 
 # --------------------------------------------------------------------------- convergence
@@ -215,21 +220,22 @@ def _all_roundoff(ds, rate: str, flag: str) -> bool:
     return bool(pairs.any() and flags[pairs].all())
 
 
-def convergence_plot(study: Study, ds, png: str, pdf: str) -> None:
-    """Log-log errors against h for each method, with dotted reference slopes C h^p.
+def convergence_plot(study: Study, ds, png: str, pdf: str):
+    """Log-log errors against h for each method, with dotted reference slopes C h^p, and what the method
+    conserves: e_H and e_g against h (no slope; e_g only for a constrained problem).
 
     Each method has its own colour, hollow marker and line style, so coinciding curves
-    stay visible; one legend below the panels covers every panel. p is the method's
-    theoretical order (``theoretical_order``: its declared ``orders``), labelled "order p (theory)",
-    else the study's expected rate (a number, or a multiple of s like "2s"), labelled
-    "order p (expected)", else no slope: observed rates stay in the tables. A panel whose every
-    rate pair is at the round-off floor says so instead of drawing the noise.
+    stay visible; one legend below the panels covers every panel. Each curve's p is its own
+    method's (``reference_order``), labelled "order p (expected)" or "order p (declared)"; one
+    grey line where every curve of a panel has the same p. A panel whose every rate pair is at
+    the round-off floor says so instead of drawing the noise. Returns the figure.
     """
     panels = [("e_s", "rate_s", "solution error e_s"), ("e_lambda", "rate_lambda", "multiplier error e_λ")]
     panels.append(("e_hc", "rate_hc", "hidden constraint e_hc"))
+    panels += CONSERVATION if study.dims[1] else CONSERVATION[:1]  # e_g: only with constraints
     panels = [p for p in panels if np.isfinite(ds[p[0]].values).any()]
     combos = _combinations(study, ds)  # a row of panels per grid combination
-    fig, axes = _figure(len(combos), max(1, len(panels)), size=(4.0 * max(1, len(panels)), 3.6))
+    fig, axes = _figure(len(combos), max(1, len(panels)), size=(3.4 * max(1, len(panels)), 3.6))
     handles: dict[str, object] = {}
     for axes_row, (heading, sub_ds) in zip(axes, combos):
         _convergence_row(study, sub_ds, axes_row, panels, handles, heading)
@@ -247,6 +253,35 @@ def convergence_plot(study: Study, ds, png: str, pdf: str) -> None:
         )
     fig.suptitle(_suptitle(study), fontsize=10)
     save(fig, png, pdf, legend_rows=rows + 1 if rows else 0)
+    return fig
+
+
+#: the conservation panels of the convergence figure: (error, no rate, title); no reference slope, exact zeros
+#: at ZERO_FLOOR
+CONSERVATION = [("e_H", None, "energy error e_H"), ("e_g", None, "constraint error e_g")]
+
+
+def _conservation_panel(ds, ax, var: str, title: str, handles: dict) -> None:
+    """e_H or e_g against h per method (log-log, exact zeros at ZERO_FLOOR, said in the title), with the round-off
+    floor (ROUNDOFF_ULPS eps) dashed and the y axis spanning at least 1e-17 .. 1e-11 around it."""
+    zero = False
+    for i, label in enumerate(ds.scheme.values):
+        sub = ds.isel(scheme=i)
+        h, e = sub.h.values, np.asarray(sub[var].values, dtype=float)
+        ok = np.isfinite(e)
+        if ok.any():
+            zero |= bool(np.any(e[ok] == 0))
+            (line,) = ax.loglog(h[ok], _positive(e[ok]), **method_style(i))
+            handles.setdefault(str(label), (line, str(sub.name.values)))
+    # the round-off floor of a quantity of size 1 (``metrics.roundoff_floor``), and at least the decades around it
+    floor = roundoff_floor(1.0)
+    ax.axhline(floor, color="0.5", ls="--", lw=0.8)
+    ax.text(0.02, floor * 1.5, f"{ROUNDOFF_ULPS:g} eps", transform=ax.get_yaxis_transform(), fontsize=7, color="0.4")
+    lo, hi = ax.get_ylim()
+    ax.set_ylim(min(lo, 1e-17), max(hi, 1e-11))
+    ax.set_xlabel("h")
+    ax.set_title(title + (f" (0 at {ZERO_FLOOR:g})" if zero else ""), fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
 
 
 def _combinations(study: Study, ds) -> list:
@@ -266,6 +301,9 @@ def _convergence_row(study: Study, ds, axes_row, panels, handles: dict, heading:
     if heading:
         axes_row[0].set_ylabel(heading, fontsize=9)
     for ax, (var, rate, title) in zip(axes_row, panels):
+        if rate is None:
+            _conservation_panel(ds, ax, var, title, handles)
+            continue
         lines = []  # (h, e, slope, how, color) per method
         flag = f"roundoff_{var.removeprefix('e_')}"
         all_roundoff = _all_roundoff(ds, rate, flag)
@@ -322,10 +360,10 @@ def _convergence_row(study: Study, ds, axes_row, panels, handles: dict, heading:
         ax.grid(True, which="both", alpha=0.3)
 
 
-def sweep_plot(study: Study, ds, png: str, pdf: str) -> None:
+def sweep_plot(study: Study, ds, png: str, pdf: str):
     """A one-key grid study (kind sweep): per method against the grid value, the error constant
-    e_s / h^p at the finest step (p the expected rate of e_s, else 2) and the mean iterations per step
-    at each step size (the finest solid, the coarsest dotted)."""
+    e_s / h^p at the finest step (p: the method's reference order of e_s, ``reference_order``, else 2) and the
+    mean iterations per step at each step size (the finest solid, the coarsest dotted)."""
     (key,) = study.grid
     values = np.asarray(ds[key].values, dtype=float)
     fig, axes = _figure(1, 2, size=(8.0, 3.6))
@@ -333,7 +371,7 @@ def sweep_plot(study: Study, ds, png: str, pdf: str) -> None:
     handles = []
     for i in range(ds.sizes["scheme"]):
         sub = ds.isel(scheme=i)
-        p = _slope(study.expected_rates.get("e_s"), int(sub.s.values) or None) or 2.0
+        p = reference_order(study, study.methods[i], "e_s")[0] or 2.0
         style = method_style(i)
         h = sub.h.values
         ok = [j for j in range(h.size) if np.isfinite(sub.e_s.values[j]).any()]
@@ -355,10 +393,11 @@ def sweep_plot(study: Study, ds, png: str, pdf: str) -> None:
         fig.legend(*zip(*handles), loc="lower center", ncol=1, fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0))
     fig.suptitle(_suptitle(study), fontsize=10)
     save(fig, png, pdf, legend_rows=len(handles) + 1 if handles else 0)
+    return fig
 
 
 def _reference_line(ax, h, y, p, how: str, color) -> None:
-    """A dotted line C h^p, labelled "order p (theory)" or "order p (expected)"."""
+    """A dotted line C h^p, labelled "order p (expected)" or "order p (declared)" (``reference_order``)."""
     ax.loglog(h, y, ":", color=color, lw=1.2, alpha=0.9)
     text = f"order {p:g} ({how})"
     ax.annotate(text, (h[-1], y[-1]), fontsize=7, color=color, ha="left", va="top")

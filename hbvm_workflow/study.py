@@ -39,7 +39,7 @@ from hbvm_core.errors import ConfigError, NonFiniteError, ProblemError
 from hbvm_core.methods import method_label  # noqa: F401  (re-exported)
 
 from .kinds import KINDS
-from .layout import COLUMNS, EXTRA, TIMINGS, combo_name, manifest_path, run_stem, store_path  # noqa: F401
+from .layout import COLUMNS, EXTRA, MEASURED, TIMINGS, combo_name, manifest_path, run_stem, store_path  # noqa: F401
 from .schema import defaults
 
 STEP_KEYS = ("h", "h0", "halvings", "period_divisions")
@@ -586,10 +586,13 @@ def _grid(where: str, cfg: dict) -> dict:
         raise ConfigError(f"{where}.{exc}") from None
     except Exception:  # an import error or no signature: building the problem tells
         signature = None
-    reserved = {*COLUMNS, *EXTRA, *TIMINGS, "combo", "scheme"}
+    reserved = {*COLUMNS, *EXTRA, *TIMINGS, *MEASURED, "combo", "scheme", "constraint"}
     for key, values in grid.items():
         if key in reserved:
-            raise ConfigError(f"{where}.grid.{key}: the name of a column of errors.csv; a grid key cannot be one")
+            raise ConfigError(
+                f"{where}.grid.{key}: the name of a column of errors.csv or timings.csv, or of a dimension of "
+                "errors.zarr; a grid key cannot be one"
+            )
         if key in cfg["params"]:
             raise ConfigError(f"{where}.grid.{key}: also given in params; give it in one of them")
         if signature is not None:

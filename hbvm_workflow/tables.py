@@ -25,9 +25,14 @@ from .layout import COLUMNS, EXTRA, TIMINGS, manifest_of_store  # noqa: F401  (r
 from .storage import MissingStoreError, ResultsMismatchError  # noqa: F401  (MissingStoreError re-exported)
 from .study import Study
 
-NUMERIC = ("e_s", "rate_s", "e_lambda", "rate_lambda", "e_H", "e_g", "e_hc", "rate_hc", "steps", "mean_iterations")
+NUMERIC = ("e_s", "rate_s", "e_lambda", "rate_lambda", "e_H", "e_g", "e_hc", "rate_hc")
+NUMERIC += ("order_s", "order_lambda", "order_hc", "steps", "mean_iterations")
 STATUS = {"ok": 0, "failed": 1, "partner failed": 2}
 RATES = {"rate_s": "e_s", "rate_lambda": "e_lambda", "rate_hc": "e_hc"}
+#: fitted-order column -> its error (``hbvm_core.metrics.fitted_order``): the order on the rows of its range
+ORDERS = {"order_s": "e_s", "order_lambda": "e_lambda", "order_hc": "e_hc"}
+#: rate column -> its fitted-order column
+ORDER_OF_RATE = {"rate_s": "order_s", "rate_lambda": "order_lambda", "rate_hc": "order_hc"}
 #: rate column -> the flag (errors.zarr only) of a pair of errors both at the round-off floor
 ROUNDOFF = {"rate_s": "roundoff_s", "rate_lambda": "roundoff_lambda", "rate_hc": "roundoff_hc"}
 
@@ -126,7 +131,7 @@ def _forked_block(i: int) -> list[dict]:
 
 
 def _block_rows(study: Study, study_method, inst) -> list[dict]:
-    from hbvm_core.metrics import at_roundoff, errors, rates, roundoff_scales
+    from hbvm_core.metrics import at_roundoff, constraint_errors, errors, rates, roundoff_scales
 
     rows: list[dict] = []
     cache: dict = {}
@@ -170,6 +175,7 @@ def _block_rows(study: Study, study_method, inst) -> list[dict]:
         row["_stored"] = {j.id: t.attrs for j, t in ((job, traj), (study.jobs.get(r.partner), partner)) if t}
         if traj is not None:
             row["scales"] = roundoff_scales(traj)
+            row["e_g_constraint"] = constraint_errors(traj)
             row["mean_iterations"] = float(traj.attrs.get("mean_iterations", math.nan))
             row["wall_s"] = float(traj.attrs.get("wall_s", math.nan))
             row["host"] = str(traj.attrs.get("host") or "")
@@ -185,7 +191,22 @@ def _block_rows(study: Study, study_method, inst) -> list[dict]:
             floor = prev is not None and at_roundoff(prev.get(e, math.nan), row.get(e, math.nan), scale)
             row[ROUNDOFF[rate]] = floor
             row[rate] = math.nan if floor else float(v)  # no rate between two round-off errors
+    fit_orders(rows)
     return rows
+
+
+def fit_orders(rows: list[dict]) -> None:
+    """The fitted order of each error of one block (a method and combination, h decreasing) on the rows of its
+    asymptotic range (``hbvm_core.metrics.fitted_order``, the floor of each row from its run's scales), NaN on
+    the others."""
+    from hbvm_core.metrics import fitted_order, roundoff_floor
+
+    h = [row["h"] for row in rows]
+    for order, e in ORDERS.items():
+        floors = [roundoff_floor(row.get("scales", {}).get(e, 1.0)) for row in rows]
+        p, first, last = fitted_order(h, [row.get(e, math.nan) for row in rows], floors)
+        for i, row in enumerate(rows):
+            row[order] = p if first <= i <= last else math.nan
 
 
 def run_timings(study: Study, rows: list[dict] | None = None) -> list[dict]:
@@ -209,6 +230,7 @@ def run_timings(study: Study, rows: list[dict] | None = None) -> list[dict]:
             wall = attrs.get("wall_s")
             out.append(
                 {
+                    "_id": job.id,
                     "study": study.name,
                     "method": study_method.label,
                     "name": study_method.name,
@@ -268,6 +290,9 @@ VAR_ATTRS = {
     "e_g": ("constraint error max_n ||g(q_n)||_inf", "1"),
     "e_hc": ("hidden constraint error max_n ||G(q_n)^T M^-1 p_n||", "1"),
     "rate_hc": ("observed order of e_hc", "1"),
+    "order_s": ("fitted order of e_s over its asymptotic range (the rows where it is not NaN)", "1"),
+    "order_lambda": ("fitted order of e_lambda over its asymptotic range (the rows where it is not NaN)", "1"),
+    "order_hc": ("fitted order of e_hc over its asymptotic range (the rows where it is not NaN)", "1"),
     "steps": ("number of steps", "1"),
     "mean_iterations": ("mean nonlinear iterations per step", "1"),
     "wall_s": ("wall time of the run", "s"),
@@ -322,6 +347,19 @@ def errors_dataset(study: Study, rows: list[dict]):
     ds = xr.Dataset({c: (dims, v) for c, v in data.items()}, coords=coords)
     for c, (long_name, units) in VAR_ATTRS.items():
         ds[c].attrs.update(long_name=long_name, units=units)
+    nu = study.dims[1]
+    if nu:  # e_g,i per constraint i (errors.csv keeps e_g, their maximum)
+        each = np.full((*shape, nu), np.nan)
+        for row in rows:
+            if row.get("e_g_constraint") is not None:
+                at = (mi[row["method"]], hi[row["h"]], *(values.index(row[key]) for key, values in grid.items()))
+                each[at] = row["e_g_constraint"]
+        ds["e_g_constraint"] = ((*dims, "constraint"), each)
+        ds["e_g_constraint"].attrs.update(long_name="constraint error max_n |g_i(q_n)| of constraint i", units="1")
+        ds.coords["constraint"] = ("constraint", np.arange(nu, dtype="i8"))
+        ds.coords["constraint"].attrs.update(
+            long_name="constraint index", units="1", description="i of g_i, from 0 (the problem's order of g)"
+        )
     for f, e in zip(ROUNDOFF.values(), RATES.values()):
         ds[f] = (dims, flags[f])
         ds[f].attrs.update(long_name=f"{e} of this and the previous h both at the round-off floor (no rate)", units="1")
@@ -422,6 +460,28 @@ def _cells(row) -> list[str]:
     return cells
 
 
+#: the label of a block's last row: per rate column, the fitted order of its error and its h range
+FITTED = "fitted order (h range)"
+
+
+def _fitted_cells(block: list[dict]) -> list[str]:
+    """The cells (KEYS) of a block's fitted-order row: in each rate column "2.00 (h 0.1..0.0125)", the fitted
+    order of its error over its asymptotic range (``fit_orders``), "—" where there is none; blank elsewhere."""
+    cells = []
+    for k in KEYS:
+        if k not in ORDER_OF_RATE:
+            cells.append("")
+            continue
+        fit = [r for r in block if math.isfinite(r.get(ORDER_OF_RATE[k], math.nan))]
+        p = fit[0][ORDER_OF_RATE[k]] if fit else math.nan
+        cells.append(f"{p:.2f} (h {fit[0]['h']:.6g}..{fit[-1]['h']:.6g})" if fit else "—")
+    return cells
+
+
+def _fitted_labels(label: str) -> list[str]:
+    return [FITTED] + [""] * (len(_labels(label)) - 1)
+
+
 def _norm_words(norm) -> str:
     return "max norm" if norm == "inf" else f"{norm}-norm"
 
@@ -474,7 +534,7 @@ def _blocks(study: Study, rows: list[dict]):
 
 def markdown_table(study: Study, rows: list[dict]) -> str:
     """table.md: per method a block of rows (n and h, or h; e_s, rate(e_s), e_lambda, rate(e_lambda), e_H, e_g,
-    e_hc, rate(e_hc))."""
+    e_hc, rate(e_hc)), and a last row FITTED: each error's fitted order and its h range in its rate column."""
     label = study.row_label
     labels = _labels(label)
     lines = [f"# {study.title}", "", _describe(study), ""]
@@ -486,6 +546,7 @@ def markdown_table(study: Study, rows: list[dict]) -> str:
             lines.append("| " + " | ".join(_fmt_h(row, label) + _cells(row)) + " |")
             if row["status"] != "ok":
                 notes.append(f"- {heading}, {label} = {_fmt_h(row, label)[0]}: {row['status']}: {row['error']}")
+        lines.append("| " + " | ".join(_fitted_labels(label) + _fitted_cells(block)) + " |")
         lines.append("")
     if notes:
         lines += ["Failures:", "", *notes, ""]
@@ -516,6 +577,7 @@ def latex_table(study: Study, rows: list[dict]) -> str:
         for row in block:
             cells = _fmt_h(row, label) + [_tex(c) for c in _cells(row)]
             lines.append(" & ".join(cells) + r" \\")
+        lines.append(" & ".join([_tex(c) for c in _fitted_labels(label) + _fitted_cells(block)]) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", ""]
     return "\n".join(lines)
 
@@ -538,6 +600,8 @@ def html_table(study: Study, rows: list[dict]) -> str:
         for row in block:
             cells = _fmt_h(row, label) + _cells(row)
             parts.append("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>")
+        cells = _fitted_labels(label) + _fitted_cells(block)
+        parts.append("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>")
         parts.append("</table>")
     parts.append("</body></html>\n")
     return "".join(parts)
@@ -605,7 +669,17 @@ def compute_errors(
     grid = tuple(study.grid)  # one column per grid key, only in a study with a grid
     write_csv(rows, out_csv, COLUMNS + EXTRA + grid)
     timings = out_timings or timings_beside(out_csv)
-    write_csv(run_timings(study, rows), timings, TIMINGS + grid)
+    measured = run_timings(study, rows)
+    extra = ()
+    if study.kind == "work_precision":  # the best of repeated timings, one run at a time (beyond.measure)
+        from .beyond import measure, timing_repeats
+        from .layout import MEASURED
+
+        best, repeats = measure(study), timing_repeats(study)
+        for row in measured:
+            row.update(best_wall_s=best.get(row.pop("_id"), math.nan), repeats=repeats)
+        extra = MEASURED
+    write_csv(measured, timings, TIMINGS + grid + extra)
     return rows
 
 
@@ -648,7 +722,7 @@ def rows_from_outputs(study: Study, csv_path: str, zarr_path: str) -> list[dict]
         row: dict = {"method": study_method.label, "h": r.h, "n": r.n, "combo": inst.key, **inst.values}
         row["status"], row["error"] = raw["status"], raw["error"]
         for key in NUMERIC:
-            row[key] = float(raw[key]) if raw[key] != "" else math.nan
+            row[key] = float(raw[key]) if raw.get(key, "") != "" else math.nan
         grid_at = (values.index(inst.values[k]) for k, values in study.grid.items())
         at = (labels.index(study_method.label), hs.index(r.h), *grid_at)
         for flag in ROUNDOFF.values():

@@ -5,6 +5,10 @@ The headers are read as written; what a header means is said here, not taken fro
 ``hbvm_workflow.tables``: e_s, e_lambda, e_H, e_g, e_hc name their errors.csv columns; a rate column
 named ``rate(e_x)`` is the rate of e_x, a bare ``rate`` the rate of the error column left of it; ``n`` and
 ``h`` are the row's step-size labels. So two columns swapped (values or headers) cannot pass.
+
+A block's last row, labelled ``fitted order (h range)``, holds in each rate column the fitted order of that
+column's error and its range, ``2.00 (h 0.1..0.0125)``: the errors.csv column ``order_<x>`` of the rate
+``rate_<x>``, which is the order on the rows of the range and empty on the others.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from html.parser import HTMLParser
 
 ERRORS = ("e_s", "e_lambda", "e_H", "e_g", "e_hc")
 RATE_OF = {"e_s": "rate_s", "e_lambda": "rate_lambda", "e_hc": "rate_hc"}
+#: the label of a block's fitted-order row
+FITTED = "fitted order (h range)"
 #: table cells that stand for no number
 BLANK = {"—", "--", "", "round-off"}
 
@@ -144,6 +150,8 @@ def check_blocks(blocks, csv_rows: list[dict], label: str) -> int:
         assert sorted(c for c in cols if c and c.startswith("rate")) == sorted(RATE_OF.values()), (heading, head)
         assert label in cols, (heading, head)
         want = by_name[heading]
+        assert rows and rows[-1][0] == FITTED, (heading, rows[-1] if rows else None)
+        checked += check_fitted(heading, rows.pop(), cols, head, want)
         assert len(rows) == len(want), (heading, len(rows), len(want))
         for cells, row in zip(rows, want):
             assert len(cells) == len(cols), (heading, cells)
@@ -152,4 +160,28 @@ def check_blocks(blocks, csv_rows: list[dict], label: str) -> int:
                     continue
                 assert close(cell, row[col], col), (heading, raw, col, cell, row[col])
                 checked += cell not in BLANK
+    return checked
+
+
+def check_fitted(heading: str, cells: list[str], cols: list, head: list[str], want: list[dict]) -> int:
+    """A block's fitted-order row against the errors.csv rows of its method: in each rate column the order and
+    the first and last h of the rows where ``order_<x>`` is not empty, which are consecutive; returns the
+    numbers checked."""
+    checked = 0
+    for cell, col, raw in zip(cells, cols, head):
+        if not (col and col.startswith("rate")):
+            continue
+        order = "order" + col[len("rate") :]
+        on = [i for i, row in enumerate(want) if row[order] != ""]
+        if cell in BLANK:
+            assert not on, (heading, raw, cell, [want[i][order] for i in on])
+            continue
+        m = re.fullmatch(r"(-?[0-9.]+) \(h ([0-9.e+-]+)\.\.([0-9.e+-]+)\)", cell)
+        assert m, (heading, raw, cell)
+        assert on == list(range(on[0], on[-1] + 1)), (heading, raw, on)  # one range of consecutive rows
+        assert all(want[i][order] == want[on[0]][order] for i in on), (heading, raw)
+        assert abs(float(m.group(1)) - float(want[on[0]][order])) <= 0.005 + 1e-12, (heading, raw, cell)
+        for text, i in ((m.group(2), on[0]), (m.group(3), on[-1])):
+            assert math.isclose(float(text), float(want[i]["h"]), rel_tol=5e-6), (heading, raw, cell)
+        checked += 3
     return checked

@@ -2,6 +2,7 @@
 
 import math
 import os
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -159,3 +160,52 @@ def test_time_to_accuracy_csv_has_one_row_per_problem_target_and_method(tmp_path
         ("1e-10", "IDA", "", "", ""),
     ]
     assert {r["problem"] for r in rows} == {"planar_pendulum"}
+
+
+def test_work_precision_times_are_the_best_of_repeats_after_a_warm_up(tmp_path, monkeypatch):
+    """beyond.measure: per run one untimed step first (where the compiled loop compiles), then timing_repeats
+    timed integrations over the whole interval, of which the best; timings.csv gets it as best_wall_s (with the
+    repeats) and the figure and tables use it. The integrations are made up: the warm-up takes 10 s (a compile),
+    the repeats 0.3, 0.2, 0.25 s (noise), so the oracle is 0.2 s by construction."""
+    import csv
+    import importlib
+
+    from hbvm_workflow import tables
+    from hbvm_workflow.study import expand_study
+    from hbvm_workflow.worker import solve_job
+
+    cfg = {
+        "kind": "work_precision",
+        "problem": "planar_pendulum",
+        "backend": "numpy",
+        "t_end": 0.2,
+        "h": [0.1, 0.05],
+        "methods": [{"k": 2, "s": 2}],
+        "errors": {"reference": "exact", "norm": 1, "sample": "all"},
+        "timing_repeats": 3,
+    }
+    study = expand_study("wp", cfg, results=str(tmp_path))
+    for job in study.jobs.values():
+        assert solve_job(job)["status"] == "ok"
+    calls = []
+
+    def made_up(problem, method, h, t_end, **kw):
+        calls.append((h, t_end))
+        timed = sum(1 for c in calls if c[1] != c[0]) - 1
+        wall = 10.0 if t_end == h else (0.3, 0.2, 0.25)[timed % 3]
+        return SimpleNamespace(attrs={"wall_s": wall})
+
+    monkeypatch.setattr(importlib.import_module("hbvm_core.integrate"), "integrate", made_up)  # the module
+    assert beyond.measure(study) == {"hbvm_k2_s2/h=0.1": 0.2, "hbvm_k2_s2/h=0.05": 0.2}
+    assert calls == [(0.1, 0.1)] + [(0.1, 0.2)] * 3 + [(0.05, 0.05)] + [(0.05, 0.2)] * 3  # warm-up, then 3 timed
+    d = os.path.join(str(tmp_path), "wp")
+    tables.compute_errors(study, os.path.join(d, "errors.zarr"), os.path.join(d, "errors.csv"))
+    with open(os.path.join(d, "timings.csv")) as fh:
+        timings = list(csv.DictReader(fh))
+    assert [(t["best_wall_s"], t["repeats"]) for t in timings] == [("0.2", "3")] * 2
+    assert all(float(t["wall_s"]) != 0.2 for t in timings)  # the stores' own single timings, kept beside
+    rows = beyond.work_precision_rows(study, os.path.join(d, "errors.csv"))
+    assert [r["wall_s"] for r in rows] == [0.2, 0.2]
+    fig = beyond.work_precision_plot([("wp", rows)], str(tmp_path / "f.png"), str(tmp_path / "f.pdf"), repeats=3)
+    assert fig.axes[0].get_ylabel() == "wall time per run [s], best of 3\n(time loop only, compile time excluded)"
+    assert "best of 3 timed repeats" in beyond._convention_note(study)

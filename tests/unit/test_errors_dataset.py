@@ -123,3 +123,28 @@ def test_tables_from_the_written_numbers_are_the_computed_ones(tmp_path, cfg):
         assert {r["status"] for r in rows} >= {"ok", "failed"}
     else:
         assert markdown_table(study, back).count("round-off") == 2
+
+
+def test_each_constraints_error_with_its_index(tmp_path):
+    """Tethered satellites (nu = 3): e_g_constraint over (scheme, h, constraint), the constraint's index 0, 1, 2
+    as coordinate, each the maximum over the run of |g_i| as the store recorded g while the run went (the
+    sink's column, not the aggregation's recomputation); e_g (errors.csv) is their maximum."""
+    from hbvm_workflow.storage import read_arrays
+
+    cfg = {
+        "problem": "tethered_satellites",
+        "methods": [{"k": 2, "s": 2}],
+        "t_end": 0.2,
+        "h": [0.1, 0.05],
+        "errors": {"reference": "none", "hc_norm": 1},
+    }
+    rows, _ = _solved(tmp_path, "t", cfg)
+    err = open_errors("t", results=str(tmp_path / "results"))
+    each = err.e_g_constraint.sel(scheme="hbvm_k2_s2")
+    assert each.dims == ("h", "constraint") and err.constraint.values.tolist() == [0, 1, 2]
+    study = expand_study("t", {"backend": "numpy", **cfg}, results=str(tmp_path / "results"))
+    for job in study.jobs.values():
+        (g, q) = read_arrays(job.store, ("g", "q"))
+        tol = 8 * np.finfo(float).eps * float(np.max(q**2))  # g is |q_i - q_j|^2 - 1: rounding of a size |q|^2
+        np.testing.assert_allclose(each.sel(h=job.h).values, np.max(np.abs(g), axis=0), rtol=0, atol=tol)
+    assert [float(r["e_g"]) for r in rows] == each.max("constraint").values.tolist()

@@ -336,3 +336,18 @@ def test_shipped_beyond_studies_run_every_method_on_its_fastest_backend(publishe
     for study in lt:
         ida = [job for job in study.jobs.values() if job.method.get("method") == "ida"]
         assert len(ida) == 1 and ida[0].steps == 10**5, study.name
+
+
+@pytest.mark.parametrize("key", ["order_s", "constraint", "best_wall_s"])
+def test_a_grid_key_cannot_be_a_column_or_a_dimension_of_the_results(key):
+    """errors.csv's fitted orders, errors.zarr's constraint dimension, timings.csv's measured columns."""
+    cfg = {
+        "problem": "conical_pendulum",
+        "grid": {key: [1.0, 2.0]},
+        "methods": [{"k": 1, "s": 1}],
+        "periods": 1,
+        "period_divisions": [10],
+        "errors": {"reference": "exact", "norm": "inf", "sample": "all"},
+    }
+    with pytest.raises(ConfigError, match=f"grid.{key}: the name of a column of errors.csv or timings.csv"):
+        expand_study("g", cfg)

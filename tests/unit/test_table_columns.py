@@ -55,6 +55,10 @@ def made_up_rows(study) -> list[dict]:
                     "rate_s": math.nan if n == 0 else 1.11 + mi,
                     "rate_lambda": math.nan if n == 0 else 2.22 + mi,
                     "rate_hc": math.nan if n == 0 else 3.33 + mi,
+                    # fitted orders on the rows of their ranges: e_s on all, e_lambda on n = 1, 2, e_hc on none
+                    "order_s": 1.23 + mi,
+                    "order_lambda": math.nan if n == 0 else 2.34 + mi,
+                    "order_hc": math.nan,
                     "mean_iterations": 4.0,
                     "wall_s": 0.1,
                 }
@@ -75,5 +79,6 @@ def test_each_table_column_is_its_errors_csv_column(table_format, tmp_path):
         "html": (html_table(study, rows), html_blocks),
     }[table_format]
     checked = check_blocks(parse(text), csv_rows, study.row_label)
-    # 6 rows x 5 errors, and 4 rows with rates x 3 rates, and the two labels of each row (n, and h beside it)
-    assert checked == 6 * 5 + 4 * 3 + 6 * 2
+    # 6 rows x 5 errors, and 4 rows with rates x 3 rates, and the two labels of each row (n, and h beside it),
+    # and per method the fitted orders of e_s and e_lambda with the first and last h of their ranges
+    assert checked == 6 * 5 + 4 * 3 + 6 * 2 + 2 * 2 * 3

@@ -1,0 +1,98 @@
+"""The fitted order over the asymptotic range (docs/method.md section 5, "Fitted order"): on errors made up with
+a known order, a pre-asymptotic first step and a round-off plateau (the oracle by construction), and on a
+published study solved for real (table1: order 2)."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import numpy as np
+import pytest
+import yaml
+
+from hbvm_core.metrics import FIT_POINTS, fitted_order, roundoff_floor
+
+H = 0.1 * 2.0 ** -np.arange(10)
+FLOOR = roundoff_floor(1.0)  # 1000 eps: 2.2e-13
+
+
+def made_up(p: float = 3.0) -> np.ndarray:
+    """C h^p on rows 1..7, a pre-asymptotic row 0 (4 times too large: its rate is p + 2) and a plateau at
+    round-off on rows 8, 9 (below the floor)."""
+    e = 0.7 * H**p
+    e[0] *= 4.0
+    e[8:] = [3e-16, 1e-16]
+    return e
+
+
+def test_known_order_without_the_plateau_and_the_first_step():
+    p, first, last = fitted_order(H, made_up(3.0), FLOOR)
+    assert (first, last) == (1, 7)
+    assert p == pytest.approx(3.0, abs=1e-12)  # exact powers: the least-squares slope is p to round-off
+
+
+def test_a_plateau_above_the_floor_is_left_out_by_its_rates():
+    """A plateau the floor does not catch (a larger scale's round-off, at 1e-12): its rates near 0 differ from
+    p's by more than the tolerance, so the range stops before it."""
+    e = made_up(2.0)
+    e[7:] = [1.1e-12, 1.0e-12, 1.05e-12]
+    p, first, last = fitted_order(H, e, FLOOR)
+    assert (first, last) == (1, 6) and p == pytest.approx(2.0, abs=1e-12)
+
+
+def test_noisy_rates_within_the_tolerance_are_one_range():
+    rng = np.random.default_rng(0)
+    e = 0.5 * H**2 * np.exp(rng.uniform(-0.01, 0.01, H.size))  # rates 2 +- 0.03
+    p, first, last = fitted_order(H, e, FLOOR)
+    assert (first, last) == (0, H.size - 1) and p == pytest.approx(2.0, abs=0.02)
+
+
+def test_of_two_equal_runs_the_finer_one():
+    e = 0.5 * H**2
+    e[5:] = e[5] * (H[5:] / H[5]) ** 4  # order 2 on rows 0..5, order 4 on rows 5..9: five rows each
+    p, first, last = fitted_order(H[1:], e[1:], FLOOR)
+    assert (first, last) == (4, 8) and p == pytest.approx(4.0, abs=1e-12)
+
+
+def test_no_range_no_order():
+    assert math.isnan(fitted_order(H[:2], 0.5 * H[:2] ** 2, FLOOR)[0])  # fewer than FIT_POINTS rows
+    assert FIT_POINTS == 3
+    assert fitted_order(H, np.full(H.size, 1e-16), FLOOR)[1:] == (-1, -1)  # all at round-off
+    e = 0.5 * H**2
+    e[1::2] = np.nan  # no two neighbours: no rate
+    assert math.isnan(fitted_order(H, e, FLOOR)[0])
+
+
+def test_tables_put_the_order_on_the_rows_of_its_range():
+    from hbvm_workflow.tables import fit_orders
+
+    rows = [
+        {"h": h, "e_s": e, "e_lambda": math.nan, "e_hc": 1e-16, "scales": {"e_s": 1.0}} for h, e in zip(H, made_up())
+    ]
+    fit_orders(rows)
+    got = [row["order_s"] for row in rows]
+    assert all(math.isnan(v) for v in got[:1] + got[8:])
+    assert got[1:8] == pytest.approx([3.0] * 7, abs=1e-12)
+    assert all(math.isnan(row["order_lambda"]) and math.isnan(row["order_hc"]) for row in rows)
+
+
+@pytest.mark.slow
+def test_table1_fitted_order_is_2(tmp_path):
+    """table1 as published (HBVM(s,s), s = 1, 2, 3, on the planar pendulum, h = 0.1 2^-n, n = 0..8), solved
+    and aggregated: e_s of each method has the fitted order 2 within 0.05 (docs/method.md section 5)."""
+    from hbvm_workflow.study import expand_study
+    from hbvm_workflow.tables import compute_errors
+    from hbvm_workflow.worker import solve_job
+
+    with open("config/config.yaml") as fh:
+        study = expand_study("table1", yaml.safe_load(fh)["studies"]["table1"], results=str(tmp_path))
+    for job in study.jobs.values():
+        assert solve_job(job)["status"] == "ok"
+    out = tmp_path / "table1"
+    compute_errors(study, str(out / "errors.zarr"), str(out / "errors.csv"))
+    with open(out / "errors.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    for sm in study.methods:
+        fit = [float(r["order_s"]) for r in rows if r["method"] == sm.label and r["order_s"] != ""]
+        assert len(fit) >= FIT_POINTS and fit[0] == pytest.approx(2.0, abs=0.05), (sm.label, fit)
