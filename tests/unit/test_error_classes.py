@@ -24,6 +24,9 @@ ALLOWED = {
     "file is a numerics source, whose every change recomputes every stored run",
     ("hbvm_core/kernels/registry.py", "ValueError"): "a template's @inline_source helper written against the "
     "generator's rules: an error of the package's own source, raised when the package is developed",
+    ("hbvm_core/kernels/cuda_source.py", "ValueError"): "a template the GPU rewrite cannot take (a work array "
+    "of no compile-time size, a numpy call numba-cuda lacks): an error of the package's own source, raised as "
+    "BackendError by its one caller (kernels/cuda.py)",
     ("hbvm_workflow/zipstore.py", "ValueError"): "decode_chunk's checksum failure, caught by its one caller and "
     "raised as ZipStoreError (an HBVMError) naming the array and chunk",
     ("hbvm_core/__init__.py", "AttributeError"): "the module __getattr__ protocol (an unknown name)",
