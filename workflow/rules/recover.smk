@@ -64,3 +64,9 @@ for _name in _guarded if HBVM_RECOVER_MODE is not None else ():
                 if _damage != "changed":
                     logger.warning(f"damaged store {_store}: {_damage}")
             logger.warning(f"{_what}; a run would recompute them")
+# The very last line of a run (hbvm_workflow/outcome.py): the count of failed runs of the studies it builds,
+# whether or not anything was done; with strict (config or study key) a failed run makes the exit status 1.
+if HBVM_RECOVER_MODE == "run":
+    from hbvm_workflow.outcome import report_at_exit as hbvm_report_at_exit
+
+    hbvm_report_at_exit(config, RESULTS, _guarded)
