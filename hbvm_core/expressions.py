@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, keywords_checked
 from .problem import Problem
 
 #: the keys of a ``problem:`` mapping (the required ones first)
@@ -72,6 +72,10 @@ def _short(text: str) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+#: the keys whose expressions must be smooth: ``abs`` is not one of their functions
+SMOOTH_KEYS = ("problem.potential", "problem.constraints")
+
+
 def parse(text: str, names: dict[str, Any], key: str):
     """The sympy expression of ``text`` (a formula over ``names``), built node by node from Python's syntax tree.
 
@@ -81,6 +85,8 @@ def parse(text: str, names: dict[str, Any], key: str):
     """
     sp = _sympy()
     funcs = functions()
+    if key.split("[")[0] in SMOOTH_KEYS:  # refused there (not differentiable), so not offered
+        funcs.pop("abs")
     what = f"{key} = {_short(text)!r}"
     if len(text) > MAX_LENGTH:
         raise ConfigError(f"{key}: expression of {len(text)} characters (at most {MAX_LENGTH})")
@@ -135,6 +141,8 @@ def parse(text: str, names: dict[str, Any], key: str):
                     refuse(node, "is too large a power")
             return base**expo
         if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Name) and node.func.id == "abs" and "abs" not in funcs:
+                raise ConfigError(f"{key}: not differentiable (abs); the potential and constraints must be smooth")
             if not isinstance(node.func, ast.Name) or node.func.id not in funcs:
                 refuse(node.func, "is not an allowed function")
             if node.keywords:
@@ -606,6 +614,7 @@ def factory(mapping: dict) -> Callable[..., Problem]:
     return build
 
 
+@keywords_checked
 def from_expressions(
     name: str,
     coordinates: Sequence[str],

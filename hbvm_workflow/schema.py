@@ -108,7 +108,7 @@ def describe(error) -> str:
         what = "unknown key" if len(extra) == 1 else "unknown keys"
         hint = f" (expected one of {', '.join(allowed)})" if allowed else ""
         return f"{where}: {what} {', '.join(map(repr, extra))}{hint}{did_you_mean(extra[0], allowed)}"
-    if error.validator == "propertyNames":
+    if error.validator == "propertyNames" or "propertyNames" in error.schema_path:
         return f"{where}: bad name {error.instance!r} (letters, digits, _ and -, starting with a letter or digit)"
     if error.validator == "required":
         return f"{where}: {error.message}"

@@ -1,7 +1,7 @@
 """A study with a failed run: exit 0 by default, exit 1 with ``--config strict=true`` or a study's ``strict: true``;
 in every case the last line of the output counts the failed runs (hbvm_workflow.outcome).
 
-One tiny study through the real Snakefile: HBVM(1,1) on the planar pendulum at h = 5 (diverges at step 1, as
+One tiny study through the real Snakefile: HBVM(1,1) on the planar pendulum at h = 5 (diverges at step 0, as
 tests/workflow/test_reliability_failures.py shows) and h = 0.5 (converges); a second study without failures.
 """
 
