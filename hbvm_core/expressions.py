@@ -23,10 +23,12 @@ so reformatting an expression does not change it and any change of the mathemati
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import inspect
 import json
 import math
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -44,6 +46,12 @@ CONSTANT_NAMES = ("pi", "E")
 #: the most characters of one expression, and the largest exponent of a number raised to a number
 MAX_LENGTH = 4000
 MAX_POWER_BITS = 4096
+#: the deepest nesting of one expression (calls, operators, parentheses: levels of its syntax tree)
+MAX_DEPTH = 40
+#: the most operations of a problem's expressions and their derivatives (sympy ``count_ops``), and the most
+#: seconds sympy may spend deriving and simplifying them (``time_limit``)
+MAX_OPS = 20_000
+MAX_SECONDS = 10.0
 
 
 def _sympy():
@@ -76,6 +84,57 @@ def _short(text: str) -> str:
 SMOOTH_KEYS = ("problem.potential", "problem.constraints")
 
 
+def _depth(tree) -> int:
+    """Levels of nesting of a syntax tree: a chain a + b - c + ... (or a * b / c ...) is one level, as written
+    (iteratively: a tree too deep for recursion is measured too)."""
+    flat = {ast.Add: (ast.Add, ast.Sub), ast.Sub: (ast.Add, ast.Sub), ast.Mult: (ast.Mult, ast.Div)}
+    flat[ast.Div] = flat[ast.Mult]
+    deepest, todo = 0, [(tree, 1)]
+    while todo:
+        node, d = todo.pop()
+        deepest = max(deepest, d)
+        for child in ast.iter_child_nodes(node):
+            chain = isinstance(node, ast.BinOp) and isinstance(child, ast.BinOp) and child is node.left
+            same = chain and isinstance(child.op, flat.get(type(node.op), ()))
+            todo.append((child, d if same else d + 1))
+    return deepest
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float, what: str):
+    """ConfigError ('<what>: sympy took more than N s ...') when the block runs longer than ``seconds``.
+
+    A SIGALRM timer, so only in the main thread of a process (where a config's expressions are first built:
+    Snakemake's parse, a job script, a user's session) and when no other timer is set; elsewhere (a Dask
+    worker's threads) the block runs unbounded: it derives only what a main thread accepted already. A
+    subprocess would bound it everywhere, at a second of start-up for every problem."""
+    import signal
+    import threading
+
+    usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    outer = signal.getitimer(signal.ITIMER_REAL) if usable else (0.0, 0.0)
+    if not usable or 0 < outer[0] <= seconds:  # an outer timer (pytest-timeout's, say) fires first anyway
+        yield
+        return
+
+    def expired(signum, frame):
+        raise ConfigError(
+            f"{what}: sympy took more than {seconds:g} s to derive and simplify it (at most {seconds:g} s): "
+            "write it in fewer or simpler terms"
+        )
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    t0 = time.monotonic()
+    signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)  # again every second, should a library swallow it
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if outer[0] > 0:  # the outer timer goes on with what it had left
+            signal.setitimer(signal.ITIMER_REAL, max(outer[0] - (time.monotonic() - t0), 1e-3), outer[1])
+
+
 def parse(text: str, names: dict[str, Any], key: str):
     """The sympy expression of ``text`` (a formula over ``names``), built node by node from Python's syntax tree.
 
@@ -96,6 +155,9 @@ def parse(text: str, names: dict[str, Any], key: str):
         raise ConfigError(f"{what}: not a formula ({exc.msg})") from None
     except (ValueError, RecursionError, MemoryError) as exc:  # a null byte, nesting too deep
         raise ConfigError(f"{what}: not a formula ({type(exc).__name__})") from None
+    depth = _depth(tree)
+    if depth > MAX_DEPTH:
+        raise ConfigError(f"{key}: expression nested {depth} levels deep (at most {MAX_DEPTH})")
 
     def token(node) -> str:
         return _short(ast.get_source_segment(text.strip(), node) or type(node).__name__)
@@ -222,6 +284,12 @@ class Model:
             sum(self.v[j] * self.v[k] * sp.diff(self.G[j][i], self.q[k]) for j in range(m) for k in range(m))
             for i in range(nu)
         ]
+        ops = sp.count_ops([self.U, *self.g, *self.grad_U, *(x for row in self.G for x in row), *self.d2g])
+        if ops > MAX_OPS:
+            raise ConfigError(
+                f"problem {name!r}: its expressions and their derivatives take {ops} operations (at most "
+                f"{MAX_OPS}): write them in fewer or simpler terms"
+            )
         self.identity = self._identity()
         self.module = self._module()
 
@@ -594,7 +662,8 @@ def model_from_mapping(mapping: dict) -> Model:
         model = _MODELS[key]
         model.defaults = {k: _number(f"problem.params.{k}", v) for k, v in params.items()}
         return model
-    model = Model(**{k: v for k, v in mapping.items()})
+    with time_limit(MAX_SECONDS, f"problem {mapping.get('name')!r}"):
+        model = Model(**{k: v for k, v in mapping.items()})
     if key is not None:
         _MODELS[key] = model
     return model
@@ -657,7 +726,8 @@ def from_expressions(
     Problem
         With numpy callbacks, compiled kernels (grad_U, G, g, d2g) and ``identity`` set.
     """
-    model = Model(name, coordinates, potential, q0, p0, params, mass, constraints, period, exact)
+    with time_limit(MAX_SECONDS, f"problem {name!r}"):
+        model = Model(name, coordinates, potential, q0, p0, params, mass, constraints, period, exact)
     return model.problem()
 
 
