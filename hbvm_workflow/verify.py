@@ -78,9 +78,10 @@ def missing_stores(manifest: str) -> list[tuple[str, str]]:
     return out
 
 
-def mismatched_stores(manifest: str) -> list[tuple[str, str]]:
+def mismatched_stores(manifest: str, damaged=frozenset()) -> list[tuple[str, str]]:
     """(store, why) of each run the manifest lists as done whose store is there but is not that run
-    (``storage.store_verdict`` against the run of the plans, or the manifest's hash, h and t_end)."""
+    (``storage.store_verdict`` against the run of the plans, or the manifest's hash, h and t_end); the stores
+    ``damaged`` (real paths: named already) are left out."""
     import json
 
     from .plan import planned_jobs
@@ -96,7 +97,7 @@ def mismatched_stores(manifest: str) -> list[tuple[str, str]]:
     out = []
     for job in jobs:
         store = os.path.join(base, job.get("store", ""))
-        if job.get("status") != "ok" or not os.path.lexists(store):
+        if job.get("status") != "ok" or not os.path.lexists(store) or os.path.realpath(store) in damaged:
             continue
         planned = plans.get(job.get("hash"))
         run = {k: job[k] for k in ("h", "t_end") if k in job}
@@ -116,11 +117,12 @@ def verify(folders: list[str], out=None) -> int:
         print(f"{f}: no such folder", file=out)
     present = [f for f in folders if f not in absent]
     stores = [s for f in present for s in find_stores(f)]
-    damaged = 0
+    damaged, named = 0, set()
     for store in stores:
         found = check_store(store)
         if found is not None:
             damaged += 1
+            named.add(os.path.realpath(store))
             array, what = found
             print(f"{store}: {f'array {array}: ' if array else ''}{what}", file=out)
     missing = mismatched = 0
@@ -128,7 +130,7 @@ def verify(folders: list[str], out=None) -> int:
         for store, run in missing_stores(manifest):
             missing += 1
             print(f"{store}: missing (run {run} of {manifest})", file=out)
-        for store, why in mismatched_stores(manifest):
+        for store, why in mismatched_stores(manifest, named):
             mismatched += 1
             print(f"{store} {why}", file=out)
     other = f", {mismatched} not the run they claim to be" if mismatched else ""
