@@ -1,10 +1,11 @@
 """The last line of a workflow run: how many runs of the studies it built failed, and ``strict``.
 
 A run that fails (a diverging or stalling iteration, a NaN) is data: its row in errors.csv says ``failed``
-and the workflow exits 0 (docs/reliability.md). The main Snakemake process of a run prints, as the very
-last line of its output, the count of failed runs of the studies it built (read from their manifests,
-``solve.json``), whether or not anything was done; with ``strict: true`` (the config's, ``--config
-strict=true``, or a study's own key) any failed run of such a study makes the exit status 1.
+and the workflow exits 0 (docs/reliability.md). The main Snakemake process of a run that did not fail
+otherwise prints, as the very last line of its output, the count of failed runs of the studies it built
+(read from their manifests, ``solve.json``), whether or not anything was done; with ``strict: true`` (the
+config's, ``--config strict=true``, or a study's own key) any failed run of such a study makes the exit
+status 1.
 """
 
 from __future__ import annotations
@@ -15,11 +16,17 @@ import logging
 import os
 import sys
 
-from .jobs import plural
 from .layout import manifest_path
 
 #: the exit status of a strict run with failed runs
 STRICT_STATUS = 1
+#: set when Snakemake reports a failed workflow (its onerror hook): its own error is then the last word
+_FAILED = {"workflow": False}
+
+
+def workflow_failed() -> None:
+    """Snakemake's onerror hook: the workflow failed (a job raised), so no line is added after its error."""
+    _FAILED["workflow"] = True
 
 
 def failed_runs(results: str, studies) -> dict[str, list[str]]:
@@ -37,12 +44,12 @@ def failed_runs(results: str, studies) -> dict[str, list[str]]:
 
 
 def last_line(failed: dict[str, list[str]], strict: set[str]) -> str:
-    """'hbvm: N failed runs ...': by study, the first runs named; what strict does with them."""
+    """'failed runs: N (...)': by study, the first runs named; what strict does with them."""
     total = sum(len(v) for v in failed.values())
     if not total:
-        return "hbvm: 0 failed runs"
+        return "failed runs: 0"
     parts = [f"{name}: {', '.join(runs[:3])}{', ...' if len(runs) > 3 else ''}" for name, runs in failed.items()]
-    line = f"hbvm: {plural(total, 'failed run')} ({'; '.join(parts)})"
+    line = f"failed runs: {total} ({'; '.join(parts)})"
     if failed.keys() & strict:
         return f"{line}; strict: exit status {STRICT_STATUS}"
     return f"{line}, reported in errors.csv (strict=true makes them an error)"
@@ -63,6 +70,8 @@ def report_at_exit(config: dict, results: str, studies) -> None:
     strict = strict_studies(config, names)
 
     def report() -> None:
+        if _FAILED["workflow"]:
+            return
         failed = failed_runs(results, names)
         print(last_line(failed, strict), file=sys.stderr, flush=True)
         if failed.keys() & strict:

@@ -22,7 +22,7 @@ def test_failed_runs_are_counted_and_strict_is_the_configs_or_a_studys(tmp_path)
     assert strict_studies(config, ["a", "b"]) == {"b"}
     assert strict_studies(config | {"strict": "true"}, ["a", "b"]) == {"a", "b"}  # --config strict=true: a string
     assert strict_studies(config | {"strict": "false"}, ["a"]) == set()
-    named = "hbvm: 4 failed runs (a: m/n=0, m/n=1, m/n=2, ...)"
+    named = "failed runs: 4 (a: m/n=0, m/n=1, m/n=2, ...)"
     assert last_line(failed, {"b"}) == f"{named}, reported in errors.csv (strict=true makes them an error)"
     assert last_line(failed, {"a"}) == f"{named}; strict: exit status 1"
-    assert last_line({}, {"a"}) == "hbvm: 0 failed runs"
+    assert last_line({}, {"a"}) == "failed runs: 0"

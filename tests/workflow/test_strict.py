@@ -22,7 +22,7 @@ FAILING = {
     "errors": {"reference": "exact", "norm": 1, "sample": "all"},
 }
 FINE = FAILING | {"h": [0.5, 0.25]}
-FAILED_LINE = "hbvm: 1 failed run (bad: hbvm_k1_s1/h=5.0)"
+FAILED_LINE = "failed runs: 1 (bad: hbvm_k1_s1/h=5.0)"
 
 
 def last_line(proc) -> str:
@@ -51,4 +51,4 @@ def test_a_failed_run_is_counted_on_the_last_line_and_strict_makes_it_an_error(t
     study_key = snakemake(tmp_path, "--cores", "1")
     assert study_key.returncode == 1 and last_line(study_key) == f"{FAILED_LINE}; strict: exit status 1"
     fine_only = snakemake(tmp_path, "--cores", "1", "--config", "strict=true", "select=[fine]")
-    assert fine_only.returncode == 0 and last_line(fine_only) == "hbvm: 0 failed runs", fine_only.stdout[-2000:]
+    assert fine_only.returncode == 0 and last_line(fine_only) == "failed runs: 0", fine_only.stdout[-2000:]
