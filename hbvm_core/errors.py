@@ -20,6 +20,37 @@ class HBVMError(Exception):
     """Base class of every hbvm error."""
 
 
+class KeywordError(HBVMError, TypeError):
+    """A keyword argument that a function of the Python API does not take (names it, with a did-you-mean)."""
+
+
+def keywords_checked(target):
+    """A function, or a class (its ``__init__``), that refuses an unknown keyword argument with ``KeywordError``:
+    'Problem(): unknown keyword 'gradU' (expected one of ...); did you mean 'grad_U'?', as the config's keys."""
+    import functools
+    import inspect
+
+    func = target.__init__ if isinstance(target, type) else target
+    params = inspect.signature(func).parameters
+    takes = [n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and n != "self"]
+    name = target.__name__
+
+    @functools.wraps(func)
+    def checked(*args, **kwargs):
+        unknown = [k for k in kwargs if k not in takes]
+        if unknown:
+            raise KeywordError(
+                f"{name}(): unknown keyword {unknown[0]!r} (expected one of {', '.join(takes)})"
+                f"{did_you_mean(unknown[0], takes)}"
+            )
+        return func(*args, **kwargs)
+
+    if isinstance(target, type):
+        target.__init__ = checked
+        return target
+    return checked
+
+
 class ConfigError(HBVMError, ValueError):
     """A bad parameter of a method, a study or an integration (names the key)."""
 

@@ -23,16 +23,18 @@ so reformatting an expression does not change it and any change of the mathemati
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import inspect
 import json
 import math
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, keywords_checked
 from .problem import Problem
 
 #: the keys of a ``problem:`` mapping (the required ones first)
@@ -44,6 +46,12 @@ CONSTANT_NAMES = ("pi", "E")
 #: the most characters of one expression, and the largest exponent of a number raised to a number
 MAX_LENGTH = 4000
 MAX_POWER_BITS = 4096
+#: the deepest nesting of one expression (calls, operators, parentheses: levels of its syntax tree)
+MAX_DEPTH = 40
+#: the most operations of a problem's expressions and their derivatives (sympy ``count_ops``), and the most
+#: seconds sympy may spend deriving and simplifying them (``time_limit``)
+MAX_OPS = 20_000
+MAX_SECONDS = 10.0
 
 
 def _sympy():
@@ -72,6 +80,61 @@ def _short(text: str) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+#: the keys whose expressions must be smooth: ``abs`` is not one of their functions
+SMOOTH_KEYS = ("problem.potential", "problem.constraints")
+
+
+def _depth(tree) -> int:
+    """Levels of nesting of a syntax tree: a chain a + b - c + ... (or a * b / c ...) is one level, as written
+    (iteratively: a tree too deep for recursion is measured too)."""
+    flat = {ast.Add: (ast.Add, ast.Sub), ast.Sub: (ast.Add, ast.Sub), ast.Mult: (ast.Mult, ast.Div)}
+    flat[ast.Div] = flat[ast.Mult]
+    deepest, todo = 0, [(tree, 1)]
+    while todo:
+        node, d = todo.pop()
+        deepest = max(deepest, d)
+        for child in ast.iter_child_nodes(node):
+            chain = isinstance(node, ast.BinOp) and isinstance(child, ast.BinOp) and child is node.left
+            same = chain and isinstance(child.op, flat.get(type(node.op), ()))
+            todo.append((child, d if same else d + 1))
+    return deepest
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float, what: str):
+    """ConfigError ('<what>: sympy took more than N s ...') when the block runs longer than ``seconds``.
+
+    A SIGALRM timer, so only in the main thread of a process (where a config's expressions are first built:
+    Snakemake's parse, a job script, a user's session) and when no other timer is set; elsewhere (a Dask
+    worker's threads) the block runs unbounded: it derives only what a main thread accepted already. A
+    subprocess would bound it everywhere, at a second of start-up for every problem."""
+    import signal
+    import threading
+
+    usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    outer = signal.getitimer(signal.ITIMER_REAL) if usable else (0.0, 0.0)
+    if not usable or 0 < outer[0] <= seconds:  # an outer timer (pytest-timeout's, say) fires first anyway
+        yield
+        return
+
+    def expired(signum, frame):
+        raise ConfigError(
+            f"{what}: sympy took more than {seconds:g} s to derive and simplify it (at most {seconds:g} s): "
+            "write it in fewer or simpler terms"
+        )
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    t0 = time.monotonic()
+    signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)  # again every second, should a library swallow it
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if outer[0] > 0:  # the outer timer goes on with what it had left
+            signal.setitimer(signal.ITIMER_REAL, max(outer[0] - (time.monotonic() - t0), 1e-3), outer[1])
+
+
 def parse(text: str, names: dict[str, Any], key: str):
     """The sympy expression of ``text`` (a formula over ``names``), built node by node from Python's syntax tree.
 
@@ -81,6 +144,8 @@ def parse(text: str, names: dict[str, Any], key: str):
     """
     sp = _sympy()
     funcs = functions()
+    if key.split("[")[0] in SMOOTH_KEYS:  # refused there (not differentiable), so not offered
+        funcs.pop("abs")
     what = f"{key} = {_short(text)!r}"
     if len(text) > MAX_LENGTH:
         raise ConfigError(f"{key}: expression of {len(text)} characters (at most {MAX_LENGTH})")
@@ -90,6 +155,9 @@ def parse(text: str, names: dict[str, Any], key: str):
         raise ConfigError(f"{what}: not a formula ({exc.msg})") from None
     except (ValueError, RecursionError, MemoryError) as exc:  # a null byte, nesting too deep
         raise ConfigError(f"{what}: not a formula ({type(exc).__name__})") from None
+    depth = _depth(tree)
+    if depth > MAX_DEPTH:
+        raise ConfigError(f"{key}: expression nested {depth} levels deep (at most {MAX_DEPTH})")
 
     def token(node) -> str:
         return _short(ast.get_source_segment(text.strip(), node) or type(node).__name__)
@@ -135,6 +203,8 @@ def parse(text: str, names: dict[str, Any], key: str):
                     refuse(node, "is too large a power")
             return base**expo
         if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Name) and node.func.id == "abs" and "abs" not in funcs:
+                raise ConfigError(f"{key}: not differentiable (abs); the potential and constraints must be smooth")
             if not isinstance(node.func, ast.Name) or node.func.id not in funcs:
                 refuse(node.func, "is not an allowed function")
             if node.keywords:
@@ -214,6 +284,12 @@ class Model:
             sum(self.v[j] * self.v[k] * sp.diff(self.G[j][i], self.q[k]) for j in range(m) for k in range(m))
             for i in range(nu)
         ]
+        ops = sp.count_ops([self.U, *self.g, *self.grad_U, *(x for row in self.G for x in row), *self.d2g])
+        if ops > MAX_OPS:
+            raise ConfigError(
+                f"problem {name!r}: its expressions and their derivatives take {ops} operations (at most "
+                f"{MAX_OPS}): write them in fewer or simpler terms"
+            )
         self.identity = self._identity()
         self.module = self._module()
 
@@ -587,7 +663,8 @@ def model_from_mapping(mapping: dict) -> Model:
         model = _MODELS[key]
         model.defaults = {k: _number(f"problem.params.{k}", v) for k, v in params.items()}
         return model
-    model = Model(**{k: v for k, v in mapping.items()})
+    with time_limit(MAX_SECONDS, f"problem {mapping.get('name')!r}"):
+        model = Model(**{k: v for k, v in mapping.items()})
     if key is not None:
         _MODELS[key] = model
     return model
@@ -607,6 +684,7 @@ def factory(mapping: dict) -> Callable[..., Problem]:
     return build
 
 
+@keywords_checked
 def from_expressions(
     name: str,
     coordinates: Sequence[str],
@@ -649,7 +727,8 @@ def from_expressions(
     Problem
         With numpy callbacks, compiled kernels (grad_U, G, g, d2g) and ``identity`` set.
     """
-    model = Model(name, coordinates, potential, q0, p0, params, mass, constraints, period, exact)
+    with time_limit(MAX_SECONDS, f"problem {name!r}"):
+        model = Model(name, coordinates, potential, q0, p0, params, mass, constraints, period, exact)
     return model.problem()
 
 

@@ -15,7 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
-from .errors import ConfigError, ConvergenceError
+from .errors import ConfigError, ConvergenceError, NonFiniteError
 from .kernels.rules import compensated_add, point_saved, step_saved
 from .problem import Problem
 from .trajectory import Trajectory
@@ -61,6 +61,8 @@ def number_of_steps(h: float, t_end: float) -> int:
         raise ConfigError(f"h = {h!r}: expected a finite step size > 0")
     if not (isinstance(t_end, (int, float, np.floating)) and math.isfinite(t_end) and t_end > 0):
         raise ConfigError(f"t_end = {t_end!r}: expected a finite end time > 0")
+    if h > t_end * (1 + 1e-9):
+        raise ConfigError(f"h = {h!r} is larger than the interval [0, {t_end!r}]: not even one step fits")
     n = round(t_end / h)
     if n < 1 or abs(n * h - t_end) > 1e-9 * t_end:
         raise ConfigError(f"h = {h!r} does not divide the interval [0, {t_end!r}] into whole steps")
@@ -197,6 +199,17 @@ def buffer_rows(chunk: int, N: int, save_every: int) -> int:
     return min(chunk, N // save_every + 2)
 
 
+def name_failed_step(problem: Problem, n: int, h: float, q_start: np.ndarray, q_end: np.ndarray | None = None) -> None:
+    """After step n failed: NonFiniteError naming the step that took the trajectory where a callback is not finite,
+    one way for every method and path (docs/method.md, "Solving the step": step n is on [t_n, t_{n+1}], counted
+    from 0, t_n = n h): the step before (n - 1) when a callback is already not finite at q_start = q_n, the end
+    of that step; step n when it is at q_end = q_{n+1} (a method that evaluates its end point). Nothing else."""
+    if n > 0 and np.all(np.isfinite(q_start)):
+        problem.check_finite(q_start[None, :], n - 1, (n - 1) * h)
+    if q_end is not None and np.all(np.isfinite(q_end)):
+        problem.check_finite(q_end[None, :], n, n * h)
+
+
 def python_runner(
     problem: Problem, method, h: float, N: int, compensated: bool, save_every: int, chunk: int, sink, stepper=None
 ):
@@ -212,13 +225,19 @@ def python_runner(
     total, worst = 0, 0
     for n in range(N):
         t = n * h
-        dq, dp, lam, it = stepper.step(q, p, h, n, t)
+        try:
+            dq, dp, lam, it = stepper.step(q, p, h, n, t)
+        except (ConvergenceError, NonFiniteError):
+            name_failed_step(problem, n, h, q)
+            raise
+        start = q
         if compensated:
             q, cq = _kahan(q, dq, cq)
             p, cp = _kahan(p, dp, cp)
         else:
             q, p = q + dq, p + dp
         if not (np.all(np.isfinite(q)) and np.all(np.isfinite(p))):
+            name_failed_step(problem, n, h, start, q)
             raise ConvergenceError(n, t, float("nan"), it, "non-finite state after the step")
         total += it
         worst = max(worst, it)

@@ -27,7 +27,7 @@ from scipy.linalg import cho_factor, cho_solve
 from .checks import check_derivatives as check_derivatives_of
 from .checks import check_vectorised
 from .checks import enabled as derivative_checks_enabled
-from .errors import NonFiniteError, ProblemError
+from .errors import NonFiniteError, ProblemError, keywords_checked
 
 Array = np.ndarray
 
@@ -35,6 +35,7 @@ Array = np.ndarray
 CONSISTENCY_TOL = 1e-10
 
 
+@keywords_checked  # a misspelt keyword: one line with a did-you-mean (KeywordError), not a TypeError
 @dataclass
 class Problem:
     """A constrained (nu >= 1) or unconstrained (nu = 0) Hamiltonian system (docs/method.md 1).
@@ -318,13 +319,19 @@ class Problem:
             raise ProblemError(f"{self.name}: nu = {nu} constraints need nu < m = {m}")
         q, p = self.q0[None, :], self.p0[None, :]
         scale = 1.0 + np.abs(self.q0).max() + np.abs(self.p0).max()
-        g0 = np.abs(self.g(q)).max()
+        gq = np.abs(self.g(q)[0])
+        g0, i = gq.max(), int(np.argmax(gq))
         if g0 > CONSISTENCY_TOL * scale:
-            raise ProblemError(f"{self.name}: inconsistent initial data, |g(q0)| = {g0:.3e} (expected 0)")
-        hc = np.abs(self.hidden_constraint(q, p)).max()
+            raise ProblemError(
+                f"{self.name}: inconsistent initial data, |g(q0)| = {g0:.3e} (expected 0): constraint {i} (of "
+                f"{nu}, counted from 0) has g_{i}(q0) = {float(self.g(q)[0][i]):.3e}"
+            )
+        hq = self.hidden_constraint(q, p)[0]
+        hc, i = np.abs(hq).max(), int(np.argmax(np.abs(hq)))
         if hc > CONSISTENCY_TOL * scale * (1.0 + np.abs(self.G(q)).max()):
             raise ProblemError(
-                f"{self.name}: inconsistent initial data, hidden constraint |G(q0)^T M^-1 p0| = {hc:.3e} (expected 0)"
+                f"{self.name}: inconsistent initial data, hidden constraint |G(q0)^T M^-1 p0| = {hc:.3e} (expected "
+                f"0): constraint {i} (of {nu}, counted from 0) has (G^T M^-1 p0)_{i} = {float(hq[i]):.3e}"
             )
         Gq = self.G(q)[0]
         A = Gq.T @ self.minv(Gq)

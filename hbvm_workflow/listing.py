@@ -72,7 +72,7 @@ def methods() -> list[str]:
 def study_status(study) -> dict[str, int]:
     """Counts of the study's runs: computed (by the last solve), reused, failed, damaged, missing."""
     from .layout import manifest_path
-    from .storage import store_state
+    from .storage import Expected, store_state
 
     try:
         with open(manifest_path(study.results, study.name)) as fh:
@@ -81,12 +81,12 @@ def study_status(study) -> dict[str, int]:
         computed = set()
     out = dict.fromkeys(("computed", "reused", "failed", "damaged", "missing"), 0)
     for job in study.jobs.values():
-        status, _ = store_state(job.store, job.hash, job.problem_fingerprint)
+        status, _ = store_state(job.store, Expected.of_job(job))
         if status == "complete":
             out["computed" if job.id in computed else "reused"] += 1
         elif status in ("failed", "damaged"):
             out[status] += 1
-        else:  # missing, or stale: computed for other parameters
+        else:  # missing, stale (computed for other parameters) or altered (its attrs edited): to compute
             out["missing"] += 1
     return out
 

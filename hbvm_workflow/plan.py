@@ -198,6 +198,27 @@ def read_plan(config: dict, names=None) -> dict[str, Study] | None:
         return None
 
 
+def planned_jobs(results: str) -> dict[str, Job]:
+    """Every run of the plans in ``results`` (``layout.plan_dir``) by its hash, read as data (no problem built):
+    what ``verify`` checks a store against. A plan that cannot be read is skipped."""
+    jobs: dict[str, Job] = {}
+    try:
+        names = sorted(os.listdir(plan_dir(results)))
+    except OSError:
+        return jobs
+    for name in (n for n in names if n.endswith(".json")):
+        try:
+            with open(os.path.join(plan_dir(results), name)) as fh:
+                plan = json.load(fh)
+            for rec in plan["studies"].values():
+                for entry in rec["jobs"]:
+                    job = Job(**entry)
+                    jobs[job.hash] = job
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return jobs
+
+
 def planned_studies(config: dict, names=None) -> dict[str, Study]:
     """The studies of a job: read from the plan its workflow run's parse wrote, or (no plan: a dry run's
     config, a results folder the parse did not see) expanded here (``config.load_studies``)."""

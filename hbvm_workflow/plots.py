@@ -407,13 +407,13 @@ def _reference_line(ax, h, y, p, how: str, color) -> None:
 def _runs(study: Study):
     """(row, Job, Trajectory) for each successful row of the study, in the order of its rows (per method,
     its grid combinations in grid order, their step sizes); each trajectory carries its combination's problem."""
-    from .storage import load_trajectory, store_status
+    from .storage import Expected, load_trajectory, store_state
 
     for r in study.rows:
         job = study.jobs[r.job]
-        if store_status(job.store, job.hash) == "complete":
-            inst = study.instance_of(r.combo)
-            yield r, job, load_trajectory(job.store, inst.problem, job_hash=job.hash, planned=inst.checked())
+        inst = study.instance_of(r.combo)
+        if store_state(job.store, Expected.of_job(job, inst.checked()))[0] == "complete":
+            yield r, job, load_trajectory(job.store, inst.problem, job=job, planned=inst.checked())
 
 
 def _run_label(study: Study, r, job) -> str:

@@ -87,10 +87,41 @@ def _validator(doc: dict):
     return jsonschema.validators.extend(base, {"properties": properties})(doc)
 
 
+#: the most values (mappings, lists and scalars, each alias counted as the copy it stands for) a config may hold
+MAX_CONFIG_VALUES = 100_000
+
+
+def expanded_size(value, memo: dict | None = None) -> int:
+    """The number of values ``value`` holds once every YAML alias is a copy (a block aliased k times counts k
+    times): computed once per distinct object, so a 'billion laughs' file is measured in the time of its text."""
+    memo = {} if memo is None else memo
+    key = id(value)
+    if key in memo:
+        return memo[key]
+    memo[key] = 1  # a cycle (not from YAML) counts once
+    if isinstance(value, dict):
+        n = 1 + sum(expanded_size(k, memo) + expanded_size(v, memo) for k, v in value.items())
+    elif isinstance(value, (list, tuple)):
+        n = 1 + sum(expanded_size(v, memo) for v in value)
+    else:
+        n = 1
+    memo[key] = n
+    return n
+
+
 def validate_config(config: dict, schema_path: str | os.PathLike | None = None) -> dict:
     """Check ``config`` against the schema and fill in its defaults (in place); ConfigError naming the key."""
     import jsonschema
 
+    try:
+        size = expanded_size(config)
+    except RecursionError:
+        raise ConfigError("config: nested too deeply (thousands of levels of mappings or lists)") from None
+    if size > MAX_CONFIG_VALUES:
+        raise ConfigError(
+            f"config: expands to {size:.3g} values, more than {MAX_CONFIG_VALUES} (YAML anchors and aliases repeating "
+            "a block many times?): write the studies out, or split the config"
+        )
     error = jsonschema.exceptions.best_match(_validator(schema(schema_path)).iter_errors(config))
     if error is not None:
         raise ConfigError(describe(error))
@@ -108,7 +139,7 @@ def describe(error) -> str:
         what = "unknown key" if len(extra) == 1 else "unknown keys"
         hint = f" (expected one of {', '.join(allowed)})" if allowed else ""
         return f"{where}: {what} {', '.join(map(repr, extra))}{hint}{did_you_mean(extra[0], allowed)}"
-    if error.validator == "propertyNames":
+    if error.validator == "propertyNames" or "propertyNames" in error.schema_path:
         return f"{where}: bad name {error.instance!r} (letters, digits, _ and -, starting with a letter or digit)"
     if error.validator == "required":
         return f"{where}: {error.message}"

@@ -48,12 +48,14 @@ a ``<path>.failed.json`` marker naming the step, time and last increment.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import math
 import os
 import platform
 import shutil
+import typing
 import uuid
 import warnings
 from pathlib import Path
@@ -70,7 +72,7 @@ FAILED = ".failed.json"
 #: where a damaged store is set aside in the study's folder of temporaries (``set_aside``; kept there)
 DAMAGED_DIR = "damaged"
 #: the status of a store: see ``store_status``
-STATUSES = ("complete", "failed", "stale", "damaged", "missing")
+STATUSES = ("complete", "failed", "stale", "altered", "damaged", "missing")
 
 
 class StoreError(HBVMError, RuntimeError):
@@ -438,24 +440,119 @@ def opened(path: str):
 def store_status(path: str, job_hash: str | None = None, fingerprint: str | None = None) -> str:
     """complete (an intact store for this hash), failed (a failure marker for it), stale (other hash,
     format or problem ``fingerprint``), damaged (a store for this hash with a missing or truncated chunk:
-    ``damage``), missing."""
-    return store_state(path, job_hash, fingerprint)[0]
+    ``damage``), altered (a store of this hash whose attrs are not the planned run's: ``store_verdict``), missing."""
+    return store_state(path, Expected(job_hash, fingerprint))[0]
 
 
-def store_state(path: str, job_hash: str | None = None, fingerprint: str | None = None) -> tuple[str, dict | None]:
-    """(``store_status``, what it read: the store's attrs, or for a failed run its failure marker), the store
-    opened once."""
-    with opened(path) as (attrs, reader):
-        if attrs is not None and attrs.get("complete") is True:
-            if job_hash is not None and attrs.get("job_hash") != job_hash or attrs.get("format") != FORMAT:
-                return "stale", attrs
-            if fingerprint is not None and attrs.get("problem_fingerprint") != fingerprint:
-                return "stale", attrs
-            return ("damaged" if damage(path, attrs, reader) is not None else "complete"), attrs
+#: the attrs of a run store that a reader takes as the run's (``load_trajectory``): each must be its job's
+RUN_ATTRS = ("h", "t_end", "steps", "save_every", "compensated")
+
+
+@dataclasses.dataclass(frozen=True)
+class Expected:
+    """What a store must record to be the run it claims to be (``store_verdict``); None: not checked.
+
+    ``planned``: the planned problem identity (structure, probe values), compared as the readers compare it
+    (``hbvm_core.fingerprint.identity_mismatch``); ``problem``: a problem whose own identity is compared
+    instead; ``run``: the values of ``RUN_ATTRS``."""
+
+    job_hash: str | None = None
+    fingerprint: str | None = None
+    planned: tuple[str, dict] | None = None
+    problem: Any = None
+    run: dict | None = None
+
+    @classmethod
+    def of_job(cls, job, planned: tuple[str, dict] | None = None) -> Expected:
+        """What the store of ``job`` (a ``study.Job``) must record: its hash, fingerprint, planned identity and
+        run values; ``planned``: the identity already checked (``Instance.checked``), else the job's own."""
+        if planned is None and job.problem_structure:
+            planned = (job.problem_structure, _probe(job.problem_probe))
+        run = {"h": float(job.h), "t_end": float(job.t_end), "steps": job.steps, "save_every": int(job.save_every)}
+        run["compensated"] = bool(job.compensated)
+        return cls(job.hash, job.problem_fingerprint or None, planned, None, run)
+
+
+@functools.lru_cache(maxsize=64)
+def _probe_text(text: str) -> dict | None:
+    return json.loads(text) if text else None
+
+
+def _probe(text: str) -> dict | None:
+    """The probe record of a job (JSON text shared by its instance's runs), parsed once per text."""
+    return _probe_text(text)
+
+
+class Verdict(typing.NamedTuple):
+    """``store_verdict``'s answer: a ``STATUSES`` value, what was read (the store's attrs, or a failure
+    marker), and for a damaged or altered store why (the array and what is wrong with it, or a phrase)."""
+
+    status: str
+    attrs: dict | None
+    why: str | None = None
+    array: str | None = None
+
+
+def store_verdict(path: str, expected: Expected | None = None, attrs=None, reader=None) -> Verdict:
+    """Whether the store at ``path`` is the run it claims to be: the one predicate of the solve step, a retried
+    batch, the aggregation, the readers and ``verify``.
+
+    complete: the store says so, is of this format, job hash and problem fingerprint, records the planned
+    identity and run values, and every recorded chunk is there with its size (``damage``: os.stat only; reading
+    the data checks the checksums). stale: another format, hash or fingerprint (another run: recomputed and
+    replaced). altered: this run's hash but an attr a reader checks disagrees (edited): ``why`` says which.
+    damaged: a chunk missing or truncated. failed, missing: a failure marker of this hash; nothing.
+    ``attrs``/``reader``: the store opened already (``opened``)."""
+    from hbvm_core.fingerprint import identity_mismatch, problem_mismatch
+
+    if attrs is None and reader is None:
+        with opened(path) as (attrs, reader):
+            return store_verdict(path, expected, attrs, reader) if attrs is not None else _marker(path, expected)
+    want = expected or Expected()
+    if attrs is None or attrs.get("complete") is not True:
+        return _marker(path, expected, attrs)
+    if attrs.get("format") != FORMAT:
+        return Verdict("stale", attrs, f"format {attrs.get('format')!r}, expected {FORMAT!r}")
+    if want.job_hash is not None and attrs.get("job_hash") != want.job_hash:
+        return Verdict("stale", attrs, f"computed for hash {attrs.get('job_hash')}, expected {want.job_hash}")
+    if want.fingerprint is not None and attrs.get("problem_fingerprint") != want.fingerprint:
+        why = f"problem fingerprint {attrs.get('problem_fingerprint')!r}, planned {want.fingerprint!r}"
+        return Verdict("altered" if want.job_hash is not None else "stale", attrs, why)
+    recorded = attrs.get("problem_structure"), attrs.get("problem_probe")
+    why = None
+    if want.planned is not None and recorded != tuple(want.planned):
+        why = identity_mismatch(*want.planned, *recorded)
+    elif want.planned is None and want.problem is not None:
+        why = problem_mismatch(want.problem, *recorded)
+    why = why and f"computed for another problem: {why}"
+    if why is None:
+        off = [k for k, v in (want.run or {}).items() if attrs.get(k) != v]
+        why = f"{off[0]} = {attrs.get(off[0])!r}, planned {want.run[off[0]]!r}" if off else None
+    if why is not None:
+        return Verdict("altered" if want.job_hash is not None else "stale", attrs, why)
+    found = damage(path, attrs, reader)
+    if found is not None:
+        return Verdict("damaged", attrs, found[1], found[0])
+    return Verdict("complete", attrs)
+
+
+def _marker(path: str, expected: Expected | None, attrs: dict | None = None) -> Verdict:
+    """The verdict of a path with no complete store: its failure marker (failed for this hash), else missing
+    (stale: an unfinished store or a marker of another hash)."""
     fail = read_failure(path)
+    job_hash = expected.job_hash if expected else None
     if fail is not None:
-        return ("failed" if job_hash is None or fail.get("job_hash") == job_hash else "stale"), fail
-    return ("missing" if attrs is None else "stale"), attrs
+        return Verdict("failed" if job_hash is None or fail.get("job_hash") == job_hash else "stale", fail)
+    return Verdict("missing" if attrs is None else "stale", attrs, None if attrs is None else "not complete")
+
+
+def store_state(path: str, expected: Expected | str | None = None, fingerprint: str | None = None):
+    """(``store_verdict``'s status, what it read: the store's attrs, or for a failed run its failure marker);
+    ``expected``: an ``Expected``, or a job hash (and ``fingerprint``) only."""
+    if not isinstance(expected, Expected):
+        expected = Expected(expected, fingerprint)
+    v = store_verdict(path, expected)
+    return v.status, v.attrs
 
 
 def clean_temporaries(study_dir: str) -> list[str]:
@@ -586,7 +683,7 @@ def zarr_store(path: str):
     return path
 
 
-def load_trajectory(path: str, problem, *, job_hash: str | None = None, method=None, planned=None):
+def load_trajectory(path: str, problem, *, job_hash: str | None = None, method=None, planned=None, job=None):
     """A run's store as an in-memory ``hbvm_core.Trajectory``.
 
     Nothing in the store is used to build the problem or the method: they come from the caller.
@@ -604,6 +701,8 @@ def load_trajectory(path: str, problem, *, job_hash: str | None = None, method=N
     planned : (str, dict), optional
         The identity (structure, probe values) that ``problem`` is known to have (``Instance.checked``): the
         store's record is compared with it, without evaluating the problem again for each store.
+    job : hbvm_workflow.study.Job, optional
+        The planned run: the store must be it (``store_verdict``: its hash, identity and run values).
 
     Returns
     -------
@@ -614,35 +713,30 @@ def load_trajectory(path: str, problem, *, job_hash: str | None = None, method=N
     MissingStoreError
         No complete store at ``path`` (a FileNotFoundError).
     StoreMismatchError
-        One line naming the run: another store format, ``job_hash`` or problem fingerprint.
+        One line naming the run: another store format, ``job_hash``, problem fingerprint or run values.
     StoreError
         Naming the store and the array: a missing, truncated or corrupt chunk.
     """
+    if job is not None:
+        expected = Expected.of_job(job, planned)
+    else:
+        expected = Expected(job_hash, None, planned, None if planned else problem)
     with opened(path) as (attrs, reader):
-        return _trajectory(path, problem, attrs, reader, job_hash, method, planned)
+        return _trajectory(path, problem, attrs, reader, expected, method)
 
 
-def _trajectory(path: str, problem, attrs: dict | None, reader, job_hash: str | None, method, planned=None):
-    """load_trajectory's checks and read, on a store opened once (``opened``)."""
-    from hbvm_core.fingerprint import identity_mismatch, problem_mismatch
+def _trajectory(path: str, problem, attrs: dict | None, reader, expected: Expected, method):
+    """load_trajectory's checks (``store_verdict``) and read, on a store opened once (``opened``)."""
     from hbvm_core.trajectory import Trajectory
 
     if attrs is None or attrs.get("complete") is not True:
         raise MissingStoreError(f"no complete trajectory store at {path}")
+    verdict = store_verdict(path, expected, attrs, reader)
     run = attrs.get("job_id") or path
-    if attrs.get("format") != FORMAT:
-        raise StoreMismatchError(path, None, f"run {run}: format {attrs.get('format')!r}, expected {FORMAT!r}")
-    if job_hash is not None and attrs.get("job_hash") != job_hash:
-        raise StoreMismatchError(
-            path, None, f"run {run} was computed for hash {attrs.get('job_hash')}, expected {job_hash}"
-        )
-    recorded = attrs.get("problem_structure"), attrs.get("problem_probe")
-    why = identity_mismatch(*planned, *recorded) if planned else problem_mismatch(problem, *recorded)
-    if why is not None:
-        raise StoreMismatchError(path, None, f"run {run} was computed for another problem: {why}")
-    found = damage(path, attrs, reader)
-    if found is not None:
-        raise damaged(path, *found)
+    if verdict.status == "damaged":
+        raise damaged(path, verdict.array, verdict.why)
+    if verdict.status != "complete":
+        raise StoreMismatchError(path, None, f"run {run} {mismatch_phrase(verdict)}")
     names = ("t", "q", "p", "tstep", "lam", "iterations")
     try:
         arr = dict(zip(names, read_arrays(path, names, reader)))
@@ -651,6 +745,11 @@ def _trajectory(path: str, problem, attrs: dict | None, reader, job_hash: str | 
     keys = ("steps", "h", "t_end", "save_every", "compensated", "wall_s", "mean_iterations", "max_iterations")
     tattrs = {k: attrs[k] for k in keys if k in attrs} | {k: attrs.get(k) for k in ("backend", "worker", "host", "cpu")}
     return Trajectory(problem=problem, method=method, h=float(attrs["h"]), attrs=tattrs, **arr)
+
+
+def mismatch_phrase(verdict: Verdict) -> str:
+    """What a stale or altered ``store_verdict`` says of the run: 'is not the run it claims to be: <why>'."""
+    return f"is not the run it claims to be: {verdict.why}"
 
 
 def read_arrays(path: str, names, reader=None) -> list:

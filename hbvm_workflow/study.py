@@ -340,7 +340,7 @@ class Study:
 
 #: Study keys that change only how the numbers are shown (tables, figure) or checked, never the numbers: the
 #: workflow's rule aggregate does not rerun for them, rule render does.
-PRESENTATION_KEYS = ("title", "plot", "expected_rates", "accuracy_targets", "check_derivatives")
+PRESENTATION_KEYS = ("title", "plot", "expected_rates", "accuracy_targets", "check_derivatives", "strict")
 
 
 def number_config(cfg: dict) -> dict:

@@ -42,18 +42,34 @@ def _load(job, cache: dict, problem, planned=None):
 
     ``problem``: the study's, built from the config (a store is data: it never builds one); ``planned``: its
     identity (``Instance.checked``), which the store's record is compared with."""
-    from .storage import StoreError, StoreMismatchError, load_trajectory, read_failure, store_status
+    from .storage import (
+        Expected,
+        StoreError,
+        StoreMismatchError,
+        load_trajectory,
+        mismatch_phrase,
+        read_failure,
+        set_aside,
+        store_verdict,
+    )
 
     if job.id in cache:
         return cache[job.id]
     status = "complete"
-    try:  # one read: damage raises StoreError naming the store and the array
-        traj = load_trajectory(job.store, problem, job_hash=job.hash, planned=planned)
+    try:  # one read, by the predicate of the solve step (storage.store_verdict): damage raises StoreError
+        traj = load_trajectory(job.store, problem, job=job, planned=planned)
     except (FileNotFoundError, StoreMismatchError):
-        status = store_status(job.store, job.hash)
-        status = "stale" if status == "complete" else status  # computed for another problem
+        verdict = store_verdict(job.store, Expected.of_job(job, planned))
+        status = verdict.status
+        if status in ("stale", "altered"):  # not the run it claims to be: set aside, recomputed here, this run
+            aside = set_aside(job.store) if status == "altered" else None
+            traj = _recompute(job, problem, f"store {job.store} {mismatch_phrase(verdict)}", aside, planned)
+            cache.setdefault("recomputed", []).append(job.id)
+            status = "complete" if traj is not None else "failed"
     except StoreError as exc:  # damaged: set aside by the reader; recomputed here, this run
-        traj = _recompute(job, problem, exc)
+        array = f"array {exc.array}: " if exc.array else ""
+        line = f"damaged store {exc.store}: {array}{exc.what}"
+        traj = _recompute(job, problem, line, getattr(exc, "aside", None), planned)
         cache.setdefault("recomputed", []).append(job.id)
         status = "complete" if traj is not None else "failed"
     if status == "complete":
@@ -74,24 +90,22 @@ def _load(job, cache: dict, problem, planned=None):
     return traj
 
 
-def _recompute(job, problem, exc):
-    """The trajectory of a run whose store was found damaged (``exc``: naming the store and the array, the store
-    set aside), computed again into its store (``worker.solve_job``); None if the run fails (its marker written).
-    One line on the study's aggregate log (and the terminal) says so."""
+def _recompute(job, problem, what: str, aside: str | None, planned=None):
+    """The trajectory of a run whose store is not a good one (``what``: one phrase naming the store and what is
+    wrong; ``aside``: where it was set aside), computed again into its store (``worker.solve_job``); None if the
+    run fails (its marker written). One line on the study's aggregate log (and the terminal) says so."""
     import logging
     import sys
 
     from .storage import load_trajectory
     from .worker import solve_job
 
-    array = f"array {exc.array}: " if exc.array else ""
-    aside = f"; set aside as {exc.aside}" if getattr(exc, "aside", None) else ""
-    line = f"damaged store {exc.store}: {array}{exc.what}{aside}; recomputing run {job.id} now"
+    line = f"{what}{f'; set aside as {aside}' if aside else ''}; recomputing run {job.id} now"
     log = logging.getLogger(f"hbvm.aggregate.{job.study}")
     log.warning(line) if log.handlers else print(f"hbvm: study {job.study}: {line}", file=sys.stderr, flush=True)
     if solve_job(job)["status"] != "ok":
         return None
-    return load_trajectory(job.store, problem, job_hash=job.hash)
+    return load_trajectory(job.store, problem, job=job, planned=planned)
 
 
 def study_rows(study: Study, workers: int = 1) -> list[dict]:

@@ -78,6 +78,36 @@ def missing_stores(manifest: str) -> list[tuple[str, str]]:
     return out
 
 
+def mismatched_stores(manifest: str, damaged=frozenset()) -> list[tuple[str, str]]:
+    """(store, why) of each run the manifest lists as done whose store is there but is not that run
+    (``storage.store_verdict`` against the run of the plans, or the manifest's hash, h and t_end); the stores
+    ``damaged`` (real paths: named already) are left out."""
+    import json
+
+    from .plan import planned_jobs
+    from .storage import Expected, mismatch_phrase, store_verdict
+
+    try:
+        with open(manifest) as fh:
+            jobs = json.load(fh)["jobs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    base = os.path.dirname(manifest)
+    plans = planned_jobs(os.path.dirname(base))
+    out = []
+    for job in jobs:
+        store = os.path.join(base, job.get("store", ""))
+        if job.get("status") != "ok" or not os.path.lexists(store) or os.path.realpath(store) in damaged:
+            continue
+        planned = plans.get(job.get("hash"))
+        run = {k: job[k] for k in ("h", "t_end") if k in job}
+        expected = Expected.of_job(planned) if planned else Expected(job.get("hash"), run=run)
+        verdict = store_verdict(store, expected)
+        if verdict.status in ("stale", "altered"):
+            out.append((store, mismatch_phrase(verdict)))
+    return out
+
+
 def verify(folders: list[str], out=None) -> int:
     """Check every store under ``folders`` and every run their manifests list; print one line per damaged or
     missing store and a summary. Returns the exit status."""
@@ -87,22 +117,27 @@ def verify(folders: list[str], out=None) -> int:
         print(f"{f}: no such folder", file=out)
     present = [f for f in folders if f not in absent]
     stores = [s for f in present for s in find_stores(f)]
-    damaged = 0
+    damaged, named = 0, set()
     for store in stores:
         found = check_store(store)
         if found is not None:
             damaged += 1
+            named.add(os.path.realpath(store))
             array, what = found
             print(f"{store}: {f'array {array}: ' if array else ''}{what}", file=out)
-    missing = 0
+    missing = mismatched = 0
     for manifest in sorted({m for f in present for m in manifests(f)}):
         for store, run in missing_stores(manifest):
             missing += 1
             print(f"{store}: missing (run {run} of {manifest})", file=out)
+        for store, why in mismatched_stores(manifest, named):
+            mismatched += 1
+            print(f"{store} {why}", file=out)
+    other = f", {mismatched} not the run they claim to be" if mismatched else ""
     print(
-        f"verified {len(stores)} store(s) in {len(present)} folder(s): {damaged} damaged, {missing} missing",
+        f"verified {len(stores)} store(s) in {len(present)} folder(s): {damaged} damaged, {missing} missing{other}",
         file=out,
     )
-    if damaged or missing:
+    if damaged or missing or mismatched:
         return 1
     return 2 if absent else 0

@@ -37,7 +37,7 @@ from .study import Job
 
 class WorkerError(HBVMError, RuntimeError):
     """A worker cannot run a planned job as planned: it does not see what the solve step shares with it (the
-    results folder, the kernel cache, the problem module), or it builds another problem than the one planned."""
+    results folder, the problem module), or it builds another problem than the one planned."""
 
 
 def solve_batch(jobs: list[dict]) -> list[dict]:
@@ -47,7 +47,7 @@ def solve_batch(jobs: list[dict]) -> list[dict]:
     A run whose store is already complete for its hash (a batch retried after a lost worker) is not
     computed again.
     """
-    from .storage import store_state
+    from .storage import Expected, store_state
 
     problems: dict[str, tuple] = {}
     out = []
@@ -55,7 +55,7 @@ def solve_batch(jobs: list[dict]) -> list[dict]:
         job = Job(**entry)
         try:
             published = os.path.exists(job.store)  # a batch retried after a lost worker
-            status, a = store_state(job.store, job.hash, job.problem_fingerprint) if published else ("missing", None)
+            status, a = store_state(job.store, Expected.of_job(job)) if published else ("missing", None)
             if status == "complete":
                 out.append({"id": job.id, "status": "ok", "steps": a["steps"], "wall_s": a.get("wall_s"),
                             "mean_iterations": a.get("mean_iterations"), "error": None})  # fmt: skip
@@ -84,20 +84,19 @@ def _problem(job: Job, cache: dict | None):
 def check_shared(job: Job) -> None:
     """WorkerError (one line naming this host and the path) when this host cannot see what it shares with the
     host of the solve step: the study's results folder (``job.study_dir``: it exists there, the study's lock is
-    in it) and the kernel cache that HBVM_KERNEL_CACHE names. Checked before anything is written: a worker that
-    does not share the file system would otherwise write its stores where nobody reads them (docs/clusters.md)."""
+    in it). Checked before anything is written: a worker that does not share the file system would otherwise
+    write its stores where nobody reads them (docs/clusters.md). The kernel cache is the worker's own (shared
+    or not, a loop compiles the same): a folder HBVM_KERNEL_CACHE names that does not exist yet is created
+    (``kernels.registry.cache_dir``)."""
+    from hbvm_core.kernels.registry import cache_dir
+
     study = job.study_dir
     if study and not os.path.isdir(study):
         raise WorkerError(
             f"run {job.id}: host {platform.node()} cannot see the results folder {study} "
             "(it must be shared with the host of the solve step: docs/clusters.md)"
         )
-    cache = os.environ.get("HBVM_KERNEL_CACHE")
-    if cache and not os.path.isdir(cache):
-        raise WorkerError(
-            f"run {job.id}: host {platform.node()} cannot see the kernel cache {cache} (HBVM_KERNEL_CACHE; "
-            "it must be shared with the host of the solve step, or unset for a cache of the host's own)"
-        )
+    cache_dir()
 
 
 def check_problem(job: Job, problem) -> dict | None:

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..blended import initial_multiplier
 from ..errors import ConvergenceError, ProblemError
-from ..integrate import buffer_rows
+from ..integrate import buffer_rows, name_failed_step
 from ..legendre import shifted_legendre, tableau
 from ..problem import Problem
 from .registry import loop_module, note_compiled
@@ -125,7 +125,11 @@ class LoopRunner:
             if first:
                 note_compiled(self.module)
                 first = False
-            if status != 0:
+            if status != 0:  # the loop's q: the failed step's start, or its end for a non-finite state
+                if status == NON_FINITE_STATE:
+                    name_failed_step(problem, int(info[1]), h, np.full(m, np.nan), q)
+                else:
+                    name_failed_step(problem, int(info[1]), h, q)
                 self._fail(problem, q, h, gamma_prev, info, *tail)
             full = False
             for which in (0, 1):

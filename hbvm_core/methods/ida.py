@@ -211,6 +211,7 @@ class IDAStepper(OutputGridStepper):
         res = self.solver.step(t + h)
         y1 = np.asarray(res.y).reshape(-1)
         if not res.success or not np.all(np.isfinite(y1)):
+            self.problem.check_finite(y1[None, :m], n, t)  # a callback not finite where IDA stopped
             raise ConvergenceError(n, t, float("nan"), int(res.nfev) - nfev0, f"IDA failed ({res.message})")
         self.nfev = int(res.nfev)
         return self.finish(q0, p0, y1[:m].copy(), y1[m : 2 * m].copy(), self.nfev - nfev0)

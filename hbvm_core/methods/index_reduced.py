@@ -118,6 +118,7 @@ class DOP853Stepper(OutputGridStepper):
             msg = sol.step()
             self.dense = None
             if sol.status == "failed" or not np.all(np.isfinite(sol.y)):
+                self.problem.check_finite(sol.y[None, : self.problem.m], n, t)  # a callback not finite there
                 raise ConvergenceError(n, t, float("nan"), sol.nfev, f"DOP853 failed ({msg or 'non-finite state'})")
         if math.isclose(sol.t, T, rel_tol=1e-14, abs_tol=1e-14 * abs(T)):
             return sol.y.copy()

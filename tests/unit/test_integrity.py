@@ -60,7 +60,7 @@ def test_a_store_records_its_chunks_and_checksums_them(store, planar):
     assert codecs == ["bytes", "zstd", "crc32c"]
     assert damage(store) is None and store_status(store, "abc") == "complete"
     assert store_status(store, "abc", problem_fingerprint(planar)) == "complete"
-    assert store_status(store, "abc", "another problem") == "stale"
+    assert store_status(store, "abc", "another problem") == "altered"  # its hash, another fingerprint: edited
 
 
 @pytest.mark.parametrize("how", ["delete", "truncate"])

@@ -1,5 +1,6 @@
-"""A worker that cannot see what it shares with the host of the solve step (the results folder, the kernel
-cache, the user's problem module) stops its run with one line naming the host and the path, writing nothing."""
+"""A worker that cannot see what it shares with the host of the solve step (the results folder, the user's
+problem module) stops its run with one line naming the host and the path, writing nothing; the kernel cache is
+the worker's own, created when it does not exist yet."""
 
 from __future__ import annotations
 
@@ -38,15 +39,13 @@ def test_a_worker_that_cannot_see_the_results_folder_stops_naming_host_and_path(
     assert "\n" not in msg and not (tmp_path / "results").exists()  # nothing written
 
 
-def test_a_worker_that_cannot_see_the_kernel_cache_stops_naming_it(tmp_path, monkeypatch):
+def test_a_kernel_cache_of_the_workers_own_that_does_not_exist_yet_is_created(tmp_path, monkeypatch):
     job = planned(tmp_path / "results")
     os.makedirs(tmp_path / "results" / "s")
-    monkeypatch.setenv("HBVM_KERNEL_CACHE", str(tmp_path / "not-shared"))
-    with pytest.raises(
-        RuntimeError, match=rf"host {platform.node()} cannot see the kernel cache {tmp_path}/not-shared"
-    ):
-        solve_job(job)
-    assert not os.listdir(tmp_path / "results" / "s")
+    own = tmp_path / "worker-own" / "kernels"  # a new folder, its parent too: nothing shared about it
+    monkeypatch.setenv("HBVM_KERNEL_CACHE", str(own))
+    assert solve_job(job)["status"] == "ok"
+    assert own.is_dir() and os.path.isfile(job["store"])
 
 
 def test_a_worker_that_cannot_import_the_problem_module_names_where_it_was(tmp_path, monkeypatch):

@@ -146,7 +146,7 @@ def test_bad_studies_fail_with_a_message_naming_the_key(over, message):
         (lambda c: c.update(dask={"adress": "tcp://127.0.0.1:1"}), r"config\.dask: unknown key 'adress'"),
         (
             lambda c: c["studies"].update({"bad name": c["studies"]["fig1"]}),
-            r"config\.studies = 'bad name': 'bad name' does not match",
+            r"config\.studies: bad name 'bad name' \(letters, digits, _ and -, starting with a letter or digit\)",
         ),
         (lambda c: c["studies"]["table1"].pop("errors"), r"'errors' is a required property"),
     ],

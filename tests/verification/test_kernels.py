@@ -396,3 +396,24 @@ def test_a_short_run_allocates_only_the_rows_it_saves():
         sink = Blocks()
         hc.integrate(problem, hc.HBVM(4, 2), 0.1, 2.0, sink=sink, save_every=3, backend=backend)
         assert sink.sizes == [8]  # t = 0, 0.3, ..., 1.8 and t = 2: one block
+
+
+@pytest.mark.slow  # compiles the RATTLE and polynomial loops of a closure's callbacks (tens of seconds)
+@pytest.mark.parametrize(
+    "entry", [{"k": 2, "s": 2}, {"method": "rattle"}, {"k": 3, "s": 2, "multiplier": "polynomial"}]
+)
+def test_a_non_finite_callback_names_the_same_step_on_both_paths(entry):
+    """Every loop names the step that took the trajectory where grad_U is NaN as its numpy path does
+    (docs/method.md, "Solving the step"), and that step's start is past the last point where grad_U is finite."""
+    from hbvm_core.methods import method_from_entry
+
+    pb = nan_theta_pendulum()
+    method = method_from_entry({"method": "hbvm", **entry} if "k" in entry else entry)
+    if method.compiled_runner(pb) is None:
+        pytest.skip(f"{method.name}: no compiled loop for this problem")
+    messages = []
+    for backend in ("numpy", "numba"):
+        with pytest.raises(NonFiniteError, match=r"callback grad_U returned non-finite values at step \d+ ") as info:
+            hc.integrate(pb, method, 0.1, 10.0, backend=backend)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]

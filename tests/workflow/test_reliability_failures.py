@@ -143,7 +143,8 @@ def test_a_callback_turning_nan_mid_run_is_a_failed_row(solved):
         marker = json.loads((res / "runs" / "hbvm_k2_s2" / f"h={h!r}.zarr.zip.failed.json").read_text())
         assert marker["error"]["type"] == "NonFiniteError" and marker["error"]["message"] == str(exc)
         assert row["error"] == str(exc) and all(row[c] == "" for c in NUMBERS)
-    assert "t = 0.7" in rows[0]["error"]
+    # the bob crosses y = -0.8 at t ~ 0.699: in step 6, on [0.6, 0.7] (docs/method.md counts steps from 0)
+    assert "at step 6 (t = 0.6)" in rows[0]["error"]
     md = (res / "table.md").read_text()
     assert md.count("| failed |") == 2 and not re.search(r"\bnan\b", md.lower())
     assert not list((res / "runs").glob("*/h=*.zarr.zip"))  # no store at a final path

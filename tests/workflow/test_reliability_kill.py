@@ -348,3 +348,75 @@ def _ancestors(pid: int) -> set[int]:
 
     proc = psutil.Process(pid)
     return {pid} | {p.pid for p in proc.parents()}
+
+
+#: 24 runs of 400 steps: cut into batches of 3 or 4 runs for two workers (hbvm_workflow.batching)
+BATCHED = {
+    "problem": "planar_pendulum",
+    "backend": "numpy",
+    "methods": [{"k": 2, "s": 2}],
+    "t_end": 20,
+    "h": [20 / n for n in range(400, 424)],
+    "errors": {"reference": "none"},
+}
+
+
+def test_a_worker_process_killed_mid_batch_costs_nothing(tmp_path):
+    """SIGKILL the worker process (not its nanny) of one of two external `dask worker`s after it published a run
+    of a batch of several and before the batch ended: the batch is run again (its published runs reused), nothing
+    is half-published, errors.csv is the clean run's byte for byte."""
+    from distributed import Client
+
+    clean = tmp_path / "clean"
+    write_config(clean, {"batch": BATCHED}, dask=DASK)
+    assert snakemake(clean, "--cores", "2").returncode == 0
+    work = tmp_path / "w"
+    work.mkdir()
+    procs: list = []
+    client = None
+    try:
+        address = _scheduler(work, procs)
+        for i in range(2):
+            procs.append(
+                _session(
+                    [str(BIN / "dask"), "worker", address, "--nworkers", "1", "--nthreads", "1"]
+                    + ["--host", "127.0.0.1", "--no-dashboard", "--name", f"w{i}"],
+                    work / f"worker{i}.log",
+                )
+            )
+        client = Client(address, timeout=30)
+        client.wait_for_workers(2, timeout=60)
+        pids = client.run(os.getpid)  # worker address -> pid of its worker process (the nanny's child)
+        write_config(work, {"batch": BATCHED}, dask={"address": address})
+        run = start(work, "--cores", "2", log=work / "run.log")
+        procs.append(run)
+        seen: dict = {}
+
+        def mid_batch() -> bool:  # a worker runs a batch of several runs and has published one of them
+            running = client.run(lambda dask_worker: [str(ts.key) for ts in dask_worker.state.executing])
+            for worker, keys in running.items():
+                for key in (k for k in keys if "+" in k):
+                    done = sum((read_attrs(str(p)) or {}).get("worker") == worker for p in final_stores(work, "batch"))
+                    if done > seen.setdefault((worker, key), done):
+                        seen["victim"] = worker
+                        return True
+            return False
+
+        wait_until(mid_batch, run, TIMEOUT, "a worker that published a run of a batch it is still running")
+        published = {p: p.stat().st_mtime_ns for p in final_stores(work, "batch")}
+        os.kill(pids[seen["victim"]], signal.SIGKILL)
+        assert run.wait(TIMEOUT) == 0, (work / "run.log").read_text()[-5000:]
+
+        stores = final_stores(work, "batch")
+        assert len(stores) == len(BATCHED["h"]) and temporaries(work, "batch") == []
+        for p in stores:
+            verify_store(p)
+        assert all(p.stat().st_mtime_ns == m for p, m in published.items())  # what was published stays, unredone
+        solve_log = (work / "logs" / "batch" / "solve.log").read_text()
+        assert "ERROR" not in solve_log and "FAILED" not in solve_log, solve_log[-3000:]
+        assert filecmp.cmp(work / "results/batch/errors.csv", clean / "results/batch/errors.csv", shallow=False)
+    finally:
+        if client is not None:
+            client.close()
+        for p in reversed(procs):
+            _stop(p)

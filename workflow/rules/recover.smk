@@ -64,3 +64,15 @@ for _name in _guarded if HBVM_RECOVER_MODE is not None else ():
                 if _damage != "changed":
                     logger.warning(f"damaged store {_store}: {_damage}")
             logger.warning(f"{_what}; a run would recompute them")
+# The very last line of a run (hbvm_workflow/outcome.py): the count of failed runs of the studies it builds,
+# whether or not anything was done; with strict (config or study key) a failed run makes the exit status 1.
+# A workflow that failed otherwise (a job raised: onerror) keeps Snakemake's error as its last words.
+from hbvm_workflow.outcome import report_at_exit as hbvm_report_at_exit
+from hbvm_workflow.outcome import workflow_failed as hbvm_workflow_failed
+
+if HBVM_RECOVER_MODE == "run":
+    hbvm_report_at_exit(config, RESULTS, _guarded)
+
+
+onerror:
+    hbvm_workflow_failed()

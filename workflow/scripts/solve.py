@@ -31,7 +31,7 @@ def describe(res: dict) -> str:
 def reuse(study, retry_failed: bool, log: logging.Logger) -> tuple[list, dict]:
     """(runs to compute, summary of the reused ones by job id) of one study."""
     from hbvm_workflow.jobs import plural
-    from hbvm_workflow.storage import clean_temporaries, damage, set_aside, store_state
+    from hbvm_workflow.storage import Expected, clean_temporaries, mismatch_phrase, set_aside, store_verdict
 
     for p in clean_temporaries(study.dir):
         log.info(f"removed the leftover temporary {p}")
@@ -43,14 +43,18 @@ def reuse(study, retry_failed: bool, log: logging.Logger) -> tuple[list, dict]:
         )
     todo, summary = [], {}
     for job in study.jobs.values():
-        status, a = store_state(job.store, job.hash, job.problem_fingerprint)  # stale: another hash, format, problem
-        if status == "damaged":
-            array, what = damage(job.store)
+        # the one predicate of a good store (the aggregation and the readers decide by it too); stale: another
+        # hash or format (replaced when recomputed); damaged, altered (its attrs edited): set aside, recomputed
+        verdict = store_verdict(job.store, Expected.of_job(job))
+        status, a = verdict.status, verdict.attrs
+        if status in ("damaged", "altered"):
             aside = set_aside(job.store)
             where = f"; set aside as {aside}" if aside else ""
-            log.warning(
-                f"damaged store {job.store}: {f'array {array}: ' if array else ''}{what}{where}; recomputing it"
-            )
+            if status == "damaged":
+                array = f"array {verdict.array}: " if verdict.array else ""
+                log.warning(f"damaged store {job.store}: {array}{verdict.why}{where}; recomputing it")
+            else:
+                log.warning(f"store {job.store} {mismatch_phrase(verdict)}{where}; recomputing it")
         if status == "complete":
             summary[job.id] = {"status": "ok", "steps": a["steps"], "wall_s": a.get("wall_s"), "computed": False}
         elif status == "failed" and not retry_failed:
