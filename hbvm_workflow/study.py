@@ -39,7 +39,7 @@ from hbvm_core.errors import ConfigError, NonFiniteError, ProblemError
 from hbvm_core.methods import method_label  # noqa: F401  (re-exported)
 
 from .kinds import KINDS
-from .layout import COLUMNS, EXTRA, TIMINGS, combo_name, manifest_path, run_stem, store_path  # noqa: F401
+from .layout import COLUMNS, EXTRA, TIMINGS, combo_name, manifest_path, run_stem, shard_store, store_path  # noqa: F401
 from .schema import defaults
 
 STEP_KEYS = ("h", "h0", "halvings", "period_divisions")
@@ -359,6 +359,9 @@ def check_limits(studies: dict[str, Study], limits: dict, results: str = "result
     missing = 0
     for name, study in studies.items():
         m, nu = study.dims
+        summary = study.cfg.get("save") == "summary"  # one sharded store: a row of summary numbers per run
+        if summary and not os.path.exists(shard_store(study.results, name)):
+            missing += len(study.jobs) * 8 * (16 + 2 * nu + 2 * (1 + 2 * m))
         for job in sorted(study.jobs.values(), key=lambda j: -j.steps):  # the largest run named first
             size = job.stored_bytes(m, nu)
             what = (
@@ -368,7 +371,7 @@ def check_limits(studies: dict[str, Study], limits: dict, results: str = "result
             for key, value in (("max_steps", job.steps), ("max_bytes", size)):
                 if value > limits[key]:
                     raise ConfigError(f"{what}: above limits.{key} = {limits[key]:.3g}; raise limits.{key} to run it")
-            if not os.path.exists(job.store):
+            if not summary and not os.path.exists(job.store):
                 missing += size
     folder = os.path.abspath(results)
     while not os.path.exists(folder):
@@ -483,6 +486,16 @@ def _study_entry(where: str, cfg: dict) -> dict:
     cfg = {**defaults("study"), "plot": KINDS[kind].plots[0] if kind in KINDS else "convergence", **cfg}
     if cfg["kind"] not in KINDS:
         raise ConfigError(f"{where}.kind = {cfg['kind']!r}: expected one of {', '.join(KINDS)}")
+    cfg.setdefault("save", KINDS[cfg["kind"]].save)
+    if cfg["save"] == "summary":
+        reference = (cfg.get("errors") or {}).get("reference")
+        if reference == "self":
+            raise ConfigError(
+                f"{where}.save = 'summary': errors.reference self needs the h/2 runs' trajectories; "
+                "give reference exact or reference, or save: trajectory"
+            )
+        if cfg["backend"] == "numpy":
+            raise ConfigError(f"{where}.save = 'summary' runs the compiled ensemble loop; backend numpy cannot")
     plots = KINDS[cfg["kind"]].plots
     if cfg["plot"] not in plots:
         raise ConfigError(f"{where}.plot = {cfg['plot']!r}: expected one of {', '.join(plots)}")
