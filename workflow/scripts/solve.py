@@ -105,11 +105,10 @@ def compute(
     from hbvm_workflow.cluster import _problem_module, dask_client, forks_local_workers, ship_problem_module
     from hbvm_workflow.cluster import describe as where
     from hbvm_workflow.jobs import FILE_ONLY, Progress, plural, tell_studies
-    from hbvm_workflow.storage import clean_temporaries
-    from hbvm_workflow.worker import solve_batch, warm_up
-
     from hbvm_workflow.shards import shard_key, solve_shard
     from hbvm_workflow.shards import warm_up as warm_up_ensembles
+    from hbvm_workflow.storage import clean_temporaries
+    from hbvm_workflow.worker import solve_batch, warm_up
 
     shards = shards or []
     # facts of the whole job: one line each on stderr (and in each study's log)
