@@ -590,9 +590,37 @@ def manifest_entry(study, table: RunTable) -> dict:
     shards = []
     for slot, (a, b) in enumerate(table.slots()):
         rec = read_record(path, slot) or {}
-        shards.append({"slot": slot, "runs": b - a, "digest": rec.get("digest"), "computed": rec.get("computed"),
-                       "failed": rec.get("failed"), "wall_s": rec.get("wall_s")})  # fmt: skip
+        shards.append({"slot": slot, "start": a, "stop": b, "digest": rec.get("digest"),
+                       "computed": rec.get("computed"), "failed": rec.get("failed"), "wall_s": rec.get("wall_s"),
+                       "stat": signatures(path, slot)})  # fmt: skip
     return {"store": os.path.relpath(path, study.dir), "runs": table.runs, "shards": shards}
+
+
+def signatures(store: str, slot: int) -> dict[str, list[int] | None]:
+    """array -> (size, mtime) of its file of shard ``slot`` (``storage.file_signature``): what the manifest
+    records, so that the next parse finds a changed shard by os.stat alone (``damaged_shards``)."""
+    from .storage import file_signature
+
+    return {name: file_signature(path) for name, path in shard_files(store, slot).items()}
+
+
+def damaged_shards(manifest: dict, study_dir: str) -> list[tuple[str, str, str]]:
+    """(shard, store, what) for each shard of a sharded study's manifest whose files are not the ones the solve
+    step recorded (os.stat first; a changed one is then read and its checksums checked): ``what`` names the array
+    and the damage, or is "changed" for an intact shard whose files were touched or replaced."""
+    store = os.path.join(study_dir, manifest["store"])
+    out = []
+    for entry in manifest.get("shards", []):
+        slot = entry["slot"]
+        try:
+            if entry.get("stat") == signatures(store, slot):
+                continue
+            found = shard_damage(store, slot, entry["start"], entry["stop"])
+        except Exception as exc:  # noqa: BLE001 - a store that cannot be opened at all
+            found = ("metadata", f"{type(exc).__name__}: {exc}".splitlines()[0])
+        what = "changed" if found is None else f"array {found[0]}: {found[1]}"
+        out.append((f"shard {slot}", store, what))
+    return out
 
 
 # --------------------------------------------------------------------------- reading
