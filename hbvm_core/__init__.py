@@ -5,7 +5,8 @@ loop (``integrate``) are separate; docs/method.md is the contract for every form
 """
 
 from ._version import __version__
-from .errors import ConfigError, ConvergenceError, HBVMError, NonFiniteError, ProblemError
+from .ensemble import EnsembleResult, integrate_ensemble
+from .errors import BackendError, ConfigError, ConvergenceError, HBVMError, NonFiniteError, ProblemError
 from .integrate import integrate
 from .legendre import tableau
 from .methods import HBVM
@@ -30,8 +31,10 @@ def __getattr__(name: str):
 
 __all__ = [
     "HBVM",
+    "BackendError",
     "ConfigError",
     "ConvergenceError",
+    "EnsembleResult",
     "HBVMError",
     "NonFiniteError",
     "Problem",
@@ -42,6 +45,7 @@ __all__ = [
     "from_expressions",
     "get_problem",
     "integrate",
+    "integrate_ensemble",
     "metrics",
     "references",
     "sym",

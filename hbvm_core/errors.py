@@ -36,6 +36,10 @@ class SolverError(HBVMError, RuntimeError):
     """A library's solver (scipy's DOP853 for a reference solution) reported a failure."""
 
 
+class BackendError(HBVMError, RuntimeError):
+    """A backend that cannot run here (``integrate_ensemble(backend="cuda")`` without a GPU or numba-cuda)."""
+
+
 class ConvergenceError(HBVMError, RuntimeError):
     """The nonlinear iteration of one step did not converge (docs/method.md section 3)."""
 

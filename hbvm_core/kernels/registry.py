@@ -49,6 +49,7 @@ from pathlib import Path
 
 from ..errors import ConfigError, ProblemError
 from .callbacks import Kernels, kernel
+from .ensemble import block_source
 
 #: template name -> its file; the generated module of template T is <cache>/T_kernel_<hash>.py
 TEMPLATES = {name: Path(__file__).with_name(f"{name}.py") for name in ("hbvm", "polynomial", "rattle", "reference")}
@@ -69,6 +70,8 @@ NO_CONSTRAINTS = {
     "g": "hbvm_core.kernels.registry:no_constraint_values",
     "d2g": "hbvm_core.kernels.registry:no_constraint_curvature",
 }
+#: the templates whose generated module also holds the ensemble's ``run_block`` (``ensemble.block_source``)
+ENSEMBLE_TEMPLATES = ("hbvm", "polynomial", "rattle")
 _MODULES: dict[str, types.ModuleType] = {}
 _BY_KEY: dict[tuple, types.ModuleType] = {}  # (template, kernels, constants) -> module: skips the hashing
 _COMPILED: dict[object, object] = {}  # plain function marked by ``kernel`` -> its numba dispatcher
@@ -291,6 +294,8 @@ def _loop_module(template: str, kernels: Kernels, constants: dict) -> types.Modu
     import numba
 
     source = expand_inline(TEMPLATES[template].read_text(), *(path.read_text() for path in SHARED))
+    if template in ENSEMBLE_TEMPLATES:  # the block loop of the ensemble, next to run_chunk (kernels/ensemble.py)
+        source += block_source(source)
     digest = hashlib.sha256(source.encode())
     digest.update(numba.__version__.encode())
     for key, (f, name) in callbacks.items():
