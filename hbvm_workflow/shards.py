@@ -522,8 +522,12 @@ def solve_shard(spec: dict) -> dict:
             arr[src["dst"]] = _read_rows(src["store"], name, src["src"])
     compute = np.asarray(spec["compute"], dtype=np.int64)
     backends = set()
-    for i in sorted(set(spec["scheme"][compute].tolist())):
-        rows = compute[spec["scheme"][compute] == i]
+    # one call per method and problem structure (the runs that share a compiled loop: a grid value may build
+    # a problem of other callbacks, e.g. a factory's published problem at its defaults)
+    structure = {c: p["structure"] for c, p in spec["problems"].items()}
+    group_of = [(int(i), structure[int(c)]) for i, c in zip(spec["scheme"][compute], spec["combo"][compute])]
+    for i, struct in sorted(set(group_of)):
+        rows = compute[[g == (i, struct) for g in group_of]]
         meth = spec["methods"][i]
         if meth["module"]:
             load_method_modules([meth["module"]])
@@ -702,25 +706,37 @@ def read_all(path: str) -> tuple[dict, dict[str, np.ndarray]]:
     return attrs, arrays
 
 
-def warm_up(specs: list[dict]) -> int:
-    """One one-step run of each method of ``specs`` through ``integrate_ensemble`` in this process, before a local
-    cluster forks its workers (they inherit the compiled loops); returns how many. A failure is left to the tasks."""
+def warm_up(specs: list[dict], processes: int = 1) -> int:
+    """Compile (or find in the kernel cache) the ensemble loop of each (method, problem structure) of ``specs`` by a
+    one-step run in ``processes`` fresh processes (spawned: a process that ran a parallel loop must not fork
+    Dask's workers), so that the workers load the loops from the disk cache; returns how many. A failure is left
+    to the shard tasks, which report it."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    distinct: dict[str, tuple] = {}
+    for spec in specs:
+        compute = np.asarray(spec["compute"], dtype=np.int64)
+        for i, c in zip(spec["scheme"][compute].tolist(), spec["combo"][compute].tolist()):
+            problem = spec["problems"][c]
+            key = json.dumps([spec["methods"][i]["entry"], problem["structure"]], sort_keys=True, default=repr)
+            distinct.setdefault(key, (spec["methods"][i], problem, float(spec["h"][0])))
+    if not distinct:
+        return 0
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=max(1, min(processes, len(distinct))), mp_context=ctx) as pool:
+        list(pool.map(_warm_one, distinct.values()))
+    return len(distinct)
+
+
+def _warm_one(item: tuple) -> None:
     from hbvm_core import integrate_ensemble
     from hbvm_core.methods import load_method_modules, method_from_entry
 
-    seen = set()
-    for spec in specs:
-        for i, meth in spec["methods"].items():
-            c = int(spec["combo"][spec["compute"]][spec["scheme"][spec["compute"]] == i][0])
-            key = json.dumps([meth["entry"], spec["problems"][c]["problem"], spec["problems"][c]["structure"]])
-            if key in seen:
-                continue
-            seen.add(key)
-            try:
-                if meth["module"]:
-                    load_method_modules([meth["module"]])
-                problem = _problem(spec["problems"][c])
-                integrate_ensemble([problem], method_from_entry(meth["entry"]), spec["h"][:1], 1, backend="numba")
-            except Exception:  # noqa: BLE001 - the shard task reports it
-                pass
-    return len(seen)
+    meth, problem, h = item
+    try:
+        if meth["module"]:
+            load_method_modules([meth["module"]])
+        integrate_ensemble([_problem(problem)], method_from_entry(meth["entry"]), h, 1, backend="numba")
+    except Exception:  # noqa: BLE001 - the shard task reports it
+        pass

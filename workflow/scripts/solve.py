@@ -116,7 +116,7 @@ def compute(
     tell_studies(logs, names, f"computing on {where(dask_cfg, threads)}")
     if forks_local_workers(dask_cfg):
         t1 = time.perf_counter()
-        n = warm_up(todo, processes=threads) + warm_up_ensembles(shards)
+        n = warm_up(todo, processes=threads) + warm_up_ensembles(shards, processes=threads)
         dt = time.perf_counter() - t1
         pairs = plural(n, "(problem, method) pair")
         tell_studies(logs, names, f"kernels of {pairs} ready in {dt:.1f} s (the forked workers inherit)")
