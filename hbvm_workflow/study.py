@@ -32,7 +32,7 @@ import hashlib
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from hbvm_core.errors import ConfigError, NonFiniteError, ProblemError
@@ -54,9 +54,18 @@ WORK_PER_WORKER_S = 5.0
 MAX_CHUNK = 2**22
 
 
-@dataclass
+#: the Job fields that ``hash_input`` reads: setting one forgets the cached hash
+HASHED = frozenset(
+    ("problem_fingerprint", "numerics_fingerprint", "problem", "params", "method", "h", "t_end", "save_every",
+     "compensated", "backend")
+)  # fmt: skip
+
+
+@dataclass(slots=True)
 class Job:
-    """One trajectory: a problem, a method entry and a step size on [0, t_end]."""
+    """One trajectory: a problem, a method entry and a step size on [0, t_end].
+
+    Slotted, its hash and steps computed once (a sweep plans 10^5 to 10^6 of them)."""
 
     study: str
     label: str
@@ -89,6 +98,15 @@ class Job:
     #: the module that registers the method, when outside hbvm_core (config ``method_modules``): a worker
     #: imports it before building the method
     method_module: str = ""
+    #: the hash and the steps, once computed (not fields of the plan: ``as_dict`` leaves them out; not init
+    #: fields: ``dataclasses.replace`` computes them again). The expansion sets every ``HASHED`` field before
+    #: asking for them; whoever changes one after must call ``forget``.
+    _hash: str | None = field(default=None, init=False, repr=False, compare=False)
+    _steps: int | None = field(default=None, init=False, repr=False, compare=False)
+
+    def forget(self) -> None:
+        """Drop the cached hash and steps (after a change of a ``HASHED`` field)."""
+        self._hash = self._steps = None
 
     @property
     def id(self) -> str:
@@ -99,9 +117,11 @@ class Job:
     @property
     def steps(self) -> int:
         """The run's number of steps (``hbvm_core.integrate.number_of_steps``, checked when the run was planned)."""
-        from hbvm_core.integrate import number_of_steps
+        if self._steps is None:
+            from hbvm_core.integrate import number_of_steps
 
-        return number_of_steps(self.h, self.t_end)
+            self._steps = number_of_steps(self.h, self.t_end)
+        return self._steps
 
     def hash_input(self) -> dict:
         """Everything that determines the trajectory (what ``hash`` hashes): the config's entries, what the
@@ -124,18 +144,19 @@ class Job:
 
     @property
     def hash(self) -> str:
-        return hashlib.sha256(json.dumps(self.hash_input(), sort_keys=True).encode()).hexdigest()[:16]
+        if self._hash is None:
+            text = json.dumps(self.hash_input(), sort_keys=True)
+            self._hash = hashlib.sha256(text.encode()).hexdigest()[:16]
+        return self._hash
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """The fields (the values themselves, not copies: JSON and Job(**d) take them as they are)."""
+        return {f: getattr(self, f) for f in JOB_FIELDS}
 
     def cost(self) -> float:
         """Relative cost (steps x the method's work per step, ``Method.work_units``: HBVM's quadrature nodes),
         for scheduling the longest jobs first."""
-        from hbvm_core.methods import method_class
-
-        cls = method_class(self.method)
-        return self.steps * (cls.work_units(self.method) if cls is not None else 1)
+        return self.steps * _method_cost(self.method)[1]
 
     def stored_bytes(self, m: int, nu: int) -> int:
         """The size of the run's store, uncompressed: per saved point t, q, p, H, g, hc (storage.ZarrSink.SPEC),
@@ -148,13 +169,31 @@ class Job:
     def estimated_seconds(self) -> float:
         """A rough wall time of the run on one core, for sizing a solve job (``solve_workers``): the method's
         cost model (``Method.STEP_SECONDS``), compiled for a built-in problem unless ``backend: numpy``."""
-        from hbvm_core.methods import Method, method_class
         from hbvm_core.problems import BUILTIN
 
-        compiled_s, numpy_s = (method_class(self.method) or Method).STEP_SECONDS
+        compiled_s, numpy_s = _method_cost(self.method)[2]
         ours = isinstance(self.problem, dict) or self.problem in BUILTIN  # expressions: compiled kernels too
         compiled = compiled_s is not None and self.backend != "numpy" and ours
         return RUN_OVERHEAD_S + self.cost() * (compiled_s if compiled else numpy_s)
+
+
+#: the fields of a Job as the plan and a worker's task carry them
+JOB_FIELDS = tuple(f for f in Job.__dataclass_fields__ if not f.startswith("_"))
+#: (method entry, backend, problem entry) -> the method's STEP_SECONDS and work units, per object ids
+_COST: dict = {}
+
+
+def _method_cost(entry: dict) -> tuple:
+    """(entry, work units per step, STEP_SECONDS) of a method entry, looked up once per entry object (the runs of
+    a method share theirs)."""
+    hit = _COST.get(id(entry))
+    if hit is None or hit[0] is not entry:
+        from hbvm_core.methods import Method, method_class
+
+        cls = method_class(entry)
+        hit = (entry, cls.work_units(entry) if cls is not None else 1, (cls or Method).STEP_SECONDS)
+        _COST[id(entry)] = hit
+    return hit
 
 
 def solve_workers(jobs, cores: int, share: float = 1.0) -> int:
@@ -364,12 +403,12 @@ def check_limits(studies: dict[str, Study], limits: dict, results: str = "result
             missing += len(study.jobs) * 8 * (16 + 2 * nu + 2 * (1 + 2 * m))
         for job in sorted(study.jobs.values(), key=lambda j: -j.steps):  # the largest run named first
             size = job.stored_bytes(m, nu)
-            what = (
-                f"studies.{name}: run {job.id} takes {job.steps:.3g} steps and stores {size / 1e9:.3g} GB "
-                f"(about {_duration(job.estimated_seconds())} on one core)"
-            )
             for key, value in (("max_steps", job.steps), ("max_bytes", size)):
                 if value > limits[key]:
+                    what = (
+                        f"studies.{name}: run {job.id} takes {job.steps:.3g} steps and stores {size / 1e9:.3g} GB "
+                        f"(about {_duration(job.estimated_seconds())} on one core)"
+                    )
                     raise ConfigError(f"{what}: above limits.{key} = {limits[key]:.3g}; raise limits.{key} to run it")
             if not summary and not os.path.exists(job.store):
                 missing += size
@@ -457,12 +496,14 @@ def _identify(study: Study, inst: Instance) -> None:
 
     jobs = [j for j in study.jobs.values() if j.combo == inst.key]
     structure = problem_structure(inst.problem)
-    fingerprint, probe = problem_identity(inst.problem, _recorded(jobs), structure)
+    recorded = () if study.cfg.get("save") == "summary" else _recorded(jobs)  # a sharded store records no identity
+    fingerprint, probe = problem_identity(inst.problem, recorded, structure)
     inst.fingerprint, inst.structure = fingerprint, structure
     inst.probe = json.dumps(probe, sort_keys=True)
     inst._checked = (structure, probe)  # the problem agrees with it (problem_identity)
     for job in jobs:
         job.problem_fingerprint, job.problem_structure, job.problem_probe = fingerprint, inst.structure, inst.probe
+        job.forget()
 
 
 def _recorded(jobs):
