@@ -500,6 +500,14 @@ def _problem(p: dict):
     return _PROBLEMS[key]
 
 
+def loop_key(problem) -> tuple:
+    """What decides the compiled loop of a problem (its compiled callbacks, m, nu, mass-matrix form): runs with one
+    key and one method share an ensemble call."""
+    k = problem.kernels
+    callbacks = tuple(repr(getattr(k, name, None)) for name in ("grad_U", "G", "g", "d2g")) if k else ()
+    return (callbacks, problem.m, problem.nu, problem.M is None)
+
+
 def solve_shard(spec: dict) -> dict:
     """Compute one shard into the study's sharded store (on a Dask worker): copy the rows of ``sources``,
     integrate the rows of ``compute`` by ``hbvm_core.integrate_ensemble`` (one call per method: the runs of a
@@ -522,12 +530,14 @@ def solve_shard(spec: dict) -> dict:
             arr[src["dst"]] = _read_rows(src["store"], name, src["src"])
     compute = np.asarray(spec["compute"], dtype=np.int64)
     backends = set()
-    # one call per method and problem structure (the runs that share a compiled loop: a grid value may build
-    # a problem of other callbacks, e.g. a factory's published problem at its defaults)
-    structure = {c: p["structure"] for c, p in spec["problems"].items()}
-    group_of = [(int(i), structure[int(c)]) for i, c in zip(spec["scheme"][compute], spec["combo"][compute])]
-    for i, struct in sorted(set(group_of)):
-        rows = compute[[g == (i, struct) for g in group_of]]
+    # one call per method and compiled loop (a grid value may build a problem of other compiled callbacks, e.g. a
+    # factory's published problem at its defaults)
+    loop = {c: loop_key(_problem(p)) for c, p in spec["problems"].items()}
+    keys = sorted(set(loop.values()), key=repr)
+    group_of = np.array([keys.index(loop[int(c)]) for c in spec["combo"][compute]], dtype=np.int64)
+    scheme_of = spec["scheme"][compute].astype(np.int64)
+    for i, g in sorted(set(zip(scheme_of.tolist(), group_of.tolist()))):
+        rows = compute[(scheme_of == i) & (group_of == g)]
         meth = spec["methods"][i]
         if meth["module"]:
             load_method_modules([meth["module"]])
@@ -694,15 +704,25 @@ def open_shards(path: str):
 
 
 def read_all(path: str) -> tuple[dict, dict[str, np.ndarray]]:
-    """(attrs, arrays): every coordinate and data array of a complete store, read into memory (the aggregation)."""
-    ds = open_shards(path)  # refuses an incomplete store
+    """(attrs, arrays): every coordinate and data array of a complete store, read into memory (the aggregation);
+    MissingStoreError when a shard is not complete, a StoreError naming the array when a chunk is damaged."""
     import zarr
 
     attrs = read_attrs(path)
+    if attrs is None:
+        raise MissingStoreError(f"{path}: no sharded store of format {FORMAT}")
+    R, sr = attrs["runs"], attrs["shard_runs"]
     g = zarr.open_group(path, mode="r")
-    R = attrs["runs"]
-    arrays = {name: np.asarray(g[name][:R]) for name in COORDS + DATA}
-    del ds
+    arrays = {}
+    for name in COORDS + DATA:
+        try:
+            arrays[name] = np.asarray(g[name][:R])
+        except Exception as exc:  # noqa: BLE001 - a decoding failure names the array
+            raise StoreError(path, name, f"{type(exc).__name__}: {exc}".splitlines()[0][:200]) from None
+    for slot, a in enumerate(range(0, R, sr)):
+        digest = slot_digest(arrays["hash"][a : a + sr], arrays["sample_every"][a : a + sr])
+        if (read_record(path, slot) or {}).get("digest") != digest:
+            raise MissingStoreError(f"{path}: shard {slot} is not complete; run the workflow again")
     return attrs, arrays
 
 
@@ -715,11 +735,18 @@ def warm_up(specs: list[dict], processes: int = 1) -> int:
     from concurrent.futures import ProcessPoolExecutor
 
     distinct: dict[str, tuple] = {}
+    loops: dict[str, tuple] = {}
     for spec in specs:
         compute = np.asarray(spec["compute"], dtype=np.int64)
-        for i, c in zip(spec["scheme"][compute].tolist(), spec["combo"][compute].tolist()):
+        for i, c in set(zip(spec["scheme"][compute].tolist(), spec["combo"][compute].tolist())):
             problem = spec["problems"][c]
-            key = json.dumps([spec["methods"][i]["entry"], problem["structure"]], sort_keys=True, default=repr)
+            pkey = json.dumps([problem["problem"], problem["params"]], sort_keys=True, default=repr)
+            if pkey not in loops:
+                try:
+                    loops[pkey] = loop_key(_problem(problem))
+                except Exception:  # noqa: BLE001 - the shard task reports it
+                    loops[pkey] = (pkey,)
+            key = json.dumps([spec["methods"][i]["entry"], repr(loops[pkey])], sort_keys=True)
             distinct.setdefault(key, (spec["methods"][i], problem, float(spec["h"][0])))
     if not distinct:
         return 0
@@ -740,3 +767,26 @@ def _warm_one(item: tuple) -> None:
         integrate_ensemble([_problem(problem)], method_from_entry(meth["entry"]), h, 1, backend="numba")
     except Exception:  # noqa: BLE001 - the shard task reports it
         pass
+
+
+def cold_ensembles(specs: list[dict]) -> bool:
+    """Whether a loop of the shards' (method, problem) pairs is not in the kernel cache yet
+    (``hbvm_core.kernels.uncached_loop``): then ``warm_up`` compiles them before the workers start."""
+    from hbvm_core.kernels import uncached_loop
+    from hbvm_core.methods import method_from_entry
+
+    seen = set()
+    for spec in specs:
+        compute = np.asarray(spec["compute"], dtype=np.int64)
+        for i, c in set(zip(spec["scheme"][compute].tolist(), spec["combo"][compute].tolist())):
+            try:
+                problem = _problem(spec["problems"][c])
+                key = (json.dumps(spec["methods"][i]["entry"], sort_keys=True), loop_key(problem))
+                if key in seen:
+                    continue
+                seen.add(key)
+                if uncached_loop(method_from_entry(spec["methods"][i]["entry"]), problem) is not None:
+                    return True
+            except Exception:  # noqa: BLE001 - the shard task reports it
+                continue
+    return False

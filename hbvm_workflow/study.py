@@ -323,6 +323,8 @@ class Study:
     #: the grid (key -> values) and one Instance per combination (the one instance, key "", without a grid)
     grid: dict = field(default_factory=dict)
     instances: list = field(default_factory=list)
+    #: ((id, size) of jobs, runs_digest) once computed
+    _digest: Any = field(default=None, repr=False, compare=False)
 
     def instance_of(self, combo: str) -> Instance:
         """The Instance of a grid combination (a Row's or Job's ``combo``)."""
@@ -373,8 +375,12 @@ class Study:
 
     def runs_digest(self) -> str:
         """A digest of ``job_hashes``: the name of the solve step's marker of this set of runs
-        (``layout.runs_marker``), so that a changed study reruns its solve step."""
-        return hashlib.sha256(json.dumps(self.job_hashes()).encode()).hexdigest()[:16]
+        (``layout.runs_marker``), so that a changed study reruns its solve step. Computed once per set of jobs
+        (the parse asks for it in several rules)."""
+        key = (id(self.jobs), len(self.jobs))
+        if self._digest is None or self._digest[0] != key:
+            self._digest = (key, hashlib.sha256(json.dumps(self.job_hashes()).encode()).hexdigest()[:16])
+        return self._digest[1]
 
 
 #: Study keys that change only how the numbers are shown (tables, figure) or checked, never the numbers: the
@@ -709,7 +715,8 @@ def _add_runs(study: Study, study_method: StudyMethod, raw: dict, where: str, in
                 method_module=study_method.module,
             )
             job.run = run_stem(hh, nn)
-            job.store = store_path(study.results, study.name, study_method.label, hh, nn, inst.key)
+            if cfg.get("save") != "summary":  # a summary study's runs live in its one sharded store
+                job.store = store_path(study.results, study.name, study_method.label, hh, nn, inst.key)
             if names.setdefault(job.run, hh) != hh:
                 raise ConfigError(
                     f"{where}: step sizes {names[job.run]!r} and {hh!r} get the same run name {job.run!r}; "
