@@ -214,7 +214,7 @@ def solve_workers(jobs, cores: int, share: float = 1.0) -> int:
     return max(1, min(len(jobs), by_work, by_share))
 
 
-@dataclass
+@dataclass(slots=True)
 class Row:
     """One table row: a method at one step size; ``partner`` is the h/2 job id for reference: self."""
 
