@@ -78,7 +78,10 @@ def python_blocks() -> list[tuple[str, str]]:
 def first_study(tmp_path_factory):
     """A folder with results/first_study built by ``snakemake --cores 2`` (seconds)."""
     work = tmp_path_factory.mktemp("docs")
-    config = {"studies": {"first_study": FIRST_STUDY, "first_sweep": FIRST_SWEEP}, "select": ["first_study", "first_sweep"]}
+    config = {
+        "studies": {"first_study": FIRST_STUDY, "first_sweep": FIRST_SWEEP},
+        "select": ["first_study", "first_sweep"],
+    }
     (work / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     bin_ = Path(sys.executable).parent
     cmd = [str(bin_ / "snakemake"), "-s", str(ROOT / "Snakefile"), "-d", str(work), "--cores", "2"]
