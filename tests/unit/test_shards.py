@@ -202,3 +202,14 @@ def test_reuse_is_per_shard_and_a_new_grid_value_computes_only_its_runs(tmp_path
     computed = {int(table2.hash[s.start + i]) for s in todo for i in s.compute}
     assert computed == new and len(new) == 3 and counts["copied"] == 6
     assert os.path.isdir(shards.previous_shard_store(study.results, "sw"))
+
+
+def test_save_is_summary_for_a_sweep_and_refuses_what_a_summary_cannot_hold(tmp_path):
+    from hbvm_core.errors import ConfigError
+
+    assert _study(tmp_path).cfg["save"] == "summary"
+    assert _study(tmp_path, kind="convergence").cfg["save"] == "trajectory"
+    with pytest.raises(ConfigError, match=r"^studies\.sw\.save = 'summary': errors\.reference self needs"):
+        _study(tmp_path, errors={"reference": "self", "norm": "inf", "sample": 0.5})
+    with pytest.raises(ConfigError, match=r"^studies\.sw\.save = 'summary' runs the compiled ensemble loop"):
+        _study(tmp_path, backend="numpy")
