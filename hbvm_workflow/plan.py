@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -106,6 +107,59 @@ def _job_record(jobs: list) -> dict:
     }
 
 
+class PlannedJobs(Mapping):
+    """A study's jobs as the plan holds them (``job_groups``), built as ``Job`` objects only when first looked up:
+    the jobs of a sweep's solve and aggregate steps read their runs as columns (``job_hashes``, ``columns``)."""
+
+    def __init__(self, groups: list[dict]):
+        self._groups = groups
+        self._jobs: dict | None = None
+        self._len = sum(len(g["runs"]["h"]) for g in groups)
+
+    def _all(self) -> dict:
+        if self._jobs is None:
+            self._jobs = {job.id: job for job in _jobs_of({"job_groups": self._groups})}
+        return self._jobs
+
+    def __getitem__(self, key):
+        return self._all()[key]
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return self._len
+
+    def _ids(self, group: dict) -> list[str]:
+        f = group["fields"]
+        prefix = f"{f['label']}/{f['combo']}/" if f["combo"] else f"{f['label']}/"
+        return [prefix + run for run in group["runs"]["run"]]
+
+    def job_hashes(self) -> list[list[str]]:
+        """[[id, hash], ...] (``Study.job_hashes``) from the columns."""
+        return [[i, h] for g in self._groups for i, h in zip(self._ids(g), g["runs"]["hash"])]
+
+    def columns(self) -> dict:
+        """Per run, in order: id, label, combo, h, steps (``number_of_steps``, vectorised) and hash."""
+        import numpy as np
+
+        out: dict[str, list] = {"id": [], "label": [], "combo": [], "hash": []}
+        hs, steps = [], []
+        for g in self._groups:
+            f, runs = g["fields"], g["runs"]
+            n = len(runs["h"])
+            out["id"] += self._ids(g)
+            out["label"] += [f["label"]] * n
+            out["combo"] += [f["combo"]] * n
+            out["hash"] += runs["hash"]
+            h = np.asarray(runs["h"], dtype=float)
+            hs.append(h)
+            steps.append(np.rint(f["t_end"] / h).astype(np.int64))  # checked to be whole by the expansion
+        out["h"] = np.concatenate(hs) if hs else np.zeros(0)
+        out["steps"] = np.concatenate(steps) if steps else np.zeros(0, dtype=np.int64)
+        return out
+
+
 def _jobs_of(rec: dict) -> list[Job]:
     if "jobs" in rec:
         return [Job(**j) for j in rec["jobs"]]
@@ -161,7 +215,8 @@ def study_from_record(rec: dict) -> Study:
         )  # fmt: skip
         for m in rec["methods"]
     ]
-    jobs = _jobs_of(rec)
+    summary = rec["cfg"].get("save") == "summary" and "job_groups" in rec
+    jobs = PlannedJobs(rec["job_groups"]) if summary else {job.id: job for job in _jobs_of(rec)}
     return Study(
         name=rec["name"],
         kind=rec["kind"],
@@ -173,7 +228,7 @@ def study_from_record(rec: dict) -> Study:
         reference=rec["reference"],
         convention=ErrorConvention(**rec["convention"]),
         methods=methods,
-        jobs={job.id: job for job in jobs},
+        jobs=jobs,
         plot=rec["plot"],
         expected_rates=rec["expected_rates"],
         results=rec["results"],

@@ -133,22 +133,28 @@ def sample_every(convention, h: np.ndarray, period: float | None) -> np.ndarray:
 
 def run_table(study) -> RunTable:
     """The RunTable of a study (its jobs in plan order)."""
-    jobs = list(study.jobs.values())
     schemes = [m.label for m in study.methods]
     si = {label: i for i, label in enumerate(schemes)}
     instances = study.instances or [study.instance_of("")]
     ci = {inst.key: i for i, inst in enumerate(instances)}
     n_of = {r.job: (-1 if r.n is None else r.n) for r in study.rows}
-    h = np.fromiter((j.h for j in jobs), dtype=float, count=len(jobs))
-    N = np.fromiter((j.steps for j in jobs), dtype=np.int64, count=len(jobs))
+    if hasattr(study.jobs, "columns"):  # read from the plan as columns (plan.PlannedJobs)
+        c = study.jobs.columns()
+    else:
+        jobs = list(study.jobs.values())
+        c = {"id": [j.id for j in jobs], "label": [j.label for j in jobs], "combo": [j.combo for j in jobs],
+             "hash": [j.hash for j in jobs], "h": np.array([j.h for j in jobs], dtype=float),
+             "steps": np.array([j.steps for j in jobs], dtype=np.int64)}  # fmt: skip
+    R = len(c["id"])
+    h = np.asarray(c["h"], dtype=float)
     m, nu = study.dims
     return RunTable(
-        hash=np.fromiter((int(j.hash, 16) for j in jobs), dtype=np.uint64, count=len(jobs)),
-        scheme=np.fromiter((si[j.label] for j in jobs), dtype=np.int16, count=len(jobs)),
-        combo=np.fromiter((ci[j.combo] for j in jobs), dtype=np.int32, count=len(jobs)),
+        hash=np.fromiter((int(x, 16) for x in c["hash"]), dtype=np.uint64, count=R),
+        scheme=np.fromiter((si[x] for x in c["label"]), dtype=np.int16, count=R),
+        combo=np.fromiter((ci[x] for x in c["combo"]), dtype=np.int32, count=R),
         h=h,
-        n=np.fromiter((n_of.get(j.id, -1) for j in jobs), dtype=np.int64, count=len(jobs)),
-        N=N,
+        n=np.fromiter((n_of.get(x, -1) for x in c["id"]), dtype=np.int64, count=R),
+        N=np.asarray(c["steps"], dtype=np.int64),
         sample_every=sample_every(study.convention, h, study.period),
         schemes=schemes,
         combos=[dict(inst.values) for inst in instances],

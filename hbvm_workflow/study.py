@@ -371,6 +371,8 @@ class Study:
 
     def job_hashes(self) -> list[list[str]]:
         """[[id, hash], ...]: what the study's runs are."""
+        if hasattr(self.jobs, "job_hashes"):  # jobs read from the plan, not built yet (plan.PlannedJobs)
+            return self.jobs.job_hashes()
         return [[j.id, j.hash] for j in self.jobs.values()]
 
     def runs_digest(self) -> str:
@@ -490,17 +492,19 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
         for inst in instances:
             _add_runs(study, study_method, raw, f"{where}.methods[{i}]", inst)
         study.methods.append(study_method)
+    by_combo: dict[str, list] = {}
+    for job in study.jobs.values():
+        by_combo.setdefault(job.combo, []).append(job)
     for inst in instances:
-        _identify(study, inst)
+        _identify(study, inst, by_combo.get(inst.key, []))
     return study
 
 
-def _identify(study: Study, inst: Instance) -> None:
-    """The instance's problem identity, snapped to what the stores of its runs record
+def _identify(study: Study, inst: Instance, jobs: list) -> None:
+    """The instance's problem identity, snapped to what the stores of its runs (``jobs``) record
     (``hbvm_core.fingerprint.problem_identity``), set on the instance and its jobs."""
     from hbvm_core.fingerprint import problem_identity, problem_structure
 
-    jobs = [j for j in study.jobs.values() if j.combo == inst.key]
     structure = problem_structure(inst.problem)
     recorded = () if study.cfg.get("save") == "summary" else _recorded(jobs)  # a sharded store records no identity
     fingerprint, probe = problem_identity(inst.problem, recorded, structure)
@@ -702,7 +706,7 @@ def _add_runs(study: Study, study_method: StudyMethod, raw: dict, where: str, in
                 label=study_method.label,
                 name=study_method.name,
                 problem=cfg["problem"],
-                params=dict(inst.params),
+                params=inst.params,  # the instance's (shared by its runs: a sweep plans 10^6 of them)
                 method=study_method.entry,
                 h=hh,
                 t_end=inst.t_end,

@@ -293,8 +293,10 @@ def write_runs_marker(study) -> None:
     for name in os.listdir(study.dir):
         if name.startswith(prefix) and name != os.path.basename(path):
             os.remove(os.path.join(study.dir, name))
+    # the runs' hashes (a sharded study: their number; the store holds each run's hash as a coordinate)
+    runs = {"runs": len(study.jobs)} if study.cfg.get("save") == "summary" else study.job_hashes()
     with open(path + ".tmp", "w") as fh:
-        json.dump(study.job_hashes(), fh)
+        json.dump(runs, fh)
         fh.write("\n")
     os.replace(path + ".tmp", path)
 
