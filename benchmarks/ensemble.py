@@ -3,7 +3,9 @@
     python -m benchmarks.ensemble [--json] [--quick] [--runs R] [--steps N]
 
 Cases: HBVM(2,2) on the conical pendulum at h = T/100 and HBVM(6,2) on the
-tethered satellites at h = 0.1 (fixed point), R runs of N steps each, the runs
+tethered satellites at h = 0.1 (fixed point), and the conical pendulum again
+with many short runs (20 steps: a sweep's runs, where what is paid per run
+shows), R runs of N steps each, the runs
 differing in h (by up to 0.1%), only the initial and final points kept
 (``sample_every = N``). Rows, each in us per run-step (wall, and thread CPU):
 
@@ -59,6 +61,8 @@ def cases(quick: bool, runs: int | None, steps: int | None) -> list[dict]:
          "runs": runs or 2000 // scale, "steps": steps or 1000},
         {"problem": "tethered_satellites", "k": 6, "s": 2, "h": 0.1,
          "runs": runs or 200 // scale, "steps": steps or 500},
+        {"problem": "conical_pendulum", "k": 2, "s": 2, "h": conical.period / 100,
+         "runs": runs or 20000 // scale, "steps": steps or 20},
     ]  # fmt: skip
 
 
@@ -124,8 +128,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print a JSON list")
     ap.add_argument("--quick", action="store_true", help="10x fewer runs")
-    ap.add_argument("--runs", type=int, default=None, help="runs per case (default 2000 conical, 200 tethered)")
-    ap.add_argument("--steps", type=int, default=None, help="steps per run (default 1000 conical, 500 tethered)")
+    ap.add_argument("--runs", type=int, default=None, help="runs of every case (default 2000, 200, 20000)")
+    ap.add_argument("--steps", type=int, default=None, help="steps of every run (default 1000, 500, 20)")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args(argv)
     rows = measure(args.quick, args.runs, args.steps, args.repeats)

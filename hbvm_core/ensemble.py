@@ -18,9 +18,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import BackendError, ConfigError, ProblemError
+from .kernels.rules import DIVERGED, NO_CONVERGENCE, NON_FINITE_STATE, OK, SINGULAR
 from .problem import Problem
 
 BACKENDS = ("numba", "cuda", "auto")
+#: the status codes (kernels/rules.py) by name, for messages
+STATUS_NAMES = {OK: "ok", NO_CONVERGENCE: "no convergence", DIVERGED: "diverged", SINGULAR: "singular",
+                NON_FINITE_STATE: "non-finite state"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,28 @@ class EnsembleResult:
     def runs(self) -> int:
         """R, the number of runs."""
         return int(self.status.shape[0])
+
+    def last_points(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(t [R], q [R, m], p [R, m]) at each run's last saved point (the final state of a run that finished)."""
+        rows = np.arange(self.runs)
+        last = np.maximum(self.n_saved - 1, 0)
+        return self.t[rows, last], self.q[rows, last], self.p[rows, last]
+
+    def __repr__(self) -> str:
+        """A few lines, no arrays: runs, saved points, status counts, the largest summary errors, the backend."""
+        codes, counts = np.unique(self.status, return_counts=True)
+        status = ", ".join(f"{int(n)} x {STATUS_NAMES.get(int(c), c)}" for c, n in zip(codes, counts))
+        with np.errstate(all="ignore"):
+            H = float(np.nanmax(self.H_error)) if np.any(np.isfinite(self.H_error)) else float("nan")
+            g = float(np.nanmax(self.g_error)) if np.any(np.isfinite(self.g_error)) else float("nan")
+        note = f" ({self.backend_note})" if self.backend_note else ""
+        return (
+            f"EnsembleResult: {self.runs} runs, up to {self.t.shape[1]} saved points of m = {self.q.shape[2]}\n"
+            f"  status: {status}\n  steps: {int(self.steps.sum())}, iterations: {int(self.iterations.sum())}\n"
+            f"  max |H - H0| = {H:.3e}, "
+            + (f"max |g| = {g:.3e}" if self.g_error.size else "no constraints")
+            + f"\n  backend: {self.backend}{note}"
+        )
 
 
 def integrate_ensemble(
@@ -230,20 +256,21 @@ def _runner(method, problem: Problem):
         if problem.kernels is None:
             raise ProblemError(f"{problem.name}: an ensemble needs compiled callbacks (Problem.kernels)")
         raise ConfigError(f"method {name}: no compiled loop for {problem.name}, so no ensemble")
-    from .kernels.ensemble import chunk_parameters_of
-
     if not hasattr(runner, "module") or not hasattr(runner.module, "run_block"):
         raise ConfigError(f"method {name}: its compiled loop has no ensemble block (run_block)")
-    chunk_parameters_of(runner.module)
     return runner
 
 
-def _structure(pb: Problem) -> tuple:
-    k = pb.kernels
+def structure_key(problem: Problem) -> tuple:
+    """What runs of one ensemble block must share (hashable): the compiled callbacks, m, nu, whether M = I and
+    the number of params; ``(None,)`` for a problem without compiled callbacks. Group runs by it before calling
+    ``integrate_ensemble`` (a parametric factory at its defaults returns the published problem, whose
+    callbacks differ: ``hbvm_core.problems.parametric``)."""
+    k = problem.kernels
     if k is None:
         return (None,)
     callbacks = tuple(getattr(k, name) for name in ("grad_U", "G", "g", "d2g"))
-    return (callbacks, pb.m, pb.nu, pb.M is None, len(tuple(k.params)))
+    return (callbacks, problem.m, problem.nu, problem.M is None, len(tuple(k.params)))
 
 
 def _check_structure(instances: list[Problem], first_run: list[int], runner) -> None:
@@ -252,10 +279,10 @@ def _check_structure(instances: list[Problem], first_run: list[int], runner) -> 
     from .kernels.runner import check_callbacks
 
     first = instances[0]
-    ref = _structure(first)
+    ref = structure_key(first)
     what = ("compiled callbacks", "m", "nu", "mass-matrix form (M = I or not)", "number of params")
     for i, pb in zip(first_run, instances):
-        mine = _structure(pb)
+        mine = structure_key(pb)
         if mine != ref:
             diff = "compiled callbacks" if len(mine) == 1 else next(w for w, a, b in zip(what, mine, ref) if a != b)
             raise ProblemError(
@@ -307,7 +334,7 @@ def _run(runner, inputs: dict, backend: str, threads: int | None) -> tuple[dict,
         except BackendError as exc:
             if backend == "cuda":
                 raise
-            note = f"backend auto: ran on numba ({exc})"
+            note = f"backend auto: ran on numba; {exc}"
         return _run_numba(runner, inputs, threads), "numba", note
     return _run_numba(runner, inputs, threads), "numba", ""
 
@@ -324,7 +351,6 @@ def _run_numba(runner, inputs: dict, threads: int | None) -> dict:
     import numba
 
     from .kernels.ensemble import run_block_numba
-    from .kernels.registry import note_compiled
 
     previous = numba.get_num_threads()
     if threads is not None:
@@ -332,10 +358,12 @@ def _run_numba(runner, inputs: dict, threads: int | None) -> dict:
             raise ConfigError(f"threads = {threads!r}: expected 1..{numba.config.NUMBA_NUM_THREADS}")
         numba.set_num_threads(threads)
     try:
-        out = run_block_numba(runner, inputs)
+        with numba.parallel_chunksize(1):  # runs handed out one at a time: runs of different N balance
+            out = run_block_numba(runner, inputs)
     finally:
         numba.set_num_threads(previous)
-    note_compiled(runner.module)
+    # no registry.note_compiled here: its marker says that run_chunk's per-run signature is cached, which
+    # compiling run_block (run_chunk on views of the block's rows) does not
     return out
 
 

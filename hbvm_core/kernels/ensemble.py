@@ -15,11 +15,13 @@ one generator, and ``run_chunk`` is not touched.
 ``run_block`` is ``numba.njit(parallel=True)`` with ``prange`` over the runs:
 each run gets its own state and buffers and runs its whole time loop in
 compiled code (no Python per run or per step). A failed run records its status
-and step and stops alone. The multiplier of a run's last step is read from the
-step row of the last step: the loop runs to step N - 1 with the run's
-``save_every``, then the last step with ``save_every = 1`` (the point rule then
-keeps exactly the same points; a point N - 1 kept only because it was the last
-of the first call is dropped).
+and step and stops alone. The multiplier of a run's last step is the one
+``run_chunk`` carries to the next step (``CARRIED``: HBVM's ``lam_prev``,
+RATTLE's ``lam``); a template without one (the polynomial multiplier) is run
+in two calls, to step N - 1 with the run's ``save_every``, then the last step
+with ``save_every = 1``, and the multiplier is read from that step's row (the
+point rule then keeps exactly the same points; a point N - 1 kept only because
+it was the last of the first call is dropped).
 
 The block call's inputs and outputs (``BLOCK_INPUTS``, ``BLOCK_OUTPUTS``) are
 what every backend takes and gives (``run_block_numba`` here,
@@ -69,6 +71,9 @@ PER_RUN = {
 }
 #: set per call by run_block: the steps to run to, and the save rule
 CALL = ("N", "save_every")
+#: run_chunk's per-run multiplier carried from step to step (HBVM: lam_prev, RATTLE: lam): after the loop, the
+#: last step's; a template without one (the polynomial multiplier's lam_t is a local) is run in two calls
+CARRIED = ("lam_prev", "lam")
 
 
 def chunk_parameters(source: str) -> list[str]:
@@ -96,6 +101,17 @@ def block_source(source: str) -> str:
         return f"run_chunk({', '.join(values.get(n, f'_{n}') for n in names)})"
 
     fresh = "\n".join(f"        _{n} = {PER_RUN[n]}" for n in own)
+    carried = next((n for n in CARRIED if n in names), None)
+    if carried is not None:  # one call; the last step's multiplier is what run_chunk carries to the next step
+        steps = f"""            code = {call("n_run", "every")}"""
+        last = f"_{carried}[b]"
+    else:  # two calls: to step N - 1, then the last step alone, its multiplier in its step row
+        steps = f"""            code = {call("n_run - 1", "every")}
+            if code == OK and (n_run - 1) % every != 0:
+                _state[2] -= 1  # point N - 1 was kept only as the last point of that call
+            if code == OK:
+                code = {call("n_run", "1")}"""
+        last = "_st_lam[_state[3] - 1, b]"
     shared_params = "".join(f"_{n}, " for n in shared)
     return f'''
 
@@ -131,11 +147,7 @@ def run_block(q0, p0, lam0, h, N, sample_every, params, L, compensated, gamma_ro
             _pt_p[0, a] = p0[r, a]
         code = OK
         if n_run > 0:
-            code = {call("n_run - 1", "every")}
-            if code == OK and (n_run - 1) % every != 0:
-                _state[2] -= 1  # point N - 1 was kept only as the last point of that call
-            if code == OK:
-                code = {call("n_run", "1")}
+{steps}
         for i in range(_state[2], cap):
             _pt_t[i] = np.nan
             for a in range(m):
@@ -148,7 +160,7 @@ def run_block(q0, p0, lam0, h, N, sample_every, params, L, compensated, gamma_ro
         max_iterations[r] = _state[5]
         n_saved[r] = _state[2]
         for b in range(nu):
-            lam[r, b] = _st_lam[_state[3] - 1, b] if code == OK and n_run > 0 else np.nan
+            lam[r, b] = {last} if code == OK and n_run > 0 else np.nan
 '''
 
 
