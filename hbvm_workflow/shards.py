@@ -507,11 +507,11 @@ def _problem(p: dict):
 
 
 def loop_key(problem) -> tuple:
-    """What decides the compiled loop of a problem (its compiled callbacks, m, nu, mass-matrix form): runs with one
-    key and one method share an ensemble call."""
-    k = problem.kernels
-    callbacks = tuple(repr(getattr(k, name, None)) for name in ("grad_U", "G", "g", "d2g")) if k else ()
-    return (callbacks, problem.m, problem.nu, problem.M is None)
+    """What decides the compiled loop of a problem (``hbvm_core.ensemble.structure_key``): runs with one key and
+    one method share an ensemble call."""
+    from hbvm_core.ensemble import structure_key
+
+    return structure_key(problem)
 
 
 def solve_shard(spec: dict) -> dict:
