@@ -183,6 +183,13 @@ def test_reuse_is_per_shard_and_a_new_grid_value_computes_only_its_runs(tmp_path
     _, todo, counts = shards.prepare(study, False, _Log())
     assert todo == [] and counts["reused"] == 6
 
+    # a task killed after writing its files, before its record: the shard is computed again, the others reused
+    os.remove(shards.shard_record(path, 2))
+    _, todo, counts = shards.prepare(study, False, _Log())
+    assert [(s.slot, s.compute.size) for s in todo] == [(2, 2)] and counts["reused"] == 4
+    s = todo[0]
+    shards.write_shard(path, s.slot, s.start, _rows(table, s.start, s.stop), s.digest, {})
+
     # a damaged shard: set aside, named, its runs computed again
     f = shards.shard_files(path, 1)["y"]
     raw = bytearray(open(f, "rb").read())

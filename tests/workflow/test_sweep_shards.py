@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -65,6 +67,9 @@ def test_a_damaged_shard_is_recomputed_and_a_new_grid_value_computes_only_its_ru
     raw = bytearray(shard.read_bytes())
     raw[len(raw) // 2] ^= 0xFF
     shard.write_bytes(bytes(raw))
+    verify = [sys.executable, "-m", "hbvm_workflow", "verify", str(store)]
+    found = subprocess.run(verify, capture_output=True, text=True)
+    assert found.returncode == 1 and f"{store}: array y: " in found.stdout, found
     again = ok(snakemake(tmp_path, "--cores", "2", "sweep"))
     log = (tmp_path / "logs" / "sw" / "solve.log").read_text()
     assert "shard 1" in again.stderr and "damaged shard 1" in log and "array y" in log
