@@ -144,13 +144,19 @@ def compute(
         Progress(runs_total) as progress,
     ):
         if not forks_local_workers(dask_cfg):  # forked workers inherit our sys.path
-            for problem_entry in sorted({job.problem for job in todo if isinstance(job.problem, str)}):
+            # (study, problem entry) and (study, method module) of the runs and of the shards
+            problems = {(j.study, j.problem) for j in todo if isinstance(j.problem, str)}
+            problems |= {(sp["study"], p["problem"]) for sp in shards for p in sp["problems"].values()
+                         if isinstance(p["problem"], str)}  # fmt: skip
+            methods = {(j.study, j.method_module) for j in todo if j.method_module}
+            methods |= {(sp["study"], m["module"]) for sp in shards for m in sp["methods"].values() if m["module"]}
+            for problem_entry in sorted({entry for _, entry in problems}):
                 shipped = ship_problem_module(client, problem_entry)
-                for name in {j.study for j in todo if j.problem == problem_entry} if shipped else ():
+                for name in {n for n, entry in problems if entry == problem_entry} if shipped else ():
                     logs[name].info(f"problem module {shipped} uploaded to the workers")
-            for module in sorted({job.method_module for job in todo} - {""}):  # config: method_modules
+            for module in sorted({mod for _, mod in methods}):  # config: method_modules
                 shipped = ship_problem_module(client, f"{module}:")
-                for name in {j.study for j in todo if j.method_module == module} if shipped else ():
+                for name in {n for n, mod in methods if mod == module} if shipped else ():
                     logs[name].info(f"method module {shipped} uploaded to the workers")
         entries = {job.problem for job in todo if isinstance(job.problem, str)}  # a mapping (expressions) has no module
         modules = {entry: (_problem_module(entry) or ("", ""))[1] for entry in entries}
