@@ -7,7 +7,7 @@ the order of the plan (method, grid combination, h decreasing):
   identity ``Job.hash``, its 16 hex digits as a uint64), ``scheme`` (an index into the attribute ``schemes``,
   the method labels), ``combo`` (an index into ``combos``, the grid values), ``h``, ``n`` (-1: none), ``N``
   (steps) and ``sample_every`` (the steps between saved points);
-- the summary of each run, written by the shard tasks (``solve_shard``) as ``hbvm_core.integrate_ensemble``
+- the summary of each run, written by the shard tasks (``shard_worker.solve_shard``) as ``hbvm_core.integrate_ensemble``
   returns it, packed into four arrays so that a shard is four files: ``counts`` int64 [run, 6] (``COUNTS``:
   status, fail_step, steps, iterations, max_iterations, n_saved), ``scalars`` float64 [run, 1 + 2 nu]
   (H_error, g_error per constraint, the multiplier of the last step), ``t`` [run, point] and ``y``
@@ -36,10 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
-import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -246,7 +243,7 @@ def _write_record(store: str, slot: int, record: dict) -> None:
     os.replace(tmp, path)
 
 
-def _remove_record(store: str, slot: int) -> None:
+def remove_record(store: str, slot: int) -> None:
     try:
         os.remove(shard_record(store, slot))
     except FileNotFoundError:
@@ -285,7 +282,7 @@ def shard_damage(store: str, slot: int, start: int, stop: int) -> tuple[str, str
 
 def set_aside_shard(store: str, slot: int, study_dir: str) -> list[str]:
     """Move the files of shard ``slot`` (and its record) into ``<study>/.tmp/damaged/``; returns where they went."""
-    _remove_record(store, slot)
+    remove_record(store, slot)
     out = []
     for name, path in shard_files(store, slot).items():
         if os.path.exists(path):
@@ -333,8 +330,8 @@ class Shard:
 
 def prepare(study, retry_failed: bool, log) -> tuple[RunTable, list[Shard], dict]:
     """The solve step's reuse: (the run table, the shards to compute, counts of the reused runs). Creates the
-    store when there is none or its runs changed (the old one kept as the source of the rows it has: ``FORMAT``'s
-    ``runs.previous.zarr``); a damaged shard is set aside and logged, naming the array."""
+    store when there is none or its runs changed (the old one kept as ``runs.previous.zarr``, the source of the
+    rows it holds); a damaged shard is set aside and logged, naming the array."""
     from .jobs import plural
 
     table = run_table(study)
@@ -359,7 +356,7 @@ def prepare(study, retry_failed: bool, log) -> tuple[RunTable, list[Shard], dict
         if rec is not None and rec.get("digest") == digest:
             found = shard_damage(path, slot, start, stop)
             if found is None:
-                status = _read_rows(path, "counts", np.arange(start, stop))[:, 0]
+                status = read_rows(path, "counts", np.arange(start, stop))[:, 0]
                 bad = np.flatnonzero(status != 0)
                 if not (retry_failed and bad.size):
                     reused += stop - start
@@ -417,12 +414,12 @@ def _source_rows(store: str, retry_failed: bool) -> dict[int, int]:
             continue
         rows = np.arange(start, stop)
         if retry_failed:
-            rows = rows[_read_rows(store, "counts", rows)[:, 0] == 0]
+            rows = rows[read_rows(store, "counts", rows)[:, 0] == 0]
         out.update(zip(zip(hashes[rows].tolist(), se[rows].tolist()), rows.tolist()))
     return out
 
 
-def _read_rows(store: str, name: str, rows: np.ndarray) -> np.ndarray:
+def read_rows(store: str, name: str, rows: np.ndarray) -> np.ndarray:
     import zarr
 
     a = zarr.open_group(store, mode="r")[name]
@@ -480,115 +477,12 @@ def shard_key(spec: dict) -> str:
     return f"shard-{spec['study']}-{spec['slot']}-{spec['digest']}"
 
 
-# --------------------------------------------------------------------------- a shard task (on a worker)
-_PROBLEMS: dict[str, Any] = {}
-
-
-def _problem(p: dict):
-    """A shard's problem of one grid combination, built once per worker and checked against the planned identity."""
-    from hbvm_core.checks import derivative_checks
-    from hbvm_core.fingerprint import problem_mismatch
-    from hbvm_core.problems import get_problem
-
-    from .worker import WorkerError
-
-    key = json.dumps([p["problem"], p["params"], p["structure"]], sort_keys=True, default=repr)
-    if key not in _PROBLEMS:
-        with derivative_checks(False):  # checked when the study was expanded
-            problem = get_problem(p["problem"], **p["params"])
-        if p["structure"]:
-            why = problem_mismatch(problem, p["structure"], json.loads(p["probe"]) if p["probe"] else None)
-            if why is not None:
-                raise WorkerError(
-                    f"{p['where']}: the problem on host {platform.node()} is not the one planned ({why}); run again"
-                )
-        _PROBLEMS[key] = problem
-    return _PROBLEMS[key]
-
-
-def loop_key(problem) -> tuple:
-    """What decides the compiled loop of a problem (``hbvm_core.ensemble.structure_key``): runs with one key and
-    one method share an ensemble call."""
-    from hbvm_core.ensemble import structure_key
-
-    return structure_key(problem)
-
-
-def solve_shard(spec: dict) -> dict:
-    """Compute one shard into the study's sharded store (on a Dask worker): copy the rows of ``sources``,
-    integrate the rows of ``compute`` by ``hbvm_core.integrate_ensemble`` (one call per method: the runs of a
-    method share its compiled loop), write the shard's rows of every data array, then its record. Returns
-    {"slot", "computed", "copied", "failed", "wall_s", "backend", "host"}."""
-    from hbvm_core import integrate_ensemble
-    from hbvm_core.methods import load_method_modules, method_from_entry
-
-    t0 = time.perf_counter()
-    store, slot, a, b = spec["store"], spec["slot"], spec["start"], spec["stop"]
-    _remove_record(store, slot)  # from here until the record is written again the shard is incomplete
-    n, S, m, nu = b - a, spec["S"], spec["m"], spec["nu"]
-    counts = np.full((n, len(COUNTS)), -1, dtype=np.int64)
-    scalars = np.full((n, 1 + 2 * nu), np.nan)
-    t = np.full((n, S), np.nan)
-    y = np.full((n, S, 2 * m), np.nan)
-    out = {"counts": counts, "scalars": scalars, "t": t, "y": y}
-    for src in spec["sources"]:
-        for name, arr in out.items():
-            arr[src["dst"]] = _read_rows(src["store"], name, src["src"])
-    compute = np.asarray(spec["compute"], dtype=np.int64)
-    backends = set()
-    # one call per method and compiled loop (a grid value may build a problem of other compiled callbacks, e.g. a
-    # factory's published problem at its defaults)
-    loop = {c: loop_key(_problem(p)) for c, p in spec["problems"].items()}
-    keys = sorted(set(loop.values()), key=repr)
-    group_of = np.array([keys.index(loop[int(c)]) for c in spec["combo"][compute]], dtype=np.int64)
-    scheme_of = spec["scheme"][compute].astype(np.int64)
-    for i, g in sorted(set(zip(scheme_of.tolist(), group_of.tolist()))):
-        rows = compute[(scheme_of == i) & (group_of == g)]
-        meth = spec["methods"][i]
-        if meth["module"]:
-            load_method_modules([meth["module"]])
-        method = method_from_entry(meth["entry"])
-        problems = [_problem(spec["problems"][c]) for c in spec["combo"][rows].tolist()]
-        res = integrate_ensemble(
-            problems,
-            method,
-            spec["h"][rows],
-            spec["N"][rows],
-            sample_every=spec["sample_every"][rows],
-            compensated=spec["compensated"],
-            backend="numba",
-        )
-        backends.add(res.backend)
-        k = res.t.shape[1]
-        if k > S:
-            raise StoreError(store, "t", f"shard {slot}: {k} saved points, the store has room for {S}")
-        counts[rows] = np.stack([np.asarray(getattr(res, c), dtype=np.int64) for c in COUNTS], axis=1)
-        scalars[rows, 0] = res.H_error
-        scalars[rows, 1 : 1 + nu] = res.g_error
-        scalars[rows, 1 + nu :] = res.lam
-        t[rows, :k] = res.t
-        y[rows, :k, :m] = res.q
-        y[rows, :k, m:] = res.p
-    wall = time.perf_counter() - t0
-    result = {
-        "slot": slot,
-        "computed": int(compute.size),
-        "copied": int(n - compute.size),
-        "failed": int(np.count_nonzero(counts[:, 0] != 0)),
-        "wall_s": wall,
-        "backend": ",".join(sorted(backends)) or "copied",
-        "host": platform.node(),
-    }
-    write_shard(store, slot, a, out, spec["digest"], result)
-    return result
-
-
 def write_shard(store: str, slot: int, start: int, arrays: dict[str, np.ndarray], digest: str, record: dict) -> None:
     """Write the rows of shard ``slot`` (from row ``start``) of every data array (``arrays``: name -> rows), then
     its record (``digest``: of its runs' hashes; ``record``: what else it says). Its old record is removed first."""
     import zarr
 
-    _remove_record(store, slot)
+    remove_record(store, slot)
     g = zarr.open_group(store, mode="r+")
     n = len(arrays["counts"])
     for name in DATA:
@@ -730,69 +624,3 @@ def read_all(path: str) -> tuple[dict, dict[str, np.ndarray]]:
         if (read_record(path, slot) or {}).get("digest") != digest:
             raise MissingStoreError(f"{path}: shard {slot} is not complete; run the workflow again")
     return attrs, arrays
-
-
-def warm_up(specs: list[dict], processes: int = 1) -> int:
-    """Compile (or find in the kernel cache) the ensemble loop of each (method, problem structure) of ``specs`` by a
-    one-step run in ``processes`` fresh processes (spawned: a process that ran a parallel loop must not fork
-    Dask's workers), so that the workers load the loops from the disk cache; returns how many. A failure is left
-    to the shard tasks, which report it."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    distinct: dict[str, tuple] = {}
-    loops: dict[str, tuple] = {}
-    for spec in specs:
-        compute = np.asarray(spec["compute"], dtype=np.int64)
-        for i, c in set(zip(spec["scheme"][compute].tolist(), spec["combo"][compute].tolist())):
-            problem = spec["problems"][c]
-            pkey = json.dumps([problem["problem"], problem["params"]], sort_keys=True, default=repr)
-            if pkey not in loops:
-                try:
-                    loops[pkey] = loop_key(_problem(problem))
-                except Exception:  # noqa: BLE001 - the shard task reports it
-                    loops[pkey] = (pkey,)
-            key = json.dumps([spec["methods"][i]["entry"], repr(loops[pkey])], sort_keys=True)
-            distinct.setdefault(key, (spec["methods"][i], problem, float(spec["h"][0])))
-    if not distinct:
-        return 0
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=max(1, min(processes, len(distinct))), mp_context=ctx) as pool:
-        list(pool.map(_warm_one, distinct.values()))
-    return len(distinct)
-
-
-def _warm_one(item: tuple) -> None:
-    from hbvm_core import integrate_ensemble
-    from hbvm_core.methods import load_method_modules, method_from_entry
-
-    meth, problem, h = item
-    try:
-        if meth["module"]:
-            load_method_modules([meth["module"]])
-        integrate_ensemble([_problem(problem)], method_from_entry(meth["entry"]), h, 1, backend="numba")
-    except Exception:  # noqa: BLE001 - the shard task reports it
-        pass
-
-
-def cold_ensembles(specs: list[dict]) -> bool:
-    """Whether a loop of the shards' (method, problem) pairs is not in the kernel cache yet
-    (``hbvm_core.kernels.uncached_loop``): then ``warm_up`` compiles them before the workers start."""
-    from hbvm_core.kernels import uncached_loop
-    from hbvm_core.methods import method_from_entry
-
-    seen = set()
-    for spec in specs:
-        compute = np.asarray(spec["compute"], dtype=np.int64)
-        for i, c in set(zip(spec["scheme"][compute].tolist(), spec["combo"][compute].tolist())):
-            try:
-                problem = _problem(spec["problems"][c])
-                key = (json.dumps(spec["methods"][i]["entry"], sort_keys=True), loop_key(problem))
-                if key in seen:
-                    continue
-                seen.add(key)
-                if uncached_loop(method_from_entry(spec["methods"][i]["entry"]), problem) is not None:
-                    return True
-            except Exception:  # noqa: BLE001 - the shard task reports it
-                continue
-    return False

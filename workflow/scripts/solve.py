@@ -105,8 +105,9 @@ def compute(
     from hbvm_workflow.cluster import _problem_module, dask_client, forks_local_workers, ship_problem_module
     from hbvm_workflow.cluster import describe as where
     from hbvm_workflow.jobs import FILE_ONLY, Progress, plural, tell_studies
-    from hbvm_workflow.shards import cold_ensembles, shard_key, solve_shard
-    from hbvm_workflow.shards import warm_up as warm_up_ensembles
+    from hbvm_workflow.shard_worker import cold_ensembles, solve_shard
+    from hbvm_workflow.shard_worker import warm_up as warm_up_ensembles
+    from hbvm_workflow.shards import shard_key
     from hbvm_workflow.storage import clean_temporaries
     from hbvm_workflow.worker import solve_batch, warm_up
 
@@ -117,7 +118,7 @@ def compute(
     if forks_local_workers(dask_cfg):
         t1 = time.perf_counter()
         # (the ensemble loops: each worker loads its own from the kernel cache; warming them here would cost a
-        # process start each, more than a load -- hbvm_workflow.shards.warm_up does it for a cold cache)
+        # process start each, more than a load -- hbvm_workflow.shard_worker.warm_up does it for a cold cache)
         n = warm_up(todo, processes=threads) + (warm_up_ensembles(shards, threads) if cold_ensembles(shards) else 0)
         dt = time.perf_counter() - t1
         pairs = plural(n, "(problem, method) pair")
