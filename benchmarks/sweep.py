@@ -20,14 +20,18 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-from ._common import machine, timed_snakemake
+from ._common import REPO, machine
 
 
-def sweep_config(runs: int) -> dict:
+def sweep_config(runs: int, save: str = "summary", shard_runs: int | None = None) -> dict:
     """The study of ``runs`` runs: 10 methods times ``runs / 10`` step sizes up to 2000 runs; beyond,
-    2000-run blocks over a grid of ``runs / 2000`` initial velocities (the runs keep their size)."""
+    2000-run blocks over a grid of ``runs / 2000`` initial velocities (the runs keep their size).
+
+    ``save``: ``trajectory`` (a run store per run, errors at every step) or ``summary`` (the one sharded store,
+    errors at t = 0 and t = 1: the saved points are the sample times, so every step would be 220 points a run)."""
     if runs < 10 or runs % 10 or (runs > 2000 and runs % 2000):
         raise SystemExit(f"--runs {runs}: give a multiple of 10 up to 2000, or a multiple of 2000")
     n = range(20, 20 + min(runs, 2000) // 10)
@@ -37,46 +41,156 @@ def sweep_config(runs: int) -> dict:
         "methods": [{"k": k, "s": 1} for k in range(1, 11)],
         "t_end": 1,
         "h": [1.0 / i for i in n],
-        "errors": {"reference": "exact", "norm": 1, "sample": "all"},
+        "errors": {"reference": "exact", "norm": 1, "sample": "all" if save == "trajectory" else 1.0},
+        "save": save,
     }
+    if shard_runs:
+        study["shard_runs"] = shard_runs
     if runs > 2000:
         count = runs // 2000
         study["grid"] = {"theta_dot0": [round(0.5 + i / (count - 1), 6) if count > 1 else 1.0 for i in range(count)]}
     return {"studies": {"sweep": study}, "select": ["sweep"]}
 
 
-def footprint(runs_dir: Path) -> tuple[int, int]:
-    """(files, bytes) under the run stores' folder."""
+def footprint(folder: Path) -> tuple[int, int]:
+    """(files, bytes) under a folder."""
     files = size = 0
-    for root, _, names in os.walk(runs_dir):
+    for root, _, names in os.walk(folder):
         for f in names:
             files += 1
             size += os.stat(os.path.join(root, f)).st_size
     return files, size
 
 
-def run(runs: int, cores: int, keep: str | None = None) -> dict:
+class PeakRSS:
+    """The peak of the summed resident memory of a process and its descendants (psutil, polled every 0.1 s)."""
+
+    def __init__(self, pid: int):
+        import threading
+
+        self.pid, self.peak = pid, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        import psutil
+
+        try:
+            root = psutil.Process(self.pid)
+        except psutil.Error:
+            return
+        while not self._stop.is_set():
+            total = 0
+            try:
+                for p in [root, *root.children(recursive=True)]:
+                    try:
+                        total += p.memory_info().rss
+                    except psutil.Error:
+                        pass
+            except psutil.Error:
+                break
+            self.peak = max(self.peak, total)
+            self._stop.wait(0.1)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+def kernel_seconds(cfg: dict, cores: int, warm_only: bool = False) -> float:
+    """The ensemble kernel's own wall time for the study's runs, in this process: ``integrate_ensemble`` over
+    every run of each method (all grid values in one call), saving what the summary saves (t = 0 and t = 1),
+    ``cores`` threads; the loops loaded once first, untimed."""
+    import time
+
+    import numpy as np
+
+    from hbvm_core import get_problem, integrate_ensemble
+    from hbvm_core.integrate import number_of_steps
+    from hbvm_core.methods import method_from_entry
+
+    study = cfg["studies"]["sweep"]
+    values = (study.get("grid") or {}).get("theta_dot0", [1.0])
+    problems = [get_problem("planar_pendulum", theta_dot0=v) for v in values]
+    hs = np.array(study["h"], dtype=float)
+    N = np.array([number_of_steps(h, study["t_end"]) for h in hs], dtype=np.int64)
+    runs_p = [p for p in problems for _ in hs]
+    h_all, N_all = np.tile(hs, len(problems)), np.tile(N, len(problems))
+    methods = [method_from_entry({"method": "hbvm", "solver": "fixed-point", **m}) for m in study["methods"]]
+    for method in methods:  # load the compiled loops (both problem structures)
+        for p in {id(p): p for p in problems}.values():
+            integrate_ensemble([p], method, hs[:1], N[:1], sample_every=N[:1], threads=cores)
+    if warm_only:
+        return 0.0
+    t0 = time.perf_counter()
+    for method in methods:
+        # the published problem (theta_dot0 = 1) has its own callbacks: one call per problem structure
+        for group in _structures(runs_p):
+            integrate_ensemble([runs_p[i] for i in group], method, h_all[group], N_all[group],
+                               sample_every=N_all[group], threads=cores)  # fmt: skip
+    return time.perf_counter() - t0
+
+
+def _structures(problems: list) -> list:
+    import numpy as np
+
+    keys = [p.kernels.grad_U for p in problems]
+    out: dict = {}
+    for i, k in enumerate(keys):
+        out.setdefault(id(k), []).append(i)
+    return [np.array(v) for v in out.values()]
+
+
+def run(runs: int, cores: int, keep: str | None = None, save: str = "summary", shard_runs: int | None = None) -> dict:
     env = dict(os.environ)
     subprocess.run([sys.executable, "-m", "hbvm_core", "kernels", "warm"], check=True, env=env, capture_output=True)
+    config = sweep_config(runs, save, shard_runs)
+    if save == "summary":  # the ensemble loops compiled into the kernel cache first, untimed
+        kernel_seconds(config, cores, warm_only=True)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(keep) if keep else Path(tmp) / "work"
         work.mkdir(parents=True, exist_ok=True)
         cfg = work / "sweep.json"
-        cfg.write_text(json.dumps(sweep_config(runs)))
-        wall = timed_snakemake(work, "--configfile", str(cfg), cores=cores, env=env)
-        files, size = footprint(work / "results" / "sweep" / "runs")
-        rows = sum(1 for _ in open(work / "results" / "sweep" / "errors.csv")) - 1
+        cfg.write_text(json.dumps(config))
+        target = "results/sweep/errors.csv"  # plan, solve, store, aggregate (no tables or figure)
+        cmd = [
+            sys.executable, "-m", "snakemake", target, "--cores", str(cores), "--snakefile", str(REPO / "Snakefile"),
+            "--directory", str(work), "--configfile", str(cfg), "--quiet", "all",
+        ]  # fmt: skip
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        rss = PeakRSS(proc.pid)
+        out, err = proc.communicate()
+        wall = time.perf_counter() - t0
+        peak = rss.stop()
+        if proc.returncode != 0:
+            raise RuntimeError(f"snakemake failed ({proc.returncode}):\n{err[-3000:]}")
+        study = work / "results" / "sweep"
+        store = study / ("runs.zarr" if save == "summary" else "runs")
+        files, size = footprint(store)
+        all_files, _ = footprint(study)
+        rows = sum(1 for _ in open(study / "errors.csv")) - 1
+    kernel = kernel_seconds(config, cores) if save == "summary" else float("nan")
     return {
         "benchmark": "sweep",
+        "save": save,
         "runs": runs,
         "rows": rows,
         "cores": cores,
         "wall_s": round(wall, 2),
-        "ms_per_run": round(1000 * wall / runs, 2),
-        "files_per_run": round(files / runs, 2),
-        "bytes_per_run": round(size / runs),
+        "ms_per_run": round(1000 * wall / runs, 4),
+        "kernel_s": round(kernel, 3),
+        "end_to_end_over_kernel": round(wall / kernel, 2) if kernel == kernel else None,
+        "files": files,
+        "files_in_study": all_files,
+        "files_per_1000_runs": round(1000 * files / runs, 3),
+        "bytes": size,
+        "bytes_per_run": round(size / runs, 1),
+        "peak_rss_mb": round(peak / 2**20, 1),
         "load_average_after": os.getloadavg()[0],
-        "command": f"snakemake --cores {cores} --configfile sweep.json all",
+        "command": f"snakemake --cores {cores} --configfile sweep.json {target}",
     }
 
 
@@ -85,16 +199,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--runs", type=int, default=2000, help="runs in the sweep (a multiple of 10; default 2000)")
     ap.add_argument("--cores", type=int, default=2, help="snakemake --cores (default 2)")
     ap.add_argument("--keep", help="run in this folder and keep it (default: a temporary folder)")
+    ap.add_argument("--save", choices=("summary", "trajectory"), default="summary", help="the study's save key")
+    ap.add_argument("--shard-runs", type=int, help="the study's shard_runs (default: the schema's)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
-    out = run(args.runs, args.cores, args.keep) | {"machine": machine()}
+    out = run(args.runs, args.cores, args.keep, args.save, args.shard_runs) | {"machine": machine()}
     if args.json:
         print(json.dumps(out, indent=1))
         return
     print(
-        f"{out['runs']} runs ({out['rows']} rows) in {out['wall_s']:.1f} s with --cores {out['cores']}: "
-        f"{out['ms_per_run']:.1f} ms per run, {out['files_per_run']:.1f} files and "
-        f"{out['bytes_per_run'] / 1000:.1f} kB per run (load {out['load_average_after']:.1f})"
+        f"{out['runs']} runs ({out['rows']} rows, save {out['save']}) in {out['wall_s']:.1f} s with --cores "
+        f"{out['cores']}: {out['ms_per_run']:.3f} ms per run; kernel alone {out['kernel_s']:.2f} s "
+        f"(end to end / kernel: {out['end_to_end_over_kernel']}); {out['files']} files "
+        f"({out['files_per_1000_runs']:.2f} per 1000 runs), {out['bytes_per_run']:.0f} bytes per run; peak RSS "
+        f"{out['peak_rss_mb']:.0f} MB (load {out['load_average_after']:.1f})"
     )
 
 

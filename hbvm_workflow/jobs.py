@@ -111,8 +111,9 @@ class Progress:
         while not self._stop.wait(1.0):
             self._draw()
 
-    def update(self, failed: bool = False) -> None:
-        self.done += 1
+    def update(self, failed: bool = False, runs: int = 1) -> None:
+        """``runs`` more done (a shard: its runs), ``failed`` among them (one)."""
+        self.done += runs
         self.failed += bool(failed)
         self._draw(force=self.done == self.total)
 

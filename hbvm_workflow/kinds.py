@@ -36,6 +36,7 @@ class StudyKind:
     opt_in: str | None = None
     grid: bool = False
     grid_keys: int | None = None
+    save: str = "trajectory"
 
     def targets(self, results: str, study: str) -> list[str]:
         """The files a study of this kind builds."""
@@ -59,7 +60,7 @@ KINDS: dict[str, StudyKind] = {
         StudyKind("work_precision", ("work_precision",), BEYOND_FILES, opt_in="beyond"),  # hbvm_workflow.beyond
         StudyKind("long_time", ("long_time",), BEYOND_FILES, opt_in="beyond"),
         # a one-key grid: error constants and iterations against the value (plots.sweep_plot)
-        StudyKind("sweep", ("sweep",), CONVERGENCE_FILES, opt_in="select", grid=True, grid_keys=1),
+        StudyKind("sweep", ("sweep",), CONVERGENCE_FILES, opt_in="select", grid=True, grid_keys=1, save="summary"),
     )
 }  # fmt: skip
 

@@ -75,6 +75,30 @@ def runs_dir(results: str, study: str) -> str:
     return os.path.join(results, study, "runs")
 
 
+#: a ``save: summary`` study's one sharded store of all its runs (``hbvm_workflow.shards``), and the store of an
+#: earlier set of runs while a new one is filled from it
+SHARD_STORE = "runs.zarr"
+PREVIOUS_SHARD_STORE = "runs.previous.zarr"
+#: the folder of a sharded store that holds one completeness record per shard (``<slot>.json``)
+SHARD_RECORDS = "shards"
+
+
+def shard_store(results: str, study: str) -> str:
+    """<results>/<study>/runs.zarr: the sharded store of a ``save: summary`` study."""
+    return os.path.join(results, study, SHARD_STORE)
+
+
+def previous_shard_store(results: str, study: str) -> str:
+    """<results>/<study>/runs.previous.zarr: the sharded store of the study's earlier runs, read while the runs of
+    a changed study are written (``shards.prepare``), removed once every shard of the new store is complete."""
+    return os.path.join(results, study, PREVIOUS_SHARD_STORE)
+
+
+def shard_record(store: str, slot: int) -> str:
+    """<store>/shards/<slot>.json: the record that shard ``slot`` of a sharded store is complete."""
+    return os.path.join(store, SHARD_RECORDS, f"{slot}.json")
+
+
 def short_h(h: float) -> str:
     """A step size as the config writes it (``repr`` of the float read from YAML: 0.1, 5.0) when that
     has at most 12 significant digits, else 12 digits: the h/2 partner of 0.1 -> '0.05', of a

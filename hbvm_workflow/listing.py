@@ -74,12 +74,23 @@ def study_status(study) -> dict[str, int]:
     from .layout import manifest_path
     from .storage import Expected, store_state
 
+    out = dict.fromkeys(("computed", "reused", "failed", "damaged", "missing"), 0)
     try:
         with open(manifest_path(study.results, study.name)) as fh:
-            computed = set(json.load(fh).get("computed", []))
+            record = json.load(fh)
     except (OSError, ValueError):
-        computed = set()
-    out = dict.fromkeys(("computed", "reused", "failed", "damaged", "missing"), 0)
+        record = {}
+    if study.cfg.get("save") == "summary":  # one sharded store: its manifest's counts, if it is of these runs
+        from .shards import complete, shard_store
+
+        done = record.get("runs") == len(study.jobs) and complete(shard_store(study.results, study.name))
+        if done:
+            out.update(computed=record.get("computed", 0), failed=record.get("failed", 0))
+            out["reused"] = len(study.jobs) - out["computed"] - out["failed"]
+        else:
+            out["missing"] = len(study.jobs)
+        return out
+    computed = set(record.get("computed", []))
     for job in study.jobs.values():
         status, _ = store_state(job.store, Expected.of_job(job))
         if status == "complete":

@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -28,7 +29,7 @@ from .layout import plan_dir, plan_path
 from .study import Instance, Job, Row, Study, StudyMethod
 
 #: the format of a plan file (a reader refuses another)
-FORMAT = "hbvm-plan/1"
+FORMAT = "hbvm-plan/2"
 #: the config keys that the expansion of the studies reads (``config.load_studies``)
 PLANNED_KEYS = ("results", "studies", "method_modules", "limits")
 #: what a plan records of an instance and of a method (beside its rows)
@@ -66,10 +67,115 @@ def study_record(study: Study) -> dict:
         "grid": study.grid,
         "instances": [{f: getattr(inst, f) for f in INSTANCE_FIELDS} for inst in study.instances],
         "methods": [
-            {f: getattr(m, f) for f in METHOD_FIELDS} | {"rows": [asdict(r) for r in m.rows]} for m in study.methods
+            {f: getattr(m, f) for f in METHOD_FIELDS} | {"rows": _columns(m.rows, ROW_FIELDS)} for m in study.methods
         ],
-        "jobs": [job.as_dict() for job in study.jobs.values()],
+        **_job_record(list(study.jobs.values())),
     }
+
+
+#: what a plan records of a row, and the fields of a job that differ between the runs of one method and instance
+ROW_FIELDS = ("label", "n", "h", "job", "partner", "combo")
+RUN_FIELDS = ("h", "run", "store")
+
+
+def _columns(items: list, names: tuple) -> dict:
+    """Items as columns: name -> list of values (one JSON list each instead of one object per item)."""
+    return {name: [getattr(item, name) for item in items] for name in names}
+
+
+def _job_record(jobs: list) -> dict:
+    """The jobs as groups (``job_groups``): per run of a method and instance only its h, run and store, the other
+    fields once per group; the jobs one by one (``jobs``) where a group's runs differ in another field."""
+    from .study import JOB_FIELDS
+
+    shared = tuple(f for f in JOB_FIELDS if f not in RUN_FIELDS)
+    groups: list[dict] = []
+    last = None
+    for job in jobs:
+        values = tuple(getattr(job, f) for f in shared)
+        if last is None or values != last:
+            if any(g["key"] == (job.label, job.combo) for g in groups):  # a group's runs not together: as they are
+                return {"jobs": [j.as_dict() for j in jobs]}
+            groups.append({"key": (job.label, job.combo), "fields": dict(zip(shared, values)), "runs": []})
+            last = values
+        groups[-1]["runs"].append(job)
+    return {
+        "job_groups": [
+            {"fields": g["fields"], "runs": _columns(g["runs"], RUN_FIELDS) | {"hash": [j.hash for j in g["runs"]]}}
+            for g in groups
+        ]
+    }
+
+
+class PlannedJobs(Mapping):
+    """A study's jobs as the plan holds them (``job_groups``), built as ``Job`` objects only when first looked up:
+    the jobs of a sweep's solve and aggregate steps read their runs as columns (``job_hashes``, ``columns``)."""
+
+    def __init__(self, groups: list[dict]):
+        self._groups = groups
+        self._jobs: dict | None = None
+        self._len = sum(len(g["runs"]["h"]) for g in groups)
+
+    def _all(self) -> dict:
+        if self._jobs is None:
+            self._jobs = {job.id: job for job in _jobs_of({"job_groups": self._groups})}
+        return self._jobs
+
+    def __getitem__(self, key):
+        return self._all()[key]
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return self._len
+
+    def _ids(self, group: dict) -> list[str]:
+        f = group["fields"]
+        prefix = f"{f['label']}/{f['combo']}/" if f["combo"] else f"{f['label']}/"
+        return [prefix + run for run in group["runs"]["run"]]
+
+    def job_hashes(self) -> list[list[str]]:
+        """[[id, hash], ...] (``Study.job_hashes``) from the columns."""
+        return [[i, h] for g in self._groups for i, h in zip(self._ids(g), g["runs"]["hash"])]
+
+    def columns(self) -> dict:
+        """Per run, in order: id, label, combo, h, steps (``number_of_steps``, vectorised) and hash."""
+        import numpy as np
+
+        out: dict[str, list] = {"id": [], "label": [], "combo": [], "hash": []}
+        hs, steps = [], []
+        for g in self._groups:
+            f, runs = g["fields"], g["runs"]
+            n = len(runs["h"])
+            out["id"] += self._ids(g)
+            out["label"] += [f["label"]] * n
+            out["combo"] += [f["combo"]] * n
+            out["hash"] += runs["hash"]
+            h = np.asarray(runs["h"], dtype=float)
+            hs.append(h)
+            steps.append(np.rint(f["t_end"] / h).astype(np.int64))  # checked to be whole by the expansion
+        out["h"] = np.concatenate(hs) if hs else np.zeros(0)
+        out["steps"] = np.concatenate(steps) if steps else np.zeros(0, dtype=np.int64)
+        return out
+
+
+def _jobs_of(rec: dict) -> list[Job]:
+    if "jobs" in rec:
+        return [Job(**j) for j in rec["jobs"]]
+    out = []
+    for group in rec["job_groups"]:
+        fields, runs = group["fields"], group["runs"]
+        # the hash the parse computed (its plan is data it wrote; a worker's store records the hash it recomputes)
+        for *values, digest in zip(*(runs[f] for f in RUN_FIELDS), runs["hash"]):
+            job = Job(**fields, **dict(zip(RUN_FIELDS, values)))
+            job._hash = digest
+            out.append(job)
+    return out
+
+
+def _rows_of(cols: dict) -> list[Row]:
+    return [Row(**dict(zip(ROW_FIELDS, values))) for values in zip(*(cols[f] for f in ROW_FIELDS))]
 
 
 def study_from_record(rec: dict) -> Study:
@@ -103,13 +209,14 @@ def study_from_record(rec: dict) -> Study:
             m["entry"],
             m["k"],
             m["s"],
-            rows=[Row(**r) for r in m["rows"]],
+            rows=_rows_of(m["rows"]),
             method=method_from_entry(m["entry"]),
             module=m["module"],
         )  # fmt: skip
         for m in rec["methods"]
     ]
-    jobs = [Job(**j) for j in rec["jobs"]]
+    summary = rec["cfg"].get("save") == "summary" and "job_groups" in rec
+    jobs = PlannedJobs(rec["job_groups"]) if summary else {job.id: job for job in _jobs_of(rec)}
     return Study(
         name=rec["name"],
         kind=rec["kind"],
@@ -121,7 +228,7 @@ def study_from_record(rec: dict) -> Study:
         reference=rec["reference"],
         convention=ErrorConvention(**rec["convention"]),
         methods=methods,
-        jobs={job.id: job for job in jobs},
+        jobs=jobs,
         plot=rec["plot"],
         expected_rates=rec["expected_rates"],
         results=rec["results"],

@@ -860,7 +860,8 @@ def open_errors_at(path: str):
 
 
 def open_study(study: str, results: str = "results"):
-    """A study's results as one ``xarray.DataTree``.
+    """A study's results: one lazily loaded ``xarray.Dataset`` over all runs of a ``save: summary`` study (its
+    sharded store), or an ``xarray.DataTree`` of the run stores of a ``save: trajectory`` study.
 
     Parameters
     ----------
@@ -871,8 +872,10 @@ def open_study(study: str, results: str = "results"):
 
     Returns
     -------
-    xarray.DataTree
-        The root holds ``errors.zarr`` loaded into memory (see ``open_errors``); each child
+    xarray.Dataset or xarray.DataTree
+        A summary study: ``shards.open_shards`` of ``<results>/<study>/runs.zarr``, over ``run`` indexed by
+        (scheme, the grid keys, h): ``ds.sel(scheme="hbvm_k2_s2", L=2.0, h=0.05)``.
+        A trajectory study: the root holds ``errors.zarr`` loaded into memory (see ``open_errors``); each child
         ``<label>`` (e.g. ``hbvm_k2_s2``) holds one lazily opened trajectory Dataset per run,
         named by the run's store (``h=0.025``, ``n=20``; see ``layout.run_name``). See
         ``select_run``.
@@ -891,7 +894,12 @@ def open_study(study: str, results: str = "results"):
     if not manifest.exists():
         raise MissingStoreError(f"{manifest}: no solved study {study!r} under {results!r} (run snakemake first)")
     with open(manifest) as fh:
-        jobs = json.load(fh)["jobs"]
+        record = json.load(fh)
+    if record.get("save") == "summary":  # one sharded store of all the runs
+        from .shards import open_shards
+
+        return open_shards(str(base / record["store"]))
+    jobs = record["jobs"]
     nodes: dict[str, Any] = {}
     errs = Path(errors_zarr(results, study))
     nodes["/"] = open_errors(study, results) if errs.exists() else xr.Dataset()

@@ -32,14 +32,24 @@ import hashlib
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from hbvm_core.errors import ConfigError, NonFiniteError, ProblemError
 from hbvm_core.methods import method_label  # noqa: F401  (re-exported)
 
 from .kinds import KINDS
-from .layout import COLUMNS, EXTRA, MEASURED, TIMINGS, combo_name, manifest_path, run_stem, store_path  # noqa: F401
+from .layout import (  # noqa: F401
+    COLUMNS,
+    EXTRA,
+    MEASURED,
+    TIMINGS,
+    combo_name,
+    manifest_path,
+    run_stem,
+    shard_store,
+    store_path,
+)
 from .schema import defaults
 
 STEP_KEYS = ("h", "h0", "halvings", "period_divisions")
@@ -54,9 +64,18 @@ WORK_PER_WORKER_S = 5.0
 MAX_CHUNK = 2**22
 
 
-@dataclass
+#: the Job fields that ``hash_input`` reads: setting one forgets the cached hash
+HASHED = frozenset(
+    ("problem_fingerprint", "numerics_fingerprint", "problem", "params", "method", "h", "t_end", "save_every",
+     "compensated", "backend")
+)  # fmt: skip
+
+
+@dataclass(slots=True)
 class Job:
-    """One trajectory: a problem, a method entry and a step size on [0, t_end]."""
+    """One trajectory: a problem, a method entry and a step size on [0, t_end].
+
+    Slotted, its hash and steps computed once (a sweep plans 10^5 to 10^6 of them)."""
 
     study: str
     label: str
@@ -89,6 +108,15 @@ class Job:
     #: the module that registers the method, when outside hbvm_core (config ``method_modules``): a worker
     #: imports it before building the method
     method_module: str = ""
+    #: the hash and the steps, once computed (not fields of the plan: ``as_dict`` leaves them out; not init
+    #: fields: ``dataclasses.replace`` computes them again). The expansion sets every ``HASHED`` field before
+    #: asking for them; whoever changes one after must call ``forget``.
+    _hash: str | None = field(default=None, init=False, repr=False, compare=False)
+    _steps: int | None = field(default=None, init=False, repr=False, compare=False)
+
+    def forget(self) -> None:
+        """Drop the cached hash and steps (after a change of a ``HASHED`` field)."""
+        self._hash = self._steps = None
 
     @property
     def id(self) -> str:
@@ -99,9 +127,11 @@ class Job:
     @property
     def steps(self) -> int:
         """The run's number of steps (``hbvm_core.integrate.number_of_steps``, checked when the run was planned)."""
-        from hbvm_core.integrate import number_of_steps
+        if self._steps is None:
+            from hbvm_core.integrate import number_of_steps
 
-        return number_of_steps(self.h, self.t_end)
+            self._steps = number_of_steps(self.h, self.t_end)
+        return self._steps
 
     def hash_input(self) -> dict:
         """Everything that determines the trajectory (what ``hash`` hashes): the config's entries, what the
@@ -124,18 +154,19 @@ class Job:
 
     @property
     def hash(self) -> str:
-        return hashlib.sha256(json.dumps(self.hash_input(), sort_keys=True).encode()).hexdigest()[:16]
+        if self._hash is None:
+            text = json.dumps(self.hash_input(), sort_keys=True)
+            self._hash = hashlib.sha256(text.encode()).hexdigest()[:16]
+        return self._hash
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """The fields (the values themselves, not copies: JSON and Job(**d) take them as they are)."""
+        return {f: getattr(self, f) for f in JOB_FIELDS}
 
     def cost(self) -> float:
         """Relative cost (steps x the method's work per step, ``Method.work_units``: HBVM's quadrature nodes),
         for scheduling the longest jobs first."""
-        from hbvm_core.methods import method_class
-
-        cls = method_class(self.method)
-        return self.steps * (cls.work_units(self.method) if cls is not None else 1)
+        return self.steps * _method_cost(self.method)[1]
 
     def stored_bytes(self, m: int, nu: int) -> int:
         """The size of the run's store, uncompressed: per saved point t, q, p, H, g, hc (storage.ZarrSink.SPEC),
@@ -148,13 +179,31 @@ class Job:
     def estimated_seconds(self) -> float:
         """A rough wall time of the run on one core, for sizing a solve job (``solve_workers``): the method's
         cost model (``Method.STEP_SECONDS``), compiled for a built-in problem unless ``backend: numpy``."""
-        from hbvm_core.methods import Method, method_class
         from hbvm_core.problems import BUILTIN
 
-        compiled_s, numpy_s = (method_class(self.method) or Method).STEP_SECONDS
+        compiled_s, numpy_s = _method_cost(self.method)[2]
         ours = isinstance(self.problem, dict) or self.problem in BUILTIN  # expressions: compiled kernels too
         compiled = compiled_s is not None and self.backend != "numpy" and ours
         return RUN_OVERHEAD_S + self.cost() * (compiled_s if compiled else numpy_s)
+
+
+#: the fields of a Job as the plan and a worker's task carry them
+JOB_FIELDS = tuple(f for f in Job.__dataclass_fields__ if not f.startswith("_"))
+#: (method entry, backend, problem entry) -> the method's STEP_SECONDS and work units, per object ids
+_COST: dict = {}
+
+
+def _method_cost(entry: dict) -> tuple:
+    """(entry, work units per step, STEP_SECONDS) of a method entry, looked up once per entry object (the runs of
+    a method share theirs)."""
+    hit = _COST.get(id(entry))
+    if hit is None or hit[0] is not entry:
+        from hbvm_core.methods import Method, method_class
+
+        cls = method_class(entry)
+        hit = (entry, cls.work_units(entry) if cls is not None else 1, (cls or Method).STEP_SECONDS)
+        _COST[id(entry)] = hit
+    return hit
 
 
 def solve_workers(jobs, cores: int, share: float = 1.0) -> int:
@@ -175,7 +224,7 @@ def solve_workers(jobs, cores: int, share: float = 1.0) -> int:
     return max(1, min(len(jobs), by_work, by_share))
 
 
-@dataclass
+@dataclass(slots=True)
 class Row:
     """One table row: a method at one step size; ``partner`` is the h/2 job id for reference: self."""
 
@@ -284,6 +333,8 @@ class Study:
     #: the grid (key -> values) and one Instance per combination (the one instance, key "", without a grid)
     grid: dict = field(default_factory=dict)
     instances: list = field(default_factory=list)
+    #: ((id, size) of jobs, runs_digest) once computed
+    _digest: Any = field(default=None, repr=False, compare=False)
 
     def instance_of(self, combo: str) -> Instance:
         """The Instance of a grid combination (a Row's or Job's ``combo``)."""
@@ -330,12 +381,18 @@ class Study:
 
     def job_hashes(self) -> list[list[str]]:
         """[[id, hash], ...]: what the study's runs are."""
+        if hasattr(self.jobs, "job_hashes"):  # jobs read from the plan, not built yet (plan.PlannedJobs)
+            return self.jobs.job_hashes()
         return [[j.id, j.hash] for j in self.jobs.values()]
 
     def runs_digest(self) -> str:
         """A digest of ``job_hashes``: the name of the solve step's marker of this set of runs
-        (``layout.runs_marker``), so that a changed study reruns its solve step."""
-        return hashlib.sha256(json.dumps(self.job_hashes()).encode()).hexdigest()[:16]
+        (``layout.runs_marker``), so that a changed study reruns its solve step. Computed once per set of jobs
+        (the parse asks for it in several rules)."""
+        key = (id(self.jobs), len(self.jobs))
+        if self._digest is None or self._digest[0] != key:
+            self._digest = (key, hashlib.sha256(json.dumps(self.job_hashes()).encode()).hexdigest()[:16])
+        return self._digest[1]
 
 
 #: Study keys that change only how the numbers are shown (tables, figure) or checked, never the numbers: the
@@ -359,16 +416,19 @@ def check_limits(studies: dict[str, Study], limits: dict, results: str = "result
     missing = 0
     for name, study in studies.items():
         m, nu = study.dims
+        summary = study.cfg.get("save") == "summary"  # one sharded store: a row of summary numbers per run
+        if summary and not os.path.exists(shard_store(study.results, name)):
+            missing += len(study.jobs) * 8 * (16 + 2 * nu + 2 * (1 + 2 * m))
         for job in sorted(study.jobs.values(), key=lambda j: -j.steps):  # the largest run named first
             size = job.stored_bytes(m, nu)
-            what = (
-                f"studies.{name}: run {job.id} takes {job.steps:.3g} steps and stores {size / 1e9:.3g} GB "
-                f"(about {_duration(job.estimated_seconds())} on one core)"
-            )
             for key, value in (("max_steps", job.steps), ("max_bytes", size)):
                 if value > limits[key]:
+                    what = (
+                        f"studies.{name}: run {job.id} takes {job.steps:.3g} steps and stores {size / 1e9:.3g} GB "
+                        f"(about {_duration(job.estimated_seconds())} on one core)"
+                    )
                     raise ConfigError(f"{what}: above limits.{key} = {limits[key]:.3g}; raise limits.{key} to run it")
-            if not os.path.exists(job.store):
+            if not summary and not os.path.exists(job.store):
                 missing += size
     folder = os.path.abspath(results)
     while not os.path.exists(folder):
@@ -442,24 +502,28 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
         for inst in instances:
             _add_runs(study, study_method, raw, f"{where}.methods[{i}]", inst)
         study.methods.append(study_method)
+    by_combo: dict[str, list] = {}
+    for job in study.jobs.values():
+        by_combo.setdefault(job.combo, []).append(job)
     for inst in instances:
-        _identify(study, inst)
+        _identify(study, inst, by_combo.get(inst.key, []))
     return study
 
 
-def _identify(study: Study, inst: Instance) -> None:
-    """The instance's problem identity, snapped to what the stores of its runs record
+def _identify(study: Study, inst: Instance, jobs: list) -> None:
+    """The instance's problem identity, snapped to what the stores of its runs (``jobs``) record
     (``hbvm_core.fingerprint.problem_identity``), set on the instance and its jobs."""
     from hbvm_core.fingerprint import problem_identity, problem_structure
 
-    jobs = [j for j in study.jobs.values() if j.combo == inst.key]
     structure = problem_structure(inst.problem)
-    fingerprint, probe = problem_identity(inst.problem, _recorded(jobs), structure)
+    recorded = () if study.cfg.get("save") == "summary" else _recorded(jobs)  # a sharded store records no identity
+    fingerprint, probe = problem_identity(inst.problem, recorded, structure)
     inst.fingerprint, inst.structure = fingerprint, structure
     inst.probe = json.dumps(probe, sort_keys=True)
     inst._checked = (structure, probe)  # the problem agrees with it (problem_identity)
     for job in jobs:
         job.problem_fingerprint, job.problem_structure, job.problem_probe = fingerprint, inst.structure, inst.probe
+        job.forget()
 
 
 def _recorded(jobs):
@@ -483,6 +547,16 @@ def _study_entry(where: str, cfg: dict) -> dict:
     cfg = {**defaults("study"), "plot": KINDS[kind].plots[0] if kind in KINDS else "convergence", **cfg}
     if cfg["kind"] not in KINDS:
         raise ConfigError(f"{where}.kind = {cfg['kind']!r}: expected one of {', '.join(KINDS)}")
+    cfg.setdefault("save", KINDS[cfg["kind"]].save)
+    if cfg["save"] == "summary":
+        reference = (cfg.get("errors") or {}).get("reference")
+        if reference == "self":
+            raise ConfigError(
+                f"{where}.save = 'summary': errors.reference self needs the h/2 runs' trajectories; "
+                "give reference exact or reference, or save: trajectory"
+            )
+        if cfg["backend"] == "numpy":
+            raise ConfigError(f"{where}.save = 'summary' runs the compiled ensemble loop; backend numpy cannot")
     plots = KINDS[cfg["kind"]].plots
     if cfg["plot"] not in plots:
         raise ConfigError(f"{where}.plot = {cfg['plot']!r}: expected one of {', '.join(plots)}")
@@ -645,7 +719,7 @@ def _add_runs(study: Study, study_method: StudyMethod, raw: dict, where: str, in
                 label=study_method.label,
                 name=study_method.name,
                 problem=cfg["problem"],
-                params=dict(inst.params),
+                params=inst.params,  # the instance's (shared by its runs: a sweep plans 10^6 of them)
                 method=study_method.entry,
                 h=hh,
                 t_end=inst.t_end,
@@ -658,7 +732,8 @@ def _add_runs(study: Study, study_method: StudyMethod, raw: dict, where: str, in
                 method_module=study_method.module,
             )
             job.run = run_stem(hh, nn)
-            job.store = store_path(study.results, study.name, study_method.label, hh, nn, inst.key)
+            if cfg.get("save") != "summary":  # a summary study's runs live in its one sharded store
+                job.store = store_path(study.results, study.name, study_method.label, hh, nn, inst.key)
             if names.setdefault(job.run, hh) != hh:
                 raise ConfigError(
                     f"{where}: step sizes {names[job.run]!r} and {hh!r} get the same run name {job.run!r}; "

@@ -324,15 +324,12 @@ def errors_dataset(study: Study, rows: list[dict]):
     ``roundoff_lambda`` and ``roundoff_hc`` flag the rows whose rate is missing because both
     errors of the pair lie at the round-off floor (``hbvm_core.metrics.at_roundoff``).
     """
-    import xarray as xr
-
     labels = [m.label for m in study.methods]
     hs = sorted({row["h"] for row in rows}, reverse=True)
     mi = {lab: i for i, lab in enumerate(labels)}
     hi = {h: j for j, h in enumerate(hs)}
     grid = study.grid
     shape = (len(labels), len(hs), *(len(v) for v in grid.values()))
-    dims = ("scheme", "h", *grid)
     data = {c: np.full(shape, np.nan) for c in NUMERIC + ("wall_s",)}
     flags = {f: np.zeros(shape, dtype=bool) for f in ROUNDOFF.values()}
     status = np.full(shape, -1, dtype="i1")
@@ -348,13 +345,27 @@ def errors_dataset(study: Study, rows: list[dict]):
         status[at] = STATUS[row["status"]]
         host[at] = row.get("host") or ""
         nval[at] = -1 if row["n"] is None else int(row["n"])
+    by_h: dict[float, set] = {}
+    for row in rows:
+        by_h.setdefault(row["h"], set()).add(row["n"])
+    return dense_errors_dataset(study, hs, data, flags, status, host, nval, by_h)
+
+
+def dense_errors_dataset(study: Study, hs, data: dict, flags: dict, status, host, nval, by_h: dict):
+    """errors.zarr's Dataset from its arrays over (scheme, h, *grid) (``errors_dataset``; the sharded studies'
+    ``ensemble_errors``): ``hs`` the step sizes decreasing, ``by_h`` h -> its set of row labels n."""
+    import xarray as xr
+
+    grid = study.grid
+    dims = ("scheme", "h", *grid)
+    labels = [m.label for m in study.methods]
     coords = {
         "scheme": ("scheme", np.array(labels, dtype=object)),
         "h": ("h", np.array(hs, dtype=float)),
         "name": ("scheme", np.array([m.name for m in study.methods], dtype=object)),
         "k": ("scheme", np.array([m.k or 0 for m in study.methods], dtype="i8")),
         "s": ("scheme", np.array([m.s or 0 for m in study.methods], dtype="i8")),
-        "n": _n_coord(rows, hs, dims, nval),
+        "n": _n_coord(by_h, hs, dims, nval),
         "host": (dims, host),
         **{key: (key, _grid_coord(values)) for key, values in grid.items()},
     }
@@ -413,12 +424,9 @@ def errors_dataset(study: Study, rows: list[dict]):
     return ds
 
 
-def _n_coord(rows: list[dict], hs: list[float], dims: tuple, nval: np.ndarray) -> tuple:
+def _n_coord(by_h: dict, hs: list[float], dims: tuple, nval: np.ndarray) -> tuple:
     """The row label n: a coordinate along h (one n per h, as in halvings and period_divisions, where
     h = h0 2^-n or T/n), or, where some h has none or several, over all the dimensions (-1: none)."""
-    by_h: dict[float, set] = {}
-    for row in rows:
-        by_h.setdefault(row["h"], set()).add(row["n"])
     if all(len(v) == 1 and None not in v for v in by_h.values()):
         return ("h", np.array([next(iter(by_h[h])) for h in hs], dtype="i8"))
     return (dims, nval)
@@ -677,6 +685,10 @@ def compute_errors(
     from .layout import timings_beside, tmp_dir
     from .storage import write_dataset
 
+    if study.cfg.get("save") == "summary":  # one sharded store: the errors over its run dimension at once
+        from .ensemble_errors import compute_summary_errors
+
+        return compute_summary_errors(study, out_zarr, out_csv, out_timings or timings_beside(out_csv))
     rows = study_rows(study, workers)
     refresh_manifest(study, [run for row in rows for run in row.get("_recomputed", ())])
     write_dataset(errors_dataset(study, rows), out_zarr, tmp_dir=tmp_dir(study.results, study.name))

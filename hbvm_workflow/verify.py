@@ -45,8 +45,18 @@ def find_stores(folder: str) -> list[str]:
 
 
 def check_store(path: str) -> tuple[str | None, str] | None:
-    """(array, what) for the first problem of the store at ``path``, None when it is intact (reads it all)."""
-    return corruption(path)
+    """(array, what) for the first problem of the store at ``path``, None when it is intact (reads it all); a
+    sharded store (``shards``): every shard read back, and each must be complete."""
+    from . import shards
+
+    attrs = shards.read_attrs(path)
+    if attrs is None:
+        return corruption(path)
+    try:
+        shards.read_all(path)  # every chunk's checksum, every shard's record
+    except Exception as exc:  # noqa: BLE001 - named in one line
+        return getattr(exc, "array", None), str(getattr(exc, "what", exc))
+    return None
 
 
 def manifests(folder: str) -> list[str]:
@@ -64,12 +74,16 @@ def missing_stores(manifest: str) -> list[tuple[str, str]]:
     """(store, run id) of each run the manifest lists as done (status ok) whose store is not there."""
     import json
 
+    base = os.path.dirname(manifest)
     try:
         with open(manifest) as fh:
-            jobs = json.load(fh)["jobs"]
-    except (OSError, ValueError, KeyError, TypeError):
+            record = json.load(fh)
+        if record.get("save") == "summary":  # one sharded store
+            store = os.path.join(base, record["store"])
+            return [] if os.path.lexists(store) else [(store, f"(the store of {record.get('runs')} runs)")]
+        jobs = record["jobs"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return [(manifest, "(the manifest itself is unreadable)")]
-    base = os.path.dirname(manifest)
     out = []
     for job in jobs:
         store = os.path.join(base, job.get("store", ""))

@@ -29,6 +29,16 @@ FIRST_STUDY = {
     "h": [0.1, 0.05, 0.025],
     "errors": {"reference": "exact", "norm": 1, "sample": "all"},
 }
+#: docs/querying.md's sweep (save: summary, one sharded store), built beside it
+FIRST_SWEEP = {
+    "kind": "sweep",
+    "problem": "planar_pendulum",
+    "grid": {"theta_dot0": [1.5, 1.9]},
+    "methods": [{"k": 1, "s": 1}, {"k": 2, "s": 2}],
+    "t_end": 1,
+    "h": [0.1, 0.05, 0.025],
+    "errors": {"reference": "exact", "norm": 1, "sample": "all"},
+}
 
 
 def schema_keys() -> dict[str, list[str]]:
@@ -68,7 +78,11 @@ def python_blocks() -> list[tuple[str, str]]:
 def first_study(tmp_path_factory):
     """A folder with results/first_study built by ``snakemake --cores 2`` (seconds)."""
     work = tmp_path_factory.mktemp("docs")
-    (work / "config.yaml").write_text(yaml.safe_dump({"studies": {"first_study": FIRST_STUDY}}, sort_keys=False))
+    config = {
+        "studies": {"first_study": FIRST_STUDY, "first_sweep": FIRST_SWEEP},
+        "select": ["first_study", "first_sweep"],
+    }
+    (work / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     bin_ = Path(sys.executable).parent
     cmd = [str(bin_ / "snakemake"), "-s", str(ROOT / "Snakefile"), "-d", str(work), "--cores", "2"]
     cmd += ["--configfile", str(work / "config.yaml")]

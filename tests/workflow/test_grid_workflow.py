@@ -62,8 +62,7 @@ def test_a_sweep_study_is_opt_in_and_built_by_the_sweep_target(tmp_path):
     sweep = {
         "kind": "sweep",
         "problem": "planar_pendulum",
-        "grid": {"theta_dot0": [1.0, 1.9]},
-        "backend": "numpy",
+        "grid": {"theta_dot0": [1.0, 1.9]},  # save: summary (a sweep's default): the compiled ensemble loop
         "methods": [{"k": 2, "s": 2}],
         "t_end": 1,
         "h": [0.1, 0.05],

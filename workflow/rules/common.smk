@@ -143,8 +143,13 @@ def damaged_runs(name):
     path = layout.manifest_path(RESULTS, name)
     try:
         with open(path) as fh:
-            jobs = json.load(fh)["jobs"]
-    except (OSError, ValueError, KeyError):
+            manifest = json.load(fh)
+        if manifest.get("save") == "summary":  # one sharded store: its shards (hbvm_workflow.shards)
+            from hbvm_workflow.shards import damaged_shards
+
+            return damaged_shards(manifest, os.path.dirname(path))
+        jobs = manifest["jobs"]
+    except (OSError, ValueError, KeyError, AttributeError):
         return []
     out = []
     for j in jobs:

@@ -99,43 +99,69 @@ def batch_key(batch: list) -> str:
     return f"solve-{first.study}-{first.label}-h{first.h!r}{more}-{digest}"
 
 
-def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: dict, threads: int) -> list[str]:
-    """Every run of ``todo`` on one cluster; results into ``summaries``; returns the runs that raised."""
+def compute(
+    todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: dict, threads: int, shards: list | None = None
+) -> list[str]:
+    """Every run of ``todo`` and every shard of ``shards`` (``hbvm_workflow.shards.shard_spec``: one Dask task
+    each) on one cluster; results into ``summaries``; returns the runs and shards that raised."""
     from distributed import as_completed
 
     from hbvm_workflow.cluster import _problem_module, dask_client, forks_local_workers, ship_problem_module
     from hbvm_workflow.cluster import describe as where
     from hbvm_workflow.jobs import FILE_ONLY, Progress, plural, tell_studies
+    from hbvm_workflow.shard_worker import cold_ensembles, solve_shard
+    from hbvm_workflow.shard_worker import warm_up as warm_up_ensembles
+    from hbvm_workflow.shards import shard_key
     from hbvm_workflow.storage import clean_temporaries
     from hbvm_workflow.worker import solve_batch, warm_up
 
+    shards = shards or []
     # facts of the whole job: one line each on stderr (and in each study's log)
-    names = {j.study for j in todo}
+    names = {j.study for j in todo} | {spec["study"] for spec in shards}
     tell_studies(logs, names, f"computing on {where(dask_cfg, threads)}")
     if forks_local_workers(dask_cfg):
         t1 = time.perf_counter()
-        n = warm_up(todo, processes=threads)
+        # (the ensemble loops: each worker loads its own from the kernel cache; warming them here would cost a
+        # process start each, more than a load -- hbvm_workflow.shard_worker.warm_up does it for a cold cache)
+        n = warm_up(todo, processes=threads) + (warm_up_ensembles(shards, threads) if cold_ensembles(shards) else 0)
         dt = time.perf_counter() - t1
         pairs = plural(n, "(problem, method) pair")
         tell_studies(logs, names, f"kernels of {pairs} ready in {dt:.1f} s (the forked workers inherit)")
-    batches = cut(todo, dask_cfg, threads)
+    batches = cut(todo, dask_cfg, threads) if todo else []
     tasks = plural(len(batches), "Dask task")
-    tell_studies(logs, names, f"{plural(len(todo), 'run')} in {tasks} (batched by estimated work)")
+    if todo:
+        tell_studies(
+            logs, {j.study for j in todo}, f"{plural(len(todo), 'run')} in {tasks} (batched by estimated work)"
+        )
+    for name in {spec["study"] for spec in shards}:
+        mine = [spec for spec in shards if spec["study"] == name]
+        runs = sum(len(spec["compute"]) for spec in mine)
+        tell_studies(
+            logs, {name}, f"{plural(runs, 'run')} to integrate in {plural(len(mine), 'shard')} (a Dask task each)"
+        )
     errors = []
     count = {name: 0 for name in studies}
     total = {name: sum(j.study == name for j in todo) for name in studies}
+    n_tasks = len(batches) + len(shards)
+    runs_total = len(todo) + sum(spec["stop"] - spec["start"] for spec in shards)
     with (
-        dask_client(dask_cfg, threads=min(threads, len(batches)), tasks=len(batches)) as client,
-        Progress(len(todo)) as progress,
+        dask_client(dask_cfg, threads=min(threads, n_tasks), tasks=n_tasks) as client,
+        Progress(runs_total) as progress,
     ):
         if not forks_local_workers(dask_cfg):  # forked workers inherit our sys.path
-            for problem_entry in sorted({job.problem for job in todo if isinstance(job.problem, str)}):
+            # (study, problem entry) and (study, method module) of the runs and of the shards
+            problems = {(j.study, j.problem) for j in todo if isinstance(j.problem, str)}
+            problems |= {(sp["study"], p["problem"]) for sp in shards for p in sp["problems"].values()
+                         if isinstance(p["problem"], str)}  # fmt: skip
+            methods = {(j.study, j.method_module) for j in todo if j.method_module}
+            methods |= {(sp["study"], m["module"]) for sp in shards for m in sp["methods"].values() if m["module"]}
+            for problem_entry in sorted({entry for _, entry in problems}):
                 shipped = ship_problem_module(client, problem_entry)
-                for name in {j.study for j in todo if j.problem == problem_entry} if shipped else ():
+                for name in {n for n, entry in problems if entry == problem_entry} if shipped else ():
                     logs[name].info(f"problem module {shipped} uploaded to the workers")
-            for module in sorted({job.method_module for job in todo} - {""}):  # config: method_modules
+            for module in sorted({mod for _, mod in methods}):  # config: method_modules
                 shipped = ship_problem_module(client, f"{module}:")
-                for name in {j.study for j in todo if j.method_module == module} if shipped else ():
+                for name in {n for n, mod in methods if mod == module} if shipped else ():
                     logs[name].info(f"method module {shipped} uploaded to the workers")
         entries = {job.problem for job in todo if isinstance(job.problem, str)}  # a mapping (expressions) has no module
         modules = {entry: (_problem_module(entry) or ("", ""))[1] for entry in entries}
@@ -157,7 +183,29 @@ def compute(todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: di
             ): batch
             for batch in batches
         }
-        for fut in as_completed(futures):
+        retries = int(dask_cfg.get("retries", 2))
+        shard_futures = {
+            client.submit(solve_shard, spec, key=shard_key(spec), retries=retries, pure=False): spec for spec in shards
+        }
+        for fut in as_completed([*futures, *shard_futures]):
+            if fut in shard_futures:
+                spec = shard_futures[fut]
+                name, log = spec["study"], logs[spec["study"]]
+                try:
+                    res = fut.result()
+                except Exception as exc:  # a bug, or a lost worker after the retries: the shard is reported
+                    errors.append(f"{name}: shard {spec['slot']}: {type(exc).__name__}: {exc}")
+                    log.error(f"shard {spec['slot']}: ERROR {type(exc).__name__}: {exc}", extra=FILE_ONLY)
+                    progress.update(failed=True)
+                    continue
+                summaries[name].setdefault("shards", []).append(res)
+                log.info(
+                    f"shard {res['slot']}: {res['computed']} integrated, {res['copied']} copied, {res['failed']} "
+                    f"failed, {res['wall_s']:.2f} s ({res['backend']})",
+                    extra=FILE_ONLY,
+                )
+                progress.update(failed=bool(res["failed"]), runs=spec["stop"] - spec["start"])
+                continue
             batch = futures[fut]
             try:
                 results = fut.result()
@@ -221,6 +269,31 @@ def write_manifest(study, summary: dict, path: str) -> dict:
     return manifest
 
 
+def write_shard_manifest(study, table, summary: dict, path: str) -> dict:
+    """results/<study>/solve.json of a sharded study (``save: summary``): its store, each shard's record, and how
+    many runs were integrated, copied from an earlier store, reused in complete shards, and failed."""
+    from hbvm_workflow.shards import finish, manifest_entry
+
+    finish(study)  # every shard complete: an earlier store of other runs is removed
+    done = summary.get("shards", [])
+    entry = manifest_entry(study, table)
+    manifest = {
+        "study": study.name,
+        "save": "summary",
+        **entry,
+        "computed": sum(r["computed"] for r in done),
+        "copied": sum(r["copied"] for r in done),
+        "reused": summary["reused"],
+        "failed": sum(s["failed"] or 0 for s in entry["shards"]),
+    }
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(manifest, fh, indent=1)
+        fh.write("\n")
+    os.replace(tmp, path)
+    return manifest
+
+
 def write_runs_marker(study) -> None:
     """results/<study>/.runs-<digest> (hbvm_workflow.layout.runs_marker): the set of runs the manifest is of;
     the study's markers of other sets are removed."""
@@ -231,8 +304,10 @@ def write_runs_marker(study) -> None:
     for name in os.listdir(study.dir):
         if name.startswith(prefix) and name != os.path.basename(path):
             os.remove(os.path.join(study.dir, name))
+    # the runs' hashes (a sharded study: their number; the store holds each run's hash as a coordinate)
+    runs = {"runs": len(study.jobs)} if study.cfg.get("save") == "summary" else study.job_hashes()
     with open(path + ".tmp", "w") as fh:
-        json.dump(study.job_hashes(), fh)
+        json.dump(runs, fh)
         fh.write("\n")
     os.replace(path + ".tmp", path)
 
@@ -262,18 +337,33 @@ def solve(smk, names: list) -> None:
         expected = found if runs_marker(study.results, name, found) in markers else getattr(smk.params, "runs", None)
         check_planned(study, "its runs", expected, found)
 
+    from hbvm_workflow import shards as sharded
+
     retry_failed = bool(config.get("retry_failed", False))
-    todo, summaries = [], {}
+    todo, summaries, specs, tables = [], {}, [], {}
     for name, study in studies.items():
+        if study.cfg.get("save") == "summary":  # one sharded store (hbvm_workflow.shards)
+            tables[name], pending, summaries[name] = sharded.prepare(study, retry_failed, logs[name])
+            specs += [sharded.shard_spec(study, tables[name], shard) for shard in pending]
+            continue
         pending, summaries[name] = reuse(study, retry_failed, logs[name])
         todo += pending
-    errors = compute(todo, studies, logs, summaries, config.get("dask") or {}, smk.threads) if todo else []
+    dask_cfg = config.get("dask") or {}
+    errors = compute(todo, studies, logs, summaries, dask_cfg, smk.threads, specs) if todo or specs else []
     if errors:  # one line (the solve step's log has every run's): no traceback on the terminal
         from hbvm_core.errors import HBVMError
 
         raise HBVMError(f"{len(errors)} run(s) raised: " + "; ".join(errors))
 
     for name, study in studies.items():
+        if name in tables:
+            m = write_shard_manifest(study, tables[name], summaries[name], manifests[name])
+            write_runs_marker(study)
+            logs[name].info(
+                f"done in {time.perf_counter() - t0:.1f} s: {m['computed']} computed, {m['copied']} copied, "
+                f"{m['reused']} reused, {m['failed']} failed"
+            )
+            continue
         m = write_manifest(study, summaries[name], manifests[name])
         write_runs_marker(study)
         logs[name].info(

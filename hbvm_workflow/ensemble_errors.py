@@ -1,0 +1,252 @@
+"""Errors and rates of a ``save: summary`` study over its run dimension at once (docs/method.md section 5).
+
+The runs are read from the study's sharded store (``shards.read_all``) as arrays; per problem instance (grid
+combination) the reference (``hbvm_core.references.reference_solution``: the closed form, or the reference
+ODE) is evaluated once at every distinct sample time of its runs, then for every run at once:
+
+e_s  = max over its sample points of ||y_n - y_ref(t_n)||          (the convention's norm)
+e_hc = max over its sample points of ||G(q_n)^T M^-1 p_n||         (hc_norm, else the norm)
+e_H  = H_error, e_g = max_i g_error_i                              (over the saved points: the sample points
+                                                                    and the final one)
+e_lambda: not computed (NaN): a summary keeps the multiplier of the last step only.
+
+Rates between consecutive rows of one method and combination (h decreasing) as ``hbvm_core.metrics.rates``,
+none between two errors at the round-off floor (``metrics.at_roundoff``'s rule, vectorised). errors.csv,
+errors.zarr and timings.csv have the columns and layout of a study of run stores (``tables.compute_errors``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hbvm_core.metrics import ROUNDOFF_ULPS
+
+from .layout import COLUMNS, EXTRA, TIMINGS, shard_store
+from .storage import ResultsMismatchError
+from .study import Study
+
+#: kernels/rules.py's status codes, as a failed row's ``error`` names them
+STATUS_WORDS = {1: "no convergence", 2: "diverged", 3: "singular", 4: "non-finite state"}
+
+
+def _norm(x: np.ndarray, norm) -> np.ndarray:
+    """Norm over the last axis (1, 2 or inf) of x."""
+    if x.shape[-1] == 0:
+        return np.zeros(x.shape[:-1])
+    if norm == "inf":
+        return np.max(np.abs(x), axis=-1)
+    return np.linalg.norm(x, ord=norm, axis=-1)
+
+
+def sample_mask(n_saved: np.ndarray, N: np.ndarray, se: np.ndarray, S: int, sample) -> np.ndarray:
+    """[run, point]: the saved points that are sample times of the convention's ``sample`` (point j of a run is
+    step j * sample_every, for j <= N // sample_every; the extra last point of a run whose N is not a multiple is
+    the final state only; ``periods`` leaves out t = 0)."""
+    j = np.arange(S)[None, :]
+    mask = (j < n_saved[:, None]) & (j <= (N // se)[:, None])
+    if sample == "periods":
+        mask &= j >= 1
+    return mask
+
+
+def summary_columns(study: Study) -> dict[str, np.ndarray]:
+    """The columns of errors.csv of a sharded study (COLUMNS + EXTRA + the grid keys) as arrays, plan order, and
+    the round-off flags and ``wall_s`` of errors.zarr."""
+    from hbvm_core.references import reference_solution
+
+    from .shards import read_all, run_table
+
+    path = shard_store(study.results, study.name)
+    attrs, a = read_all(path)
+    table = run_table(study)
+    if not (np.array_equal(a["hash"], table.hash) and np.array_equal(a["sample_every"], table.sample_every)):
+        raise ResultsMismatchError(f"{path}: holds other runs than study {study.name!r} plans; run the solve step")
+    R, S, m = table.runs, attrs["S"], attrs["m"]
+    counts = a["counts"]
+    status, fail_step, steps_done, iterations, n_saved = (counts[:, i] for i in (0, 1, 2, 3, 5))
+    y, t = a["y"], a["t"]
+    c = study.convention
+    mask = sample_mask(n_saved, table.N, table.sample_every, S, c.sample)
+    ok = status == 0
+    e_s, e_hc = np.full(R, np.nan), np.full(R, np.nan)
+    valid = np.arange(S)[None, :] < n_saved[:, None]
+    scale = np.maximum(1.0, np.nanmax(np.where(valid[..., None], np.abs(y), 0.0), axis=(1, 2), initial=0.0))
+    instances = study.instances or [study.instance_of("")]
+    hc_norm = c.norm if c.hc_norm is None else c.hc_norm
+    for ci, inst in enumerate(instances):
+        rows = np.flatnonzero((table.combo == ci) & ok)
+        if not rows.size:
+            continue
+        pm = mask[rows]
+        ri, pj = np.nonzero(pm)
+        yq = y[rows[ri], pj]  # [points, 2m]
+        problem = inst.problem
+        hc = _norm(problem.hidden_constraint(yq[:, :m], yq[:, m:]), hc_norm)
+        e_hc[rows] = _max_per_run(hc, ri, rows.size)
+        if study.reference == "none":
+            continue
+        times, inverse = np.unique(t[rows[ri], pj], return_inverse=True)
+        kind = c.reference_kind if c.reference == "reference" else "exact"
+        if kind == "auto":
+            kind = "ode" if problem.exact is None else "exact"
+        q_ref, p_ref, _ = reference_solution(problem, times, reference_kind=kind)
+        y_ref = np.concatenate([q_ref, p_ref], axis=1)[inverse]
+        e_s[rows] = _max_per_run(_norm(yq - y_ref, c.norm), ri, rows.size)
+    scalars = a["scalars"]
+    nu = attrs["nu"]
+    e_H = np.where(ok, scalars[:, 0], np.nan)
+    e_g = np.where(ok, np.max(scalars[:, 1 : 1 + nu], axis=1, initial=0.0), np.nan)
+    with np.errstate(all="ignore"):
+        mean_it = np.where(ok, iterations / np.maximum(steps_done, 1), np.nan)
+    nan = np.full(R, np.nan)
+    cols: dict[str, np.ndarray] = {"e_s": e_s, "e_lambda": nan.copy(), "e_H": e_H, "e_g": e_g, "e_hc": e_hc}
+    block = table.scheme.astype(np.int64) * (len(instances) + 1) + table.combo
+    for rate, e, sc in (("rate_s", "e_s", scale), ("rate_lambda", "e_lambda", scale), ("rate_hc", "e_hc", scale**2)):
+        cols[rate], cols[f"roundoff_{rate[5:]}"] = _rates(table.h, cols[e], block, sc)
+    methods = study.methods
+    cols.update(
+        problem=np.full(R, study.problem, dtype=object),
+        k=np.array([methods[i].k for i in range(len(methods))], dtype=object)[table.scheme],
+        s=np.array([methods[i].s for i in range(len(methods))], dtype=object)[table.scheme],
+        h=table.h,
+        steps=table.N,
+        mean_iterations=mean_it,
+        study=np.full(R, study.name, dtype=object),
+        method=np.array([sm.label for sm in methods], dtype=object)[table.scheme],
+        name=np.array([sm.name for sm in methods], dtype=object)[table.scheme],
+        n=np.where(table.n >= 0, table.n, None).astype(object) if (table.n < 0).any() else table.n,
+        t_end=np.array([inst.t_end for inst in instances])[table.combo],
+        status=np.where(ok, "ok", "failed").astype(object),
+        error=_errors(status, fail_step),
+    )
+    for key in study.grid:
+        cols[key] = np.array([inst.values[key] for inst in instances], dtype=object)[table.combo]
+    cols["wall_s"] = _wall(path, table)
+    cols["combo_index"] = table.combo
+    return cols
+
+
+def _max_per_run(values: np.ndarray, run: np.ndarray, runs: int) -> np.ndarray:
+    """max of ``values`` per run (``run``: the run of each value, sorted), 0 for a run without points."""
+    out = np.zeros(runs)
+    np.maximum.at(out, run, values)
+    return out
+
+
+def _rates(h: np.ndarray, e: np.ndarray, block: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rate, round-off flag) of each row against the previous row of its block (``metrics.rates``; no rate where
+    both errors are at most ROUNDOFF_ULPS eps times the larger scale of the two: ``metrics.at_roundoff``)."""
+    rate = np.full(e.shape, np.nan)
+    flag = np.zeros(e.shape, dtype=bool)
+    if e.size < 2:
+        return rate, flag
+    same = block[1:] == block[:-1]
+    e0, e1 = e[:-1], e[1:]
+    with np.errstate(all="ignore"):
+        r = np.log(e0 / e1) / np.log(h[:-1] / h[1:])
+    floor = ROUNDOFF_ULPS * np.finfo(float).eps * np.maximum(scale[:-1], scale[1:])
+    at_floor = same & np.isfinite(e0) & np.isfinite(e1) & (e0 <= floor) & (e1 <= floor)
+    good = same & np.isfinite(r) & (e0 > 0) & (e1 > 0) & ~at_floor
+    rate[1:][good] = r[good]
+    flag[1:] = at_floor
+    return rate, flag
+
+
+def _errors(status: np.ndarray, fail_step: np.ndarray) -> np.ndarray:
+    """The ``error`` column: "" for a run that completed, else its status in words and the failing step."""
+    out = np.full(status.shape, "", dtype=object)
+    for i in np.flatnonzero(status != 0):
+        out[i] = f"step {int(fail_step[i])}: {STATUS_WORDS.get(int(status[i]), f'status {int(status[i])}')}"
+    return out
+
+
+def _wall(path: str, table) -> np.ndarray:
+    """Each run's share of its shard's wall time (the shard's record), NaN where not recorded."""
+    from .shards import read_record
+
+    out = np.full(table.runs, np.nan)
+    for slot, (a, b) in enumerate(table.slots()):
+        rec = read_record(path, slot) or {}
+        if rec.get("wall_s") is not None and rec.get("computed"):
+            out[a:b] = float(rec["wall_s"]) / (b - a)
+    return out
+
+
+def write_columns(cols: dict[str, np.ndarray], path: str, columns: tuple[str, ...]) -> None:
+    """A CSV of the columns (as ``tables.write_csv`` writes rows: floats by repr, missing numbers empty),
+    written atomically."""
+    import os
+
+    import pandas as pd
+
+    frame = pd.DataFrame({c: cols[c] for c in columns})
+    for c in columns:
+        if frame[c].dtype == float:
+            frame[c] = frame[c].where(np.isfinite(frame[c]))
+    tmp = path + ".tmp"
+    frame.to_csv(tmp, index=False, na_rep="", lineterminator="\n")
+    os.replace(tmp, path)
+
+
+def summary_dataset(study: Study, cols: dict[str, np.ndarray]):
+    """errors.zarr's Dataset over (scheme, h, *grid) from the columns (``tables.dense_errors_dataset``)."""
+    from .tables import NUMERIC, ROUNDOFF, STATUS, dense_errors_dataset
+
+    instances = study.instances or [study.instance_of("")]
+    hs = sorted(set(cols["h"].tolist()), reverse=True)
+    hi = {h: j for j, h in enumerate(hs)}
+    scheme = {sm.label: i for i, sm in enumerate(study.methods)}
+    at = [np.array([scheme[x] for x in cols["method"]]), np.array([hi[x] for x in cols["h"].tolist()])]
+    for key, values in study.grid.items():
+        index = np.array([values.index(inst.values[key]) for inst in instances])
+        at.append(index[cols["combo_index"]])
+    shape = (len(study.methods), len(hs), *(len(v) for v in study.grid.values()))
+    idx = tuple(at)
+    data = {}
+    for c in NUMERIC + ("wall_s",):
+        arr = np.full(shape, np.nan)
+        arr[idx] = np.asarray(cols[c], dtype=float)
+        data[c] = arr
+    flags = {}
+    for f in ROUNDOFF.values():
+        arr = np.zeros(shape, dtype=bool)
+        arr[idx] = cols[f]
+        flags[f] = arr
+    status = np.full(shape, -1, dtype="i1")
+    status[idx] = np.where(cols["status"] == "ok", STATUS["ok"], STATUS["failed"])
+    nval = np.full(shape, -1, dtype="i8")
+    n = np.array([-1 if v is None else int(v) for v in cols["n"]])
+    nval[idx] = n
+    host = np.full(shape, "", dtype=object)
+    by_h: dict[float, set] = {}
+    for h, v in zip(cols["h"].tolist(), n.tolist()):
+        by_h.setdefault(h, set()).add(None if v < 0 else v)
+    return dense_errors_dataset(study, hs, data, flags, status, host, nval, by_h)
+
+
+def compute_summary_errors(study: Study, out_zarr: str, out_csv: str, out_timings: str) -> list[dict]:
+    """errors.zarr, errors.csv and timings.csv of a sharded study; returns a short list of row summaries
+    ({"status"} per row: what the aggregate step counts)."""
+    from .layout import tmp_dir
+    from .storage import write_dataset
+
+    cols = summary_columns(study)
+    write_dataset(summary_dataset(study, cols), out_zarr, tmp_dir=tmp_dir(study.results, study.name))
+    grid = tuple(study.grid)
+    write_columns(cols, out_csv, COLUMNS + EXTRA + grid)
+    R = len(cols["h"])
+    timing = {
+        "study": cols["study"],
+        "method": cols["method"],
+        "name": cols["name"],
+        "h": cols["h"],
+        "steps": cols["steps"],
+        "wall_s": cols["wall_s"],
+        "backend": np.full(R, "numba", dtype=object),
+        "worker": np.full(R, "", dtype=object),
+        "host": np.full(R, "", dtype=object),
+        "status": cols["status"],
+        **{key: cols[key] for key in grid},
+    }
+    write_columns(timing, out_timings, TIMINGS + grid)
+    return [{"status": s} for s in cols["status"]]

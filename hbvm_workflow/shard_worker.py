@@ -1,0 +1,186 @@
+"""What a Dask worker runs for a shard of a ``save: summary`` study (``shards.py``: the store it writes).
+
+``solve_shard`` copies the rows of runs an earlier store holds, integrates the others by
+``hbvm_core.integrate_ensemble`` (one call per method and compiled loop), and writes the shard's rows of every
+array, then its record (``shards.write_shard``). ``warm_up`` compiles the ensemble loops of a cold kernel cache
+before a local cluster starts its workers.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from typing import Any
+
+import numpy as np
+
+from .shards import COUNTS, read_rows, remove_record, write_shard
+from .storage import StoreError
+
+_PROBLEMS: dict[str, Any] = {}
+
+
+def _problem(p: dict):
+    """A shard's problem of one grid combination, built once per worker and checked against the planned identity."""
+    from hbvm_core.checks import derivative_checks
+    from hbvm_core.fingerprint import problem_mismatch
+    from hbvm_core.problems import get_problem
+
+    from .worker import WorkerError
+
+    key = json.dumps([p["problem"], p["params"], p["structure"]], sort_keys=True, default=repr)
+    if key not in _PROBLEMS:
+        with derivative_checks(False):  # checked when the study was expanded
+            problem = get_problem(p["problem"], **p["params"])
+        if p["structure"]:
+            why = problem_mismatch(problem, p["structure"], json.loads(p["probe"]) if p["probe"] else None)
+            if why is not None:
+                raise WorkerError(
+                    f"{p['where']}: the problem on host {platform.node()} is not the one planned ({why}); run again"
+                )
+        _PROBLEMS[key] = problem
+    return _PROBLEMS[key]
+
+
+def loop_key(problem) -> tuple:
+    """What decides the compiled loop of a problem (``hbvm_core.ensemble.structure_key``): runs with one key and
+    one method share an ensemble call."""
+    from hbvm_core.ensemble import structure_key
+
+    return structure_key(problem)
+
+
+def solve_shard(spec: dict) -> dict:
+    """Compute one shard into the study's sharded store (on a Dask worker): copy the rows of ``sources``,
+    integrate the rows of ``compute`` by ``hbvm_core.integrate_ensemble`` (one call per method: the runs of a
+    method share its compiled loop), write the shard's rows of every data array, then its record. Returns
+    {"slot", "computed", "copied", "failed", "wall_s", "backend", "host"}."""
+    from hbvm_core import integrate_ensemble
+    from hbvm_core.methods import load_method_modules, method_from_entry
+
+    t0 = time.perf_counter()
+    store, slot, a, b = spec["store"], spec["slot"], spec["start"], spec["stop"]
+    remove_record(store, slot)  # from here until the record is written again the shard is incomplete
+    n, S, m, nu = b - a, spec["S"], spec["m"], spec["nu"]
+    counts = np.full((n, len(COUNTS)), -1, dtype=np.int64)
+    scalars = np.full((n, 1 + 2 * nu), np.nan)
+    t = np.full((n, S), np.nan)
+    y = np.full((n, S, 2 * m), np.nan)
+    out = {"counts": counts, "scalars": scalars, "t": t, "y": y}
+    for src in spec["sources"]:
+        for name, arr in out.items():
+            arr[src["dst"]] = read_rows(src["store"], name, src["src"])
+    compute = np.asarray(spec["compute"], dtype=np.int64)
+    backends = set()
+    # one call per method and compiled loop (a grid value may build a problem of other compiled callbacks, e.g. a
+    # factory's published problem at its defaults)
+    loop = {c: loop_key(_problem(p)) for c, p in spec["problems"].items()}
+    keys = sorted(set(loop.values()), key=repr)
+    group_of = np.array([keys.index(loop[int(c)]) for c in spec["combo"][compute]], dtype=np.int64)
+    scheme_of = spec["scheme"][compute].astype(np.int64)
+    for i, g in sorted(set(zip(scheme_of.tolist(), group_of.tolist()))):
+        rows = compute[(scheme_of == i) & (group_of == g)]
+        meth = spec["methods"][i]
+        if meth["module"]:
+            load_method_modules([meth["module"]])
+        method = method_from_entry(meth["entry"])
+        problems = [_problem(spec["problems"][c]) for c in spec["combo"][rows].tolist()]
+        res = integrate_ensemble(
+            problems,
+            method,
+            spec["h"][rows],
+            spec["N"][rows],
+            sample_every=spec["sample_every"][rows],
+            compensated=spec["compensated"],
+            backend="numba",
+        )
+        backends.add(res.backend)
+        k = res.t.shape[1]
+        if k > S:
+            raise StoreError(store, "t", f"shard {slot}: {k} saved points, the store has room for {S}")
+        counts[rows] = np.stack([np.asarray(getattr(res, c), dtype=np.int64) for c in COUNTS], axis=1)
+        scalars[rows, 0] = res.H_error
+        scalars[rows, 1 : 1 + nu] = res.g_error
+        scalars[rows, 1 + nu :] = res.lam
+        t[rows, :k] = res.t
+        y[rows, :k, :m] = res.q
+        y[rows, :k, m:] = res.p
+    wall = time.perf_counter() - t0
+    result = {
+        "slot": slot,
+        "computed": int(compute.size),
+        "copied": int(n - compute.size),
+        "failed": int(np.count_nonzero(counts[:, 0] != 0)),
+        "wall_s": wall,
+        "backend": ",".join(sorted(backends)) or "copied",
+        "host": platform.node(),
+    }
+    write_shard(store, slot, a, out, spec["digest"], result)
+    return result
+
+
+def warm_up(specs: list[dict], processes: int = 1) -> int:
+    """Compile (or find in the kernel cache) the ensemble loop of each (method, problem structure) of ``specs`` by a
+    one-step run in ``processes`` fresh processes (spawned: a process that ran a parallel loop must not fork
+    Dask's workers), so that the workers load the loops from the disk cache; returns how many. A failure is left
+    to the shard tasks, which report it."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    distinct: dict[str, tuple] = {}
+    loops: dict[str, tuple] = {}
+    for spec in specs:
+        compute = np.asarray(spec["compute"], dtype=np.int64)
+        for i, c in set(zip(spec["scheme"][compute].tolist(), spec["combo"][compute].tolist())):
+            problem = spec["problems"][c]
+            pkey = json.dumps([problem["problem"], problem["params"]], sort_keys=True, default=repr)
+            if pkey not in loops:
+                try:
+                    loops[pkey] = loop_key(_problem(problem))
+                except Exception:  # noqa: BLE001 - the shard task reports it
+                    loops[pkey] = (pkey,)
+            key = json.dumps([spec["methods"][i]["entry"], repr(loops[pkey])], sort_keys=True)
+            distinct.setdefault(key, (spec["methods"][i], problem, float(spec["h"][0])))
+    if not distinct:
+        return 0
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=max(1, min(processes, len(distinct))), mp_context=ctx) as pool:
+        list(pool.map(_warm_one, distinct.values()))
+    return len(distinct)
+
+
+def _warm_one(item: tuple) -> None:
+    from hbvm_core import integrate_ensemble
+    from hbvm_core.methods import load_method_modules, method_from_entry
+
+    meth, problem, h = item
+    try:
+        if meth["module"]:
+            load_method_modules([meth["module"]])
+        integrate_ensemble([_problem(problem)], method_from_entry(meth["entry"]), h, 1, backend="numba")
+    except Exception:  # noqa: BLE001 - the shard task reports it
+        pass
+
+
+def cold_ensembles(specs: list[dict]) -> bool:
+    """Whether a loop of the shards' (method, problem) pairs is not in the kernel cache yet
+    (``hbvm_core.kernels.uncached_loop``): then ``warm_up`` compiles them before the workers start."""
+    from hbvm_core.kernels import uncached_loop
+    from hbvm_core.methods import method_from_entry
+
+    seen = set()
+    for spec in specs:
+        compute = np.asarray(spec["compute"], dtype=np.int64)
+        for i, c in set(zip(spec["scheme"][compute].tolist(), spec["combo"][compute].tolist())):
+            try:
+                problem = _problem(spec["problems"][c])
+                key = (json.dumps(spec["methods"][i]["entry"], sort_keys=True), loop_key(problem))
+                if key in seen:
+                    continue
+                seen.add(key)
+                if uncached_loop(method_from_entry(spec["methods"][i]["entry"]), problem) is not None:
+                    return True
+            except Exception:  # noqa: BLE001 - the shard task reports it
+                continue
+    return False

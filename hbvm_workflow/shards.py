@@ -1,0 +1,626 @@
+"""The sharded store of a ``save: summary`` study: all its runs in one Zarr v3 store, one shard per task.
+
+``results/<study>/runs.zarr`` (``layout.shard_store``) holds the study's runs along the dimension ``run``, in
+the order of the plan (method, grid combination, h decreasing):
+
+- coordinates, written once by the solve step when it creates the store (``create``): ``hash`` (the run's
+  identity ``Job.hash``, its 16 hex digits as a uint64), ``scheme`` (an index into the attribute ``schemes``,
+  the method labels), ``combo`` (an index into ``combos``, the grid values), ``h``, ``n`` (-1: none), ``N``
+  (steps) and ``sample_every`` (the steps between saved points);
+- the summary of each run, written by the shard tasks (``shard_worker.solve_shard``) as ``hbvm_core.integrate_ensemble``
+  returns it, packed into four arrays so that a shard is four files: ``counts`` int64 [run, 6] (``COUNTS``:
+  status, fail_step, steps, iterations, max_iterations, n_saved), ``scalars`` float64 [run, 1 + 2 nu]
+  (H_error, g_error per constraint, the multiplier of the last step), ``t`` [run, point] and ``y``
+  [run, point, 2m] (q, then p, at the saved points: the sample times of the study's errors and the final
+  point; NaN beyond n_saved).
+
+Every array is sharded along ``run`` by ``shard_runs`` rows (Zarr's sharding codec: one file per array and
+shard), in inner chunks of ``CHUNK_RUNS`` rows, each compressed and ending with a CRC-32C checksum
+(``storage.compressors``). Shard ``slot`` covers the rows ``[slot * shard_runs, (slot + 1) * shard_runs)``.
+
+Completeness: a shard is complete when its record ``<store>/shards/<slot>.json`` (``layout.shard_record``)
+exists and names the digest of its runs' hashes. A task removes the record first, writes its shard's files,
+then the record (a temporary file renamed): a killed task leaves a shard without a record, which the next
+solve computes again; a store that exists always has its metadata and coordinates (it is created under
+``.tmp`` and renamed into place). Reuse (``prepare``) is per shard by the identity of its runs; a shard whose
+chunks fail their checksums is set aside (its files moved to ``<study>/.tmp/damaged/``) and computed again. When
+the study's runs change (a grid value added, an h changed), a new store is made and the old one kept as
+``runs.previous.zarr`` until the new one is complete: a task copies the rows of runs already computed there
+(by hash) and integrates only the others.
+
+Stores are data: nothing read from one is imported or called; the problems and methods come from the plan.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .layout import SHARD_RECORDS, previous_shard_store, shard_record, shard_store, tmp_dir
+from .storage import DAMAGED_DIR, TMP_DIR, MissingStoreError, StoreError, compressors, new_temporary, remove_path
+
+FORMAT = "hbvm-shards/1"
+#: the columns of ``counts``, as EnsembleResult names them
+COUNTS = ("status", "fail_step", "steps", "iterations", "max_iterations", "n_saved")
+#: the arrays a shard task writes (one file per shard each)
+DATA = ("counts", "scalars", "t", "y")
+#: the coordinates the solve step writes when it creates the store
+COORDS = ("hash", "scheme", "combo", "h", "n", "N", "sample_every")
+#: rows of an inner chunk (the unit of a read and of a checksum)
+CHUNK_RUNS = 1000
+#: the default ``shard_runs`` (schema.yaml): runs of a shard, i.e. of one Dask task and of one file per array
+SHARD_RUNS = 10000
+
+
+# --------------------------------------------------------------------------- the runs of a study as arrays
+@dataclass
+class RunTable:
+    """The runs of a ``save: summary`` study as arrays along ``run`` (plan order), and what shapes the store."""
+
+    hash: np.ndarray  # uint64
+    scheme: np.ndarray  # int16, index into schemes
+    combo: np.ndarray  # int32, index into combos
+    h: np.ndarray
+    n: np.ndarray  # int64, -1: none
+    N: np.ndarray  # int64
+    sample_every: np.ndarray  # int64
+    schemes: list[str]
+    combos: list[dict]
+    grid: list[str]
+    m: int
+    nu: int
+    shard_runs: int
+    #: saved points of the longest run (the point dimension)
+    S: int = 0
+    layout: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not self.S:
+            self.S = int(saved_points(self.N, self.sample_every).max(initial=1))
+        if not self.layout:
+            self.layout = layout_digest(self)
+
+    @property
+    def runs(self) -> int:
+        return int(self.hash.size)
+
+    def slots(self) -> list[tuple[int, int]]:
+        """[(start, stop), ...]: the rows of each shard."""
+        sr = self.shard_runs
+        return [(a, min(a + sr, self.runs)) for a in range(0, self.runs, sr)]
+
+    def digest(self, start: int, stop: int) -> str:
+        """The identity of the runs of rows [start, stop): a digest of their hashes in order."""
+        return slot_digest(self.hash[start:stop], self.sample_every[start:stop])
+
+
+def saved_points(N: np.ndarray, sample_every: np.ndarray) -> np.ndarray:
+    """Points an ensemble run saves: n = 0, sample_every, 2 sample_every, ... <= N, and N."""
+    N, se = np.asarray(N, dtype=np.int64), np.asarray(sample_every, dtype=np.int64)
+    return N // se + 1 + (N % se != 0)
+
+
+def slot_digest(hashes: np.ndarray, sample_every: np.ndarray) -> str:
+    """The identity of a block of runs: their hashes (``Job.hash``) and the steps between their saved points
+    (what a summary saves depends on the errors' sampling, which the run's hash does not hold), in order."""
+    h = np.ascontiguousarray(hashes, dtype="<u8").tobytes()
+    return hashlib.sha256(h + np.ascontiguousarray(sample_every, dtype="<i8").tobytes()).hexdigest()[:16]
+
+
+def layout_digest(table: RunTable) -> str:
+    """The identity of a store's layout: its format, shapes and every run's hash in order."""
+    shape = [FORMAT, table.runs, table.S, table.m, table.nu, table.shard_runs, CHUNK_RUNS]
+    return hashlib.sha256((json.dumps(shape) + slot_digest(table.hash, table.sample_every)).encode()).hexdigest()[:16]
+
+
+def sample_every(convention, h: np.ndarray, period: float | None) -> np.ndarray:
+    """Steps between the saved points of runs of step ``h``: the spacing of the error convention's sample times
+    over h (``errors.sample``: every step for ``all``, whole periods, or a time spacing; checked at expansion to be
+    a whole number of steps)."""
+    sample = convention.sample
+    if sample == "all":
+        return np.ones(h.shape, dtype=np.int64)
+    d = period if sample == "periods" else float(sample)
+    return np.maximum(1, np.rint(d / h)).astype(np.int64)
+
+
+def run_table(study) -> RunTable:
+    """The RunTable of a study (its jobs in plan order)."""
+    schemes = [m.label for m in study.methods]
+    si = {label: i for i, label in enumerate(schemes)}
+    instances = study.instances or [study.instance_of("")]
+    ci = {inst.key: i for i, inst in enumerate(instances)}
+    n_of = {r.job: (-1 if r.n is None else r.n) for r in study.rows}
+    if hasattr(study.jobs, "columns"):  # read from the plan as columns (plan.PlannedJobs)
+        c = study.jobs.columns()
+    else:
+        jobs = list(study.jobs.values())
+        c = {"id": [j.id for j in jobs], "label": [j.label for j in jobs], "combo": [j.combo for j in jobs],
+             "hash": [j.hash for j in jobs], "h": np.array([j.h for j in jobs], dtype=float),
+             "steps": np.array([j.steps for j in jobs], dtype=np.int64)}  # fmt: skip
+    R = len(c["id"])
+    h = np.asarray(c["h"], dtype=float)
+    m, nu = study.dims
+    return RunTable(
+        hash=np.fromiter((int(x, 16) for x in c["hash"]), dtype=np.uint64, count=R),
+        scheme=np.fromiter((si[x] for x in c["label"]), dtype=np.int16, count=R),
+        combo=np.fromiter((ci[x] for x in c["combo"]), dtype=np.int32, count=R),
+        h=h,
+        n=np.fromiter((n_of.get(x, -1) for x in c["id"]), dtype=np.int64, count=R),
+        N=np.asarray(c["steps"], dtype=np.int64),
+        sample_every=sample_every(study.convention, h, study.period),
+        schemes=schemes,
+        combos=[dict(inst.values) for inst in instances],
+        grid=list(study.grid),
+        m=int(m),
+        nu=int(nu),
+        shard_runs=int(study.cfg.get("shard_runs") or SHARD_RUNS),
+    )
+
+
+# --------------------------------------------------------------------------- the store
+def _width(name: str, table: RunTable) -> tuple[int, ...]:
+    """The shape of one run's row of a data array."""
+    return {"counts": (len(COUNTS),), "scalars": (1 + 2 * table.nu,), "t": (table.S,), "y": (table.S, 2 * table.m)}[
+        name
+    ]
+
+
+def create(path: str, table: RunTable, study: str, tmp: str) -> None:
+    """Write the store's metadata and coordinates under ``tmp`` and rename it to ``path`` (which must not
+    exist): a store at ``path`` always has them. Its shards are written by the tasks."""
+    import zarr
+
+    os.makedirs(tmp, exist_ok=True)
+    work = new_temporary(tmp, path)
+    sr, R = table.shard_runs, max(table.runs, 1)
+    chunk = min(CHUNK_RUNS, sr)
+    attrs = {
+        "format": FORMAT,
+        "study": study,
+        "layout": table.layout,
+        "runs": table.runs,
+        "shard_runs": sr,
+        "chunk_runs": chunk,
+        "S": table.S,
+        "m": table.m,
+        "nu": table.nu,
+        "schemes": table.schemes,
+        "combos": table.combos,
+        "grid": table.grid,
+        "counts": list(COUNTS),
+    }
+    try:
+        g = zarr.open_group(work, mode="w", zarr_format=3, attributes=attrs)
+        for name in DATA:
+            w = _width(name, table)
+            fill = -1 if name == "counts" else np.nan
+            dtype = "i8" if name == "counts" else "f8"
+            g.create_array(name, shape=(R, *w), chunks=(chunk, *w), shards=(sr, *w), dtype=dtype,
+                           compressors=compressors(), fill_value=fill)  # fmt: skip
+        for name in COORDS:
+            values = getattr(table, name)
+            # one shard of the whole length: one file per coordinate, written here once
+            a = g.create_array(name, shape=(R,), chunks=(min(CHUNK_RUNS, R),), shards=(R,), dtype=values.dtype,
+                               compressors=compressors(), fill_value=0)  # fmt: skip
+            if table.runs:
+                a[:] = values
+        os.makedirs(os.path.join(work, SHARD_RECORDS), exist_ok=True)
+        os.rename(work, path)
+    except BaseException:
+        remove_path(work)
+        raise
+
+
+def read_attrs(path: str) -> dict | None:
+    """The root attributes of a sharded store of this format, or None (none there, or another format)."""
+    try:
+        with open(os.path.join(path, "zarr.json")) as fh:
+            attrs = json.load(fh).get("attributes") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    return attrs if attrs.get("format") == FORMAT else None
+
+
+def read_record(store: str, slot: int) -> dict | None:
+    try:
+        with open(shard_record(store, slot)) as fh:
+            rec = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) and rec.get("format") == FORMAT else None
+
+
+def _write_record(store: str, slot: int, record: dict) -> None:
+    path = shard_record(store, slot)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump(record, fh)
+    os.replace(tmp, path)
+
+
+def remove_record(store: str, slot: int) -> None:
+    try:
+        os.remove(shard_record(store, slot))
+    except FileNotFoundError:
+        pass
+
+
+def shard_files(store: str, slot: int) -> dict[str, str]:
+    """array -> the file of shard ``slot`` of each data array."""
+    import zarr
+
+    g = zarr.open_group(store, mode="r")
+    out = {}
+    for name in DATA:
+        a = g[name]
+        key = a.metadata.encode_chunk_key((slot,) + (0,) * (a.ndim - 1))
+        out[name] = os.path.join(store, name, *key.split("/"))
+    return out
+
+
+def shard_damage(store: str, slot: int, start: int, stop: int) -> tuple[str, str] | None:
+    """(array, what) when a data array's shard ``slot`` cannot be read back intact (a missing shard file, a
+    truncated one, a chunk failing its CRC-32C checksum), else None. Reads the shard (rows [start, stop))."""
+    import zarr
+
+    g = zarr.open_group(store, mode="r")
+    files = shard_files(store, slot)
+    for name in DATA:
+        if not os.path.exists(files[name]):
+            return name, "shard file missing"
+        try:
+            g[name][start:stop]
+        except Exception as exc:  # noqa: BLE001 - any decoding failure is damage, named
+            return name, f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+    return None
+
+
+def set_aside_shard(store: str, slot: int, study_dir: str) -> list[str]:
+    """Move the files of shard ``slot`` (and its record) into ``<study>/.tmp/damaged/``; returns where they went."""
+    remove_record(store, slot)
+    out = []
+    for name, path in shard_files(store, slot).items():
+        if os.path.exists(path):
+            aside = new_temporary(os.path.join(study_dir, TMP_DIR, DAMAGED_DIR), f"{slot}-{name}")
+            os.makedirs(os.path.dirname(aside), exist_ok=True)
+            os.rename(path, aside)
+            out.append(aside)
+    return out
+
+
+def complete(store: str) -> bool:
+    """Every shard of the store has its record for its runs."""
+    attrs = read_attrs(store)
+    if attrs is None:
+        return False
+    hashes, se = _read_coord(store, "hash"), _read_coord(store, "sample_every")
+    sr = attrs["shard_runs"]
+    for slot, start in enumerate(range(0, attrs["runs"], sr)):
+        rec = read_record(store, slot)
+        if rec is None or rec.get("digest") != slot_digest(hashes[start : start + sr], se[start : start + sr]):
+            return False
+    return True
+
+
+def _read_coord(store: str, name: str) -> np.ndarray:
+    import zarr
+
+    attrs = read_attrs(store) or {}
+    a = zarr.open_group(store, mode="r")[name]
+    return np.asarray(a[: attrs.get("runs", a.shape[0])])
+
+
+# --------------------------------------------------------------------------- the solve step
+@dataclass
+class Shard:
+    """A shard to compute: its slot and rows, the rows to integrate and the rows copied from a store."""
+
+    slot: int
+    start: int
+    stop: int
+    digest: str
+    compute: np.ndarray  # local rows to integrate
+    sources: list[dict]  # {"store", "src": rows there, "dst": local rows}
+
+
+def prepare(study, retry_failed: bool, log) -> tuple[RunTable, list[Shard], dict]:
+    """The solve step's reuse: (the run table, the shards to compute, counts of the reused runs). Creates the
+    store when there is none or its runs changed (the old one kept as ``runs.previous.zarr``, the source of the
+    rows it holds); a damaged shard is set aside and logged, naming the array."""
+    from .jobs import plural
+
+    table = run_table(study)
+    path = shard_store(study.results, study.name)
+    prev = previous_shard_store(study.results, study.name)
+    attrs = read_attrs(path)
+    if attrs is None or attrs.get("layout") != table.layout or not _hashes_equal(path, table):
+        if os.path.lexists(path):
+            if os.path.lexists(prev):  # a relayout cut short before: keep the complete one of the two
+                remove_path(prev if complete(path) else path)
+            if os.path.lexists(path):
+                os.rename(path, prev)
+                log.info(f"the study's runs changed: a new {os.path.basename(path)}, reusing the rows of the old one")
+        create(path, table, study.name, tmp_dir(study.results, study.name))
+    source = _source_rows(prev, retry_failed) if os.path.lexists(prev) else {}
+    shards, reused, failed = [], 0, 0
+    for slot, (start, stop) in enumerate(table.slots()):
+        digest = table.digest(start, stop)
+        rec = read_record(path, slot)
+        compute = np.arange(stop - start)
+        sources: list[dict] = []
+        if rec is not None and rec.get("digest") == digest:
+            found = shard_damage(path, slot, start, stop)
+            if found is None:
+                status = read_rows(path, "counts", np.arange(start, stop))[:, 0]
+                bad = np.flatnonzero(status != 0)
+                if not (retry_failed and bad.size):
+                    reused += stop - start
+                    failed += int(bad.size)
+                    continue
+                ok = np.flatnonzero(status == 0)  # retry_failed: the failed runs again, the others copied
+                sources, compute = [{"store": path, "src": start + ok, "dst": ok}], bad
+            else:
+                array, what = found
+                aside = set_aside_shard(path, slot, study.dir)
+                where = f"; set aside in {os.path.dirname(aside[0])}" if aside else ""
+                log.warning(f"damaged shard {slot} of {path}: array {array}: {what}{where}; recomputing its runs")
+        if source:
+            keys = zip(table.hash[start:stop][compute].tolist(), table.sample_every[start:stop][compute].tolist())
+            src = np.array([source.get(key, -1) for key in keys], dtype=np.int64)
+            take = src >= 0
+            if take.any():
+                sources.append({"store": prev, "src": src[take], "dst": compute[take]})
+                compute = compute[~take]
+        shards.append(Shard(slot, start, stop, digest, compute, sources))
+    todo = sum(s.compute.size for s in shards)
+    copied = sum(int(src["dst"].size) for s in shards for src in s.sources)
+    log.info(
+        f"{plural(table.runs, 'run')} in {plural(len(table.slots()), 'shard')} of {table.shard_runs}: "
+        f"{reused} reused in complete shards, {copied} copied, {todo} to compute"
+    )
+    return table, shards, {"reused": reused, "copied": copied, "failed_reused": failed}
+
+
+def _hashes_equal(path: str, table: RunTable) -> bool:
+    try:
+        same = np.array_equal(_read_coord(path, "hash"), table.hash)
+        return bool(same and np.array_equal(_read_coord(path, "sample_every"), table.sample_every))
+    except Exception:  # noqa: BLE001 - a damaged coordinate: the store is made again
+        return False
+
+
+def _source_rows(store: str, retry_failed: bool) -> dict[int, int]:
+    """(hash, sample_every) -> row of the runs of a store that lie in complete, intact shards (and did not fail, with
+    ``retry_failed``): the rows a new store may copy."""
+    attrs = read_attrs(store)
+    if attrs is None:
+        return {}
+    try:
+        hashes, se = _read_coord(store, "hash"), _read_coord(store, "sample_every")
+    except Exception:  # noqa: BLE001 - a damaged old store: nothing to copy
+        return {}
+    out: dict[tuple, int] = {}
+    sr = attrs["shard_runs"]
+    for slot, start in enumerate(range(0, attrs["runs"], sr)):
+        stop = min(start + sr, attrs["runs"])
+        rec = read_record(store, slot)
+        digest = slot_digest(hashes[start:stop], se[start:stop])
+        if rec is None or rec.get("digest") != digest or shard_damage(store, slot, start, stop):
+            continue
+        rows = np.arange(start, stop)
+        if retry_failed:
+            rows = rows[read_rows(store, "counts", rows)[:, 0] == 0]
+        out.update(zip(zip(hashes[rows].tolist(), se[rows].tolist()), rows.tolist()))
+    return out
+
+
+def read_rows(store: str, name: str, rows: np.ndarray) -> np.ndarray:
+    import zarr
+
+    a = zarr.open_group(store, mode="r")[name]
+    rows = np.asarray(rows, dtype=np.int64)
+    if rows.size and np.all(np.diff(rows) == 1):
+        return np.asarray(a[int(rows[0]) : int(rows[-1]) + 1])
+    return np.asarray(a.get_orthogonal_selection((rows,) + (slice(None),) * (a.ndim - 1)))
+
+
+def shard_spec(study, table: RunTable, shard: Shard, modules: dict | None = None) -> dict:
+    """What a shard task needs (plain data: arrays, the planned problem and method entries): ``solve_shard``'s
+    argument."""
+    a, b = shard.start, shard.stop
+    rows = np.arange(a, b)[shard.compute]
+    schemes = sorted(set(table.scheme[rows].tolist()))
+    combos = sorted(set(table.combo[rows].tolist()))
+    instances = study.instances or [study.instance_of("")]
+    methods = study.methods
+    return {
+        "study": study.name,
+        "store": os.path.abspath(shard_store(study.results, study.name)),
+        "study_dir": os.path.abspath(study.dir),
+        "slot": shard.slot,
+        "start": a,
+        "stop": b,
+        "digest": shard.digest,
+        "compute": shard.compute,
+        "sources": [dict(s, store=os.path.abspath(s["store"])) for s in shard.sources],
+        "scheme": table.scheme[a:b],
+        "combo": table.combo[a:b],
+        "h": table.h[a:b],
+        "N": table.N[a:b],
+        "sample_every": table.sample_every[a:b],
+        "methods": {i: {"entry": methods[i].entry, "module": methods[i].module} for i in schemes},
+        "problems": {
+            i: {
+                "problem": study.cfg["problem"],
+                "params": instances[i].params,
+                "structure": instances[i].structure,
+                "probe": instances[i].probe,
+                "where": instances[i].where or f"studies.{study.name}",
+                "module_file": (modules or {}).get(i, ""),
+            }
+            for i in combos
+        },
+        "compensated": bool(study.cfg["compensated"]),
+        "S": table.S,
+        "m": table.m,
+        "nu": table.nu,
+    }
+
+
+def shard_key(spec: dict) -> str:
+    """The Dask key of a shard task: ``shard-<study>-<slot>-<digest>``."""
+    return f"shard-{spec['study']}-{spec['slot']}-{spec['digest']}"
+
+
+def write_shard(store: str, slot: int, start: int, arrays: dict[str, np.ndarray], digest: str, record: dict) -> None:
+    """Write the rows of shard ``slot`` (from row ``start``) of every data array (``arrays``: name -> rows), then
+    its record (``digest``: of its runs' hashes; ``record``: what else it says). Its old record is removed first."""
+    import zarr
+
+    remove_record(store, slot)
+    g = zarr.open_group(store, mode="r+")
+    n = len(arrays["counts"])
+    for name in DATA:
+        g[name][start : start + n] = arrays[name]
+    _write_record(store, slot, {"format": FORMAT, "slot": slot, "digest": digest, "runs": n, **record})
+
+
+def finish(study) -> None:
+    """After every shard of the study's store is complete: the old store of an earlier set of runs is removed."""
+    path = shard_store(study.results, study.name)
+    prev = previous_shard_store(study.results, study.name)
+    if os.path.lexists(prev) and complete(path):
+        remove_path(prev)
+
+
+def manifest_entry(study, table: RunTable) -> dict:
+    """What the manifest (solve.json) of a sharded study records: the store and each shard's record."""
+    path = shard_store(study.results, study.name)
+    shards = []
+    for slot, (a, b) in enumerate(table.slots()):
+        rec = read_record(path, slot) or {}
+        shards.append({"slot": slot, "start": a, "stop": b, "digest": rec.get("digest"),
+                       "computed": rec.get("computed"), "failed": rec.get("failed"), "wall_s": rec.get("wall_s"),
+                       "stat": signatures(path, slot)})  # fmt: skip
+    return {"store": os.path.relpath(path, study.dir), "runs": table.runs, "shards": shards}
+
+
+def signatures(store: str, slot: int) -> dict[str, list[int] | None]:
+    """array -> (size, mtime) of its file of shard ``slot`` (``storage.file_signature``): what the manifest
+    records, so that the next parse finds a changed shard by os.stat alone (``damaged_shards``)."""
+    from .storage import file_signature
+
+    return {name: file_signature(path) for name, path in shard_files(store, slot).items()}
+
+
+def damaged_shards(manifest: dict, study_dir: str) -> list[tuple[str, str, str]]:
+    """(shard, store, what) for each shard of a sharded study's manifest whose files are not the ones the solve
+    step recorded (os.stat first; a changed one is then read and its checksums checked): ``what`` names the array
+    and the damage, or is "changed" for an intact shard whose files were touched or replaced."""
+    store = os.path.join(study_dir, manifest["store"])
+    out = []
+    for entry in manifest.get("shards", []):
+        slot = entry["slot"]
+        try:
+            if entry.get("stat") == signatures(store, slot):
+                continue
+            found = shard_damage(store, slot, entry["start"], entry["stop"])
+        except Exception as exc:  # noqa: BLE001 - a store that cannot be opened at all
+            found = ("metadata", f"{type(exc).__name__}: {exc}".splitlines()[0])
+        what = "changed" if found is None else f"array {found[0]}: {found[1]}"
+        out.append((f"shard {slot}", store, what))
+    return out
+
+
+# --------------------------------------------------------------------------- reading
+def open_shards(path: str):
+    """The sharded store at ``path`` as one lazily loaded xarray Dataset over ``run`` (see ``storage.open_study``).
+
+    The index of ``run`` is a MultiIndex of ``scheme`` (the method label), the grid keys and ``h``, so that
+    ``ds.sel(scheme="hbvm_k2_s2", L=2.0, h=0.05)`` picks one run (and a partial key a block of runs); ``hash``,
+    ``n``, ``N``, ``combo`` and ``status`` are coordinates along ``run``. The data variables (``status`` ...
+    ``n_saved``, ``H_error``, ``g_error`` [run, constraint], ``lam``, ``t`` [run, point], ``q``, ``p``
+    [run, point, coordinate]) are dask arrays read on demand, every chunk checked against its CRC-32C.
+    MissingStoreError when a shard is not complete (no record for its runs)."""
+    import dask.array as da
+    import pandas as pd
+    import xarray as xr
+    import zarr
+
+    attrs = read_attrs(path)
+    if attrs is None:
+        raise MissingStoreError(f"{path}: no sharded store of format {FORMAT}")
+    R, m, nu = attrs["runs"], attrs["m"], attrs["nu"]
+    g = zarr.open_group(path, mode="r")
+    coords = {name: np.asarray(g[name][:R]) for name in COORDS}
+    sr = attrs["shard_runs"]
+    missing = [
+        slot
+        for slot, a in enumerate(range(0, R, sr))
+        if (read_record(path, slot) or {}).get("digest")
+        != slot_digest(coords["hash"][a : a + sr], coords["sample_every"][a : a + sr])
+    ]
+    if missing:
+        raise MissingStoreError(
+            f"{path}: {len(missing)} of {-(-R // sr)} shards not complete (first: shard {missing[0]}); "
+            "run the workflow again"
+        )
+    arrays = {name: da.from_zarr(g[name])[:R] for name in DATA}
+    counts, scalars, y = arrays["counts"], arrays["scalars"], arrays["y"]
+    data = {c: (("run",), counts[:, i]) for i, c in enumerate(COUNTS) if c != "status"}
+    data.update(
+        H_error=(("run",), scalars[:, 0]),
+        g_error=(("run", "constraint"), scalars[:, 1 : 1 + nu]),
+        lam=(("run", "constraint"), scalars[:, 1 + nu :]),
+        t=(("run", "point"), arrays["t"]),
+        q=(("run", "point", "coordinate"), y[:, :, :m]),
+        p=(("run", "point", "coordinate"), y[:, :, m:]),
+    )
+    schemes = np.array(attrs["schemes"], dtype=object)[coords["scheme"]]
+    levels = {"scheme": schemes}
+    for key in attrs["grid"]:
+        values = [c[key] for c in attrs["combos"]]
+        levels[key] = np.asarray(values)[coords["combo"]]
+    levels["h"] = coords["h"]
+    index = pd.MultiIndex.from_arrays(list(levels.values()), names=list(levels))
+    mcoords = xr.Coordinates.from_pandas_multiindex(index, "run")
+    ds = xr.Dataset(data, coords=mcoords)
+    status = np.asarray(g["counts"].get_orthogonal_selection((slice(0, R), 0)))
+    ds = ds.assign_coords(
+        hash=("run", np.array([f"{int(x):016x}" for x in coords["hash"]], dtype=object)),
+        n=("run", coords["n"]),
+        N=("run", coords["N"]),
+        combo=("run", coords["combo"]),
+        status=("run", status),
+    )
+    ds.attrs.update({k: attrs[k] for k in ("study", "shard_runs", "m", "nu")})
+    ds.attrs.update(schemes=json.dumps(attrs["schemes"]), grid=json.dumps(attrs["grid"]))
+    return ds
+
+
+def read_all(path: str) -> tuple[dict, dict[str, np.ndarray]]:
+    """(attrs, arrays): every coordinate and data array of a complete store, read into memory (the aggregation);
+    MissingStoreError when a shard is not complete, a StoreError naming the array when a chunk is damaged."""
+    import zarr
+
+    attrs = read_attrs(path)
+    if attrs is None:
+        raise MissingStoreError(f"{path}: no sharded store of format {FORMAT}")
+    R, sr = attrs["runs"], attrs["shard_runs"]
+    g = zarr.open_group(path, mode="r")
+    arrays = {}
+    for name in COORDS + DATA:
+        try:
+            arrays[name] = np.asarray(g[name][:R])
+        except Exception as exc:  # noqa: BLE001 - a decoding failure names the array
+            raise StoreError(path, name, f"{type(exc).__name__}: {exc}".splitlines()[0][:200]) from None
+    for slot, a in enumerate(range(0, R, sr)):
+        digest = slot_digest(arrays["hash"][a : a + sr], arrays["sample_every"][a : a + sr])
+        if (read_record(path, slot) or {}).get("digest") != digest:
+            raise MissingStoreError(f"{path}: shard {slot} is not complete; run the workflow again")
+    return attrs, arrays

@@ -1,0 +1,222 @@
+"""The sharded store of a save: summary study (hbvm_workflow.shards), written directly (no solve): layout, reading
+by grid key, completeness records, damage, reuse per shard and per run; and the errors over its run dimension
+(hbvm_workflow.ensemble_errors) against the closed form."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+import pytest
+
+from hbvm_workflow import shards
+from hbvm_workflow.storage import MissingStoreError
+
+
+def _table(runs: int = 10_000, shard_runs: int = 3000, combos: int = 10) -> shards.RunTable:
+    """Two schemes alternating, ``combos`` values of L in blocks, an h per pair of runs."""
+    i = np.arange(runs)
+    return shards.RunTable(
+        hash=(i * 7919 + 11).astype(np.uint64),
+        scheme=(i % 2).astype(np.int16),
+        combo=(i * combos // runs).astype(np.int32),
+        h=1.0 / (20 + (i // 2) % (runs // (2 * combos))),
+        n=np.full(runs, -1),
+        N=np.full(runs, 20),
+        sample_every=np.full(runs, 10),
+        schemes=["a", "b"],
+        combos=[{"L": float(c)} for c in range(combos)],
+        grid=["L"],
+        m=2,
+        nu=1,
+        shard_runs=shard_runs,
+    )
+
+
+def _rows(table: shards.RunTable, a: int, b: int) -> dict[str, np.ndarray]:
+    """Rows whose H_error is the run's index (the oracle of what is read back where)."""
+    n = b - a
+    counts = np.zeros((n, len(shards.COUNTS)), dtype=np.int64)
+    counts[:, shards.COUNTS.index("n_saved")] = table.S
+    scalars = np.zeros((n, 3))
+    scalars[:, 0] = np.arange(a, b)
+    return {"counts": counts, "scalars": scalars, "t": np.zeros((n, table.S)), "y": np.zeros((n, table.S, 4))}
+
+
+def _write_all(path: str, table: shards.RunTable, skip=()) -> None:
+    for slot, (a, b) in enumerate(table.slots()):
+        if slot not in skip:
+            shards.write_shard(path, slot, a, _rows(table, a, b), table.digest(a, b), {})
+
+
+def test_a_store_of_10000_runs_is_read_by_grid_key_and_holds_few_files(tmp_path):
+    table = _table()
+    path = str(tmp_path / "runs.zarr")
+    shards.create(path, table, "x", str(tmp_path / ".tmp"))
+    _write_all(path, table)
+    ds = shards.open_shards(path)
+    assert ds.sizes["run"] == 10_000 and ds.H_error.chunks is not None  # lazily loaded
+    block = ds.sel(L=2.0, scheme="b")
+    rows = np.flatnonzero((table.combo == 2) & (table.scheme == 1))
+    assert block.sizes["h"] == rows.size and np.array_equal(block.H_error.values, rows)
+    one = ds.sel(L=7.0, scheme="a", h=table.h[rows[0] + 5000 - 1])
+    want = np.flatnonzero((table.combo == 7) & (table.scheme == 0) & (table.h == table.h[rows[0] + 5000 - 1]))
+    assert float(one.H_error) == want[0] and str(one.hash.values) == f"{int(table.hash[want[0]]):016x}"
+    files = sum(len(f) for _, _, f in os.walk(path))
+    # per data array one file per shard (4 shards), a file per coordinate, the metadata and the records
+    assert files == 4 * len(shards.DATA) + len(shards.COORDS) + 1 + len(shards.DATA) + len(shards.COORDS) + 4
+
+
+def test_a_shard_without_its_record_is_not_complete(tmp_path):
+    table = _table(runs=2000, shard_runs=500)
+    path = str(tmp_path / "runs.zarr")
+    shards.create(path, table, "x", str(tmp_path / ".tmp"))
+    _write_all(path, table, skip={2})
+    assert not shards.complete(path)
+    with pytest.raises(MissingStoreError, match="1 of 4 shards not complete .*shard 2"):
+        shards.open_shards(path)
+    _write_all(path, table)
+    assert shards.complete(path)
+
+
+def test_flipped_bytes_in_a_shard_are_found_and_named(tmp_path):
+    table = _table(runs=2000, shard_runs=500)
+    path = str(tmp_path / "runs.zarr")
+    shards.create(path, table, "x", str(tmp_path / ".tmp"))
+    _write_all(path, table)
+    assert all(shards.shard_damage(path, s, a, b) is None for s, (a, b) in enumerate(table.slots()))
+    f = shards.shard_files(path, 1)["scalars"]
+    raw = bytearray(open(f, "rb").read())
+    raw[len(raw) // 3] ^= 0xFF
+    open(f, "wb").write(bytes(raw))
+    array, what = shards.shard_damage(path, 1, 500, 1000)
+    assert array == "scalars" and what
+    assert shards.shard_damage(path, 0, 0, 500) is None
+
+
+# --------------------------------------------------------------------------- with a planned study
+SWEEP = {
+    "kind": "sweep",
+    "problem": "planar_pendulum",
+    "grid": {"theta_dot0": [0.5, 1.0]},
+    "methods": [{"k": 2, "s": 2}],
+    "t_end": 1,
+    "h": [0.1, 0.05, 0.025],
+    "errors": {"reference": "exact", "norm": "inf", "sample": 0.5},
+    "shard_runs": 2,
+}
+
+
+def _study(tmp_path, **changes):
+    from hbvm_workflow.study import expand_study
+
+    return expand_study("sw", {**SWEEP, **changes}, results=str(tmp_path / "results"))
+
+
+def _exact_rows(study, table, a, b, delta):
+    """Rows of runs [a, b) at the exact solution, run r's state off by delta[r] in its first coordinate at t = 0.5."""
+    from hbvm_core.references import reference_solution
+
+    rows = _rows(table, a, b)
+    n_saved = shards.saved_points(table.N[a:b], table.sample_every[a:b])
+    rows["counts"][:, shards.COUNTS.index("n_saved")] = n_saved
+    rows["counts"][:, shards.COUNTS.index("steps")] = table.N[a:b]
+    rows["counts"][:, shards.COUNTS.index("iterations")] = 3 * table.N[a:b]
+    rows["t"][:] = np.nan
+    rows["y"][:] = np.nan
+    for i, r in enumerate(range(a, b)):
+        inst = study.instances[table.combo[r]]
+        t = np.arange(n_saved[i]) * table.sample_every[r] * table.h[r]
+        q, p, _ = reference_solution(inst.problem, t, reference_kind="exact")
+        rows["t"][i, : t.size] = t
+        rows["y"][i, : t.size] = np.concatenate([q, p], axis=1)
+        rows["y"][i, 1, 0] += delta[r]
+    rows["scalars"][:, 0] = 1e-3 * table.h[a:b]
+    return rows
+
+
+def test_the_errors_over_the_run_dimension_match_a_hand_oracle(tmp_path):
+    """e_s = the offset put in (max norm at the sample times 0, 0.5, 1), the rates of e_s = C h^2 are 2, e_H is
+    H_error, a failed run has no numbers."""
+    from hbvm_workflow.ensemble_errors import summary_columns
+
+    study = _study(tmp_path)
+    table = shards.run_table(study)
+    assert table.runs == 6 and list(table.sample_every) == [5, 10, 20] * 2 and table.S == 3
+    path = shards.shard_store(study.results, "sw")
+    os.makedirs(study.dir, exist_ok=True)
+    shards.create(path, table, "sw", os.path.join(study.dir, ".tmp"))
+    delta = 7.0 * table.h**2
+    for slot, (a, b) in enumerate(table.slots()):
+        rows = _exact_rows(study, table, a, b, delta)
+        if slot == 2:  # the last run fails
+            rows["counts"][1, 0], rows["counts"][1, 1] = 2, 13
+        shards.write_shard(path, slot, a, rows, table.digest(a, b), {})
+    cols = summary_columns(study)
+    # the exact solution is evaluated twice the same way: round-off of the state (|y| <= 2) only
+    assert np.allclose(cols["e_s"][:5], delta[:5], rtol=0, atol=1e-14)
+    assert np.isnan(cols["rate_s"][0]) and np.allclose(cols["rate_s"][1:3], 2.0, atol=1e-9)
+    assert np.isnan(cols["rate_s"][3]) and abs(cols["rate_s"][4] - 2.0) < 1e-9  # a new block: no rate across
+    assert np.allclose(cols["e_H"][:5], 1e-3 * table.h[:5]) and np.isnan(cols["e_s"][5])
+    assert list(cols["status"]) == ["ok"] * 5 + ["failed"] and cols["error"][5] == "step 13: diverged"
+    assert np.allclose(cols["mean_iterations"][:5], 3.0) and np.isnan(cols["e_lambda"]).all()
+
+
+class _Log(logging.Logger):
+    def __init__(self):
+        super().__init__("test")
+        self.lines = []
+
+    def _log(self, level, msg, args, **kw):  # noqa: D401 - keep every line
+        self.lines.append(msg)
+
+
+def test_reuse_is_per_shard_and_a_new_grid_value_computes_only_its_runs(tmp_path):
+    study = _study(tmp_path)
+    os.makedirs(study.dir, exist_ok=True)
+    table, todo, counts = shards.prepare(study, False, _Log())
+    assert [s.compute.size for s in todo] == [2, 2, 2] and counts["reused"] == 0
+    path = shards.shard_store(study.results, "sw")
+    for s in todo:
+        shards.write_shard(path, s.slot, s.start, _rows(table, s.start, s.stop), s.digest, {})
+    _, todo, counts = shards.prepare(study, False, _Log())
+    assert todo == [] and counts["reused"] == 6
+
+    # a task killed after writing its files, before its record: the shard is computed again, the others reused
+    os.remove(shards.shard_record(path, 2))
+    _, todo, counts = shards.prepare(study, False, _Log())
+    assert [(s.slot, s.compute.size) for s in todo] == [(2, 2)] and counts["reused"] == 4
+    s = todo[0]
+    shards.write_shard(path, s.slot, s.start, _rows(table, s.start, s.stop), s.digest, {})
+
+    # a damaged shard: set aside, named, its runs computed again
+    f = shards.shard_files(path, 1)["y"]
+    raw = bytearray(open(f, "rb").read())
+    raw[5] ^= 0xFF
+    open(f, "wb").write(bytes(raw))
+    log = _Log()
+    _, todo, _ = shards.prepare(study, False, log)
+    assert [(s.slot, s.compute.size) for s in todo] == [(1, 2)]
+    assert any("damaged shard 1" in line and "array y" in line for line in log.lines)
+    s = todo[0]
+    shards.write_shard(path, s.slot, s.start, _rows(table, s.start, s.stop), s.digest, {})
+
+    # one more grid value: a new store; the runs of the old values are copied, only the new value's integrated
+    bigger = _study(tmp_path, grid={"theta_dot0": [0.5, 0.75, 1.0]})
+    table2, todo, counts = shards.prepare(bigger, False, _Log())
+    new = {int(x) for x in table2.hash} - {int(x) for x in table.hash}
+    computed = {int(table2.hash[s.start + i]) for s in todo for i in s.compute}
+    assert computed == new and len(new) == 3 and counts["copied"] == 6
+    assert os.path.isdir(shards.previous_shard_store(study.results, "sw"))
+
+
+def test_save_is_summary_for_a_sweep_and_refuses_what_a_summary_cannot_hold(tmp_path):
+    from hbvm_core.errors import ConfigError
+
+    assert _study(tmp_path).cfg["save"] == "summary"
+    assert _study(tmp_path, kind="convergence").cfg["save"] == "trajectory"
+    with pytest.raises(ConfigError, match=r"^studies\.sw\.save = 'summary': errors\.reference self needs"):
+        _study(tmp_path, errors={"reference": "self", "norm": "inf", "sample": 0.5})
+    with pytest.raises(ConfigError, match=r"^studies\.sw\.save = 'summary' runs the compiled ensemble loop"):
+        _study(tmp_path, backend="numpy")

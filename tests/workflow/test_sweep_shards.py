@@ -1,0 +1,118 @@
+"""A save: summary sweep through Snakemake and Dask: one sharded store, read back by grid key, its errors against
+the same study saved as trajectories (the per-run compiled loop as the oracle); a damaged shard recomputed and
+named; a grid extended by one value computes only that value's runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from test_workflow import ok, read_csv, snakemake, write_config
+
+from hbvm_workflow.storage import open_study
+
+pytestmark = pytest.mark.slow
+
+SWEEP = {
+    "kind": "sweep",
+    "problem": "planar_pendulum",
+    "grid": {"theta_dot0": [1.0, 1.9]},
+    "methods": [{"k": 2, "s": 2}, {"method": "rattle"}],
+    "t_end": 1,
+    "h": [0.1, 0.05, 0.025],
+    "errors": {"reference": "exact", "norm": 1, "sample": "all"},
+    "shard_runs": 4,
+}
+
+
+def _manifest(tmp_path, study="sw") -> dict:
+    return json.loads((tmp_path / "results" / study / "solve.json").read_text())
+
+
+def test_a_sweep_is_one_sharded_store_read_by_grid_key_with_the_errors_of_its_trajectories(tmp_path):
+    trajectories = {**SWEEP, "save": "trajectory", "kind": "convergence", "plot": "convergence"}
+    write_config(tmp_path, {"sw": SWEEP, "tr": trajectories}, select=["sw", "tr"])
+    ok(snakemake(tmp_path, "--cores", "2"))
+    res = tmp_path / "results"
+    assert (res / "sw" / "runs.zarr").is_dir() and not (res / "sw" / "runs").exists()
+    m = _manifest(tmp_path)
+    assert m["runs"] == 12 and len(m["shards"]) == 3 and m["computed"] == 12 and m["failed"] == 0
+
+    ds = open_study("sw", results=str(res))
+    one = ds.sel(scheme="hbvm_k2_s2", theta_dot0=1.9, h=0.05)
+    assert int(one.steps) == 20 and int(one.status) == 0 and int(one.n_saved) == 21
+    assert np.isclose(float(one.t.isel(point=20)), 1.0, rtol=0, atol=1e-14)  # 20 steps of 0.05, summed
+
+    summary, traj = read_csv(res / "sw" / "errors.csv"), read_csv(res / "tr" / "errors.csv")
+    assert list(summary[0]) == list(traj[0]) and len(summary) == len(traj) == 12
+    for a, b in zip(summary, traj):
+        assert (a["method"], a["h"], a["theta_dot0"]) == (b["method"], b["h"], b["theta_dot0"])
+        # the same arithmetic in another loop: round-off over <= 40 steps of states of size ~2
+        for key in ("e_s", "e_H", "e_g", "e_hc"):
+            assert abs(float(a[key]) - float(b[key])) <= 1e-12 + 1e-9 * float(b[key]), (key, a, b)
+        assert a["rate_s"] == "" or abs(float(a["rate_s"]) - float(b["rate_s"])) < 1e-6
+        assert a["e_lambda"] == ""  # a summary keeps the last multiplier only
+    assert (res / "sw" / "sw.png").stat().st_size > 10_000
+
+
+def test_a_damaged_shard_is_recomputed_and_a_new_grid_value_computes_only_its_runs(tmp_path):
+    write_config(tmp_path, {"sw": SWEEP}, select=["sw"])
+    ok(snakemake(tmp_path, "--cores", "2", "sweep"))
+    store = tmp_path / "results" / "sw" / "runs.zarr"
+    shard = store / "y" / "c" / "1" / "0" / "0"
+    raw = bytearray(shard.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    shard.write_bytes(bytes(raw))
+    verify = [sys.executable, "-m", "hbvm_workflow", "verify", str(store)]
+    found = subprocess.run(verify, capture_output=True, text=True)
+    assert found.returncode == 1 and f"{store}: array y: " in found.stdout, found
+    again = ok(snakemake(tmp_path, "--cores", "2", "sweep"))
+    log = (tmp_path / "logs" / "sw" / "solve.log").read_text()
+    assert "shard 1" in again.stderr and "damaged shard 1" in log and "array y" in log
+    m = _manifest(tmp_path)
+    assert m["computed"] == 4 and m["reused"] == 8  # the shard's runs, the others reused
+
+    write_config(tmp_path, {"sw": {**SWEEP, "grid": {"theta_dot0": [1.0, 1.5, 1.9]}}}, select=["sw"])
+    ok(snakemake(tmp_path, "--cores", "2", "sweep"))
+    m = _manifest(tmp_path)
+    assert m["runs"] == 18 and m["computed"] == 6 and m["copied"] == 12  # 2 methods x 3 h of the new value
+    assert not os.path.exists(tmp_path / "results" / "sw" / "runs.previous.zarr")
+    rows = read_csv(tmp_path / "results" / "sw" / "errors.csv")
+    assert [r["theta_dot0"] for r in rows[:9]] == ["1.0"] * 3 + ["1.5"] * 3 + ["1.9"] * 3
+
+
+def test_the_shards_run_on_an_existing_scheduler(tmp_path):
+    """The shard tasks go through the same client as any run: here workers of a scheduler started elsewhere."""
+    import time
+
+    from test_workflow import BIN, ROOT, _start, _stop
+
+    study_dir, elsewhere = tmp_path / "study", tmp_path / "elsewhere"
+    study_dir.mkdir()
+    elsewhere.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    sched_file = elsewhere / "scheduler.json"
+    cmd = [str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard"]
+    sched = _start(cmd + ["--scheduler-file", str(sched_file)], elsewhere / "scheduler.log", cwd=elsewhere, env=env)
+    workers = None
+    try:
+        for _ in range(300):
+            if sched_file.exists() and sched_file.stat().st_size:
+                break
+            time.sleep(0.1)
+        address = json.loads(sched_file.read_text())["address"]
+        cmd = [str(BIN / "dask"), "worker", address, "--nworkers", "2", "--nthreads", "1", "--host", "127.0.0.1"]
+        workers = _start(cmd + ["--no-dashboard"], elsewhere / "workers.log", cwd=elsewhere, env=env)
+        write_config(study_dir, {"sw": SWEEP}, select=["sw"], dask={"address": address})
+        ok(snakemake(study_dir, "--cores", "1", "sweep"))
+        log = (study_dir / "logs" / "sw" / "solve.log").read_text()
+        assert f"computing on scheduler {address}" in log and "12 runs to integrate in 3 shards" in log
+        assert _manifest(study_dir)["computed"] == 12
+    finally:
+        if workers is not None:
+            _stop(workers)
+        _stop(sched)
