@@ -55,6 +55,7 @@ def summary_columns(study: Study) -> dict[str, np.ndarray]:
     from hbvm_core.references import reference_solution
 
     from .shards import read_all, run_table
+    from .tables import ORDER_OF_RATE
 
     path = shard_store(study.results, study.name)
     attrs, a = read_all(path)
@@ -103,6 +104,8 @@ def summary_columns(study: Study) -> dict[str, np.ndarray]:
     block = table.scheme.astype(np.int64) * (len(instances) + 1) + table.combo
     for rate, e, sc in (("rate_s", "e_s", scale), ("rate_lambda", "e_lambda", scale), ("rate_hc", "e_hc", scale**2)):
         cols[rate], cols[f"roundoff_{rate[5:]}"] = _rates(table.h, cols[e], block, sc)
+        cols[ORDER_OF_RATE[rate]] = _fitted(table.h, cols[e], block, sc)
+    cols["e_g_constraint"] = np.where(ok[:, None], scalars[:, 1 : 1 + nu], np.nan)
     methods = study.methods
     cols.update(
         problem=np.full(R, study.problem, dtype=object),
@@ -150,6 +153,20 @@ def _rates(h: np.ndarray, e: np.ndarray, block: np.ndarray, scale: np.ndarray) -
     rate[1:][good] = r[good]
     flag[1:] = at_floor
     return rate, flag
+
+
+def _fitted(h: np.ndarray, e: np.ndarray, block: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """The fitted order of each block's errors (``metrics.fitted_order``, as ``tables.fit_orders``: the floor of each
+    row from its scale) on the rows of its asymptotic range, NaN on the others; a block is consecutive rows."""
+    from hbvm_core.metrics import fitted_order, roundoff_floor
+
+    out = np.full(e.shape, np.nan)
+    starts = np.flatnonzero(np.r_[True, block[1:] != block[:-1]])
+    for a, b in zip(starts, np.r_[starts[1:], e.size]):
+        p, first, last = fitted_order(h[a:b], e[a:b], [roundoff_floor(x) for x in scale[a:b]])
+        if first >= 0:
+            out[a + first : a + last + 1] = p
+    return out
 
 
 def _errors(status: np.ndarray, fail_step: np.ndarray) -> np.ndarray:
@@ -221,7 +238,9 @@ def summary_dataset(study: Study, cols: dict[str, np.ndarray]):
     by_h: dict[float, set] = {}
     for h, v in zip(cols["h"].tolist(), n.tolist()):
         by_h.setdefault(h, set()).add(None if v < 0 else v)
-    return dense_errors_dataset(study, hs, data, flags, status, host, nval, by_h)
+    each = np.full((*shape, study.dims[1]), np.nan)
+    each[idx] = cols["e_g_constraint"]
+    return dense_errors_dataset(study, hs, data, flags, status, host, nval, by_h, each)
 
 
 def compute_summary_errors(study: Study, out_zarr: str, out_csv: str, out_timings: str) -> list[dict]:

@@ -348,12 +348,18 @@ def errors_dataset(study: Study, rows: list[dict]):
     by_h: dict[float, set] = {}
     for row in rows:
         by_h.setdefault(row["h"], set()).add(row["n"])
-    return dense_errors_dataset(study, hs, data, flags, status, host, nval, by_h)
+    each = np.full((*shape, study.dims[1]), np.nan)
+    for row in rows:
+        if row.get("e_g_constraint") is not None:
+            at = (mi[row["method"]], hi[row["h"]], *(values.index(row[key]) for key, values in grid.items()))
+            each[at] = row["e_g_constraint"]
+    return dense_errors_dataset(study, hs, data, flags, status, host, nval, by_h, each)
 
 
-def dense_errors_dataset(study: Study, hs, data: dict, flags: dict, status, host, nval, by_h: dict):
+def dense_errors_dataset(study: Study, hs, data: dict, flags: dict, status, host, nval, by_h: dict, e_g_constraint):
     """errors.zarr's Dataset from its arrays over (scheme, h, *grid) (``errors_dataset``; the sharded studies'
-    ``ensemble_errors``): ``hs`` the step sizes decreasing, ``by_h`` h -> its set of row labels n."""
+    ``ensemble_errors``): ``hs`` the step sizes decreasing, ``by_h`` h -> its set of row labels n,
+    ``e_g_constraint`` the error of each constraint over (scheme, h, *grid, constraint) (unused for nu = 0)."""
     import xarray as xr
 
     grid = study.grid
@@ -374,12 +380,7 @@ def dense_errors_dataset(study: Study, hs, data: dict, flags: dict, status, host
         ds[c].attrs.update(long_name=long_name, units=units)
     nu = study.dims[1]
     if nu:  # e_g,i per constraint i (errors.csv keeps e_g, their maximum)
-        each = np.full((*shape, nu), np.nan)
-        for row in rows:
-            if row.get("e_g_constraint") is not None:
-                at = (mi[row["method"]], hi[row["h"]], *(values.index(row[key]) for key, values in grid.items()))
-                each[at] = row["e_g_constraint"]
-        ds["e_g_constraint"] = ((*dims, "constraint"), each)
+        ds["e_g_constraint"] = ((*dims, "constraint"), e_g_constraint)
         ds["e_g_constraint"].attrs.update(long_name="constraint error max_n |g_i(q_n)| of constraint i", units="1")
         ds.coords["constraint"] = ("constraint", np.arange(nu, dtype="i8"))
         ds.coords["constraint"].attrs.update(
