@@ -34,7 +34,6 @@ numba nor numba.cuda.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import time
 import types
@@ -46,10 +45,10 @@ from .registry import (
     CALLBACKS,
     SHARED,
     TEMPLATES,
-    callback_source,
     compiled,
     expand_inline,
     import_generated,
+    module_tag,
     resolve_callback,
 )
 
@@ -145,12 +144,7 @@ def cuda_module(runner, shared: tuple, gamma_rows: int) -> types.ModuleType:
         source = cuda_module_source(expanded, sizes, ROWS, gamma_rows)
     except ValueError as exc:
         raise BackendError(f"backend 'cuda': {exc}") from None
-    digest = hashlib.sha256(source.encode())
-    digest.update(_numba_cuda_version().encode())
-    for key, (f, name) in callbacks.items():
-        digest.update(f"{key}={name or id(f)}\n{callback_source(f)}".encode())
-    digest.update(repr(sorted(constants.items())).encode())
-    tag = f"{template}_{digest.hexdigest()[:20]}"
+    tag = module_tag(template, source, _numba_cuda_version(), callbacks, constants)
     if tag in _MODULES:
         return _MODULES[tag]
     if all(name is not None for _, name in callbacks.values()):

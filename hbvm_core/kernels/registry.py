@@ -296,12 +296,7 @@ def _loop_module(template: str, kernels: Kernels, constants: dict) -> types.Modu
     source = expand_inline(TEMPLATES[template].read_text(), *(path.read_text() for path in SHARED))
     if template in ENSEMBLE_TEMPLATES:  # the block loop of the ensemble, next to run_chunk (kernels/ensemble.py)
         source += block_source(source)
-    digest = hashlib.sha256(source.encode())
-    digest.update(numba.__version__.encode())
-    for key, (f, name) in callbacks.items():
-        digest.update(f"{key}={name or id(f)}\n{callback_source(f)}".encode())
-    digest.update(repr(sorted(constants.items())).encode())
-    tag = f"{template}_{digest.hexdigest()[:20]}"
+    tag = module_tag(template, source, numba.__version__, callbacks, constants)
     if tag in _MODULES:
         return _MODULES[tag]
     if all(name is not None for _, name in callbacks.values()):
@@ -310,6 +305,17 @@ def _loop_module(template: str, kernels: Kernels, constants: dict) -> types.Modu
         module = _in_memory(tag, source, {key: f for key, (f, _) in callbacks.items()}, constants)
     _MODULES[tag] = module
     return module
+
+
+def module_tag(template: str, source: str, compiler: str, callbacks: dict, constants: dict) -> str:
+    """``<template>_<hash>``: the hash of a generated module's source, the compiler's version, the bound callbacks
+    (``name -> (dispatcher, 'module:qualname' or None)``: their names and sources) and the constants."""
+    digest = hashlib.sha256(source.encode())
+    digest.update(compiler.encode())
+    for key, (f, name) in callbacks.items():
+        digest.update(f"{key}={name or id(f)}\n{callback_source(f)}".encode())
+    digest.update(repr(sorted(constants.items())).encode())
+    return f"{template}_{digest.hexdigest()[:20]}"
 
 
 def _from_file(tag: str, template: str, source: str, names: dict[str, str], constants: dict) -> types.ModuleType:
