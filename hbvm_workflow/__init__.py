@@ -7,6 +7,7 @@ locks (``locks``: one writer per study, a run's processes) and the recovery of
 killed runs. It imports the numerics core; the core never imports it.
 """
 
-from .storage import load_trajectory, open_errors, open_study, open_trajectory, select_run
+from .reading import open_study
+from .storage import load_trajectory, open_errors, open_trajectory, select_run
 
 __all__ = ["load_trajectory", "open_errors", "open_study", "open_trajectory", "select_run"]

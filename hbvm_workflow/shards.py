@@ -539,7 +539,7 @@ def damaged_shards(manifest: dict, study_dir: str) -> list[tuple[str, str, str]]
 
 # --------------------------------------------------------------------------- reading
 def open_shards(path: str):
-    """The sharded store at ``path`` as one lazily loaded xarray Dataset over ``run`` (see ``storage.open_study``).
+    """The sharded store at ``path`` as one lazily loaded xarray Dataset over ``run`` (see ``reading.open_study``).
 
     The index of ``run`` is a MultiIndex of ``scheme`` (the method label), the grid keys and ``h``, so that
     ``ds.sel(scheme="hbvm_k2_s2", L=2.0, h=0.05)`` picks one run (and a partial key a block of runs); ``hash``,

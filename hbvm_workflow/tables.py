@@ -679,17 +679,14 @@ def aggregate(
 def compute_errors(
     study: Study, out_zarr: str, out_csv: str, out_timings: str | None = None, workers: int = 1
 ) -> list[dict]:
-    """The numbers of a study: its rows (``study_rows``) written as errors.zarr, errors.csv and timings.csv.
+    """The numbers of a study of run stores: its rows (``study_rows``) written as errors.zarr, errors.csv and
+    timings.csv (a ``save: summary`` study's: ``ensemble_errors.compute_summary_errors``).
 
     What they hold depends only on the runs and the keys that define the numbers, never on the title or the
     figure's keys (the workflow's rule aggregate; rule render lays them out, ``rows_from_outputs``)."""
     from .layout import timings_beside, tmp_dir
     from .storage import write_dataset
 
-    if study.cfg.get("save") == "summary":  # one sharded store: the errors over its run dimension at once
-        from .ensemble_errors import compute_summary_errors
-
-        return compute_summary_errors(study, out_zarr, out_csv, out_timings or timings_beside(out_csv))
     rows = study_rows(study, workers)
     refresh_manifest(study, [run for row in rows for run in row.get("_recomputed", ())])
     write_dataset(errors_dataset(study, rows), out_zarr, tmp_dir=tmp_dir(study.results, study.name))

@@ -17,7 +17,8 @@ import xarray as xr
 import hbvm_core as hc
 from hbvm_core.methods import RATTLE
 from hbvm_workflow import layout
-from hbvm_workflow.storage import RunNotFoundError, open_study, open_trajectory, select_run, with_coordinates
+from hbvm_workflow.reading import open_study
+from hbvm_workflow.storage import RunNotFoundError, open_trajectory, select_run, with_coordinates
 from hbvm_workflow.worker import run_to_store
 
 EPS = float(np.finfo(float).eps)

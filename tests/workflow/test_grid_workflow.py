@@ -6,7 +6,8 @@ import pytest
 from test_user_problem_cluster import MYMOD
 from test_workflow import ok, read_csv, snakemake, write_config
 
-from hbvm_workflow.storage import open_errors, open_study, select_run
+from hbvm_workflow.reading import open_study
+from hbvm_workflow.storage import open_errors, select_run
 from hbvm_workflow.tables import COLUMNS, EXTRA
 
 pytestmark = pytest.mark.slow

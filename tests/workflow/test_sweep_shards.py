@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from test_workflow import ok, read_csv, snakemake, write_config
 
-from hbvm_workflow.storage import open_study
+from hbvm_workflow.reading import open_study
 
 pytestmark = pytest.mark.slow
 

@@ -32,7 +32,8 @@ from _trace import check_once, traced
 from zarr.storage import ZipStore
 
 from hbvm_core import get_problem
-from hbvm_workflow.storage import open_errors, open_study, read_attrs, select_run
+from hbvm_workflow.reading import open_study
+from hbvm_workflow.storage import open_errors, read_attrs, select_run
 from hbvm_workflow.tables import COLUMNS
 
 pytestmark = pytest.mark.slow

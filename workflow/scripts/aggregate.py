@@ -15,6 +15,7 @@ def aggregate_study(
     ``layout.runs_marker``) are checked against the plan."""
     import os
 
+    from hbvm_workflow.ensemble_errors import compute_summary_errors
     from hbvm_workflow.jobs import plural, study_logger
     from hbvm_workflow.layout import runs_marker
     from hbvm_workflow.plan import check_planned, planned_studies
@@ -32,7 +33,10 @@ def aggregate_study(
         check_planned(study, "its runs", os.path.basename(marker), os.path.basename(planned))
     for p in clean_temporaries(study.dir):  # e.g. the errors.zarr of a killed aggregation
         log.info(f"removed the leftover temporary {p}")
-    rows = compute_errors(study, out.zarr, out.csv, out.timings, workers)
+    if study.cfg.get("save") == "summary":  # one sharded store: the errors over its run dimension at once
+        rows = compute_summary_errors(study, out.zarr, out.csv, out.timings)
+    else:
+        rows = compute_errors(study, out.zarr, out.csv, out.timings, workers)
     failed = sum(r["status"] != "ok" for r in rows)
     log.info(f"aggregated {plural(len(rows), 'row')} ({failed} not ok) in {time.perf_counter() - t0:.2f} s")
     return f"{name}: {plural(len(rows), 'row')}, {failed} not ok"
