@@ -132,7 +132,7 @@ def integrate_ensemble(
     if backend not in BACKENDS:
         raise ConfigError(f"backend = {backend!r}: expected one of {', '.join(BACKENDS)}")
     if backend == "cuda":
-        _require_gpu()  # before any CPU loop is built: a demanded GPU that is missing fails at once
+        require_gpu()  # before any CPU loop is built: a demanded GPU that is missing fails at once
     runs, problem_list = _problems(problems)
     sizes = {"problems": runs}
     h_arr = _per_run("h", h, float, sizes)
@@ -349,7 +349,7 @@ def _run(runner, inputs: dict, backend: str, threads: int | None) -> tuple[dict,
     return _run_numba(runner, inputs, threads), "numba", ""
 
 
-def _require_gpu() -> None:
+def require_gpu() -> None:
     """BackendError (one line) where numba-cuda is missing or finds no GPU."""
     try:
         from .kernels.cuda import cuda_available

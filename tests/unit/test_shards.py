@@ -220,3 +220,86 @@ def test_save_is_summary_for_a_sweep_and_refuses_what_a_summary_cannot_hold(tmp_
         _study(tmp_path, errors={"reference": "self", "norm": "inf", "sample": 0.5})
     with pytest.raises(ConfigError, match=r"^studies\.sw\.save = 'summary' runs the compiled ensemble loop"):
         _study(tmp_path, backend="numpy")
+
+
+# --------------------------------------------------------------------------- the backend key: provenance
+def test_backend_cuda_is_valid_for_a_summary_and_refused_for_trajectories_at_parse(tmp_path):
+    """The schema takes backend cuda; a save: trajectory study refuses it in one line naming the key (the per-run
+    loops have no GPU path); a save: summary study takes it without asking for a GPU (the shard decides)."""
+    from hbvm_core.errors import ConfigError
+    from hbvm_workflow.schema import validate_config
+
+    validate_config({"studies": {"sw": {**SWEEP, "backend": "cuda"}}})
+    with pytest.raises(ConfigError, match=r"^config\.studies\.sw\.backend = 'gpu': 'gpu' is not one of .*'cuda'"):
+        validate_config({"studies": {"sw": {**SWEEP, "backend": "gpu"}}})
+    assert _study(tmp_path, backend="cuda").cfg["backend"] == "cuda"
+    with pytest.raises(ConfigError, match=r"^studies\.sw\.backend = 'cuda': the per-run loops of save: trajectory"):
+        _study(tmp_path, kind="convergence", backend="cuda")
+
+
+def test_changing_backend_reruns_nothing_and_each_run_keeps_the_backend_that_computed_it(tmp_path):
+    """A summary study's runs are the same runs whatever its backend (hashes, the solve marker's digest, the
+    aggregate's and render's params): a store computed under numba is reused whole under cuda or auto; the
+    backend of each run comes back from the shard records (a copied run's from its source)."""
+    from hbvm_workflow.study import number_config, shown_config
+
+    studies = {b: _study(tmp_path, backend=b) for b in ("auto", "numba", "cuda")}
+    digests = {b: (st.runs_digest(), [h for _, h in st.job_hashes()]) for b, st in studies.items()}
+    assert digests["cuda"] == digests["numba"] == digests["auto"]
+    assert number_config(studies["cuda"].cfg) == number_config(studies["numba"].cfg)
+    assert shown_config(studies["cuda"].cfg) == shown_config(studies["numba"].cfg)
+    trajectory = {b: _study(tmp_path, kind="convergence", backend=b) for b in ("numba", "numpy")}
+    assert trajectory["numba"].runs_digest() != trajectory["numpy"].runs_digest()  # there the loop is identity
+
+    study = studies["numba"]
+    os.makedirs(study.dir, exist_ok=True)
+    table, todo, _ = shards.prepare(study, False, _Log())
+    path = shards.shard_store(study.results, "sw")
+    ran = ["numba", "cuda", "cuda", "cuda", "numba", "numba"]  # by hand: two shards of mixed provenance
+    for s in todo:
+        pairs = shards.run_lengths(np.array(ran[s.start : s.stop], dtype=object))
+        shards.write_shard(path, s.slot, s.start, _rows(table, s.start, s.stop), s.digest, {"backends": pairs})
+    for b in ("cuda", "auto"):
+        _, todo, counts = shards.prepare(studies[b], False, _Log())
+        assert todo == [] and counts == {"reused": 6, "copied": 0, "failed_reused": 0}
+    assert shards.row_backends(path, np.arange(6)).tolist() == ran
+    assert shards.row_backends(path, np.array([5, 1])).tolist() == ["numba", "cuda"]
+    shards.write_shard(path, 0, 0, _rows(table, 0, 2), table.digest(0, 2), {"backend": "numba"})  # an old record
+    assert shards.row_backends(path, np.arange(2)).tolist() == ["numba", "numba"]
+
+
+def test_backend_cuda_without_a_gpu_stops_the_shard_in_one_line_before_touching_the_store(tmp_path):
+    """backend cuda where the shard's host has no GPU: one line naming the study, the key and the host (the GPU
+    is looked for where the shard runs, not at the parse); the shard's record is left as it was."""
+    from hbvm_core.errors import BackendError
+    from hbvm_core.kernels.cuda import cuda_available
+    from hbvm_workflow.shard_worker import solve_shard
+
+    if cuda_available():
+        pytest.skip("a GPU (or numba-cuda's simulator) is present")
+    study = _study(tmp_path, backend="cuda")
+    os.makedirs(study.dir, exist_ok=True)
+    table, todo, _ = shards.prepare(study, False, _Log())
+    path = shards.shard_store(study.results, "sw")
+    s = todo[0]
+    shards.write_shard(path, s.slot, s.start, _rows(table, s.start, s.stop), "other", {})  # an earlier record
+    with pytest.raises(BackendError, match=r"^studies\.sw\.backend = 'cuda' on host .+: backend 'cuda': no GPU") as e:
+        solve_shard(shards.shard_spec(study, table, s))
+    assert "\n" not in str(e.value) and "backend auto" in str(e.value)
+    assert shards.read_record(path, s.slot)["digest"] == "other"
+
+
+@pytest.mark.slow
+def test_a_shard_under_auto_runs_its_small_blocks_on_the_cpu_and_records_it(tmp_path):
+    """backend auto (the default) with blocks below hbvm_core.ensemble.GPU_MIN_RUNS: the CPU ensemble, the reason
+    in the task's note, numba in the record for each run."""
+    from hbvm_workflow.shard_worker import solve_shard
+
+    study = _study(tmp_path)
+    os.makedirs(study.dir, exist_ok=True)
+    table, todo, _ = shards.prepare(study, False, _Log())
+    res = solve_shard(shards.shard_spec(study, table, todo[0]))
+    assert res["backend"] == "numba" and "fewer than the GPU's least block" in res["note"]
+    path = shards.shard_store(study.results, "sw")
+    assert shards.read_record(path, 0)["backends"] == [["numba", 2]]
+    assert shards.row_backends(path, np.arange(2)).tolist() == ["numba", "numba"]
