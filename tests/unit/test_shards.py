@@ -4,6 +4,7 @@ by grid key, completeness records, damage, reuse per shard and per run; and the 
 
 from __future__ import annotations
 
+import csv
 import logging
 import os
 
@@ -139,7 +140,7 @@ def _exact_rows(study, table, a, b, delta):
 def test_the_errors_over_the_run_dimension_match_a_hand_oracle(tmp_path):
     """e_s = the offset put in (max norm at the sample times 0, 0.5, 1), the rates of e_s = C h^2 are 2, e_H is
     H_error, a failed run has no numbers."""
-    from hbvm_workflow.ensemble_errors import summary_columns
+    from hbvm_workflow.ensemble_errors import compute_summary_errors, summary_columns
 
     study = _study(tmp_path)
     table = shards.run_table(study)
@@ -152,7 +153,8 @@ def test_the_errors_over_the_run_dimension_match_a_hand_oracle(tmp_path):
         rows = _exact_rows(study, table, a, b, delta)
         if slot == 2:  # the last run fails
             rows["counts"][1, 0], rows["counts"][1, 1] = 2, 13
-        shards.write_shard(path, slot, a, rows, table.digest(a, b), {})
+        ran = "cuda" if slot == 1 else "numba"
+        shards.write_shard(path, slot, a, rows, table.digest(a, b), {"backends": [[ran, b - a]]})
     cols = summary_columns(study)
     # the exact solution is evaluated twice the same way: round-off of the state (|y| <= 2) only
     assert np.allclose(cols["e_s"][:5], delta[:5], rtol=0, atol=1e-14)
@@ -161,6 +163,13 @@ def test_the_errors_over_the_run_dimension_match_a_hand_oracle(tmp_path):
     assert np.allclose(cols["e_H"][:5], 1e-3 * table.h[:5]) and np.isnan(cols["e_s"][5])
     assert list(cols["status"]) == ["ok"] * 5 + ["failed"] and cols["error"][5] == "step 13: diverged"
     assert np.allclose(cols["mean_iterations"][:5], 3.0) and np.isnan(cols["e_lambda"]).all()
+    # timings.csv: the backend of each run, as its shard's record says
+    out = tmp_path / "out"
+    out.mkdir()
+    compute_summary_errors(study, str(out / "errors.zarr"), str(out / "errors.csv"), str(out / "timings.csv"))
+    with open(out / "timings.csv") as fh:
+        timings = list(csv.DictReader(fh))
+    assert [r["backend"] for r in timings] == ["numba", "numba", "cuda", "cuda", "numba", "numba"]
 
 
 class _Log(logging.Logger):
