@@ -22,6 +22,9 @@ from .kernels.rules import DIVERGED, NO_CONVERGENCE, NON_FINITE_STATE, OK, SINGU
 from .problem import Problem
 
 BACKENDS = ("numba", "cuda", "auto")
+#: the fewest runs of a block that backend "auto" sends to the GPU: a kernel's first compile costs 10-40 s,
+#: which a smaller block does not win back
+GPU_MIN_RUNS = 4096
 #: the status codes (kernels/rules.py) by name, for messages
 STATUS_NAMES = {OK: "ok", NO_CONVERGENCE: "no convergence", DIVERGED: "diverged", SINGULAR: "singular",
                 NON_FINITE_STATE: "non-finite state"}  # fmt: skip
@@ -111,7 +114,8 @@ def integrate_ensemble(
     compensated : bool
         Kahan summation of the q, p increments (docs/method.md 3).
     backend : {"numba", "cuda", "auto"}
-        "auto": the GPU where one is usable, else numba (said in ``backend_note``).
+        "auto": the GPU where one is usable and the block has at least ``GPU_MIN_RUNS`` runs, else numba (the
+        reason in ``backend_note``).
     threads : int, optional
         numba threads for the call (default: numba's).
 
@@ -127,6 +131,8 @@ def integrate_ensemble(
     """
     if backend not in BACKENDS:
         raise ConfigError(f"backend = {backend!r}: expected one of {', '.join(BACKENDS)}")
+    if backend == "cuda":
+        require_gpu()  # before any CPU loop is built: a demanded GPU that is missing fails at once
     runs, problem_list = _problems(problems)
     sizes = {"problems": runs}
     h_arr = _per_run("h", h, float, sizes)
@@ -328,6 +334,10 @@ def _start_multipliers(runner, instances, inverse, q0, p0, nu: int) -> np.ndarra
 
 # --------------------------------------------------------------------------- the block call
 def _run(runner, inputs: dict, backend: str, threads: int | None) -> tuple[dict, str, str]:
+    R = inputs["h"].shape[0]
+    if backend == "auto" and R < GPU_MIN_RUNS:
+        note = f"backend auto: ran on numba; {R} runs, fewer than the GPU's least block of {GPU_MIN_RUNS}"
+        return _run_numba(runner, inputs, threads), "numba", note
     if backend in ("cuda", "auto"):
         try:
             return _run_cuda(runner, inputs), "cuda", ""
@@ -337,6 +347,16 @@ def _run(runner, inputs: dict, backend: str, threads: int | None) -> tuple[dict,
             note = f"backend auto: ran on numba; {exc}"
         return _run_numba(runner, inputs, threads), "numba", note
     return _run_numba(runner, inputs, threads), "numba", ""
+
+
+def require_gpu() -> None:
+    """BackendError (one line) where numba-cuda is missing or finds no GPU."""
+    try:
+        from .kernels.cuda import cuda_available
+    except ImportError as exc:
+        raise BackendError(f"backend cuda is not available: {exc}") from None
+    if not cuda_available():
+        raise BackendError("backend 'cuda': no GPU found (numba-cuda is not installed or sees no CUDA device)")
 
 
 def _run_cuda(runner, inputs: dict) -> dict:

@@ -247,6 +247,7 @@ def compute_summary_errors(study: Study, out_zarr: str, out_csv: str, out_timing
     """errors.zarr, errors.csv and timings.csv of a sharded study; returns a short list of row summaries
     ({"status"} per row: what the aggregate step counts)."""
     from .layout import tmp_dir
+    from .shards import row_backends
     from .storage import write_dataset
 
     cols = summary_columns(study)
@@ -261,7 +262,7 @@ def compute_summary_errors(study: Study, out_zarr: str, out_csv: str, out_timing
         "h": cols["h"],
         "steps": cols["steps"],
         "wall_s": cols["wall_s"],
-        "backend": np.full(R, "numba", dtype=object),
+        "backend": row_backends(shard_store(study.results, study.name), np.arange(R)),  # per run: its record's
         "worker": np.full(R, "", dtype=object),
         "host": np.full(R, "", dtype=object),
         "status": cols["status"],

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .shards import COUNTS, read_rows, remove_record, write_shard
+from .shards import COUNTS, read_rows, remove_record, row_backends, run_lengths, write_shard
 from .storage import StoreError
 
 _PROBLEMS: dict[str, Any] = {}
@@ -55,14 +55,29 @@ def solve_shard(spec: dict) -> dict:
     """Compute one shard into the study's sharded store (on a Dask worker): copy the rows of ``sources``,
     integrate the rows of ``compute`` by ``hbvm_core.integrate_ensemble`` (one call per method: the runs of a
     method share its compiled loop), write the shard's rows of every data array, then its record. Returns
-    {"slot", "computed", "copied", "failed", "wall_s", "backend", "host"}."""
+    {"slot", "computed", "copied", "failed", "wall_s", "backend", "note", "host"}.
+
+    The backend is chosen here, on the host that runs the shard (the study's key ``backend``): "cuda" demands the
+    GPU (a BackendError naming the study and the key where this host has none), "auto" takes it where one is
+    usable and a block is large enough (``hbvm_core.ensemble.GPU_MIN_RUNS``), else the CPU ensemble (the reason in
+    "note"), "numba" the CPU ensemble. The record keeps the backend of each run (``backends``: a copied run's is
+    its source's), as provenance: the runs' identity does not depend on it."""
     from hbvm_core import integrate_ensemble
+    from hbvm_core.ensemble import require_gpu
     from hbvm_core.methods import load_method_modules, method_from_entry
 
     t0 = time.perf_counter()
     store, slot, a, b = spec["store"], spec["slot"], spec["start"], spec["stop"]
-    remove_record(store, slot)  # from here until the record is written again the shard is incomplete
     n, S, m, nu = b - a, spec["S"], spec["m"], spec["nu"]
+    backend = spec.get("backend", "numba")
+    if backend == "cuda":  # a demanded GPU that this host lacks: before the store is touched
+        _on_this_host(spec, require_gpu)
+    # the backend of each run; a copied one's from its source, read before this shard's record (with retry_failed
+    # a source) is removed
+    ran = np.full(n, "", dtype=object)
+    for src in spec["sources"]:
+        ran[src["dst"]] = row_backends(src["store"], src["src"])
+    remove_record(store, slot)  # from here until the record is written again the shard is incomplete
     counts = np.full((n, len(COUNTS)), -1, dtype=np.int64)
     scalars = np.full((n, 1 + 2 * nu), np.nan)
     t = np.full((n, S), np.nan)
@@ -72,7 +87,7 @@ def solve_shard(spec: dict) -> dict:
         for name, arr in out.items():
             arr[src["dst"]] = read_rows(src["store"], name, src["src"])
     compute = np.asarray(spec["compute"], dtype=np.int64)
-    backends = set()
+    backends, notes = set(), set()
     # one call per method and compiled loop (a grid value may build a problem of other compiled callbacks, e.g. a
     # factory's published problem at its defaults)
     loop = {c: loop_key(_problem(p)) for c, p in spec["problems"].items()}
@@ -86,16 +101,21 @@ def solve_shard(spec: dict) -> dict:
             load_method_modules([meth["module"]])
         method = method_from_entry(meth["entry"])
         problems = [_problem(spec["problems"][c]) for c in spec["combo"][rows].tolist()]
-        res = integrate_ensemble(
+        res = _on_this_host(
+            spec,
+            integrate_ensemble,
             problems,
             method,
             spec["h"][rows],
             spec["N"][rows],
             sample_every=spec["sample_every"][rows],
             compensated=spec["compensated"],
-            backend="numba",
+            backend=backend,
         )
         backends.add(res.backend)
+        ran[rows] = res.backend
+        if res.backend_note:
+            notes.add(res.backend_note)
         k = res.t.shape[1]
         if k > S:
             raise StoreError(store, "t", f"shard {slot}: {k} saved points, the store has room for {S}")
@@ -114,10 +134,26 @@ def solve_shard(spec: dict) -> dict:
         "failed": int(np.count_nonzero(counts[:, 0] != 0)),
         "wall_s": wall,
         "backend": ",".join(sorted(backends)) or "copied",
+        "backends": run_lengths(ran),
+        "note": "; ".join(sorted(notes)),
         "host": platform.node(),
     }
     write_shard(store, slot, a, out, spec["digest"], result)
     return result
+
+
+def _on_this_host(spec: dict, f, *args, **kwargs):
+    """f(*args, **kwargs); its BackendError (backend cuda demanded, and no GPU or no GPU loop here: "auto" falls back
+    instead) as one line naming the study, its key and this host."""
+    from hbvm_core.errors import BackendError
+
+    try:
+        return f(*args, **kwargs)
+    except BackendError as exc:
+        raise BackendError(
+            f"studies.{spec['study']}.backend = {spec['backend']!r} on host {platform.node()}: {exc}; "
+            "give backend auto to run on the CPU where no GPU is found"
+        ) from None
 
 
 def warm_up(specs: list[dict], processes: int = 1) -> int:

@@ -466,6 +466,8 @@ def shard_spec(study, table: RunTable, shard: Shard, modules: dict | None = None
             for i in combos
         },
         "compensated": bool(study.cfg["compensated"]),
+        # the study's key; the shard task decides where it runs (``shard_worker.solve_shard``)
+        "backend": study.cfg["backend"],
         "S": table.S,
         "m": table.m,
         "nu": table.nu,
@@ -490,6 +492,47 @@ def write_shard(store: str, slot: int, start: int, arrays: dict[str, np.ndarray]
     _write_record(store, slot, {"format": FORMAT, "slot": slot, "digest": digest, "runs": n, **record})
 
 
+def run_lengths(values: np.ndarray) -> list[list]:
+    """[[value, count], ...]: the values of a shard's runs in order, as runs of equal values (a record's
+    ``backends``: a block of runs computed alike is one pair)."""
+    out: list[list] = []
+    for v in values.tolist():
+        if out and out[-1][0] == v:
+            out[-1][1] += 1
+        else:
+            out.append([v, 1])
+    return out
+
+
+def record_backends(record: dict | None, n: int) -> np.ndarray:
+    """The backend that computed each of a shard's ``n`` runs, from its record (``backends``, ``run_lengths``); a
+    record without them (written before they were kept): its one ``backend`` where it names one, else ""."""
+    out = np.full(n, "", dtype=object)
+    record = record or {}
+    pairs = record.get("backends")
+    if pairs and sum(c for _, c in pairs) == n:
+        out[:] = np.repeat(np.array([v for v, _ in pairs], dtype=object), [c for _, c in pairs])
+    elif record.get("backend") and "," not in record["backend"] and record["backend"] != "copied":
+        out[:] = record["backend"]
+    return out
+
+
+def row_backends(store: str, rows: np.ndarray) -> np.ndarray:
+    """The backend that computed each of the runs ``rows`` of a store (their shards' records)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    out = np.full(rows.size, "", dtype=object)
+    attrs = read_attrs(store)
+    if attrs is None or not rows.size:
+        return out
+    sr, R = attrs["shard_runs"], attrs["runs"]
+    slot_of = rows // sr
+    for slot in np.unique(slot_of).tolist():
+        mine = slot_of == slot
+        start = slot * sr
+        out[mine] = record_backends(read_record(store, slot), min(sr, R - start))[rows[mine] - start]
+    return out
+
+
 def finish(study) -> None:
     """After every shard of the study's store is complete: the old store of an earlier set of runs is removed."""
     path = shard_store(study.results, study.name)
@@ -506,7 +549,7 @@ def manifest_entry(study, table: RunTable) -> dict:
         rec = read_record(path, slot) or {}
         shards.append({"slot": slot, "start": a, "stop": b, "digest": rec.get("digest"),
                        "computed": rec.get("computed"), "failed": rec.get("failed"), "wall_s": rec.get("wall_s"),
-                       "stat": signatures(path, slot)})  # fmt: skip
+                       "backend": rec.get("backend"), "stat": signatures(path, slot)})  # fmt: skip
     return {"store": os.path.relpath(path, study.dir), "runs": table.runs, "shards": shards}
 
 

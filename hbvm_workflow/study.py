@@ -398,11 +398,24 @@ class Study:
 #: Study keys that change only how the numbers are shown (tables, figure) or checked, never the numbers: the
 #: workflow's rule aggregate does not rerun for them, rule render does.
 PRESENTATION_KEYS = ("title", "plot", "expected_rates", "accuracy_targets", "check_derivatives", "strict")
+#: Study keys that choose where the runs are computed: they count in the run hashes where they change the numbers
+#: (a trajectory study's numpy or compiled loop; a change reruns what the hashes say, and what follows), never
+#: otherwise (a summary study's ensemble backend: provenance, recorded per run), and in no rule's params.
+PROVENANCE_KEYS = ("backend",)
+#: Job.backend of a save: summary study's runs, whatever its ``backend`` key: the ensemble backend that computed a
+#: run is provenance, not identity (runs by cuda and by numba are reused for each other); "auto", the key's default,
+#: keeps the hashes of the stores written before the key took cuda
+SUMMARY_JOB_BACKEND = "auto"
 
 
 def number_config(cfg: dict) -> dict:
-    """A study entry without its ``PRESENTATION_KEYS``: what defines its errors and rates."""
-    return {k: v for k, v in cfg.items() if k not in PRESENTATION_KEYS}
+    """A study entry without its ``PRESENTATION_KEYS`` and ``PROVENANCE_KEYS``: what defines its errors and rates."""
+    return {k: v for k, v in cfg.items() if k not in PRESENTATION_KEYS + PROVENANCE_KEYS}
+
+
+def shown_config(cfg: dict) -> dict:
+    """A study entry without its ``PROVENANCE_KEYS``: what defines its tables and figure."""
+    return {k: v for k, v in cfg.items() if k not in PROVENANCE_KEYS}
 
 
 # --------------------------------------------------------------------------- expansion
@@ -557,6 +570,11 @@ def _study_entry(where: str, cfg: dict) -> dict:
             )
         if cfg["backend"] == "numpy":
             raise ConfigError(f"{where}.save = 'summary' runs the compiled ensemble loop; backend numpy cannot")
+    elif cfg["backend"] == "cuda":
+        raise ConfigError(
+            f"{where}.backend = 'cuda': the per-run loops of save: {cfg['save']} have no GPU path; "
+            "give save: summary (the ensemble), or backend auto or numba"
+        )
     plots = KINDS[cfg["kind"]].plots
     if cfg["plot"] not in plots:
         raise ConfigError(f"{where}.plot = {cfg['plot']!r}: expected one of {', '.join(plots)}")
@@ -725,7 +743,7 @@ def _add_runs(study: Study, study_method: StudyMethod, raw: dict, where: str, in
                 t_end=inst.t_end,
                 save_every=int(cfg["save_every"]),
                 compensated=bool(cfg["compensated"]),
-                backend=cfg["backend"],
+                backend=SUMMARY_JOB_BACKEND if cfg.get("save") == "summary" else cfg["backend"],
                 chunk=int(cfg["chunk"]),
                 numerics_fingerprint=numerics,
                 combo=inst.key,

@@ -124,8 +124,10 @@ ENSEMBLE_FIELDS += ("H_error", "g_error")
 def ensemble(arrays: dict) -> None:
     """``integrate_ensemble`` end to end with backend cuda and auto (here: the GPU or the simulator) and numba:
     two instances of the parametric conical pendulum, per-run h, N and sample_every, HBVM(2,2) fixed point."""
+    import hbvm_core.ensemble
     from hbvm_core import integrate_ensemble
 
+    hbvm_core.ensemble.GPU_MIN_RUNS = 1  # "auto" sends even these four runs to the GPU (its threshold: test_ensemble)
     problems = [conical_pendulum(length=1.5), conical_pendulum(length=2.0, gravity=1.3)]
     runs = [problems[0], problems[1], problems[0], problems[1]]
     h, N, every = np.array([0.05, 0.04, 0.1, 0.02]), np.array([12, 8, 7, 10]), np.array([3, 5, 1, 10])

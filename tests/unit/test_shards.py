@@ -4,6 +4,7 @@ by grid key, completeness records, damage, reuse per shard and per run; and the 
 
 from __future__ import annotations
 
+import csv
 import logging
 import os
 
@@ -139,7 +140,7 @@ def _exact_rows(study, table, a, b, delta):
 def test_the_errors_over_the_run_dimension_match_a_hand_oracle(tmp_path):
     """e_s = the offset put in (max norm at the sample times 0, 0.5, 1), the rates of e_s = C h^2 are 2, e_H is
     H_error, a failed run has no numbers."""
-    from hbvm_workflow.ensemble_errors import summary_columns
+    from hbvm_workflow.ensemble_errors import compute_summary_errors, summary_columns
 
     study = _study(tmp_path)
     table = shards.run_table(study)
@@ -152,7 +153,8 @@ def test_the_errors_over_the_run_dimension_match_a_hand_oracle(tmp_path):
         rows = _exact_rows(study, table, a, b, delta)
         if slot == 2:  # the last run fails
             rows["counts"][1, 0], rows["counts"][1, 1] = 2, 13
-        shards.write_shard(path, slot, a, rows, table.digest(a, b), {})
+        ran = "cuda" if slot == 1 else "numba"
+        shards.write_shard(path, slot, a, rows, table.digest(a, b), {"backends": [[ran, b - a]]})
     cols = summary_columns(study)
     # the exact solution is evaluated twice the same way: round-off of the state (|y| <= 2) only
     assert np.allclose(cols["e_s"][:5], delta[:5], rtol=0, atol=1e-14)
@@ -161,6 +163,13 @@ def test_the_errors_over_the_run_dimension_match_a_hand_oracle(tmp_path):
     assert np.allclose(cols["e_H"][:5], 1e-3 * table.h[:5]) and np.isnan(cols["e_s"][5])
     assert list(cols["status"]) == ["ok"] * 5 + ["failed"] and cols["error"][5] == "step 13: diverged"
     assert np.allclose(cols["mean_iterations"][:5], 3.0) and np.isnan(cols["e_lambda"]).all()
+    # timings.csv: the backend of each run, as its shard's record says
+    out = tmp_path / "out"
+    out.mkdir()
+    compute_summary_errors(study, str(out / "errors.zarr"), str(out / "errors.csv"), str(out / "timings.csv"))
+    with open(out / "timings.csv") as fh:
+        timings = list(csv.DictReader(fh))
+    assert [r["backend"] for r in timings] == ["numba", "numba", "cuda", "cuda", "numba", "numba"]
 
 
 class _Log(logging.Logger):
@@ -220,3 +229,86 @@ def test_save_is_summary_for_a_sweep_and_refuses_what_a_summary_cannot_hold(tmp_
         _study(tmp_path, errors={"reference": "self", "norm": "inf", "sample": 0.5})
     with pytest.raises(ConfigError, match=r"^studies\.sw\.save = 'summary' runs the compiled ensemble loop"):
         _study(tmp_path, backend="numpy")
+
+
+# --------------------------------------------------------------------------- the backend key: provenance
+def test_backend_cuda_is_valid_for_a_summary_and_refused_for_trajectories_at_parse(tmp_path):
+    """The schema takes backend cuda; a save: trajectory study refuses it in one line naming the key (the per-run
+    loops have no GPU path); a save: summary study takes it without asking for a GPU (the shard decides)."""
+    from hbvm_core.errors import ConfigError
+    from hbvm_workflow.schema import validate_config
+
+    validate_config({"studies": {"sw": {**SWEEP, "backend": "cuda"}}})
+    with pytest.raises(ConfigError, match=r"^config\.studies\.sw\.backend = 'gpu': 'gpu' is not one of .*'cuda'"):
+        validate_config({"studies": {"sw": {**SWEEP, "backend": "gpu"}}})
+    assert _study(tmp_path, backend="cuda").cfg["backend"] == "cuda"
+    with pytest.raises(ConfigError, match=r"^studies\.sw\.backend = 'cuda': the per-run loops of save: trajectory"):
+        _study(tmp_path, kind="convergence", backend="cuda")
+
+
+def test_changing_backend_reruns_nothing_and_each_run_keeps_the_backend_that_computed_it(tmp_path):
+    """A summary study's runs are the same runs whatever its backend (hashes, the solve marker's digest, the
+    aggregate's and render's params): a store computed under numba is reused whole under cuda or auto; the
+    backend of each run comes back from the shard records (a copied run's from its source)."""
+    from hbvm_workflow.study import number_config, shown_config
+
+    studies = {b: _study(tmp_path, backend=b) for b in ("auto", "numba", "cuda")}
+    digests = {b: (st.runs_digest(), [h for _, h in st.job_hashes()]) for b, st in studies.items()}
+    assert digests["cuda"] == digests["numba"] == digests["auto"]
+    assert number_config(studies["cuda"].cfg) == number_config(studies["numba"].cfg)
+    assert shown_config(studies["cuda"].cfg) == shown_config(studies["numba"].cfg)
+    trajectory = {b: _study(tmp_path, kind="convergence", backend=b) for b in ("numba", "numpy")}
+    assert trajectory["numba"].runs_digest() != trajectory["numpy"].runs_digest()  # there the loop is identity
+
+    study = studies["numba"]
+    os.makedirs(study.dir, exist_ok=True)
+    table, todo, _ = shards.prepare(study, False, _Log())
+    path = shards.shard_store(study.results, "sw")
+    ran = ["numba", "cuda", "cuda", "cuda", "numba", "numba"]  # by hand: two shards of mixed provenance
+    for s in todo:
+        pairs = shards.run_lengths(np.array(ran[s.start : s.stop], dtype=object))
+        shards.write_shard(path, s.slot, s.start, _rows(table, s.start, s.stop), s.digest, {"backends": pairs})
+    for b in ("cuda", "auto"):
+        _, todo, counts = shards.prepare(studies[b], False, _Log())
+        assert todo == [] and counts == {"reused": 6, "copied": 0, "failed_reused": 0}
+    assert shards.row_backends(path, np.arange(6)).tolist() == ran
+    assert shards.row_backends(path, np.array([5, 1])).tolist() == ["numba", "cuda"]
+    shards.write_shard(path, 0, 0, _rows(table, 0, 2), table.digest(0, 2), {"backend": "numba"})  # an old record
+    assert shards.row_backends(path, np.arange(2)).tolist() == ["numba", "numba"]
+
+
+def test_backend_cuda_without_a_gpu_stops_the_shard_in_one_line_before_touching_the_store(tmp_path):
+    """backend cuda where the shard's host has no GPU: one line naming the study, the key and the host (the GPU
+    is looked for where the shard runs, not at the parse); the shard's record is left as it was."""
+    from hbvm_core.errors import BackendError
+    from hbvm_core.kernels.cuda import cuda_available
+    from hbvm_workflow.shard_worker import solve_shard
+
+    if cuda_available():
+        pytest.skip("a GPU (or numba-cuda's simulator) is present")
+    study = _study(tmp_path, backend="cuda")
+    os.makedirs(study.dir, exist_ok=True)
+    table, todo, _ = shards.prepare(study, False, _Log())
+    path = shards.shard_store(study.results, "sw")
+    s = todo[0]
+    shards.write_shard(path, s.slot, s.start, _rows(table, s.start, s.stop), "other", {})  # an earlier record
+    with pytest.raises(BackendError, match=r"^studies\.sw\.backend = 'cuda' on host .+: backend 'cuda': no GPU") as e:
+        solve_shard(shards.shard_spec(study, table, s))
+    assert "\n" not in str(e.value) and "backend auto" in str(e.value)
+    assert shards.read_record(path, s.slot)["digest"] == "other"
+
+
+@pytest.mark.slow
+def test_a_shard_under_auto_runs_its_small_blocks_on_the_cpu_and_records_it(tmp_path):
+    """backend auto (the default) with blocks below hbvm_core.ensemble.GPU_MIN_RUNS: the CPU ensemble, the reason
+    in the task's note, numba in the record for each run."""
+    from hbvm_workflow.shard_worker import solve_shard
+
+    study = _study(tmp_path)
+    os.makedirs(study.dir, exist_ok=True)
+    table, todo, _ = shards.prepare(study, False, _Log())
+    res = solve_shard(shards.shard_spec(study, table, todo[0]))
+    assert res["backend"] == "numba" and "fewer than the GPU's least block" in res["note"]
+    path = shards.shard_store(study.results, "sw")
+    assert shards.read_record(path, 0)["backends"] == [["numba", 2]]
+    assert shards.row_backends(path, np.arange(2)).tolist() == ["numba", "numba"]

@@ -190,12 +190,31 @@ def test_bad_values():
 
 
 def test_cuda_backend_missing():
-    """Without the GPU backend (hbvm_core.kernels.cuda) or a GPU: a one-line BackendError."""
-    try:
-        import hbvm_core.kernels.cuda  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        pytest.skip("the GPU backend is present: test_ensemble_cuda covers it")
-    with pytest.raises(BackendError, match="backend cuda"):
+    """backend "cuda" where numba-cuda finds no GPU: a one-line BackendError, before any loop is built (on a GPU,
+    or under numba-cuda's simulator, tests/verification/test_gpu.py covers the GPU path)."""
+    from hbvm_core.kernels.cuda import cuda_available
+
+    if cuda_available():
+        pytest.skip("a GPU (or numba-cuda's simulator) is present: tests/verification/test_gpu.py covers it")
+    with pytest.raises(BackendError, match="^backend 'cuda': no GPU") as err:
         hc.integrate_ensemble(conical_pendulum(length=1.5), hc.HBVM(2, 2), 0.1, 3, backend="cuda")
+    assert "\n" not in str(err.value)
+
+
+def test_auto_keeps_a_small_block_on_the_cpu(monkeypatch):
+    """backend "auto" tries the GPU only for a block of at least GPU_MIN_RUNS runs: a smaller one runs on numba
+    without asking for a GPU (the GPU check is made to fail loudly if it is reached), and says why in one line."""
+    import hbvm_core.ensemble as ens
+
+    def no_gpu_asked(*args):
+        raise AssertionError("a block below GPU_MIN_RUNS asked for the GPU")
+
+    monkeypatch.setattr(ens, "_run_cuda", no_gpu_asked)
+    pb = conical_pendulum(length=1.5)
+    res = hc.integrate_ensemble(pb, hc.HBVM(2, 2), np.full(3, 0.1), 3, backend="auto")
+    assert res.backend == "numba" and np.all(res.status == OK)
+    least = ens.GPU_MIN_RUNS
+    assert res.backend_note == f"backend auto: ran on numba; 3 runs, fewer than the GPU's least block of {least}"
+    monkeypatch.setattr(ens, "GPU_MIN_RUNS", 3)  # at the threshold the GPU is tried
+    with pytest.raises(AssertionError, match="asked for the GPU"):
+        hc.integrate_ensemble(pb, hc.HBVM(2, 2), np.full(3, 0.1), 3, backend="auto")

@@ -229,7 +229,7 @@ def test_simulator_ensemble_end_to_end(simulated):
 
 
 @pytest.mark.slow
-def test_ensemble_without_gpu():
+def test_ensemble_without_gpu(monkeypatch):
     """Without a GPU: backend "cuda" stops with one line; "auto" runs the CPU ensemble and says so in one line."""
     import hbvm_core as hc
     from hbvm_core.errors import BackendError
@@ -242,6 +242,7 @@ def test_ensemble_without_gpu():
     with pytest.raises(BackendError, match="backend 'cuda': no GPU") as err:
         hc.integrate_ensemble(pb, hc.HBVM(2, 2), 0.1, 3, backend="cuda")
     assert "\n" not in str(err.value)
+    monkeypatch.setattr("hbvm_core.ensemble.GPU_MIN_RUNS", 1)  # a block "auto" would try on the GPU
     res = hc.integrate_ensemble(pb, hc.HBVM(2, 2), 0.1, 3, backend="auto")
     assert res.backend == "numba" and "no GPU" in res.backend_note and "\n" not in res.backend_note
     assert np.all(res.status == 0)

@@ -62,6 +62,12 @@ def test_a_sweep_is_one_sharded_store_read_by_grid_key_with_the_errors_of_its_tr
 def test_a_damaged_shard_is_recomputed_and_a_new_grid_value_computes_only_its_runs(tmp_path):
     write_config(tmp_path, {"sw": SWEEP}, select=["sw"])
     ok(snakemake(tmp_path, "--cores", "2", "sweep"))
+    timings = read_csv(tmp_path / "results" / "sw" / "timings.csv")
+    assert {r["backend"] for r in timings} == {"numba"}  # auto: shards of 4 runs stay on the CPU
+    # the ensemble backend is provenance, not identity: changing it reruns nothing (no solve, no aggregate)
+    write_config(tmp_path, {"sw": {**SWEEP, "backend": "numba"}}, select=["sw"])
+    same = ok(snakemake(tmp_path, "--cores", "2", "sweep"))
+    assert "Nothing to be done" in same.stdout + same.stderr
     store = tmp_path / "results" / "sw" / "runs.zarr"
     shard = store / "y" / "c" / "1" / "0" / "0"
     raw = bytearray(shard.read_bytes())
@@ -116,3 +122,19 @@ def test_the_shards_run_on_an_existing_scheduler(tmp_path):
         if workers is not None:
             _stop(workers)
         _stop(sched)
+
+
+def test_backend_cuda_without_a_gpu_stops_the_solve_with_one_line(tmp_path):
+    """backend cuda demands the GPU: where the shards' workers have none, the solve step stops with one line naming
+    the study and the key (once, however many shards), and nothing is written as done."""
+    from hbvm_core.kernels.cuda import cuda_available
+
+    if cuda_available():
+        pytest.skip("a GPU (or numba-cuda's simulator) is present")
+    write_config(tmp_path, {"sw": {**SWEEP, "backend": "cuda"}}, select=["sw"])
+    proc = snakemake(tmp_path, "--cores", "2", "sweep")
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("hbvm: ")]
+    assert proc.returncode != 0 and len(lines) == 1, proc.stderr[-3000:]
+    assert lines[0].startswith("hbvm: studies.sw.backend = 'cuda' on host ") and "no GPU" in lines[0]
+    assert lines[0].count("studies.sw.backend") == 1
+    assert not (tmp_path / "results" / "sw" / "solve.json").exists()

@@ -89,8 +89,11 @@ def study_regex(names):
 
 
 def study_params(wildcards):
-    """Everything that defines a study's tables and plot: a change reruns them."""
-    return STUDIES[wildcards.study].cfg
+    """Everything that defines a study's tables and plot (all but where its runs were computed): a change reruns
+    them."""
+    from hbvm_workflow.study import shown_config
+
+    return shown_config(STUDIES[wildcards.study].cfg)
 
 
 def solve_threads(names, share=1.0):
@@ -205,8 +208,8 @@ def aggregate_threads(name):
 
 
 def number_params(wildcards):
-    """The study's keys that define its numbers (everything but the presentation keys): a change reruns
-    the aggregate rule."""
+    """The study's keys that define its numbers (everything but the presentation and provenance keys): a change
+    reruns the aggregate rule."""
     from hbvm_workflow.study import number_config
 
     return number_config(STUDIES[wildcards.study].cfg)

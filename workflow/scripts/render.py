@@ -14,13 +14,14 @@ def render_study(name: str, config: dict, inp, out, log_path: str, entry=None) -
     from hbvm_workflow.figures import study_plot
     from hbvm_workflow.jobs import plural, study_logger
     from hbvm_workflow.plan import check_planned, planned_studies
+    from hbvm_workflow.study import shown_config
     from hbvm_workflow.tables import rows_from_outputs, write_tables
 
     log = study_logger("render", name, log_path)
     t0 = time.perf_counter()
     study = planned_studies(config, [name])[name]  # the parse's expansion (hbvm_workflow.plan)
     if entry is not None:
-        check_planned(study, "its entry", entry, study.cfg)
+        check_planned(study, "its entry", entry, shown_config(study.cfg))
     rows = rows_from_outputs(study, inp.csv, inp.zarr)
     write_tables(study, rows, out.md, out.tex, out.html)
     t1 = time.perf_counter()

@@ -100,12 +100,21 @@ def batch_key(batch: list) -> str:
 
 
 def compute(
-    todo: list, studies: dict, logs: dict, summaries: dict, dask_cfg: dict, threads: int, shards: list | None = None
+    todo: list,
+    studies: dict,
+    logs: dict,
+    summaries: dict,
+    dask_cfg: dict,
+    threads: int,
+    shards: list | None = None,
+    stops: dict | None = None,
 ) -> list[str]:
     """Every run of ``todo`` and every shard of ``shards`` (``hbvm_workflow.shards.shard_spec``: one Dask task
-    each) on one cluster; results into ``summaries``; returns the runs and shards that raised."""
+    each) on one cluster; results into ``summaries``; returns the runs and shards that raised. ``stops`` receives,
+    per study, the one line of a shard that found no GPU where the study demands one (``backend: cuda``)."""
     from distributed import as_completed
 
+    from hbvm_core.errors import BackendError
     from hbvm_workflow.cluster import _problem_module, dask_client, forks_local_workers, ship_problem_module
     from hbvm_workflow.cluster import describe as where
     from hbvm_workflow.jobs import FILE_ONLY, Progress, plural, tell_studies
@@ -116,6 +125,7 @@ def compute(
     from hbvm_workflow.worker import solve_batch, warm_up
 
     shards = shards or []
+    stops = {} if stops is None else stops
     # facts of the whole job: one line each on stderr (and in each study's log)
     names = {j.study for j in todo} | {spec["study"] for spec in shards}
     tell_studies(logs, names, f"computing on {where(dask_cfg, threads)}")
@@ -193,15 +203,21 @@ def compute(
                 name, log = spec["study"], logs[spec["study"]]
                 try:
                     res = fut.result()
+                except BackendError as exc:  # backend cuda and no GPU on the worker: the study stops, one line
+                    stops.setdefault(name, str(exc))
+                    log.error(f"shard {spec['slot']}: ERROR {exc}", extra=FILE_ONLY)
+                    progress.update(failed=True)
+                    continue
                 except Exception as exc:  # a bug, or a lost worker after the retries: the shard is reported
                     errors.append(f"{name}: shard {spec['slot']}: {type(exc).__name__}: {exc}")
                     log.error(f"shard {spec['slot']}: ERROR {type(exc).__name__}: {exc}", extra=FILE_ONLY)
                     progress.update(failed=True)
                     continue
                 summaries[name].setdefault("shards", []).append(res)
+                note = f"; {res['note']}" if res.get("note") else ""
                 log.info(
                     f"shard {res['slot']}: {res['computed']} integrated, {res['copied']} copied, {res['failed']} "
-                    f"failed, {res['wall_s']:.2f} s ({res['backend']})",
+                    f"failed, {res['wall_s']:.2f} s ({res['backend']}{note})",
                     extra=FILE_ONLY,
                 )
                 progress.update(failed=bool(res["failed"]), runs=spec["stop"] - spec["start"])
@@ -349,19 +365,22 @@ def solve(smk, names: list) -> None:
         pending, summaries[name] = reuse(study, retry_failed, logs[name])
         todo += pending
     dask_cfg = config.get("dask") or {}
-    errors = compute(todo, studies, logs, summaries, dask_cfg, smk.threads, specs) if todo or specs else []
-    if errors:  # one line (the solve step's log has every run's): no traceback on the terminal
-        from hbvm_core.errors import HBVMError
+    stops: dict = {}
+    errors = compute(todo, studies, logs, summaries, dask_cfg, smk.threads, specs, stops) if todo or specs else []
+    if errors or stops:  # one line (the solve step's log has every run's): no traceback on the terminal
+        from hbvm_core.errors import BackendError, HBVMError
 
-        raise HBVMError(f"{len(errors)} run(s) raised: " + "; ".join(errors))
+        raised = [f"{len(errors)} run(s) raised: " + "; ".join(errors)] if errors else []
+        raise (BackendError if stops else HBVMError)("; ".join([*stops.values(), *raised]))
 
     for name, study in studies.items():
         if name in tables:
             m = write_shard_manifest(study, tables[name], summaries[name], manifests[name])
             write_runs_marker(study)
+            ran = sorted({r["backend"] for r in summaries[name].get("shards", []) if r["computed"]})
             logs[name].info(
                 f"done in {time.perf_counter() - t0:.1f} s: {m['computed']} computed, {m['copied']} copied, "
-                f"{m['reused']} reused, {m['failed']} failed"
+                f"{m['reused']} reused, {m['failed']} failed" + (f" (on {', '.join(ran)})" if ran else "")
             )
             continue
         m = write_manifest(study, summaries[name], manifests[name])
