@@ -318,8 +318,7 @@ def planned_jobs(results: str) -> dict[str, Job]:
             with open(os.path.join(plan_dir(results), name)) as fh:
                 plan = json.load(fh)
             for rec in plan["studies"].values():
-                for entry in rec["jobs"]:
-                    job = Job(**entry)
+                for job in _jobs_of(rec):  # the plan's job groups, or its jobs one by one
                     jobs[job.hash] = job
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue

@@ -68,6 +68,18 @@ def test_the_plan_holds_what_the_expansion_computed(tmp_path):
     assert plan.read_plan(config, ["nosuch"]) is None
 
 
+def test_planned_jobs_reads_every_run_of_every_plan(tmp_path):
+    """What verify checks a store against: every job the parse planned, by its hash, whatever form the plan
+    recorded its jobs in (groups per method and instance, or one by one)."""
+    config = shipped(tmp_path)
+    studies = load_studies(config, names=["grid", "table1"])
+    plan.write_plan(config, studies)
+    planned = plan.planned_jobs(config["results"])
+    expected = {job.hash: job.as_dict() for study in studies.values() for job in study.jobs.values()}
+    assert len(expected) > 20  # both studies' runs (the grid's 8, table1's 27)
+    assert {h: job.as_dict() for h, job in planned.items()} == expected
+
+
 def test_reading_the_plan_fingerprints_nothing_and_builds_problems_only_when_asked(tmp_path, monkeypatch):
     config = shipped(tmp_path)
     studies = load_studies(config, names=["grid", "table1"])
