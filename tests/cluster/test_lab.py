@@ -56,6 +56,7 @@ TLS_STUDY = STUDY | {"problem": "user_problems:double_pendulum"}
 #: the error quantities of errors.csv: each of scale about one (q on the unit sphere, |p| < 1, lambda, H, g)
 ERRORS = ("e_s", "e_lambda", "e_H", "e_g", "e_hc")
 RATES = ("rate_s", "rate_lambda", "rate_hc")
+ORDERS = ("order_s", "order_lambda", "order_hc")
 
 
 @pytest.fixture
@@ -250,6 +251,14 @@ def test_a_heterogeneous_cluster_completes_agrees_to_round_off_and_reruns_nothin
             elif key in RATES and b[key]:
                 # a rate is log2(e(h) / e(h/2)): its round-off is the errors' relative round-off over ln 2
                 e = float(b["e_" + key.removeprefix("rate_")])
+                assert abs(float(a[key]) - float(b[key])) <= 2 * tol / e / math.log(2), (label, key, a, b)
+            elif key in ORDERS and b[key]:
+                # the least-squares slope of log e against log h over the fitted rows: its weights sum to at most
+                # 1 / ln 2 in absolute value here (h halving), so its round-off is at most a rate's, at the
+                # smallest error of the fitted rows
+                e = min(
+                    float(r["e_" + key.removeprefix("order_")]) for r in ref if r["method"] == b["method"] and r[key]
+                )
                 assert abs(float(a[key]) - float(b[key])) <= 2 * tol / e / math.log(2), (label, key, a, b)
             elif key == "mean_iterations":
                 # Newton may stop one iteration earlier or later on a step: at most one per step

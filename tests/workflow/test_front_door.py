@@ -163,8 +163,8 @@ def test_every_path_the_docs_name_exists(main_job, small):
     for span in spans:
         if span.startswith(("results/", "logs/")):
             previous = span
-        if span.endswith(".failed.json") or span.startswith("results/beyond"):
-            continue  # a failed run's marker; the opt-in beyond studies
+        if span.endswith((".failed.json", "runs.zarr")) or span.startswith("results/beyond"):
+            continue  # a failed run's marker; the opt-in beyond studies and sweeps (test_sweep_shards writes runs.zarr)
         pattern = expand(span, previous)
         if not any(any(base.glob(pattern)) for base in (main_job, work)):
             missing.append(f"{span} ({pattern})")
