@@ -230,13 +230,17 @@ def fitted_order(h, e, floor=0.0, tolerance: float = RATE_TOLERANCE) -> tuple[fl
     with np.errstate(invalid="ignore"):
         ok = np.isfinite(e) & (e > np.broadcast_to(np.asarray(floor, dtype=float), e.shape)) & (h > 0)
     r = rates(h, np.where(ok, e, np.nan))  # r[i]: the rate of rows i-1, i
+    usable = (ok & np.isfinite(r)).tolist()  # row i continues a run that includes row i-1
+    ok, r = ok.tolist(), r.tolist()  # Python floats: a sweep fits thousands of blocks of hundreds of rows
     best = (0, -1, -1)
-    for first in range(e.size):
+    for first in range(len(r)):
+        if len(r) - first < best[0]:
+            break  # no later run is as long as the best one
         if not ok[first]:
             continue
         lo = hi = None
-        for last in range(first + 1, e.size):
-            if not (ok[last] and np.isfinite(r[last])):
+        for last in range(first + 1, len(r)):
+            if not usable[last]:
                 break
             lo, hi = min(r[last], lo if lo is not None else r[last]), max(r[last], hi if hi is not None else r[last])
             if hi - lo > tolerance:
