@@ -93,35 +93,17 @@ def test_a_damaged_shard_is_recomputed_and_a_new_grid_value_computes_only_its_ru
 
 def test_the_shards_run_on_an_existing_scheduler(tmp_path):
     """The shard tasks go through the same client as any run: here workers of a scheduler started elsewhere."""
-    import time
-
-    from test_workflow import BIN, ROOT, _start, _stop
+    from test_workflow import ROOT, external_cluster
 
     study_dir, elsewhere = tmp_path / "study", tmp_path / "elsewhere"
     study_dir.mkdir()
     elsewhere.mkdir()
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    sched_file = elsewhere / "scheduler.json"
-    cmd = [str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard"]
-    sched = _start(cmd + ["--scheduler-file", str(sched_file)], elsewhere / "scheduler.log", cwd=elsewhere, env=env)
-    workers = None
-    try:
-        for _ in range(300):
-            if sched_file.exists() and sched_file.stat().st_size:
-                break
-            time.sleep(0.1)
-        address = json.loads(sched_file.read_text())["address"]
-        cmd = [str(BIN / "dask"), "worker", address, "--nworkers", "2", "--nthreads", "1", "--host", "127.0.0.1"]
-        workers = _start(cmd + ["--no-dashboard"], elsewhere / "workers.log", cwd=elsewhere, env=env)
+    with external_cluster(elsewhere, dict(os.environ, PYTHONPATH=str(ROOT))) as address:
         write_config(study_dir, {"sw": SWEEP}, select=["sw"], dask={"address": address})
         ok(snakemake(study_dir, "--cores", "1", "sweep"))
         log = (study_dir / "logs" / "sw" / "solve.log").read_text()
         assert f"computing on scheduler {address}" in log and "12 runs to integrate in 3 shards" in log
         assert _manifest(study_dir)["computed"] == 12
-    finally:
-        if workers is not None:
-            _stop(workers)
-        _stop(sched)
 
 
 def test_backend_cuda_without_a_gpu_stops_the_solve_with_one_line(tmp_path):

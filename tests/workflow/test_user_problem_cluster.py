@@ -3,12 +3,10 @@ workers run elsewhere, without the config's folder on their PYTHONPATH: the solv
 
 from __future__ import annotations
 
-import json
 import os
-import time
 
 import pytest
-from test_workflow import BIN, ROOT, _start, _stop, ok, read_csv, snakemake, write_config
+from test_workflow import ROOT, external_cluster, ok, read_csv, snakemake, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -40,18 +38,7 @@ def test_a_user_problem_on_an_external_scheduler_without_its_folder_on_the_worke
     elsewhere.mkdir()
     (study_dir / "mymod.py").write_text(MYMOD)
     env = dict(os.environ, PYTHONPATH=str(ROOT))  # the packages, not the module's folder
-    sched_file = elsewhere / "scheduler.json"
-    cmd = [str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard"]
-    sched = _start(cmd + ["--scheduler-file", str(sched_file)], elsewhere / "scheduler.log", cwd=elsewhere, env=env)
-    workers = None
-    try:
-        for _ in range(300):
-            if sched_file.exists() and sched_file.stat().st_size:
-                break
-            time.sleep(0.1)
-        address = json.loads(sched_file.read_text())["address"]
-        cmd = [str(BIN / "dask"), "worker", address, "--nworkers", "2", "--nthreads", "1", "--host", "127.0.0.1"]
-        workers = _start(cmd + ["--no-dashboard"], elsewhere / "workers.log", cwd=elsewhere, env=env)
+    with external_cluster(elsewhere, env) as address:
         study = {
             "problem": "mymod:pendulum",
             "params": {"length": 1.0},
@@ -67,7 +54,3 @@ def test_a_user_problem_on_an_external_scheduler_without_its_folder_on_the_worke
         log = (study_dir / "logs" / "mine" / "solve.log").read_text()
         assert f"problem module {study_dir / 'mymod.py'} uploaded to the workers" in log
         assert f"computing on scheduler {address}" in log
-    finally:
-        if workers is not None:
-            _stop(workers)
-        _stop(sched)

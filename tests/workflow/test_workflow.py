@@ -13,6 +13,7 @@ Bad configs (failing before any job, naming the key, writing nothing): test_reli
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -297,6 +298,29 @@ def _stop(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
+
+
+@contextlib.contextmanager
+def external_cluster(folder: Path, env: dict, nworkers: int = 2):
+    """A `dask scheduler` and `dask worker --nworkers N` started in ``folder`` (not the study's), on loopback, with
+    ``env``; yields the scheduler's address and stops both process groups (by pid) on the way out."""
+    sched_file = folder / "scheduler.json"
+    cmd = [str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard"]
+    sched = _start(cmd + ["--scheduler-file", str(sched_file)], folder / "scheduler.log", cwd=folder, env=env)
+    workers = None
+    try:
+        for _ in range(300):
+            if sched_file.exists() and sched_file.stat().st_size:
+                break
+            time.sleep(0.1)
+        address = json.loads(sched_file.read_text())["address"]
+        cmd = [str(BIN / "dask"), "worker", address, "--nworkers", str(nworkers), "--nthreads", "1"]
+        workers = _start(cmd + ["--host", "127.0.0.1", "--no-dashboard"], folder / "workers.log", cwd=folder, env=env)
+        yield address
+    finally:
+        if workers is not None:
+            _stop(workers)
+        _stop(sched)
 
 
 def test_an_external_dask_scheduler_and_workers(tmp_path):
