@@ -573,7 +573,7 @@ def _identify(study: Study, inst: Instance, jobs: list) -> None:
     inst._checked = (structure, probe)  # the problem agrees with it (problem_identity)
     for job in jobs:
         job.problem_fingerprint, job.problem_structure, job.problem_probe = fingerprint, inst.structure, inst.probe
-        job.forget()
+        job._hash = None  # the fingerprint is hashed; the steps (h, t_end) stay
 
 
 def _recorded(jobs):
@@ -921,14 +921,24 @@ def _check_sampling(where: str, convention, reference: str, h: float, job: Job, 
     if reference == "none":
         return
     spacing = job.h * job.save_every
-    for key in ("sample", "lambda_sample"):
-        val = getattr(convention, key)
+    off = _off_grid(spacing, period, convention.sample, convention.lambda_sample)
+    if off is not None:
+        key, val = off
+        raise ConfigError(
+            f"{where}: errors.{key} = {val!r} is not a multiple of h * save_every = {spacing!r} "
+            f"(h = {h!r}); the sample times would not be saved"
+        )
+
+
+@functools.lru_cache(maxsize=2**16)
+def _off_grid(spacing: float, period, sample, lambda_sample) -> tuple | None:
+    """The first (key, value) of the convention's sample and lambda_sample whose times are not multiples of the
+    saved points' ``spacing``, or None; once per spacing (a grid's instances repeat their step sizes)."""
+    for key, val in (("sample", sample), ("lambda_sample", lambda_sample)):
         if val is None or val == "all":
             continue  # every saved point (the h run's are a subset of its h/2 partner's)
         d = period if val == "periods" else float(val)
         ratio = d / spacing
         if abs(ratio - round(ratio)) > 1e-6 * max(1.0, ratio) or round(ratio) < 1:
-            raise ConfigError(
-                f"{where}: errors.{key} = {val!r} is not a multiple of h * save_every = {spacing!r} "
-                f"(h = {h!r}); the sample times would not be saved"
-            )
+            return key, val
+    return None
