@@ -18,8 +18,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import operator
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -78,9 +79,36 @@ ROW_FIELDS = ("label", "n", "h", "job", "partner", "combo")
 RUN_FIELDS = ("h", "run", "store")
 
 
-def _columns(items: list, names: tuple) -> dict:
-    """Items as columns: name -> list of values (one JSON list each instead of one object per item)."""
+def _columns(items, names: tuple) -> dict:
+    """Items as columns: name -> list of values (one JSON list each instead of one object per item); rows read
+    from a plan (``PlannedRows``) give the columns they were read from."""
+    if isinstance(items, PlannedRows):
+        return {name: items.columns[name] for name in names}
     return {name: [getattr(item, name) for item in items] for name in names}
+
+
+class PlannedRows(Sequence):
+    """A method's rows as the plan holds them (columns, ``ROW_FIELDS``), built as ``Row`` objects only when first
+    looked at: a sweep's solve and aggregate steps read the columns (``columns``: name -> list)."""
+
+    def __init__(self, columns: dict):
+        self.columns = columns
+        self._rows: list[Row] | None = None
+
+    def _all(self) -> list[Row]:
+        if self._rows is None:
+            cols = self.columns
+            self._rows = [Row(**dict(zip(ROW_FIELDS, values))) for values in zip(*(cols[f] for f in ROW_FIELDS))]
+        return self._rows
+
+    def __getitem__(self, i):
+        return self._all()[i]
+
+    def __len__(self) -> int:
+        return len(self.columns["job"])
+
+    def __iter__(self):
+        return iter(self._all())
 
 
 def _job_record(jobs: list) -> dict:
@@ -89,11 +117,12 @@ def _job_record(jobs: list) -> dict:
     from .study import JOB_FIELDS
 
     shared = tuple(f for f in JOB_FIELDS if f not in RUN_FIELDS)
+    of_group = operator.attrgetter(*shared)
     groups: list[dict] = []
     last = None
     for job in jobs:
-        values = tuple(getattr(job, f) for f in shared)
-        if last is None or values != last:
+        values = of_group(job)
+        if last is None or values != last:  # a tuple compares by identity first: a group's runs share their fields
             if any(g["key"] == (job.label, job.combo) for g in groups):  # a group's runs not together: as they are
                 return {"jobs": [j.as_dict() for j in jobs]}
             groups.append({"key": (job.label, job.combo), "fields": dict(zip(shared, values)), "runs": []})
@@ -174,10 +203,6 @@ def _jobs_of(rec: dict) -> list[Job]:
     return out
 
 
-def _rows_of(cols: dict) -> list[Row]:
-    return [Row(**dict(zip(ROW_FIELDS, values))) for values in zip(*(cols[f] for f in ROW_FIELDS))]
-
-
 def study_from_record(rec: dict) -> Study:
     """The ``Study`` of a ``study_record``; its problems are built when first asked for (``Instance.problem``)."""
     from hbvm_core.methods import method_from_entry
@@ -209,7 +234,7 @@ def study_from_record(rec: dict) -> Study:
             m["entry"],
             m["k"],
             m["s"],
-            rows=_rows_of(m["rows"]),
+            rows=PlannedRows(m["rows"]),
             method=method_from_entry(m["entry"]),
             module=m["module"],
         )  # fmt: skip
