@@ -771,47 +771,50 @@ def _add_runs(study: Study, study_method: StudyMethod, raw: dict, where: str, in
     rule = {k: raw[k] for k in STEP_KEYS if k in raw} or study_rule
     numerics = method_fingerprint(study_method.entry)
     names: dict[str, float] = {}  # run name -> h: names must identify the runs
+    summary = cfg.get("save") == "summary"  # a summary study's runs live in its one sharded store
+    # the fields of every run of this method and instance (a sweep plans 10^6 of them: shared objects, set once)
+    fixed = dict(
+        study=study.name,
+        label=study_method.label,
+        name=study_method.name,
+        problem=cfg["problem"],
+        params=inst.params,
+        method=study_method.entry,
+        t_end=inst.t_end,
+        save_every=int(cfg["save_every"]),
+        compensated=bool(cfg["compensated"]),
+        backend=SUMMARY_JOB_BACKEND if summary else cfg["backend"],
+        chunk=int(cfg["chunk"]),
+        numerics_fingerprint=numerics,
+        combo=inst.key,
+        method_module=study_method.module,
+    )
+    prefix = f"{study_method.label}/{inst.key}/" if inst.key else f"{study_method.label}/"  # Job.id
+    self_reference = study.reference == "self"
     for n, h, half in step_sizes(rule, inst.period, where if rule is not study_rule else f"studies.{study.name}"):
         row = Row(label=study_method.label, n=n, h=h, job="", combo=inst.key)
         half_n = None if n is None else (n + 1 if "halvings" in rule else 2 * n)
-        for hh, nn, role in ((h, n, "row"), (half, half_n, "partner")):
-            if role == "partner" and study.reference != "self":
-                continue
+        for hh, nn, role in ((h, n, "row"), (half, half_n, "partner")) if self_reference else ((h, n, "row"),):
             try:
                 steps = _steps_of(hh, inst.t_end)
             except ConfigError as exc:
                 extra = " (the h/2 run of errors.reference: self)" if role == "partner" else ""
                 raise ConfigError(f"{where}: {exc}{extra}") from None
-            job = Job(
-                study=study.name,
-                label=study_method.label,
-                name=study_method.name,
-                problem=cfg["problem"],
-                params=inst.params,  # the instance's (shared by its runs: a sweep plans 10^6 of them)
-                method=study_method.entry,
-                h=hh,
-                t_end=inst.t_end,
-                save_every=int(cfg["save_every"]),
-                compensated=bool(cfg["compensated"]),
-                backend=SUMMARY_JOB_BACKEND if cfg.get("save") == "summary" else cfg["backend"],
-                chunk=int(cfg["chunk"]),
-                numerics_fingerprint=numerics,
-                combo=inst.key,
-                method_module=study_method.module,
-            )
+            job = Job(h=hh, **fixed)
             job.run, job._steps = _run_name(hh, nn), steps
-            if cfg.get("save") != "summary":  # a summary study's runs live in its one sharded store
+            if not summary:
                 job.store = store_path(study.results, study.name, study_method.label, hh, nn, inst.key)
             if names.setdefault(job.run, hh) != hh:
                 raise ConfigError(
                     f"{where}: step sizes {names[job.run]!r} and {hh!r} get the same run name {job.run!r}; "
                     "give step sizes that differ in their first 12 digits"
                 )
-            study.jobs.setdefault(job.id, job)
+            job_id = prefix + job.run
+            study.jobs.setdefault(job_id, job)
             if role == "row":
-                row.job = job.id
+                row.job = job_id
             else:
-                row.partner = job.id
+                row.partner = job_id
         _check_sampling(where, study.convention, study.reference, h, study.jobs[row.job], inst.period)
         study_method.rows.append(row)
 
