@@ -84,7 +84,7 @@ def _columns(items, names: tuple) -> dict:
     from a plan (``PlannedRows``) give the columns they were read from."""
     if isinstance(items, PlannedRows):
         return {name: items.columns[name] for name in names}
-    return {name: [getattr(item, name) for item in items] for name in names}
+    return {name: list(map(operator.attrgetter(name), items)) for name in names}
 
 
 class PlannedRows(Sequence):
@@ -119,13 +119,16 @@ def _job_record(jobs: list) -> dict:
     shared = tuple(f for f in JOB_FIELDS if f not in RUN_FIELDS)
     of_group = operator.attrgetter(*shared)
     groups: list[dict] = []
+    seen: set[tuple] = set()  # the (label, combo) of the groups so far
     last = None
     for job in jobs:
         values = of_group(job)
         if last is None or values != last:  # a tuple compares by identity first: a group's runs share their fields
-            if any(g["key"] == (job.label, job.combo) for g in groups):  # a group's runs not together: as they are
+            key = (job.label, job.combo)
+            if key in seen:  # a group's runs not together: the jobs as they are
                 return {"jobs": [j.as_dict() for j in jobs]}
-            groups.append({"key": (job.label, job.combo), "fields": dict(zip(shared, values)), "runs": []})
+            seen.add(key)
+            groups.append({"fields": dict(zip(shared, values)), "runs": []})
             last = values
         groups[-1]["runs"].append(job)
     return {
