@@ -20,7 +20,7 @@ import hashlib
 import json
 import operator
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -80,35 +80,8 @@ RUN_FIELDS = ("h", "run", "store")
 
 
 def _columns(items, names: tuple) -> dict:
-    """Items as columns: name -> list of values (one JSON list each instead of one object per item); rows read
-    from a plan (``PlannedRows``) give the columns they were read from."""
-    if isinstance(items, PlannedRows):
-        return {name: items.columns[name] for name in names}
+    """Items as columns: name -> list of values (one JSON list each instead of one object per item)."""
     return {name: list(map(operator.attrgetter(name), items)) for name in names}
-
-
-class PlannedRows(Sequence):
-    """A method's rows as the plan holds them (columns, ``ROW_FIELDS``), built as ``Row`` objects only when first
-    looked at: a sweep's solve and aggregate steps read the columns (``columns``: name -> list)."""
-
-    def __init__(self, columns: dict):
-        self.columns = columns
-        self._rows: list[Row] | None = None
-
-    def _all(self) -> list[Row]:
-        if self._rows is None:
-            cols = self.columns
-            self._rows = [Row(**dict(zip(ROW_FIELDS, values))) for values in zip(*(cols[f] for f in ROW_FIELDS))]
-        return self._rows
-
-    def __getitem__(self, i):
-        return self._all()[i]
-
-    def __len__(self) -> int:
-        return len(self.columns["job"])
-
-    def __iter__(self):
-        return iter(self._all())
 
 
 def _job_record(jobs: list) -> dict:
@@ -206,6 +179,10 @@ def _jobs_of(rec: dict) -> list[Job]:
     return out
 
 
+def _rows_of(cols: dict) -> list[Row]:
+    return [Row(**dict(zip(ROW_FIELDS, values))) for values in zip(*(cols[f] for f in ROW_FIELDS))]
+
+
 def study_from_record(rec: dict) -> Study:
     """The ``Study`` of a ``study_record``; its problems are built when first asked for (``Instance.problem``)."""
     from hbvm_core.methods import method_from_entry
@@ -237,7 +214,7 @@ def study_from_record(rec: dict) -> Study:
             m["entry"],
             m["k"],
             m["s"],
-            rows=PlannedRows(m["rows"]),
+            rows=_rows_of(m["rows"]),
             method=method_from_entry(m["entry"]),
             module=m["module"],
         )  # fmt: skip

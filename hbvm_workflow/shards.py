@@ -134,11 +134,7 @@ def run_table(study) -> RunTable:
     si = {label: i for i, label in enumerate(schemes)}
     instances = study.instances or [study.instance_of("")]
     ci = {inst.key: i for i, inst in enumerate(instances)}
-    n_of = {}  # job id -> the row's n (-1: a row of h)
-    for sm in study.methods:
-        cols = getattr(sm.rows, "columns", None)  # read from the plan as columns (plan.PlannedRows)
-        pairs = zip(cols["job"], cols["n"]) if cols is not None else ((r.job, r.n) for r in sm.rows)
-        n_of.update((job, -1 if n is None else n) for job, n in pairs)
+    n_of = {r.job: (-1 if r.n is None else r.n) for r in study.rows}
     if hasattr(study.jobs, "columns"):  # read from the plan as columns (plan.PlannedJobs)
         c = study.jobs.columns()
     else:

@@ -328,7 +328,7 @@ class StudyMethod:
     entry: dict
     k: int | None
     s: int | None
-    rows: list[Row] = field(default_factory=list)  # a plan.PlannedRows where read from the plan
+    rows: list[Row] = field(default_factory=list)
     #: the method object (its claims: ``orders``, ``conserves``) and the module that registers it when outside
     #: hbvm_core
     method: Any = field(default=None, repr=False, compare=False)
