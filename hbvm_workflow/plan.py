@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import operator
 import os
 from collections.abc import Mapping
 from dataclasses import asdict
@@ -78,9 +79,9 @@ ROW_FIELDS = ("label", "n", "h", "job", "partner", "combo")
 RUN_FIELDS = ("h", "run", "store")
 
 
-def _columns(items: list, names: tuple) -> dict:
+def _columns(items, names: tuple) -> dict:
     """Items as columns: name -> list of values (one JSON list each instead of one object per item)."""
-    return {name: [getattr(item, name) for item in items] for name in names}
+    return {name: list(map(operator.attrgetter(name), items)) for name in names}
 
 
 def _job_record(jobs: list) -> dict:
@@ -89,14 +90,18 @@ def _job_record(jobs: list) -> dict:
     from .study import JOB_FIELDS
 
     shared = tuple(f for f in JOB_FIELDS if f not in RUN_FIELDS)
+    of_group = operator.attrgetter(*shared)
     groups: list[dict] = []
+    seen: set[tuple] = set()  # the (label, combo) of the groups so far
     last = None
     for job in jobs:
-        values = tuple(getattr(job, f) for f in shared)
-        if last is None or values != last:
-            if any(g["key"] == (job.label, job.combo) for g in groups):  # a group's runs not together: as they are
+        values = of_group(job)
+        if last is None or values != last:  # a tuple compares by identity first: a group's runs share their fields
+            key = (job.label, job.combo)
+            if key in seen:  # a group's runs not together: the jobs as they are
                 return {"jobs": [j.as_dict() for j in jobs]}
-            groups.append({"key": (job.label, job.combo), "fields": dict(zip(shared, values)), "runs": []})
+            seen.add(key)
+            groups.append({"fields": dict(zip(shared, values)), "runs": []})
             last = values
         groups[-1]["runs"].append(job)
     return {

@@ -90,7 +90,8 @@ def solve_shard(spec: dict) -> dict:
     backends, notes = set(), set()
     # one call per method and compiled loop (a grid value may build a problem of other compiled callbacks, e.g. a
     # factory's published problem at its defaults)
-    loop = {c: loop_key(_problem(p)) for c, p in spec["problems"].items()}
+    built = {int(c): _problem(p) for c, p in spec["problems"].items()}  # once per grid combination, not per run
+    loop = {c: loop_key(pb) for c, pb in built.items()}
     keys = sorted(set(loop.values()), key=repr)
     group_of = np.array([keys.index(loop[int(c)]) for c in spec["combo"][compute]], dtype=np.int64)
     scheme_of = spec["scheme"][compute].astype(np.int64)
@@ -100,7 +101,7 @@ def solve_shard(spec: dict) -> dict:
         if meth["module"]:
             load_method_modules([meth["module"]])
         method = method_from_entry(meth["entry"])
-        problems = [_problem(spec["problems"][c]) for c in spec["combo"][rows].tolist()]
+        problems = [built[c] for c in spec["combo"][rows].tolist()]
         res = _on_this_host(
             spec,
             integrate_ensemble,

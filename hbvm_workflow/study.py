@@ -28,15 +28,18 @@ are a ConfigError.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
+import operator
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from hbvm_core.errors import ConfigError, NonFiniteError, ProblemError
 from hbvm_core.methods import method_label  # noqa: F401  (re-exported)
+from hbvm_core.problems import problem_name
 
 from .kinds import KINDS
 from .layout import (  # noqa: F401
@@ -137,8 +140,6 @@ class Job:
         """Everything that determines the trajectory (what ``hash`` hashes): the config's entries, what the
         problem computes and the identity of the numerics (``hbvm_core.fingerprint``). A problem of expressions
         counts by its name and fingerprint (its canonical expressions), not by the text of its mapping."""
-        from hbvm_core.problems import problem_name
-
         return {
             "problem_fingerprint": self.problem_fingerprint,
             "numerics_fingerprint": self.numerics_fingerprint,
@@ -154,9 +155,9 @@ class Job:
 
     @property
     def hash(self) -> str:
+        """The first 16 hex digits of the sha256 of ``hash_input`` as sorted JSON (``_hash_text``)."""
         if self._hash is None:
-            text = json.dumps(self.hash_input(), sort_keys=True)
-            self._hash = hashlib.sha256(text.encode()).hexdigest()[:16]
+            self._hash = hashlib.sha256(_hash_text(self).encode()).hexdigest()[:16]
         return self._hash
 
     def as_dict(self) -> dict:
@@ -185,6 +186,33 @@ class Job:
         ours = isinstance(self.problem, dict) or self.problem in BUILTIN  # expressions: compiled kernels too
         compiled = compiled_s is not None and self.backend != "numpy" and ours
         return RUN_OVERHEAD_S + self.cost() * (compiled_s if compiled else numpy_s)
+
+
+#: a stand-in for h in ``_hash_text``'s template (the runs of a method and instance differ only in h)
+_H_MARK = "\x00h of the run\x00"
+#: the Job fields that ``hash_input`` reads, but h
+_HASHED_BUT_H = operator.attrgetter(*sorted(HASHED - {"h"}))
+#: the last template of ``_hash_text``: [the ids of the hash input's values but h, the text around h, the values]
+_TEMPLATE: list = [None, None, None]
+
+
+def _hash_text(job: Job) -> str:
+    """``json.dumps(job.hash_input(), sort_keys=True)``, the same text, written once per method and instance as a
+    template with h left out and h's JSON put in (a finite float's or an int's JSON is its repr): a sweep hashes
+    10^5 to 10^6 runs that differ only in h. The whole dump where the template would not be the text's own."""
+    values = _HASHED_BUT_H(job)
+    key = tuple(map(id, values))  # by identity (1 == 1.0 == True, with other JSON): the runs share their entries
+    if _TEMPLATE[0] != key:
+        given = job.hash_input()
+        given.pop("h")
+        template = json.dumps({**given, "h": _H_MARK}, sort_keys=True)
+        mark = json.dumps(_H_MARK)
+        # the objects kept with their ids, so that no id is reused while it is the key
+        _TEMPLATE[:] = [key, template.split(mark) if template.count(mark) == 1 else None, values]
+    parts, h = _TEMPLATE[1], job.h
+    if parts is None or type(h) not in (float, int) or not math.isfinite(h):
+        return json.dumps(job.hash_input(), sort_keys=True)
+    return repr(h).join(parts)
 
 
 #: the fields of a Job as the plan and a worker's task carry them
@@ -432,17 +460,26 @@ def check_limits(studies: dict[str, Study], limits: dict, results: str = "result
         summary = study.cfg.get("save") == "summary"  # one sharded store: a row of summary numbers per run
         if summary and not os.path.exists(shard_store(study.results, name)):
             missing += len(study.jobs) * 8 * (16 + 2 * nu + 2 * (1 + 2 * m))
-        for job in sorted(study.jobs.values(), key=lambda j: -j.steps):  # the largest run named first
-            size = job.stored_bytes(m, nu)
-            for key, value in (("max_steps", job.steps), ("max_bytes", size)):
-                if value > limits[key]:
-                    what = (
-                        f"studies.{name}: run {job.id} takes {job.steps:.3g} steps and stores {size / 1e9:.3g} GB "
-                        f"(about {_duration(job.estimated_seconds())} on one core)"
-                    )
-                    raise ConfigError(f"{what}: above limits.{key} = {limits[key]:.3g}; raise limits.{key} to run it")
+        sizes: dict[tuple[int, int], int] = {}  # (steps, save_every) -> a run's store size: runs repeat them
+        over = None  # the largest run above a limit (the first of the largest): the one named
+        for job in study.jobs.values():
+            size = sizes.get((job.steps, job.save_every))
+            if size is None:
+                size = sizes[job.steps, job.save_every] = job.stored_bytes(m, nu)
+            if (job.steps > limits["max_steps"] or size > limits["max_bytes"]) and (
+                over is None or job.steps > over[0].steps
+            ):
+                over = (job, size)
             if not summary and not os.path.exists(job.store):
                 missing += size
+        if over is not None:
+            job, size = over
+            key = "max_steps" if job.steps > limits["max_steps"] else "max_bytes"
+            what = (
+                f"studies.{name}: run {job.id} takes {job.steps:.3g} steps and stores {size / 1e9:.3g} GB "
+                f"(about {_duration(job.estimated_seconds())} on one core)"
+            )
+            raise ConfigError(f"{what}: above limits.{key} = {limits[key]:.3g}; raise limits.{key} to run it")
     folder = os.path.abspath(results)
     while not os.path.exists(folder):
         folder = os.path.dirname(folder)
@@ -536,7 +573,7 @@ def _identify(study: Study, inst: Instance, jobs: list) -> None:
     inst._checked = (structure, probe)  # the problem agrees with it (problem_identity)
     for job in jobs:
         job.problem_fingerprint, job.problem_structure, job.problem_probe = fingerprint, inst.structure, inst.probe
-        job.forget()
+        job._hash = None  # the fingerprint is hashed; the steps (h, t_end) stay
 
 
 def _recorded(jobs):
@@ -709,59 +746,75 @@ def _combinations(grid: dict) -> list[dict]:
     return [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
 
 
+@functools.lru_cache(maxsize=2**16)
+def _steps_of(h: float, t_end: float) -> int:
+    """``hbvm_core.integrate.number_of_steps``, once per (h, t_end): a grid's instances repeat their step sizes."""
+    from hbvm_core.integrate import number_of_steps
+
+    return number_of_steps(h, t_end)
+
+
+@functools.lru_cache(maxsize=2**16)
+def _run_name(h: float, n: int | None) -> str:
+    """``layout.run_stem``, once per (h, n)."""
+    return run_stem(h, n)
+
+
 def _add_runs(study: Study, study_method: StudyMethod, raw: dict, where: str, inst: Instance) -> None:
     """The rows of one method (its own step-size rule or the study's) for one problem instance and their
     jobs: the row's run and, for ``errors.reference: self``, its h/2 partner (of the same instance), each
     named (``layout.run_stem``) and hashed."""
     from hbvm_core.fingerprint import method_fingerprint
-    from hbvm_core.integrate import number_of_steps
 
     cfg = study.cfg
     study_rule = {k: cfg[k] for k in STEP_KEYS if k in cfg}
     rule = {k: raw[k] for k in STEP_KEYS if k in raw} or study_rule
     numerics = method_fingerprint(study_method.entry)
     names: dict[str, float] = {}  # run name -> h: names must identify the runs
+    summary = cfg.get("save") == "summary"  # a summary study's runs live in its one sharded store
+    # the fields of every run of this method and instance (a sweep plans 10^6 of them: shared objects, set once)
+    fixed = dict(
+        study=study.name,
+        label=study_method.label,
+        name=study_method.name,
+        problem=cfg["problem"],
+        params=inst.params,
+        method=study_method.entry,
+        t_end=inst.t_end,
+        save_every=int(cfg["save_every"]),
+        compensated=bool(cfg["compensated"]),
+        backend=SUMMARY_JOB_BACKEND if summary else cfg["backend"],
+        chunk=int(cfg["chunk"]),
+        numerics_fingerprint=numerics,
+        combo=inst.key,
+        method_module=study_method.module,
+    )
+    prefix = f"{study_method.label}/{inst.key}/" if inst.key else f"{study_method.label}/"  # Job.id
+    self_reference = study.reference == "self"
     for n, h, half in step_sizes(rule, inst.period, where if rule is not study_rule else f"studies.{study.name}"):
         row = Row(label=study_method.label, n=n, h=h, job="", combo=inst.key)
         half_n = None if n is None else (n + 1 if "halvings" in rule else 2 * n)
-        for hh, nn, role in ((h, n, "row"), (half, half_n, "partner")):
-            if role == "partner" and study.reference != "self":
-                continue
+        for hh, nn, role in ((h, n, "row"), (half, half_n, "partner")) if self_reference else ((h, n, "row"),):
             try:
-                number_of_steps(hh, inst.t_end)
+                steps = _steps_of(hh, inst.t_end)
             except ConfigError as exc:
                 extra = " (the h/2 run of errors.reference: self)" if role == "partner" else ""
                 raise ConfigError(f"{where}: {exc}{extra}") from None
-            job = Job(
-                study=study.name,
-                label=study_method.label,
-                name=study_method.name,
-                problem=cfg["problem"],
-                params=inst.params,  # the instance's (shared by its runs: a sweep plans 10^6 of them)
-                method=study_method.entry,
-                h=hh,
-                t_end=inst.t_end,
-                save_every=int(cfg["save_every"]),
-                compensated=bool(cfg["compensated"]),
-                backend=SUMMARY_JOB_BACKEND if cfg.get("save") == "summary" else cfg["backend"],
-                chunk=int(cfg["chunk"]),
-                numerics_fingerprint=numerics,
-                combo=inst.key,
-                method_module=study_method.module,
-            )
-            job.run = run_stem(hh, nn)
-            if cfg.get("save") != "summary":  # a summary study's runs live in its one sharded store
+            job = Job(h=hh, **fixed)
+            job.run, job._steps = _run_name(hh, nn), steps
+            if not summary:
                 job.store = store_path(study.results, study.name, study_method.label, hh, nn, inst.key)
             if names.setdefault(job.run, hh) != hh:
                 raise ConfigError(
                     f"{where}: step sizes {names[job.run]!r} and {hh!r} get the same run name {job.run!r}; "
                     "give step sizes that differ in their first 12 digits"
                 )
-            study.jobs.setdefault(job.id, job)
+            job_id = prefix + job.run
+            study.jobs.setdefault(job_id, job)
             if role == "row":
-                row.job = job.id
+                row.job = job_id
             else:
-                row.partner = job.id
+                row.partner = job_id
         _check_sampling(where, study.convention, study.reference, h, study.jobs[row.job], inst.period)
         study_method.rows.append(row)
 
@@ -871,14 +924,24 @@ def _check_sampling(where: str, convention, reference: str, h: float, job: Job, 
     if reference == "none":
         return
     spacing = job.h * job.save_every
-    for key in ("sample", "lambda_sample"):
-        val = getattr(convention, key)
+    off = _off_grid(spacing, period, convention.sample, convention.lambda_sample)
+    if off is not None:
+        key, val = off
+        raise ConfigError(
+            f"{where}: errors.{key} = {val!r} is not a multiple of h * save_every = {spacing!r} "
+            f"(h = {h!r}); the sample times would not be saved"
+        )
+
+
+@functools.lru_cache(maxsize=2**16)
+def _off_grid(spacing: float, period, sample, lambda_sample) -> tuple | None:
+    """The first (key, value) of the convention's sample and lambda_sample whose times are not multiples of the
+    saved points' ``spacing``, or None; once per spacing (a grid's instances repeat their step sizes)."""
+    for key, val in (("sample", sample), ("lambda_sample", lambda_sample)):
         if val is None or val == "all":
             continue  # every saved point (the h run's are a subset of its h/2 partner's)
         d = period if val == "periods" else float(val)
         ratio = d / spacing
         if abs(ratio - round(ratio)) > 1e-6 * max(1.0, ratio) or round(ratio) < 1:
-            raise ConfigError(
-                f"{where}: errors.{key} = {val!r} is not a multiple of h * save_every = {spacing!r} "
-                f"(h = {h!r}); the sample times would not be saved"
-            )
+            return key, val
+    return None

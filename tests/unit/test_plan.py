@@ -208,3 +208,26 @@ def test_the_aggregate_job_refuses_a_plan_rewritten_under_it(tmp_path, capsys):
     assert len(err) == 1 and "study fig3: its plan (its entry) changed" in err[0], err
     assert not any(Path(p).exists() for p in vars(out).values())
     sys.modules.pop("hbvm_aggregate_plan_test", None)
+
+
+def test_job_groups_and_the_fallback_one_by_one(tmp_path):
+    """A method and instance's runs in a row are one group (its shared fields once); when a group's runs are not
+    together (A, B, A) the jobs are written one by one; either way the jobs read back are the same runs."""
+    from hbvm_workflow.study import expand_study
+
+    study = expand_study("g", GRID | {"backend": "numpy"}, results=str(tmp_path))
+    jobs = list(study.jobs.values())
+    assert len(jobs) == 2 * 2 * 3  # methods x instances x h = 0.1, 0.05 and 0.025 (the h/2 partners)
+
+    def read_back(record: dict) -> list[tuple]:
+        return [(j.id, j.hash, j.h, j.store) for j in plan._jobs_of(record)]
+
+    grouped = plan._job_record(jobs)
+    assert "jobs" not in grouped and len(grouped["job_groups"]) == 4  # one per (method, instance)
+    assert read_back(grouped) == [(j.id, j.hash, j.h, j.store) for j in jobs]
+    first = [j for j in jobs if (j.label, j.combo) == (jobs[0].label, jobs[0].combo)]
+    other = [j for j in jobs if j not in first]
+    apart = first[:1] + other + first[1:]  # the first group's runs not together
+    record = plan._job_record(apart)
+    assert "job_groups" not in record and len(record["jobs"]) == len(jobs)
+    assert read_back(record) == [(j.id, j.hash, j.h, j.store) for j in apart]

@@ -149,3 +149,34 @@ def test_a_grid_study_measures_each_instance_against_its_own_reference(tmp_path,
         by_hand = np.max(np.sum(np.abs(traj.q - q), axis=1) + np.sum(np.abs(traj.p - p), axis=1))
         # the ODE reference (rtol 1e-13) stands for the closed form far below the run's error (~1e-3)
         assert abs(row["e_s"] - by_hand) <= 1e-9, (row["gravity"], row["e_s"], by_hand)
+
+
+def test_hash_is_the_sha256_of_the_sorted_json_of_its_input():
+    """The hash of every run of a grid study (several methods, step sizes and instances, in any order of asking)
+    is the first 16 hex digits of the sha256 of its hash input as sorted JSON (the definition, written out here):
+    the planner writes that text from a template per method and instance. Values equal as numbers but not as JSON
+    (1 and 1.0) keep their own text."""
+    import hashlib
+    import json
+
+    from hbvm_workflow.study import Job
+
+    def by_definition(job) -> str:
+        return hashlib.sha256(json.dumps(job.hash_input(), sort_keys=True).encode()).hexdigest()[:16]
+
+    cfg = BASE | {
+        "methods": [{"k": 2, "s": 2}, {"k": 3, "s": 2}],
+        "h": [0.1, 0.05, 0.025, 0.0125],
+        "grid": {"gravity": [1, 1.0, 2.5]},
+    }
+    jobs = list(expand_study("ident", cfg).jobs.values())
+    assert len(jobs) == 2 * 4 * 3
+    for job in jobs[::-1] + jobs[::2]:  # backwards, then skipping: every template change
+        job.forget()
+        assert job.hash == by_definition(job), job.id
+    same_but_type = [j for j in jobs if j.label == jobs[0].label and j.h == 0.1]
+    assert len({j.hash for j in same_but_type}) == 3  # gravity 1, 1.0 and 2.5: three runs
+    one = jobs[0]
+    for h in (1, 0.1, 1e-300, 0.30000000000000004):
+        job = Job(**(one.as_dict() | {"h": h}))
+        assert job.hash == by_definition(job), h
