@@ -39,7 +39,7 @@ from typing import Any
 
 from hbvm_core.errors import ConfigError, NonFiniteError, ProblemError
 from hbvm_core.methods import method_label  # noqa: F401  (re-exported)
-from hbvm_core.problems import problem_name
+from hbvm_core.problems import BUILTIN, problem_name
 
 from .kinds import KINDS
 from .layout import (  # noqa: F401
@@ -180,8 +180,6 @@ class Job:
     def estimated_seconds(self) -> float:
         """A rough wall time of the run on one core, for sizing a solve job (``solve_workers``): the method's
         cost model (``Method.STEP_SECONDS``), compiled for a built-in problem unless ``backend: numpy``."""
-        from hbvm_core.problems import BUILTIN
-
         compiled_s, numpy_s = _method_cost(self.method)[2]
         ours = isinstance(self.problem, dict) or self.problem in BUILTIN  # expressions: compiled kernels too
         compiled = compiled_s is not None and self.backend != "numpy" and ours
