@@ -178,11 +178,38 @@ def _realpath(path: str) -> str:
 
 
 def module_closure(modules: Iterable[str]) -> dict[str, str]:
-    """{module: ``source_digest``} of ``modules`` and of the project modules they import, transitively."""
+    """{module: ``source_digest``} of ``modules`` and of the project modules they import, transitively.
+
+    Remembered per set of modules in this process, and given again while every file it read still holds the same
+    bytes (read again each time; what is saved is finding the modules and walking their imports): a sweep's
+    problem instances share their modules."""
+    key = tuple(sorted(set(modules)))
+    hit = _CLOSURES.get(key)
+    if hit is not None and all(_read(path) == data for path, data in hit[1]):
+        return dict(hit[0])
+    seen, files = _closure(key)
+    _CLOSURES[key] = (seen, files)
+    return dict(seen)
+
+
+#: module_closure's results: modules -> (the closure, (path, bytes) of every file it read)
+_CLOSURES: dict[tuple[str, ...], tuple[dict[str, str], tuple]] = {}
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        return Path(path).read_bytes()
+    except OSError:
+        return None
+
+
+def _closure(modules: tuple[str, ...]) -> tuple[dict[str, str], tuple]:
+    """(module_closure's result, the (path, bytes) of the files it read)."""
     defining = set(modules)
     top = {m.partition(".")[0] for m in defining}
     todo = sorted(defining)
     seen: dict[str, str] = {}
+    files: list[tuple[str, bytes | None]] = []
     while todo:
         module = todo.pop()
         if module in seen:
@@ -190,14 +217,14 @@ def module_closure(modules: Iterable[str]) -> dict[str, str]:
         path = _module_file(module)
         if path is None or module not in defining and not _is_project(path, top, module):
             continue
-        try:
-            data = Path(path).read_bytes()
-        except OSError:
+        data = _read(path)
+        files.append((path, data))
+        if data is None:
             seen[module] = "unreadable"
             continue
         seen[module] = _parsed(data)[0]
         todo += [n for n in _imports(data, module, path.endswith("__init__.py")) if n not in seen]
-    return dict(sorted(seen.items()))
+    return dict(sorted(seen.items())), tuple(files)
 
 
 def _defining_module(f) -> str | None:

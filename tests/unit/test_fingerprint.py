@@ -252,3 +252,25 @@ def test_job_hashes_follow_exactly_the_fingerprints_they_depend_on(monkeypatch, 
     assert after["hbvm_k2_s2/h=0.1"] == before["hbvm_k2_s2/h=0.1"] and after["rattle/h=0.1"] != before["rattle/h=0.1"]
     monkeypatch.setattr(fp, "problem_identity", lambda pb, recorded, structure=None: ("other", {}))
     assert not set(before.values()) & {j.hash for j in expand_study("s", cfg, results=str(tmp_path)).jobs.values()}
+
+
+def test_module_closure_follows_edits_within_a_process(tmp_path, monkeypatch):
+    """The closure is remembered per set of modules, and given again only while its files hold the same bytes: an
+    edit of the same size (one digit), and a new import, both show at the next call, in the same process."""
+    from hbvm_core.fingerprint import module_closure
+
+    pkg = tmp_path / "closure_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from . import b\n\nA = 1\n")
+    (pkg / "b.py").write_text("B = 1\n")
+    (pkg / "c.py").write_text("C = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    first = module_closure(["closure_pkg.a"])
+    assert set(first) == {"closure_pkg", "closure_pkg.a", "closure_pkg.b"}
+    assert module_closure(["closure_pkg.a"]) == first
+    (pkg / "b.py").write_text("B = 2\n")  # the same size
+    second = module_closure(["closure_pkg.a"])
+    assert second["closure_pkg.b"] != first["closure_pkg.b"] and second["closure_pkg.a"] == first["closure_pkg.a"]
+    (pkg / "a.py").write_text("from . import b, c\n\nA = 1\n")
+    assert "closure_pkg.c" in module_closure(["closure_pkg.a"])
