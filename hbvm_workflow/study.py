@@ -545,10 +545,13 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
     )
     if not isinstance(cfg["methods"], list) or not cfg["methods"]:
         raise ConfigError(f"{where}.methods: expected a non-empty list of method entries")
+    from hbvm_core.fingerprint import method_fingerprint
+
     for i, raw in enumerate(cfg["methods"]):
         study_method = _method(f"{where}.methods[{i}]", raw, cfg, study.methods, [inst.problem for inst in instances])
+        numerics = method_fingerprint(study_method.entry)  # once per method: the instances share it
         for inst in instances:
-            _add_runs(study, study_method, raw, f"{where}.methods[{i}]", inst)
+            _add_runs(study, study_method, raw, f"{where}.methods[{i}]", inst, numerics)
         study.methods.append(study_method)
     by_combo: dict[str, list] = {}
     for job in study.jobs.values():
@@ -758,16 +761,13 @@ def _run_name(h: float, n: int | None) -> str:
     return run_stem(h, n)
 
 
-def _add_runs(study: Study, study_method: StudyMethod, raw: dict, where: str, inst: Instance) -> None:
+def _add_runs(study: Study, study_method: StudyMethod, raw: dict, where: str, inst: Instance, numerics: str) -> None:
     """The rows of one method (its own step-size rule or the study's) for one problem instance and their
     jobs: the row's run and, for ``errors.reference: self``, its h/2 partner (of the same instance), each
-    named (``layout.run_stem``) and hashed."""
-    from hbvm_core.fingerprint import method_fingerprint
-
+    named (``layout.run_stem``) and hashed; ``numerics``: the method's ``method_fingerprint``."""
     cfg = study.cfg
     study_rule = {k: cfg[k] for k in STEP_KEYS if k in cfg}
     rule = {k: raw[k] for k in STEP_KEYS if k in raw} or study_rule
-    numerics = method_fingerprint(study_method.entry)
     names: dict[str, float] = {}  # run name -> h: names must identify the runs
     summary = cfg.get("save") == "summary"  # a summary study's runs live in its one sharded store
     # the fields of every run of this method and instance (a sweep plans 10^6 of them: shared objects, set once)
