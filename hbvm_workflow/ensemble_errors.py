@@ -189,22 +189,6 @@ def _wall(path: str, table) -> np.ndarray:
     return out
 
 
-def write_columns(cols: dict[str, np.ndarray], path: str, columns: tuple[str, ...]) -> None:
-    """A CSV of the columns (as ``tables.write_csv`` writes rows: floats by repr, missing numbers empty),
-    written atomically."""
-    import os
-
-    import pandas as pd
-
-    frame = pd.DataFrame({c: cols[c] for c in columns})
-    for c in columns:
-        if frame[c].dtype == float:
-            frame[c] = frame[c].where(np.isfinite(frame[c]))
-    tmp = path + ".tmp"
-    frame.to_csv(tmp, index=False, na_rep="", lineterminator="\n")
-    os.replace(tmp, path)
-
-
 def summary_dataset(study: Study, cols: dict[str, np.ndarray]):
     """errors.zarr's Dataset over (scheme, h, *grid) from the columns (``tables.dense_errors_dataset``)."""
     from .tables import NUMERIC, ROUNDOFF, STATUS, dense_errors_dataset
@@ -246,6 +230,7 @@ def summary_dataset(study: Study, cols: dict[str, np.ndarray]):
 def compute_summary_errors(study: Study, out_zarr: str, out_csv: str, out_timings: str) -> list[dict]:
     """errors.zarr, errors.csv and timings.csv of a sharded study; returns a short list of row summaries
     ({"status"} per row: what the aggregate step counts)."""
+    from .csv_table import write_columns
     from .layout import tmp_dir
     from .shards import row_backends
     from .storage import write_dataset
