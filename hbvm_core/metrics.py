@@ -192,9 +192,14 @@ def rates(h, e) -> np.ndarray:
 ROUNDOFF_ULPS = 1000.0
 
 
+def roundoff_floors(scale) -> np.ndarray:
+    """The round-off floor of an error of a quantity of size ``scale`` (an array): ROUNDOFF_ULPS eps scale."""
+    return ROUNDOFF_ULPS * float(np.finfo(float).eps) * np.asarray(scale, dtype=float)
+
+
 def roundoff_floor(scale: float = 1.0) -> float:
-    """The round-off floor of an error of a quantity of size ``scale``: ROUNDOFF_ULPS eps scale."""
-    return ROUNDOFF_ULPS * float(np.finfo(float).eps) * float(scale)
+    """``roundoff_floors`` of one scale, as a float."""
+    return float(roundoff_floors(float(scale)))
 
 
 def at_roundoff(e_prev: float, e: float, scale: float = 1.0) -> bool:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hbvm_core.metrics import ROUNDOFF_ULPS
+from hbvm_core.metrics import roundoff_floors
 
 from .layout import COLUMNS, EXTRA, TIMINGS, shard_store
 from .storage import ResultsMismatchError
@@ -147,7 +147,7 @@ def _rates(h: np.ndarray, e: np.ndarray, block: np.ndarray, scale: np.ndarray) -
     e0, e1 = e[:-1], e[1:]
     with np.errstate(all="ignore"):
         r = np.log(e0 / e1) / np.log(h[:-1] / h[1:])
-    floor = ROUNDOFF_ULPS * np.finfo(float).eps * np.maximum(scale[:-1], scale[1:])
+    floor = roundoff_floors(np.maximum(scale[:-1], scale[1:]))
     at_floor = same & np.isfinite(e0) & np.isfinite(e1) & (e0 <= floor) & (e1 <= floor)
     good = same & np.isfinite(r) & (e0 > 0) & (e1 > 0) & ~at_floor
     rate[1:][good] = r[good]
@@ -158,12 +158,13 @@ def _rates(h: np.ndarray, e: np.ndarray, block: np.ndarray, scale: np.ndarray) -
 def _fitted(h: np.ndarray, e: np.ndarray, block: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """The fitted order of each block's errors (``metrics.fitted_order``, as ``tables.fit_orders``: the floor of each
     row from its scale) on the rows of its asymptotic range, NaN on the others; a block is consecutive rows."""
-    from hbvm_core.metrics import fitted_order, roundoff_floor
+    from hbvm_core.metrics import fitted_order
 
     out = np.full(e.shape, np.nan)
+    floors = roundoff_floors(scale)
     starts = np.flatnonzero(np.r_[True, block[1:] != block[:-1]])
     for a, b in zip(starts, np.r_[starts[1:], e.size]):
-        p, first, last = fitted_order(h[a:b], e[a:b], [roundoff_floor(x) for x in scale[a:b]])
+        p, first, last = fitted_order(h[a:b], e[a:b], floors[a:b])
         if first >= 0:
             out[a + first : a + last + 1] = p
     return out

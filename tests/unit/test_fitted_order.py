@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import csv
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
 import yaml
 
-from hbvm_core.metrics import FIT_POINTS, fitted_order, roundoff_floor
+from hbvm_core.metrics import FIT_POINTS, ROUNDOFF_ULPS, fitted_order, roundoff_floor, roundoff_floors
 
 H = 0.1 * 2.0 ** -np.arange(10)
 FLOOR = roundoff_floor(1.0)  # 1000 eps: 2.2e-13
@@ -24,6 +25,24 @@ def made_up(p: float = 3.0) -> np.ndarray:
     e[0] *= 4.0
     e[8:] = [3e-16, 1e-16]
     return e
+
+
+def test_roundoff_floors_around_powers_of_two():
+    """The array form of the floor on scales at, just below and just above powers of two (where a float's ulp
+    changes): each is ROUNDOFF_ULPS eps scale rounded once (ROUNDOFF_ULPS eps is exact: an integer times 2^-52), so
+    the correctly rounded exact product (Fraction); at a power of two exactly ROUNDOFF_ULPS 2^(k - 52); the scalar
+    form gives each element; the shape is kept."""
+    k = np.arange(-60, 61, 7)
+    powers = np.ldexp(1.0, k)
+    scales = np.stack([np.nextafter(powers, 0.0), powers, np.nextafter(powers, np.inf)])
+    floors = roundoff_floors(scales)
+    assert floors.shape == scales.shape
+    eps = Fraction(np.finfo(float).eps)
+    for x, f in zip(scales.ravel().tolist(), floors.ravel().tolist()):
+        assert f == float(Fraction(ROUNDOFF_ULPS) * eps * Fraction(x))
+        assert roundoff_floor(x) == f
+    assert floors[1].tolist() == [math.ldexp(ROUNDOFF_ULPS, int(j) - 52) for j in k]
+    assert np.all(floors[0] < floors[1]) and np.all(floors[1] < floors[2])
 
 
 def test_known_order_without_the_plateau_and_the_first_step():
