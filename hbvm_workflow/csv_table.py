@@ -53,12 +53,15 @@ def write_rows(rows: list[dict], path: str, columns: tuple[str, ...]) -> None:
 def column_cells(values) -> list[str]:
     """The quoted cells of one column (an array, or a list), each distinct value formatted once."""
     a = np.asarray(values)
-    if a.dtype == np.float64 or a.dtype.kind in "iub":
-        # distinct by bit pattern (-0.0 and 0.0 apart); numbers never need quoting
-        bits = a.view(np.int64) if a.dtype == np.float64 else a
-        distinct, inverse = np.unique(bits, return_inverse=True)
-        texts = [cell(v) for v in (distinct.view(np.float64) if a.dtype == np.float64 else distinct).tolist()]
-        return np.array(texts, dtype=object)[inverse.reshape(-1)].tolist()
+    if a.dtype == np.float64:  # distinct by bit pattern (-0.0 and 0.0 apart); a number never needs quoting
+        distinct, inverse = np.unique(a.view(np.int64), return_inverse=True)
+        x = distinct.view(np.float64)
+        texts = np.array(list(map(repr, x.tolist())), dtype=object)  # ``cell`` of a finite float
+        texts[~np.isfinite(x)] = ""  # and of a missing one
+        return texts[inverse.reshape(-1)].tolist()
+    if a.dtype.kind in "iub":
+        distinct, inverse = np.unique(a, return_inverse=True)
+        return np.array(list(map(str, distinct.tolist())), dtype=object)[inverse.reshape(-1)].tolist()
     items = a.tolist()
     kinds = set(map(type, items))
     if kinds == {float}:
