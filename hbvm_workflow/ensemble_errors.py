@@ -54,11 +54,11 @@ def summary_columns(study: Study) -> dict[str, np.ndarray]:
     the round-off flags and ``wall_s`` of errors.zarr."""
     from hbvm_core.references import reference_solution
 
-    from .shards import read_all, run_table
+    from .shards import DATA, read_all, run_table
     from .tables import ORDER_OF_RATE
 
     path = shard_store(study.results, study.name)
-    attrs, a = read_all(path)
+    attrs, a = read_all(path, DATA)  # the run table gives the other coordinates
     table = run_table(study)
     if not (np.array_equal(a["hash"], table.hash) and np.array_equal(a["sample_every"], table.sample_every)):
         raise ResultsMismatchError(f"{path}: holds other runs than study {study.name!r} plans; run the solve step")

@@ -661,8 +661,9 @@ def open_shards(path: str):
     return ds
 
 
-def read_all(path: str) -> tuple[dict, dict[str, np.ndarray]]:
-    """(attrs, arrays): every coordinate and data array of a complete store, read into memory (the aggregation);
+def read_all(path: str, names: tuple[str, ...] = COORDS + DATA) -> tuple[dict, dict[str, np.ndarray]]:
+    """(attrs, arrays): the coordinates and data arrays ``names`` (every one by default; ``hash`` and
+    ``sample_every`` always) of a complete store, read into memory (the aggregation, ``verify``);
     MissingStoreError when a shard is not complete, a StoreError naming the array when a chunk is damaged."""
     import zarr
 
@@ -672,7 +673,7 @@ def read_all(path: str) -> tuple[dict, dict[str, np.ndarray]]:
     R, sr = attrs["runs"], attrs["shard_runs"]
     g = zarr.open_group(path, mode="r")
     arrays = {}
-    for name in COORDS + DATA:
+    for name in dict.fromkeys(("hash", "sample_every", *names)):  # what completeness is checked by, first
         try:
             arrays[name] = np.asarray(g[name][:R])
         except Exception as exc:  # noqa: BLE001 - a decoding failure names the array
