@@ -156,17 +156,15 @@ def _rates(h: np.ndarray, e: np.ndarray, block: np.ndarray, scale: np.ndarray) -
 
 
 def _fitted(h: np.ndarray, e: np.ndarray, block: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """The fitted order of each block's errors (``metrics.fitted_order``, as ``tables.fit_orders``: the floor of each
-    row from its scale) on the rows of its asymptotic range, NaN on the others; a block is consecutive rows."""
-    from hbvm_core.metrics import fitted_order
+    """The fitted order of each block's errors (``metrics.fitted_orders``, as ``tables.fit_orders``: the floor of
+    each row from its scale) on the rows of its asymptotic range, NaN on the others; a block is consecutive rows."""
+    from hbvm_core.metrics import fitted_orders
 
     out = np.full(e.shape, np.nan)
-    floors = roundoff_floors(scale)
-    starts = np.flatnonzero(np.r_[True, block[1:] != block[:-1]])
-    for a, b in zip(starts, np.r_[starts[1:], e.size]):
-        p, first, last = fitted_order(h[a:b], e[a:b], floors[a:b])
-        if first >= 0:
-            out[a + first : a + last + 1] = p
+    starts = np.flatnonzero(np.r_[True, block[1:] != block[:-1]]) if e.size else np.zeros(0, dtype=np.int64)
+    p, first, last = fitted_orders(h, e, roundoff_floors(scale), starts)
+    for j in np.flatnonzero(first >= 0).tolist():
+        out[first[j] : last[j] + 1] = p[j]
     return out
 
 
