@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from scipy.linalg import cho_factor, cho_solve
 
 from .checks import check_derivatives as check_derivatives_of
 from .checks import check_vectorised
@@ -185,8 +186,6 @@ class Problem:
                 f"{self.name}: M must be a scalar, a vector of {m} diagonal entries or a symmetric {m}x{m} matrix, "
                 f"got {what}"
             )
-        from scipy.linalg import cho_factor  # here: scipy.linalg costs a fifth of a second, for a full M only
-
         try:
             self._chol = cho_factor(M)
         except np.linalg.LinAlgError:
@@ -203,8 +202,6 @@ class Problem:
             return x
         if self._diag is not None:
             return x / (self._diag if x.ndim == 1 else self._diag[:, None])
-        from scipy.linalg import cho_solve
-
         return cho_solve(self._chol, x)
 
     def minv_rows(self, x: Array) -> Array:
@@ -213,8 +210,6 @@ class Problem:
             return x
         if self._diag is not None:
             return x / self._diag.reshape((1, self.m) + (1,) * (x.ndim - 2))
-        from scipy.linalg import cho_solve
-
         a = x.shape[0]
         xt = np.moveaxis(x, 1, 0).reshape(self.m, -1)
         return np.moveaxis(cho_solve(self._chol, xt).reshape((self.m, a) + x.shape[2:]), 0, 1)
