@@ -226,18 +226,18 @@ def summary_dataset(study: Study, cols: dict[str, np.ndarray]):
     return dense_errors_dataset(study, hs, data, flags, status, host, nval, by_h, each)
 
 
-def compute_summary_errors(study: Study, out_zarr: str, out_csv: str, out_timings: str) -> list[dict]:
+def compute_summary_errors(study: Study, out_zarr: str, out_csv: str, out_timings: str, workers: int = 1) -> list[dict]:
     """errors.zarr, errors.csv and timings.csv of a sharded study; returns a short list of row summaries
-    ({"status"} per row: what the aggregate step counts)."""
+    ({"status"} per row: what the aggregate step counts). With ``workers`` > 1 the two CSV files are written by a
+    process forked once the columns are computed, while this one writes errors.zarr."""
     from .csv_table import write_columns
+    from .forking import beside
     from .layout import tmp_dir
     from .shards import row_backends
     from .storage import write_dataset
 
     cols = summary_columns(study)
-    write_dataset(summary_dataset(study, cols), out_zarr, tmp_dir=tmp_dir(study.results, study.name))
     grid = tuple(study.grid)
-    write_columns(cols, out_csv, COLUMNS + EXTRA + grid)
     R = len(cols["h"])
     timing = {
         "study": cols["study"],
@@ -252,5 +252,11 @@ def compute_summary_errors(study: Study, out_zarr: str, out_csv: str, out_timing
         "status": cols["status"],
         **{key: cols[key] for key in grid},
     }
-    write_columns(timing, out_timings, TIMINGS + grid)
+
+    def csv_files() -> None:
+        write_columns(cols, out_csv, COLUMNS + EXTRA + grid)
+        write_columns(timing, out_timings, TIMINGS + grid)
+
+    with beside(csv_files, parallel=workers > 1):  # xarray is first imported here, beside the CSV files
+        write_dataset(summary_dataset(study, cols), out_zarr, tmp_dir=tmp_dir(study.results, study.name))
     return [{"status": s} for s in cols["status"]]
