@@ -125,7 +125,7 @@ def summary_columns(study: Study) -> dict[str, np.ndarray]:
     for key in study.grid:
         cols[key] = np.array([inst.values[key] for inst in instances], dtype=object)[table.combo]
     cols["wall_s"] = _wall(path, table)
-    cols["combo_index"] = table.combo
+    cols.update(scheme_index=table.scheme, combo_index=table.combo, n_value=table.n)  # for errors.zarr's indices
     return cols
 
 
@@ -193,10 +193,10 @@ def summary_dataset(study: Study, cols: dict[str, np.ndarray]):
     from .tables import NUMERIC, ROUNDOFF, STATUS, dense_errors_dataset
 
     instances = study.instances or [study.instance_of("")]
-    hs = sorted(set(cols["h"].tolist()), reverse=True)
-    hi = {h: j for j, h in enumerate(hs)}
-    scheme = {sm.label: i for i, sm in enumerate(study.methods)}
-    at = [np.array([scheme[x] for x in cols["method"]]), np.array([hi[x] for x in cols["h"].tolist()])]
+    distinct, inverse = np.unique(cols["h"], return_inverse=True)
+    hs = distinct[::-1].tolist()  # the step sizes decreasing
+    h_index = distinct.size - 1 - inverse.reshape(-1)
+    at = [cols["scheme_index"], h_index]
     for key, values in study.grid.items():
         index = np.array([values.index(inst.values[key]) for inst in instances])
         at.append(index[cols["combo_index"]])
@@ -215,12 +215,12 @@ def summary_dataset(study: Study, cols: dict[str, np.ndarray]):
     status = np.full(shape, -1, dtype="i1")
     status[idx] = np.where(cols["status"] == "ok", STATUS["ok"], STATUS["failed"])
     nval = np.full(shape, -1, dtype="i8")
-    n = np.array([-1 if v is None else int(v) for v in cols["n"]])
+    n = cols["n_value"]  # -1: none
     nval[idx] = n
     host = np.full(shape, "", dtype=object)
-    by_h: dict[float, set] = {}
-    for h, v in zip(cols["h"].tolist(), n.tolist()):
-        by_h.setdefault(h, set()).add(None if v < 0 else v)
+    by_h: dict[float, set] = {}  # h -> its row labels n (None: none)
+    for j, v in np.unique(np.stack([h_index, n]), axis=1).T.tolist():
+        by_h.setdefault(hs[j], set()).add(None if v < 0 else v)
     each = np.full((*shape, study.dims[1]), np.nan)
     each[idx] = cols["e_g_constraint"]
     return dense_errors_dataset(study, hs, data, flags, status, host, nval, by_h, each)
