@@ -138,7 +138,8 @@ def run_table(study) -> RunTable:
     n_of = {}
     for m in study.methods:  # the plan's columns where it holds them (plan.PlannedRows)
         jobs, ns = (m.rows.column("job"), m.rows.column("n")) if hasattr(m.rows, "column") else _row_columns(m.rows)
-        n_of.update((j, -1 if n is None else n) for j, n in zip(jobs, ns))
+        if ns.count(None) < len(ns):  # the rows with a label n (the others: -1)
+            n_of.update((j, n) for j, n in zip(jobs, ns) if n is not None)
     if hasattr(study.jobs, "columns"):  # read from the plan as columns (plan.PlannedJobs)
         c = study.jobs.columns()
     else:
@@ -148,13 +149,14 @@ def run_table(study) -> RunTable:
              "steps": np.array([j.steps for j in jobs], dtype=np.int64)}  # fmt: skip
     R = len(c["id"])
     h = np.asarray(c["h"], dtype=float)
+    no_n = np.full(R, -1, dtype=np.int64)
     m, nu = study.dims
     return RunTable(
         hash=hashes_as_integers(c["hash"]),
         scheme=np.fromiter(map(si.__getitem__, c["label"]), dtype=np.int16, count=R),
         combo=np.fromiter(map(ci.__getitem__, c["combo"]), dtype=np.int32, count=R),
         h=h,
-        n=np.fromiter(map(n_of.get, c["id"], itertools.repeat(-1)), dtype=np.int64, count=R),
+        n=np.fromiter(map(n_of.get, c["id"], itertools.repeat(-1)), dtype=np.int64, count=R) if n_of else no_n,
         N=np.asarray(c["steps"], dtype=np.int64),
         sample_every=sample_every(study.convention, h, study.period),
         schemes=schemes,
@@ -172,7 +174,7 @@ def _row_columns(rows) -> tuple[list, list]:
 
 def hashes_as_integers(hashes: list[str]) -> np.ndarray:
     """Run hashes (``Job.hash``: 16 hex digits) as uint64, the number the digits write."""
-    if all(len(x) == 16 for x in hashes):  # one conversion of all the digits, big-endian 8 bytes each
+    if set(map(len, hashes)) == {16}:  # one conversion of all the digits, big-endian 8 bytes each
         return np.frombuffer(bytes.fromhex("".join(hashes)), dtype=">u8").astype(np.uint64)
     return np.fromiter((int(x, 16) for x in hashes), dtype=np.uint64, count=len(hashes))
 
