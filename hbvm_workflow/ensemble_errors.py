@@ -25,6 +25,8 @@ from .layout import COLUMNS, EXTRA, TIMINGS, shard_store
 from .storage import ResultsMismatchError
 from .study import Study
 
+#: the columns of summary_columns that index errors.zarr: the scheme, the grid combination and n of each run
+INDEX_COLUMNS = ("scheme_index", "combo_index", "n_value")
 #: kernels/rules.py's status codes, as a failed row's ``error`` names them
 STATUS_WORDS = {1: "no convergence", 2: "diverged", 3: "singular", 4: "non-finite state"}
 
@@ -125,7 +127,7 @@ def summary_columns(study: Study) -> dict[str, np.ndarray]:
     for key in study.grid:
         cols[key] = np.array([inst.values[key] for inst in instances], dtype=object)[table.combo]
     cols["wall_s"] = _wall(path, table)
-    cols.update(scheme_index=table.scheme, combo_index=table.combo, n_value=table.n)  # for errors.zarr's indices
+    cols.update(zip(INDEX_COLUMNS, (table.scheme, table.combo, table.n)))  # errors.zarr's indices (n -1: none)
     return cols
 
 
@@ -226,37 +228,49 @@ def summary_dataset(study: Study, cols: dict[str, np.ndarray]):
     return dense_errors_dataset(study, hs, data, flags, status, host, nval, by_h, each)
 
 
+def _load_xarray() -> None:
+    """Import what building and writing errors.zarr's Dataset imports: xarray, its zarr backend, and dask where
+    installed (xarray looks for it when it makes a variable)."""
+    import xarray as xr
+    import xarray.backends.zarr  # noqa: F401
+
+    xr.Variable("d", np.zeros(1))
+
+
 def compute_summary_errors(study: Study, out_zarr: str, out_csv: str, out_timings: str, workers: int = 1) -> list[dict]:
     """errors.zarr, errors.csv and timings.csv of a sharded study; returns a short list of row summaries
-    ({"status"} per row: what the aggregate step counts). With ``workers`` > 1 the two CSV files are written by a
-    process forked once the columns are computed, while this one writes errors.zarr."""
+    ({"status"} per row: what the aggregate step counts). With ``workers`` > 1 errors.zarr is written by a process
+    forked at the start (``forking.beside``), which imports xarray while this one computes the columns, then builds
+    the Dataset from the columns handed to it while this one writes the CSV files."""
     from .csv_table import write_columns
     from .forking import beside
     from .layout import tmp_dir
     from .shards import row_backends
     from .storage import write_dataset
+    from .tables import NUMERIC, ROUNDOFF
 
-    cols = summary_columns(study)
-    grid = tuple(study.grid)
-    R = len(cols["h"])
-    timing = {
-        "study": cols["study"],
-        "method": cols["method"],
-        "name": cols["name"],
-        "h": cols["h"],
-        "steps": cols["steps"],
-        "wall_s": cols["wall_s"],
-        "backend": row_backends(shard_store(study.results, study.name), np.arange(R)),  # per run: its record's
-        "worker": np.full(R, "", dtype=object),
-        "host": np.full(R, "", dtype=object),
-        "status": cols["status"],
-        **{key: cols[key] for key in grid},
-    }
-
-    def csv_files() -> None:
-        write_columns(cols, out_csv, COLUMNS + EXTRA + grid)
-        write_columns(timing, out_timings, TIMINGS + grid)
-
-    with beside(csv_files, parallel=workers > 1):  # xarray is first imported here, beside the CSV files
+    def errors_zarr(cols: dict) -> None:
         write_dataset(summary_dataset(study, cols), out_zarr, tmp_dir=tmp_dir(study.results, study.name))
+
+    dataset_columns = (*NUMERIC, "wall_s", *ROUNDOFF.values(), "h", "status", "e_g_constraint") + INDEX_COLUMNS
+    with beside(_load_xarray, errors_zarr, parallel=workers > 1) as send:
+        cols = summary_columns(study)
+        send({c: cols[c] for c in dataset_columns})
+        grid = tuple(study.grid)
+        write_columns(cols, out_csv, COLUMNS + EXTRA + grid)
+        R = len(cols["h"])
+        timing = {
+            "study": cols["study"],
+            "method": cols["method"],
+            "name": cols["name"],
+            "h": cols["h"],
+            "steps": cols["steps"],
+            "wall_s": cols["wall_s"],
+            "backend": row_backends(shard_store(study.results, study.name), np.arange(R)),  # per run: its record's
+            "worker": np.full(R, "", dtype=object),
+            "host": np.full(R, "", dtype=object),
+            "status": cols["status"],
+            **{key: cols[key] for key in grid},
+        }
+        write_columns(timing, out_timings, TIMINGS + grid)
     return [{"status": s} for s in cols["status"]]
