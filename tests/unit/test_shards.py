@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import logging
+import math
 import os
 
 import numpy as np
@@ -170,6 +171,14 @@ def test_the_errors_over_the_run_dimension_match_a_hand_oracle(tmp_path):
     with open(out / "timings.csv") as fh:
         timings = list(csv.DictReader(fh))
     assert [r["backend"] for r in timings] == ["numba", "numba", "cuda", "cuda", "numba", "numba"]
+    # errors.zarr, written by the forked process: each run's e_s where its method, h and grid value put it
+    from hbvm_workflow.storage import open_errors_at
+
+    ds = open_errors_at(str(out / "errors.zarr"))
+    values = study.grid["theta_dot0"]
+    for r in range(6):
+        e = float(ds.e_s.sel(scheme="hbvm_k2_s2", h=table.h[r], theta_dot0=values[table.combo[r]]))
+        assert math.isnan(e) if r == 5 else abs(e - delta[r]) <= 1e-14, r  # as the columns above
 
 
 class _Log(logging.Logger):
