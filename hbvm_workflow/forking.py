@@ -5,6 +5,7 @@ thread, the same two steps run in the job."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import pickle
 import threading
@@ -31,11 +32,13 @@ def beside(prepare: Callable[[], None], work: Callable[[Any], None], parallel: b
         return
     from_parent, to_child = os.pipe()  # (read end, write end)
     from_child, to_parent = os.pipe()
+    gc.freeze()  # the objects of now: out of the child's garbage collections, which would copy every page they touch
     pid = os.fork()
     if pid == 0:  # the child: out by os._exit, without the parent's clean-up
         os.close(to_child)
         os.close(from_child)
         os._exit(_child(prepare, work, from_parent, to_parent))
+    gc.unfreeze()
     os.close(from_parent)
     os.close(to_parent)
     writer: list[threading.Thread] = []
