@@ -33,7 +33,13 @@ def beside(prepare: Callable[[], None], work: Callable[[Any], None], parallel: b
     from_parent, to_child = os.pipe()  # (read end, write end)
     from_child, to_parent = os.pipe()
     gc.freeze()  # the objects of now: out of the child's garbage collections, which would copy every page they touch
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except BaseException:
+        gc.unfreeze()
+        for fd in (from_parent, to_child, from_child, to_parent):
+            os.close(fd)
+        raise
     if pid == 0:  # the child: out by os._exit, without the parent's clean-up
         os.close(to_child)
         os.close(from_child)
