@@ -234,17 +234,38 @@ def fitted_order(h, e, floor=0.0, tolerance: float = RATE_TOLERANCE) -> tuple[fl
     return (float(p[0]), int(first[0]), int(last[0])) if len(first) else (math.nan, -1, -1)
 
 
+#: rows whose blocks ``fitted_orders`` takes at once (its tables: some 16 * log2(block rows) bytes a row)
+FIT_CHUNK_ROWS = 1 << 16
+
+
 def fitted_orders(h, e, floor=0.0, starts=(0,), tolerance: float = RATE_TOLERANCE):
     """(p, first, last), arrays with one entry per block: ``fitted_order`` of each block of consecutive rows (block
-    j: the rows from ``starts[j]`` to the next start; ``first``, ``last`` indices into all rows, -1 where no run
-    qualifies), the runs found for all rows at once: per row, the last row of the longest run it starts, by a
-    binary search over range maxima and minima of the rates (sparse tables)."""
+    j: the rows from ``starts[j]`` (``starts[0]`` = 0) to the next start; ``first``, ``last`` indices into all
+    rows, -1 where no run qualifies), the blocks of about FIT_CHUNK_ROWS rows at a time."""
     h = np.asarray(h, dtype=float)
     e = np.asarray(e, dtype=float)
+    floor = np.broadcast_to(np.asarray(floor, dtype=float), e.shape)
+    starts = np.asarray(starts, dtype=np.int64) if e.size else np.zeros(0, dtype=np.int64)
+    ends = np.r_[starts[1:], e.size]
+    out = [np.full(starts.size, np.nan), np.full(starts.size, -1), np.full(starts.size, -1)]
+    j = 0
+    while j < starts.size:  # blocks j..k-1: the most that fit in FIT_CHUNK_ROWS rows, at least one
+        k = max(j + 1, int(np.searchsorted(ends, starts[j] + FIT_CHUNK_ROWS, side="right")))
+        a, b = starts[j], ends[k - 1]
+        p, first, last = _fitted_orders(h[a:b], e[a:b], floor[a:b], starts[j:k] - a, tolerance)
+        out[0][j:k] = p
+        out[1][j:k] = np.where(first >= 0, first + a, -1)
+        out[2][j:k] = np.where(last >= 0, last + a, -1)
+        j = k
+    return tuple(out)
+
+
+def _fitted_orders(h: np.ndarray, e: np.ndarray, floor: np.ndarray, starts: np.ndarray, tolerance: float):
+    """``fitted_orders`` of blocks in one go: per row, the last row of the longest run it starts, by a binary search
+    over range maxima and minima of the rates (sparse tables)."""
     n = e.size
-    starts = np.asarray(starts, dtype=np.int64) if n else np.zeros(0, dtype=np.int64)  # starts[0] == 0
     with np.errstate(invalid="ignore"):
-        ok = np.isfinite(e) & (e > np.broadcast_to(np.asarray(floor, dtype=float), e.shape)) & (h > 0)
+        ok = np.isfinite(e) & (e > floor) & (h > 0)
     r = rates(h, np.where(ok, e, np.nan))  # r[i]: the rate of rows i-1, i (across a block start: not used)
     usable = ok & np.isfinite(r)  # row i continues a run that includes row i-1
     usable[starts] = False

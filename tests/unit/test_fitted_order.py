@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
+from hbvm_core import metrics
 from hbvm_core.metrics import (
     FIT_POINTS,
     RATE_TOLERANCE,
@@ -70,10 +71,13 @@ def brute_force_range(h: list, e: list, floor: list) -> tuple[int, int]:
     return best[1], best[2]
 
 
-def test_fitted_orders_of_many_blocks_are_each_block_s_range_by_its_definition():
+@pytest.mark.parametrize("chunk_rows", [metrics.FIT_CHUNK_ROWS, 50])
+def test_fitted_orders_of_many_blocks_are_each_block_s_range_by_its_definition(chunk_rows, monkeypatch):
     """Blocks of 1 to 40 rows of noisy C h^p with gaps (NaN), errors below a per-row floor and jumps (the oracle:
     ``brute_force_range``, per block); the order is the least-squares slope over that range (numpy's log of the same
-    rows: to a few ulps of the slope's size); one block at a time (``fitted_order``) gives the same."""
+    rows: to a few ulps of the slope's size); one block at a time (``fitted_order``) gives the same; all blocks in
+    one go, or a few at a time (``chunk_rows``)."""
+    monkeypatch.setattr(metrics, "FIT_CHUNK_ROWS", chunk_rows)
     rng = np.random.default_rng(7)
     hs, es, floors, starts = [], [], [], []
     for _ in range(120):
