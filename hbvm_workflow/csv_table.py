@@ -16,6 +16,8 @@ import os
 
 import numpy as np
 
+#: rows of a table formatted at a time by ``write_columns``
+CHUNK_ROWS = 1 << 16
 #: the Python types whose equal values (``==``, hence one dict key) always have one text: not float (0.0 == -0.0)
 EXACT_KEYS = frozenset({str, int, type(None)})
 
@@ -80,10 +82,11 @@ def write_columns(cols: dict, path: str, columns: tuple[str, ...]) -> None:
     if len(columns) < 2:  # a row of one empty field is written '""' by the csv module: left to it
         write_rows([dict(zip(columns, r)) for r in zip(*(cols[c] for c in columns))], path, columns)
         return
-    cells = [column_cells(cols[c]) for c in columns]
+    rows = len(cols[columns[0]])
     tmp = path + ".tmp"
     with open(tmp, "w", newline="") as fh:
         fh.write(",".join(quoted(c) for c in columns) + "\n")
-        if cells[0]:
+        for a in range(0, rows, CHUNK_ROWS):  # the text of CHUNK_ROWS rows at a time: memory bounded at 10^6 rows
+            cells = [column_cells(cols[c][a : a + CHUNK_ROWS]) for c in columns]
             fh.write("\n".join(map(",".join, zip(*cells))) + "\n")
     os.replace(tmp, path)

@@ -10,7 +10,9 @@ import io
 import math
 
 import numpy as np
+import pytest
 
+from hbvm_workflow import csv_table
 from hbvm_workflow.csv_table import write_columns, write_rows
 
 #: floats whose shortest round-trip text is long or unusual: 17 significant digits, subnormal, exponents
@@ -54,7 +56,9 @@ def oracle(cols: dict[str, np.ndarray], columns: tuple[str, ...]) -> str:
     return buf.getvalue()
 
 
-def test_columns_as_csv_and_repr(tmp_path):
+@pytest.mark.parametrize("chunk_rows", [csv_table.CHUNK_ROWS, 5])
+def test_columns_as_csv_and_repr(tmp_path, monkeypatch, chunk_rows):
+    monkeypatch.setattr(csv_table, "CHUNK_ROWS", chunk_rows)  # 5: the 12 rows formatted in three pieces
     cols = table()
     columns = tuple(cols)
     write_columns(cols, str(tmp_path / "c.csv"), columns)
