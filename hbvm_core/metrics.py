@@ -192,9 +192,14 @@ def rates(h, e) -> np.ndarray:
 ROUNDOFF_ULPS = 1000.0
 
 
+def roundoff_floors(scale) -> np.ndarray:
+    """The round-off floor of an error of a quantity of size ``scale`` (an array): ROUNDOFF_ULPS eps scale."""
+    return ROUNDOFF_ULPS * float(np.finfo(float).eps) * np.asarray(scale, dtype=float)
+
+
 def roundoff_floor(scale: float = 1.0) -> float:
-    """The round-off floor of an error of a quantity of size ``scale``: ROUNDOFF_ULPS eps scale."""
-    return ROUNDOFF_ULPS * float(np.finfo(float).eps) * float(scale)
+    """``roundoff_floors`` of one scale, as a float."""
+    return float(roundoff_floors(float(scale)))
 
 
 def at_roundoff(e_prev: float, e: float, scale: float = 1.0) -> bool:
@@ -223,35 +228,90 @@ def fitted_order(h, e, floor=0.0, tolerance: float = RATE_TOLERANCE) -> tuple[fl
     finite and above the round-off floor ``floor`` (a number, or one per row) and whose neighbouring rates
     (``rates``) differ by at most ``tolerance`` (max - min over the run); of two such runs of the same length,
     the finer one (the larger indices). p is the slope of the least-squares line of log e against log h over
-    it. (nan, -1, -1) where no run qualifies.
+    it. (nan, -1, -1) where no run qualifies. ``fitted_orders`` is the same over many blocks of rows at once.
     """
+    p, first, last = fitted_orders(h, e, floor, [0], tolerance)
+    return (float(p[0]), int(first[0]), int(last[0])) if len(first) else (math.nan, -1, -1)
+
+
+#: rows whose blocks ``fitted_orders`` takes at once (its tables: some 16 * log2(block rows) bytes a row)
+FIT_CHUNK_ROWS = 1 << 16
+
+
+def fitted_orders(h, e, floor=0.0, starts=(0,), tolerance: float = RATE_TOLERANCE):
+    """(p, first, last), arrays with one entry per block: ``fitted_order`` of each block of consecutive rows (block
+    j: the rows from ``starts[j]`` (``starts[0]`` = 0) to the next start; ``first``, ``last`` indices into all
+    rows, -1 where no run qualifies), the blocks of about FIT_CHUNK_ROWS rows at a time."""
     h = np.asarray(h, dtype=float)
     e = np.asarray(e, dtype=float)
+    floor = np.broadcast_to(np.asarray(floor, dtype=float), e.shape)
+    starts = np.asarray(starts, dtype=np.int64) if e.size else np.zeros(0, dtype=np.int64)
+    ends = np.r_[starts[1:], e.size]
+    out = [np.full(starts.size, np.nan), np.full(starts.size, -1), np.full(starts.size, -1)]
+    j = 0
+    while j < starts.size:  # blocks j..k-1: the most that fit in FIT_CHUNK_ROWS rows, at least one
+        k = max(j + 1, int(np.searchsorted(ends, starts[j] + FIT_CHUNK_ROWS, side="right")))
+        a, b = starts[j], ends[k - 1]
+        p, first, last = _fitted_orders(h[a:b], e[a:b], floor[a:b], starts[j:k] - a, tolerance)
+        out[0][j:k] = p
+        out[1][j:k] = np.where(first >= 0, first + a, -1)
+        out[2][j:k] = np.where(last >= 0, last + a, -1)
+        j = k
+    return tuple(out)
+
+
+def _fitted_orders(h: np.ndarray, e: np.ndarray, floor: np.ndarray, starts: np.ndarray, tolerance: float):
+    """``fitted_orders`` of blocks in one go: per row, the last row of the longest run it starts, by a binary search
+    over range maxima and minima of the rates (sparse tables)."""
+    n = e.size
     with np.errstate(invalid="ignore"):
-        ok = np.isfinite(e) & (e > np.broadcast_to(np.asarray(floor, dtype=float), e.shape)) & (h > 0)
-    r = rates(h, np.where(ok, e, np.nan))  # r[i]: the rate of rows i-1, i
-    usable = (ok & np.isfinite(r)).tolist()  # row i continues a run that includes row i-1
-    ok, r = ok.tolist(), r.tolist()  # Python floats: a sweep fits thousands of blocks of hundreds of rows
-    best = (0, -1, -1)
-    for first in range(len(r)):
-        if len(r) - first < best[0]:
-            break  # no later run is as long as the best one
-        if not ok[first]:
-            continue
-        lo = hi = None
-        for last in range(first + 1, len(r)):
-            if not usable[last]:
-                break
-            lo, hi = min(r[last], lo if lo is not None else r[last]), max(r[last], hi if hi is not None else r[last])
-            if hi - lo > tolerance:
-                break
-            if last - first + 1 >= max(FIT_POINTS, best[0]):
-                best = (last - first + 1, first, last)
-    if best[1] < 0:
-        return math.nan, -1, -1
-    sl = slice(best[1], best[2] + 1)
-    p = np.polyfit(np.log(h[sl]), np.log(e[sl]), 1)[0]
-    return float(p), best[1], best[2]
+        ok = np.isfinite(e) & (e > floor) & (h > 0)
+    r = rates(h, np.where(ok, e, np.nan))  # r[i]: the rate of rows i-1, i (across a block start: not used)
+    usable = ok & np.isfinite(r)  # row i continues a run that includes row i-1
+    usable[starts] = False
+    idx = np.arange(n)
+    # a run from row i ends before the next row that does not continue it
+    stop = np.minimum.accumulate(np.where(usable, n, idx)[::-1])[::-1]  # the first row >= j that is not usable
+    end = np.r_[stop[1:], n] - 1  # the last row a run from row i may reach
+    rz = np.where(usable, r, 0.0)
+    levels = max(1, int((end - idx).max(initial=0)).bit_length())  # 2^(levels - 1) >= the longest run's rates
+    hi_t, lo_t = [rz], [rz]  # level k: max, min of r[j .. j + 2^k - 1]
+    for k in range(1, levels):
+        w = 1 << (k - 1)
+        hi_t.append(np.r_[np.maximum(hi_t[-1][:-w], hi_t[-1][w:]), np.zeros(w)])
+        lo_t.append(np.r_[np.minimum(lo_t[-1][:-w], lo_t[-1][w:]), np.zeros(w)])
+    hi_t, lo_t = np.stack(hi_t), np.stack(lo_t)
+
+    def spread(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """max - min of r[a .. b] (a <= b)."""
+        k = np.frexp((b - a + 1).astype(float))[1] - 1  # floor(log2(length))
+        b2 = b - (1 << k) + 1
+        return np.maximum(hi_t[k, a], hi_t[k, b2]) - np.minimum(lo_t[k, a], lo_t[k, b2])
+
+    first = np.flatnonzero(ok)
+    lo, hi = first.copy(), end[first]  # the run's last row lies in [lo, hi]: lo always qualifies
+    while True:
+        active = np.flatnonzero(lo < hi)
+        if not active.size:
+            break
+        mid = (lo[active] + hi[active] + 1) // 2
+        good = spread(first[active] + 1, mid) <= tolerance
+        lo[active] = np.where(good, mid, lo[active])
+        hi[active] = np.where(good, hi[active], mid - 1)
+    length = lo - first + 1
+    block = np.searchsorted(starts, first, side="right") - 1
+    # per block: the longest run, of equal ones the finer (the larger first row)
+    key = np.where(length >= FIT_POINTS, length * (n + 1) + first, -1)
+    best = np.full(starts.size, -1, dtype=np.int64)
+    np.maximum.at(best, block, key)
+    found = best >= 0
+    f = np.where(found, best % (n + 1), -1)
+    last = np.where(found, f + best // (n + 1) - 1, -1)
+    p = np.full(starts.size, np.nan)
+    for j in np.flatnonzero(found).tolist():
+        sl = slice(int(f[j]), int(last[j]) + 1)
+        p[j] = np.polyfit(np.log(h[sl]), np.log(e[sl]), 1)[0]
+    return p, f, last
 
 
 def roundoff_scales(traj: Trajectory) -> dict[str, float]:

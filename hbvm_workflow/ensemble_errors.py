@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from hbvm_core.metrics import ROUNDOFF_ULPS
+from hbvm_core.metrics import roundoff_floors
 
 from .layout import COLUMNS, EXTRA, TIMINGS, shard_store
 from .storage import ResultsMismatchError
 from .study import Study
 
+#: the columns of summary_columns that index errors.zarr: the scheme, the grid combination and n of each run
+INDEX_COLUMNS = ("scheme_index", "combo_index", "n_value")
 #: kernels/rules.py's status codes, as a failed row's ``error`` names them
 STATUS_WORDS = {1: "no convergence", 2: "diverged", 3: "singular", 4: "non-finite state"}
 
@@ -54,11 +56,11 @@ def summary_columns(study: Study) -> dict[str, np.ndarray]:
     the round-off flags and ``wall_s`` of errors.zarr."""
     from hbvm_core.references import reference_solution
 
-    from .shards import read_all, run_table
+    from .shards import DATA, read_all, run_table
     from .tables import ORDER_OF_RATE
 
     path = shard_store(study.results, study.name)
-    attrs, a = read_all(path)
+    attrs, a = read_all(path, DATA)  # the run table gives the other coordinates
     table = run_table(study)
     if not (np.array_equal(a["hash"], table.hash) and np.array_equal(a["sample_every"], table.sample_every)):
         raise ResultsMismatchError(f"{path}: holds other runs than study {study.name!r} plans; run the solve step")
@@ -125,7 +127,7 @@ def summary_columns(study: Study) -> dict[str, np.ndarray]:
     for key in study.grid:
         cols[key] = np.array([inst.values[key] for inst in instances], dtype=object)[table.combo]
     cols["wall_s"] = _wall(path, table)
-    cols["combo_index"] = table.combo
+    cols.update(zip(INDEX_COLUMNS, (table.scheme, table.combo, table.n)))  # errors.zarr's indices (n -1: none)
     return cols
 
 
@@ -147,7 +149,7 @@ def _rates(h: np.ndarray, e: np.ndarray, block: np.ndarray, scale: np.ndarray) -
     e0, e1 = e[:-1], e[1:]
     with np.errstate(all="ignore"):
         r = np.log(e0 / e1) / np.log(h[:-1] / h[1:])
-    floor = ROUNDOFF_ULPS * np.finfo(float).eps * np.maximum(scale[:-1], scale[1:])
+    floor = roundoff_floors(np.maximum(scale[:-1], scale[1:]))
     at_floor = same & np.isfinite(e0) & np.isfinite(e1) & (e0 <= floor) & (e1 <= floor)
     good = same & np.isfinite(r) & (e0 > 0) & (e1 > 0) & ~at_floor
     rate[1:][good] = r[good]
@@ -156,16 +158,15 @@ def _rates(h: np.ndarray, e: np.ndarray, block: np.ndarray, scale: np.ndarray) -
 
 
 def _fitted(h: np.ndarray, e: np.ndarray, block: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """The fitted order of each block's errors (``metrics.fitted_order``, as ``tables.fit_orders``: the floor of each
-    row from its scale) on the rows of its asymptotic range, NaN on the others; a block is consecutive rows."""
-    from hbvm_core.metrics import fitted_order, roundoff_floor
+    """The fitted order of each block's errors (``metrics.fitted_orders``, as ``tables.fit_orders``: the floor of
+    each row from its scale) on the rows of its asymptotic range, NaN on the others; a block is consecutive rows."""
+    from hbvm_core.metrics import fitted_orders
 
     out = np.full(e.shape, np.nan)
-    starts = np.flatnonzero(np.r_[True, block[1:] != block[:-1]])
-    for a, b in zip(starts, np.r_[starts[1:], e.size]):
-        p, first, last = fitted_order(h[a:b], e[a:b], [roundoff_floor(x) for x in scale[a:b]])
-        if first >= 0:
-            out[a + first : a + last + 1] = p
+    starts = np.flatnonzero(np.r_[True, block[1:] != block[:-1]]) if e.size else np.zeros(0, dtype=np.int64)
+    p, first, last = fitted_orders(h, e, roundoff_floors(scale), starts)
+    for j in np.flatnonzero(first >= 0).tolist():
+        out[first[j] : last[j] + 1] = p[j]
     return out
 
 
@@ -189,31 +190,15 @@ def _wall(path: str, table) -> np.ndarray:
     return out
 
 
-def write_columns(cols: dict[str, np.ndarray], path: str, columns: tuple[str, ...]) -> None:
-    """A CSV of the columns (as ``tables.write_csv`` writes rows: floats by repr, missing numbers empty),
-    written atomically."""
-    import os
-
-    import pandas as pd
-
-    frame = pd.DataFrame({c: cols[c] for c in columns})
-    for c in columns:
-        if frame[c].dtype == float:
-            frame[c] = frame[c].where(np.isfinite(frame[c]))
-    tmp = path + ".tmp"
-    frame.to_csv(tmp, index=False, na_rep="", lineterminator="\n")
-    os.replace(tmp, path)
-
-
 def summary_dataset(study: Study, cols: dict[str, np.ndarray]):
     """errors.zarr's Dataset over (scheme, h, *grid) from the columns (``tables.dense_errors_dataset``)."""
     from .tables import NUMERIC, ROUNDOFF, STATUS, dense_errors_dataset
 
     instances = study.instances or [study.instance_of("")]
-    hs = sorted(set(cols["h"].tolist()), reverse=True)
-    hi = {h: j for j, h in enumerate(hs)}
-    scheme = {sm.label: i for i, sm in enumerate(study.methods)}
-    at = [np.array([scheme[x] for x in cols["method"]]), np.array([hi[x] for x in cols["h"].tolist()])]
+    distinct, inverse = np.unique(cols["h"], return_inverse=True)
+    hs = distinct[::-1].tolist()  # the step sizes decreasing
+    h_index = distinct.size - 1 - inverse.reshape(-1)
+    at = [cols["scheme_index"], h_index]
     for key, values in study.grid.items():
         index = np.array([values.index(inst.values[key]) for inst in instances])
         at.append(index[cols["combo_index"]])
@@ -232,41 +217,60 @@ def summary_dataset(study: Study, cols: dict[str, np.ndarray]):
     status = np.full(shape, -1, dtype="i1")
     status[idx] = np.where(cols["status"] == "ok", STATUS["ok"], STATUS["failed"])
     nval = np.full(shape, -1, dtype="i8")
-    n = np.array([-1 if v is None else int(v) for v in cols["n"]])
+    n = cols["n_value"]  # -1: none
     nval[idx] = n
     host = np.full(shape, "", dtype=object)
-    by_h: dict[float, set] = {}
-    for h, v in zip(cols["h"].tolist(), n.tolist()):
-        by_h.setdefault(h, set()).add(None if v < 0 else v)
+    by_h: dict[float, set] = {}  # h -> its row labels n (None: none)
+    for j, v in np.unique(np.stack([h_index, n]), axis=1).T.tolist():
+        by_h.setdefault(hs[j], set()).add(None if v < 0 else v)
     each = np.full((*shape, study.dims[1]), np.nan)
     each[idx] = cols["e_g_constraint"]
     return dense_errors_dataset(study, hs, data, flags, status, host, nval, by_h, each)
 
 
-def compute_summary_errors(study: Study, out_zarr: str, out_csv: str, out_timings: str) -> list[dict]:
+def _load_xarray() -> None:
+    """Import what building and writing errors.zarr's Dataset imports: xarray, its zarr backend, and dask where
+    installed (xarray looks for it when it makes a variable)."""
+    import xarray as xr
+    import xarray.backends.zarr  # noqa: F401
+
+    xr.Variable("d", np.zeros(1))
+
+
+def compute_summary_errors(study: Study, out_zarr: str, out_csv: str, out_timings: str, workers: int = 1) -> list[dict]:
     """errors.zarr, errors.csv and timings.csv of a sharded study; returns a short list of row summaries
-    ({"status"} per row: what the aggregate step counts)."""
+    ({"status"} per row: what the aggregate step counts). With ``workers`` > 1 errors.zarr is written by a process
+    forked at the start (``forking.beside``), which imports xarray while this one computes the columns, then builds
+    the Dataset from the columns handed to it while this one writes the CSV files."""
+    from .csv_table import write_columns
+    from .forking import beside
     from .layout import tmp_dir
     from .shards import row_backends
     from .storage import write_dataset
+    from .tables import NUMERIC, ROUNDOFF
 
-    cols = summary_columns(study)
-    write_dataset(summary_dataset(study, cols), out_zarr, tmp_dir=tmp_dir(study.results, study.name))
-    grid = tuple(study.grid)
-    write_columns(cols, out_csv, COLUMNS + EXTRA + grid)
-    R = len(cols["h"])
-    timing = {
-        "study": cols["study"],
-        "method": cols["method"],
-        "name": cols["name"],
-        "h": cols["h"],
-        "steps": cols["steps"],
-        "wall_s": cols["wall_s"],
-        "backend": row_backends(shard_store(study.results, study.name), np.arange(R)),  # per run: its record's
-        "worker": np.full(R, "", dtype=object),
-        "host": np.full(R, "", dtype=object),
-        "status": cols["status"],
-        **{key: cols[key] for key in grid},
-    }
-    write_columns(timing, out_timings, TIMINGS + grid)
+    def errors_zarr(cols: dict) -> None:
+        write_dataset(summary_dataset(study, cols), out_zarr, tmp_dir=tmp_dir(study.results, study.name))
+
+    dataset_columns = (*NUMERIC, "wall_s", *ROUNDOFF.values(), "h", "status", "e_g_constraint") + INDEX_COLUMNS
+    with beside(_load_xarray, errors_zarr, parallel=workers > 1) as send:
+        cols = summary_columns(study)
+        send({c: cols[c] for c in dataset_columns})
+        grid = tuple(study.grid)
+        write_columns(cols, out_csv, COLUMNS + EXTRA + grid)
+        R = len(cols["h"])
+        timing = {
+            "study": cols["study"],
+            "method": cols["method"],
+            "name": cols["name"],
+            "h": cols["h"],
+            "steps": cols["steps"],
+            "wall_s": cols["wall_s"],
+            "backend": row_backends(shard_store(study.results, study.name), np.arange(R)),  # per run: its record's
+            "worker": np.full(R, "", dtype=object),
+            "host": np.full(R, "", dtype=object),
+            "status": cols["status"],
+            **{key: cols[key] for key in grid},
+        }
+        write_columns(timing, out_timings, TIMINGS + grid)
     return [{"status": s} for s in cols["status"]]

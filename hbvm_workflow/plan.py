@@ -20,7 +20,7 @@ import hashlib
 import json
 import operator
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -71,6 +71,7 @@ def study_record(study: Study) -> dict:
             {f: getattr(m, f) for f in METHOD_FIELDS} | {"rows": _columns(m.rows, ROW_FIELDS)} for m in study.methods
         ],
         **_job_record(list(study.jobs.values())),
+        "runs_digest": study.runs_digest(),  # the name of its solve marker: a job need not hash every run again
     }
 
 
@@ -183,6 +184,38 @@ def _rows_of(cols: dict) -> list[Row]:
     return [Row(**dict(zip(ROW_FIELDS, values))) for values in zip(*(cols[f] for f in ROW_FIELDS))]
 
 
+class PlannedRows(Sequence):
+    """A method's rows as the plan holds them (``ROW_FIELDS`` as columns), built as ``Row`` objects only when first
+    looked at: the jobs of a sweep read the columns (``column``)."""
+
+    __hash__ = None  # a list of rows: compared by value, not hashed
+
+    def __init__(self, cols: dict):
+        self._cols = cols
+        self._rows: list[Row] | None = None
+
+    def _all(self) -> list[Row]:
+        if self._rows is None:
+            self._rows = _rows_of(self._cols)
+        return self._rows
+
+    def __getitem__(self, i):
+        return self._all()[i]
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._cols["label"])
+
+    def __eq__(self, other) -> bool:
+        return list(self) == list(other) if isinstance(other, Sequence) else NotImplemented
+
+    def column(self, name: str) -> list:
+        """One field of every row, in order (``ROW_FIELDS``)."""
+        return self._cols[name]
+
+
 def study_from_record(rec: dict) -> Study:
     """The ``Study`` of a ``study_record``; its problems are built when first asked for (``Instance.problem``)."""
     from hbvm_core.methods import method_from_entry
@@ -207,6 +240,7 @@ def study_from_record(rec: dict) -> Study:
         )  # fmt: skip
         for i in rec["instances"]
     ]
+    summary = rec["cfg"].get("save") == "summary" and "job_groups" in rec
     methods = [
         StudyMethod(
             m["label"],
@@ -214,15 +248,14 @@ def study_from_record(rec: dict) -> Study:
             m["entry"],
             m["k"],
             m["s"],
-            rows=_rows_of(m["rows"]),
+            rows=PlannedRows(m["rows"]) if summary else _rows_of(m["rows"]),
             method=method_from_entry(m["entry"]),
             module=m["module"],
         )  # fmt: skip
         for m in rec["methods"]
     ]
-    summary = rec["cfg"].get("save") == "summary" and "job_groups" in rec
     jobs = PlannedJobs(rec["job_groups"]) if summary else {job.id: job for job in _jobs_of(rec)}
-    return Study(
+    study = Study(
         name=rec["name"],
         kind=rec["kind"],
         title=rec["title"],
@@ -242,6 +275,9 @@ def study_from_record(rec: dict) -> Study:
         grid=rec["grid"],
         instances=instances,
     )
+    if isinstance(rec.get("runs_digest"), str):  # Study.runs_digest of these jobs, as the parse computed it
+        study._digest = ((id(jobs), len(jobs)), rec["runs_digest"])
+    return study
 
 
 # --------------------------------------------------------------------------- the plan file

@@ -34,6 +34,7 @@ Stores are data: nothing read from one is imported or called; the problems and m
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 from dataclasses import dataclass, field
@@ -134,7 +135,11 @@ def run_table(study) -> RunTable:
     si = {label: i for i, label in enumerate(schemes)}
     instances = study.instances or [study.instance_of("")]
     ci = {inst.key: i for i, inst in enumerate(instances)}
-    n_of = {r.job: (-1 if r.n is None else r.n) for r in study.rows}
+    n_of = {}
+    for m in study.methods:  # the plan's columns where it holds them (plan.PlannedRows)
+        jobs, ns = (m.rows.column("job"), m.rows.column("n")) if hasattr(m.rows, "column") else _row_columns(m.rows)
+        if ns.count(None) < len(ns):  # the rows with a label n (the others: -1)
+            n_of.update((j, n) for j, n in zip(jobs, ns) if n is not None)
     if hasattr(study.jobs, "columns"):  # read from the plan as columns (plan.PlannedJobs)
         c = study.jobs.columns()
     else:
@@ -144,13 +149,14 @@ def run_table(study) -> RunTable:
              "steps": np.array([j.steps for j in jobs], dtype=np.int64)}  # fmt: skip
     R = len(c["id"])
     h = np.asarray(c["h"], dtype=float)
+    no_n = np.full(R, -1, dtype=np.int64)
     m, nu = study.dims
     return RunTable(
-        hash=np.fromiter((int(x, 16) for x in c["hash"]), dtype=np.uint64, count=R),
-        scheme=np.fromiter((si[x] for x in c["label"]), dtype=np.int16, count=R),
-        combo=np.fromiter((ci[x] for x in c["combo"]), dtype=np.int32, count=R),
+        hash=hashes_as_integers(c["hash"]),
+        scheme=np.fromiter(map(si.__getitem__, c["label"]), dtype=np.int16, count=R),
+        combo=np.fromiter(map(ci.__getitem__, c["combo"]), dtype=np.int32, count=R),
         h=h,
-        n=np.fromiter((n_of.get(x, -1) for x in c["id"]), dtype=np.int64, count=R),
+        n=np.fromiter(map(n_of.get, c["id"], itertools.repeat(-1)), dtype=np.int64, count=R) if n_of else no_n,
         N=np.asarray(c["steps"], dtype=np.int64),
         sample_every=sample_every(study.convention, h, study.period),
         schemes=schemes,
@@ -160,6 +166,17 @@ def run_table(study) -> RunTable:
         nu=int(nu),
         shard_runs=int(study.cfg.get("shard_runs") or SHARD_RUNS),
     )
+
+
+def _row_columns(rows) -> tuple[list, list]:
+    return [r.job for r in rows], [r.n for r in rows]
+
+
+def hashes_as_integers(hashes: list[str]) -> np.ndarray:
+    """Run hashes (``Job.hash``: 16 hex digits) as uint64, the number the digits write."""
+    if set(map(len, hashes)) == {16}:  # one conversion of all the digits, big-endian 8 bytes each
+        return np.frombuffer(bytes.fromhex("".join(hashes)), dtype=">u8").astype(np.uint64)
+    return np.fromiter((int(x, 16) for x in hashes), dtype=np.uint64, count=len(hashes))
 
 
 # --------------------------------------------------------------------------- the store
@@ -646,8 +663,9 @@ def open_shards(path: str):
     return ds
 
 
-def read_all(path: str) -> tuple[dict, dict[str, np.ndarray]]:
-    """(attrs, arrays): every coordinate and data array of a complete store, read into memory (the aggregation);
+def read_all(path: str, names: tuple[str, ...] = COORDS + DATA) -> tuple[dict, dict[str, np.ndarray]]:
+    """(attrs, arrays): the coordinates and data arrays ``names`` (every one by default; ``hash`` and
+    ``sample_every`` always) of a complete store, read into memory (the aggregation, ``verify``);
     MissingStoreError when a shard is not complete, a StoreError naming the array when a chunk is damaged."""
     import zarr
 
@@ -657,7 +675,7 @@ def read_all(path: str) -> tuple[dict, dict[str, np.ndarray]]:
     R, sr = attrs["runs"], attrs["shard_runs"]
     g = zarr.open_group(path, mode="r")
     arrays = {}
-    for name in COORDS + DATA:
+    for name in dict.fromkeys(("hash", "sample_every", *names)):  # what completeness is checked by, first
         try:
             arrays[name] = np.asarray(g[name][:R])
         except Exception as exc:  # noqa: BLE001 - a decoding failure names the array

@@ -21,6 +21,7 @@ import os
 
 import numpy as np
 
+from .csv_table import write_rows
 from .layout import COLUMNS, EXTRA, TIMINGS, manifest_of_store  # noqa: F401  (re-exported)
 from .storage import MissingStoreError, ResultsMismatchError  # noqa: F401  (MissingStoreError re-exported)
 from .study import Study
@@ -271,26 +272,10 @@ def _short(err: dict) -> str:
 
 
 # --------------------------------------------------------------------------- writers
-def _csv_value(v) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, bool):
-        return str(v)
-    if isinstance(v, float):
-        return "" if not math.isfinite(v) else repr(v)
-    return str(v)
-
-
 def write_csv(rows: list[dict], path: str, columns: tuple[str, ...] = COLUMNS + EXTRA) -> None:
     """errors.csv (COLUMNS then EXTRA) or timings.csv (TIMINGS), written atomically; missing numbers
-    (failed runs, first-row rates) are empty fields."""
-    tmp = path + ".tmp"
-    with open(tmp, "w", newline="") as fh:
-        w = csv.writer(fh, lineterminator="\n")
-        w.writerow(columns)
-        for row in rows:
-            w.writerow([_csv_value(row.get(c)) for c in columns])
-    os.replace(tmp, path)
+    (failed runs, first-row rates) are empty fields (``csv_table``: floats by repr)."""
+    write_rows(rows, path, columns)
 
 
 #: CF attributes (long_name, units) of errors.zarr's variables; errors and h are in the problem's

@@ -6,12 +6,22 @@ from __future__ import annotations
 
 import csv
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
 import yaml
 
-from hbvm_core.metrics import FIT_POINTS, fitted_order, roundoff_floor
+from hbvm_core import metrics
+from hbvm_core.metrics import (
+    FIT_POINTS,
+    RATE_TOLERANCE,
+    ROUNDOFF_ULPS,
+    fitted_order,
+    fitted_orders,
+    roundoff_floor,
+    roundoff_floors,
+)
 
 H = 0.1 * 2.0 ** -np.arange(10)
 FLOOR = roundoff_floor(1.0)  # 1000 eps: 2.2e-13
@@ -24,6 +34,78 @@ def made_up(p: float = 3.0) -> np.ndarray:
     e[0] *= 4.0
     e[8:] = [3e-16, 1e-16]
     return e
+
+
+def test_roundoff_floors_around_powers_of_two():
+    """The array form of the floor on scales at, just below and just above powers of two (where a float's ulp
+    changes): each is ROUNDOFF_ULPS eps scale rounded once (ROUNDOFF_ULPS eps is exact: an integer times 2^-52), so
+    the correctly rounded exact product (Fraction); at a power of two exactly ROUNDOFF_ULPS 2^(k - 52); the scalar
+    form gives each element; the shape is kept."""
+    k = np.arange(-60, 61, 7)
+    powers = np.ldexp(1.0, k)
+    scales = np.stack([np.nextafter(powers, 0.0), powers, np.nextafter(powers, np.inf)])
+    floors = roundoff_floors(scales)
+    assert floors.shape == scales.shape
+    eps = Fraction(np.finfo(float).eps)
+    for x, f in zip(scales.ravel().tolist(), floors.ravel().tolist()):
+        assert f == float(Fraction(ROUNDOFF_ULPS) * eps * Fraction(x))
+        assert roundoff_floor(x) == f
+    assert floors[1].tolist() == [math.ldexp(ROUNDOFF_ULPS, int(j) - 52) for j in k]
+    assert np.all(floors[0] < floors[1]) and np.all(floors[1] < floors[2])
+
+
+def brute_force_range(h: list, e: list, floor: list) -> tuple[int, int]:
+    """The asymptotic range by its definition, every (first, last) tried: all rows finite, above their floor, h > 0;
+    every rate of neighbours finite (math.log), max - min of them <= the tolerance; the longest of at least FIT_POINTS
+    rows, of equal ones the finer; (-1, -1) for none."""
+    best = (0, -1, -1)
+    n = len(e)
+    for first in range(n):
+        for last in range(first + FIT_POINTS - 1, n):
+            rows = range(first, last + 1)
+            if not all(math.isfinite(e[i]) and e[i] > floor[i] and h[i] > 0 for i in rows):
+                continue
+            r = [math.log(e[i - 1] / e[i]) / math.log(h[i - 1] / h[i]) for i in rows[1:]]
+            if all(math.isfinite(x) for x in r) and max(r) - min(r) <= RATE_TOLERANCE and last - first + 1 >= best[0]:
+                best = (last - first + 1, first, last)
+    return best[1], best[2]
+
+
+@pytest.mark.parametrize("chunk_rows", [metrics.FIT_CHUNK_ROWS, 50])
+def test_fitted_orders_of_many_blocks_are_each_block_s_range_by_its_definition(chunk_rows, monkeypatch):
+    """Blocks of 1 to 40 rows of noisy C h^p with gaps (NaN), errors below a per-row floor and jumps (the oracle:
+    ``brute_force_range``, per block); the order is the least-squares slope over that range (numpy's log of the same
+    rows: to a few ulps of the slope's size); one block at a time (``fitted_order``) gives the same; all blocks in
+    one go, or a few at a time (``chunk_rows``)."""
+    monkeypatch.setattr(metrics, "FIT_CHUNK_ROWS", chunk_rows)
+    rng = np.random.default_rng(7)
+    hs, es, floors, starts = [], [], [], []
+    for _ in range(120):
+        n = int(rng.integers(1, 41))
+        h = 0.1 * 2.0 ** -np.arange(n) * rng.uniform(0.9, 1.1)
+        e = rng.uniform(0.5, 2.0) * h ** rng.uniform(1.0, 6.0) * np.exp(rng.normal(0.0, 0.04, n))
+        e[rng.random(n) < 0.05] = np.nan
+        e[rng.random(n) < 0.05] *= 30.0
+        floor = np.where(rng.random(n) < 0.1, 2 * e, 1e-300)  # some rows at their floor
+        starts.append(sum(map(len, hs)))
+        hs.append(h), es.append(e), floors.append(floor)
+    h, e, floor = np.concatenate(hs), np.concatenate(es), np.concatenate(floors)
+    p, first, last = fitted_orders(h, e, floor, starts)
+    found = 0
+    for j, a in enumerate(starts):
+        b = a + len(hs[j])
+        f, l = brute_force_range(h[a:b].tolist(), e[a:b].tolist(), floor[a:b].tolist())
+        assert (first[j], last[j]) == ((a + f, a + l) if f >= 0 else (-1, -1)), j
+        one = fitted_order(h[a:b], e[a:b], floor[a:b])
+        assert one[1:] == (f, l)
+        if f >= 0:
+            found += 1
+            slope = np.polyfit(np.log(h[a + f : a + l + 1]), np.log(e[a + f : a + l + 1]), 1)[0]
+            assert p[j] == pytest.approx(slope, rel=1e-12) and one[0] == pytest.approx(slope, rel=1e-12)
+        else:
+            assert math.isnan(p[j]) and math.isnan(one[0])
+    assert 30 < found < 120  # both outcomes met
+    assert fitted_orders([], [], 0.0, [0])[0].size == 0
 
 
 def test_known_order_without_the_plateau_and_the_first_step():

@@ -6,6 +6,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from user_problems import PENDULUM_EXPRESSIONS
@@ -66,6 +67,40 @@ def test_the_plan_holds_what_the_expansion_computed(tmp_path):
     # one study only, and a plan without it: None (the job expands instead)
     assert list(plan.read_plan(config, ["fig3"])) == ["fig3"]
     assert plan.read_plan(config, ["nosuch"]) is None
+
+
+#: a sharded study (save: summary) numbered by halvings: its rows carry n, read back as columns
+SUMMARY = {
+    "kind": "sweep",
+    "problem": "planar_pendulum",
+    "grid": {"theta_dot0": [0.5, 1.0]},
+    "methods": [{"k": 2, "s": 2}, {"k": 3, "s": 1}],
+    "t_end": 1,
+    "h0": 0.1,
+    "halvings": 2,
+    "errors": {"reference": "exact", "norm": "inf", "sample": 0.5},
+}
+
+
+def test_a_sharded_study_is_read_back_as_columns_with_its_runs_digest(tmp_path, monkeypatch):
+    """The rows of a save: summary study come back as the plan's columns (built as rows when iterated) and its runs
+    digest as the parse computed it, without hashing the runs again; the run table (shards.run_table) from the plan
+    is the expansion's: the same hashes, step sizes and row labels n."""
+    from hbvm_workflow import shards
+
+    config = {"results": str(tmp_path / "results"), "studies": {"sw": SUMMARY}}
+    studies = load_studies(config)
+    assert studies["sw"].cfg["save"] == "summary"
+    plan.write_plan(config, studies)
+    monkeypatch.setattr(plan.PlannedJobs, "job_hashes", lambda self: pytest.fail("the runs hashed again"))
+    read = plan.read_plan(config)["sw"]
+    assert all(isinstance(m.rows, plan.PlannedRows) for m in read.methods)
+    same(read, studies["sw"])
+    a, b = shards.run_table(read), shards.run_table(studies["sw"])
+    for f in ("hash", "scheme", "combo", "h", "n", "N", "sample_every"):
+        assert np.array_equal(getattr(a, f), getattr(b, f)), f
+    assert sorted(set(a.n.tolist())) == [0, 1, 2] and a.hash.dtype == np.uint64
+    assert [int(x) for x in a.hash] == [int(j.hash, 16) for j in studies["sw"].jobs.values()]
 
 
 def test_planned_jobs_reads_every_run_of_every_plan(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import logging
+import math
 import os
 
 import numpy as np
@@ -163,13 +164,21 @@ def test_the_errors_over_the_run_dimension_match_a_hand_oracle(tmp_path):
     assert np.allclose(cols["e_H"][:5], 1e-3 * table.h[:5]) and np.isnan(cols["e_s"][5])
     assert list(cols["status"]) == ["ok"] * 5 + ["failed"] and cols["error"][5] == "step 13: diverged"
     assert np.allclose(cols["mean_iterations"][:5], 3.0) and np.isnan(cols["e_lambda"]).all()
-    # timings.csv: the backend of each run, as its shard's record says
+    # timings.csv: the backend of each run, as its shard's record says (the CSV files written by a forked process)
     out = tmp_path / "out"
     out.mkdir()
-    compute_summary_errors(study, str(out / "errors.zarr"), str(out / "errors.csv"), str(out / "timings.csv"))
+    compute_summary_errors(study, str(out / "errors.zarr"), str(out / "errors.csv"), str(out / "timings.csv"), 2)
     with open(out / "timings.csv") as fh:
         timings = list(csv.DictReader(fh))
     assert [r["backend"] for r in timings] == ["numba", "numba", "cuda", "cuda", "numba", "numba"]
+    # errors.zarr, written by the forked process: each run's e_s where its method, h and grid value put it
+    from hbvm_workflow.storage import open_errors_at
+
+    ds = open_errors_at(str(out / "errors.zarr"))
+    values = study.grid["theta_dot0"]
+    for r in range(6):
+        e = float(ds.e_s.sel(scheme="hbvm_k2_s2", h=table.h[r], theta_dot0=values[table.combo[r]]))
+        assert math.isnan(e) if r == 5 else abs(e - delta[r]) <= 1e-14, r  # as the columns above
 
 
 class _Log(logging.Logger):

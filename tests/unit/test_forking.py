@@ -1,0 +1,61 @@
+"""forking.beside: a forked process prepares while the job computes, then works on what the job hands it (the
+aggregation's errors.zarr beside its CSV files): its work is done when the block ends, its failure is the job's one
+line, a block that fails first lets it go, and one thread runs both steps in the job."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from hbvm_core.errors import ConfigError, HBVMError
+from hbvm_workflow.forking import beside
+
+
+def test_the_work_runs_in_another_process_on_what_was_sent_and_is_done_at_the_end(tmp_path):
+    out = tmp_path / "child.npy"
+    seen = []
+
+    def prepare():
+        seen.append(os.getpid())  # in the child's copy of this list: not seen here
+
+    def work(x):
+        np.save(out, x["a"] * 2 + len(seen) * (os.getpid() != x["parent"]))
+
+    a = np.arange(300_000, dtype=float)  # larger than a pipe's buffer
+    with beside(prepare, work) as send:
+        send({"a": a, "parent": os.getpid()})
+    assert seen == [] and np.array_equal(np.load(out), a * 2 + 1)  # prepared and worked once, elsewhere
+
+
+def test_a_failure_in_the_forked_process_is_raised_as_its_one_line():
+    def fail(_):
+        raise ConfigError("studies.x.h: bad\nsecond line")
+
+    with pytest.raises(HBVMError, match=r"^studies\.x\.h: bad$"):
+        with beside(lambda: None, fail) as send:
+            send(1)
+
+    def crash():
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(HBVMError, match=r"^OSError: \[Errno 28\] No space left on device$"):
+        with beside(crash, lambda x: None) as send:
+            send(np.zeros(200_000))  # the child is gone before it reads: the job is told, not stuck
+
+
+def test_a_block_that_fails_before_sending_lets_the_process_go_without_its_work(tmp_path):
+    out = tmp_path / "child.txt"
+    with pytest.raises(ValueError, match="body"):
+        with beside(lambda: None, lambda x: out.write_text("worked")):
+            raise ValueError("body")
+    assert not out.exists()
+
+
+def test_one_thread_runs_both_steps_in_this_process_when_sent():
+    steps = []
+    with beside(lambda: steps.append("prepare"), lambda x: steps.append((x, os.getpid())), parallel=False) as send:
+        assert steps == []
+        send(5)
+        assert steps == ["prepare", (5, os.getpid())]
