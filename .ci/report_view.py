@@ -13,10 +13,12 @@ view (the frame or the image, not the menu) must not be blank. Prints one line p
 from __future__ import annotations
 
 import base64
+import contextlib
 import fcntl
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -50,6 +52,7 @@ class Browser:
             close_fds=False,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            start_new_session=True,  # chromium and its helpers in a process group of their own: stopped together
         )
         os.close(to_chrome)
         os.close(from_chrome)
@@ -98,8 +101,25 @@ class Browser:
         raise RuntimeError(f"timed out waiting for {js}")
 
     def close(self):
-        self.proc.kill()
-        self.proc.wait()
+        """Ask chromium to quit (it flushes its profile), then stop its whole process group by its pid and wait
+        until no process of the group is left: its helpers write into the profile folder until they exit."""
+        try:
+            self.call("Browser.close")
+            self.proc.wait(timeout=10)
+        except (OSError, RuntimeError, subprocess.TimeoutExpired):
+            pass
+        group = self.proc.pid  # the group's id: start_new_session made chromium its leader
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            try:
+                os.killpg(group, 0)  # any member left?
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
 
 
 def not_blank(png: bytes) -> float:
