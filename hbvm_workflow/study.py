@@ -190,24 +190,27 @@ class Job:
 _H_MARK = "\x00h of the run\x00"
 #: the Job fields that ``hash_input`` reads, but h
 _HASHED_BUT_H = operator.attrgetter(*sorted(HASHED - {"h"}))
-#: the last template of ``_hash_text``: [the ids of the hash input's values but h, the text around h, the values]
-_TEMPLATE: list = [None, None, None]
+#: the last template of ``_hash_text``: (the ids of the hash input's values but h, the text around h, the values),
+#: replaced as one tuple (a thread reads it once: a worker may hash in several threads)
+_TEMPLATE: tuple = (None, None, None)
 
 
 def _hash_text(job: Job) -> str:
     """``json.dumps(job.hash_input(), sort_keys=True)``, the same text, written once per method and instance as a
     template with h left out and h's JSON put in (a finite float's or an int's JSON is its repr): a sweep hashes
     10^5 to 10^6 runs that differ only in h. The whole dump where the template would not be the text's own."""
+    global _TEMPLATE
     values = _HASHED_BUT_H(job)
     key = tuple(map(id, values))  # by identity (1 == 1.0 == True, with other JSON): the runs share their entries
-    if _TEMPLATE[0] != key:
+    hit = _TEMPLATE
+    if hit[0] != key:
         given = job.hash_input()
         given.pop("h")
         template = json.dumps({**given, "h": _H_MARK}, sort_keys=True)
         mark = json.dumps(_H_MARK)
         # the objects kept with their ids, so that no id is reused while it is the key
-        _TEMPLATE[:] = [key, template.split(mark) if template.count(mark) == 1 else None, values]
-    parts, h = _TEMPLATE[1], job.h
+        hit = _TEMPLATE = (key, template.split(mark) if template.count(mark) == 1 else None, values)
+    parts, h = hit[1], job.h
     if parts is None or type(h) not in (float, int) or not math.isfinite(h):
         return json.dumps(job.hash_input(), sort_keys=True)
     return repr(h).join(parts)
