@@ -174,7 +174,7 @@ def integrate_ensemble(
     from .kernels.ensemble import shared_arguments
 
     inputs["shared"] = shared_arguments(runner, first)
-    out, used, note = _run(runner, inputs, backend, threads)
+    out, used, note = _run(runner, inputs, backend, threads, first)
     H_error, g_error = _errors(instances, inverse, out, nu)
     return EnsembleResult(
         **{key: out[key] for key in ("status", "fail_step", "steps", "iterations", "max_iterations", "n_saved")},
@@ -333,11 +333,11 @@ def _start_multipliers(runner, instances, inverse, q0, p0, nu: int) -> np.ndarra
 
 
 # --------------------------------------------------------------------------- the block call
-def _run(runner, inputs: dict, backend: str, threads: int | None) -> tuple[dict, str, str]:
+def _run(runner, inputs: dict, backend: str, threads: int | None, problem: Problem) -> tuple[dict, str, str]:
     R = inputs["h"].shape[0]
     if backend == "auto" and R < GPU_MIN_RUNS:
         note = f"backend auto: ran on numba; {R} runs, fewer than the GPU's least block of {GPU_MIN_RUNS}"
-        return _run_numba(runner, inputs, threads), "numba", note
+        return _run_numba(runner, inputs, threads, problem), "numba", note
     if backend in ("cuda", "auto"):
         try:
             return _run_cuda(runner, inputs), "cuda", ""
@@ -345,8 +345,8 @@ def _run(runner, inputs: dict, backend: str, threads: int | None) -> tuple[dict,
             if backend == "cuda":
                 raise
             note = f"backend auto: ran on numba; {exc}"
-        return _run_numba(runner, inputs, threads), "numba", note
-    return _run_numba(runner, inputs, threads), "numba", ""
+        return _run_numba(runner, inputs, threads, problem), "numba", note
+    return _run_numba(runner, inputs, threads, problem), "numba", ""
 
 
 def require_gpu() -> None:
@@ -367,7 +367,9 @@ def _run_cuda(runner, inputs: dict) -> dict:
     return run_block_cuda(runner, inputs)
 
 
-def _run_numba(runner, inputs: dict, threads: int | None) -> dict:
+def _run_numba(runner, inputs: dict, threads: int | None, problem: Problem | None = None) -> dict:
+    """The block on the CPU: runs that share params in lockstep blocks where the loop has a lockstep form
+    (``kernels/lanes.py``), the others (and every run of other loops) by the per-run block."""
     import numba
 
     from .kernels.ensemble import run_block_numba
@@ -378,12 +380,63 @@ def _run_numba(runner, inputs: dict, threads: int | None) -> dict:
             raise ConfigError(f"threads = {threads!r}: expected 1..{numba.config.NUMBA_NUM_THREADS}")
         numba.set_num_threads(threads)
     try:
-        with numba.parallel_chunksize(1):  # runs handed out one at a time: runs of different N balance
-            out = run_block_numba(runner, inputs)
+        lockstep = lane_groups(runner, inputs) if problem is not None else []
+        with numba.parallel_chunksize(1):  # runs (lockstep blocks) handed out one at a time: unequal N balance
+            if not lockstep:
+                out = run_block_numba(runner, inputs)
+            else:
+                out = _run_lockstep(runner, problem, inputs, lockstep)
     finally:
         numba.set_num_threads(previous)
     # no registry.note_compiled here: its marker says that run_chunk's per-run signature is cached, which
     # compiling run_block (run_chunk on views of the block's rows) does not
+    return out
+
+
+def lane_groups(runner, inputs: dict) -> list[np.ndarray]:
+    """The runs that go in lockstep, grouped by params row: groups of at least ``lanes.MIN_GROUP`` runs, where the
+    loop has a lockstep form (``lanes.applies``) and HBVM_LANES is not 0; [] otherwise."""
+    import os
+
+    from .kernels import lanes
+
+    m, nu = inputs["q0"].shape[1], inputs["lam0"].shape[1]
+    if os.environ.get("HBVM_LANES", "1") == "0" or not lanes.applies(runner, m, nu):
+        return []
+    params = inputs["params"]
+    if params.shape[1] == 0 or params.shape[0] == 1:
+        runs = np.arange(inputs["h"].shape[0], dtype=np.int64)
+        return [runs] if runs.size >= lanes.MIN_GROUP else []
+    _, inverse = np.unique(params, axis=0, return_inverse=True)
+    order = np.argsort(inverse.reshape(-1), kind="stable")
+    groups = np.split(order, np.flatnonzero(np.diff(inverse.reshape(-1)[order])) + 1)
+    return [g.astype(np.int64) for g in groups if g.size >= lanes.MIN_GROUP]
+
+
+def _run_lockstep(runner, problem: Problem, inputs: dict, groups: list[np.ndarray]) -> dict:
+    """The lockstep groups by ``lanes.run_lanes_numba``, the other runs by the per-run block on their rows."""
+    from .kernels import lanes
+    from .kernels.ensemble import BLOCK_OUTPUTS, block_outputs, run_block_numba, saved_points
+
+    R, m = inputs["q0"].shape
+    nu = inputs["lam0"].shape[1]
+    S = int(saved_points(inputs["N"], inputs["sample_every"]).max())
+    out = block_outputs(R, S, m, nu)
+    module = lanes.lane_module(problem, runner)
+    for runs in groups:
+        lanes.run_lanes_numba(runner, module, inputs, runs, out)
+    rest = np.ones(R, dtype=bool)
+    rest[np.concatenate(groups)] = False
+    if np.any(rest):
+        rows = np.flatnonzero(rest)
+        per_run = {key: (val[rows] if isinstance(val, np.ndarray) else val) for key, val in inputs.items()}
+        sub = run_block_numba(runner, per_run)
+        for key in BLOCK_OUTPUTS:
+            value = sub[key]
+            if value.ndim >= 2 and key in ("t", "q", "p"):
+                out[key][rows, : value.shape[1]] = value
+            else:
+                out[key][rows] = value
     return out
 
 

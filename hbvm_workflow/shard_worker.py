@@ -189,13 +189,16 @@ def warm_up(specs: list[dict], processes: int = 1) -> int:
 
 def _warm_one(item: tuple) -> None:
     from hbvm_core import integrate_ensemble
+    from hbvm_core.kernels.lanes import MIN_GROUP
     from hbvm_core.methods import load_method_modules, method_from_entry
 
     meth, problem, h = item
     try:
         if meth["module"]:
             load_method_modules([meth["module"]])
-        integrate_ensemble([_problem(problem)], method_from_entry(meth["entry"]), h, 1, backend="numba")
+        # as many runs as a lockstep block takes (kernels/lanes.py), so that its module is compiled here too
+        runs = np.full(MIN_GROUP, h)
+        integrate_ensemble([_problem(problem)], method_from_entry(meth["entry"]), runs, 1, backend="numba")
     except Exception:  # noqa: BLE001 - the shard task reports it
         pass
 

@@ -1,0 +1,711 @@
+"""Lockstep ensembles: LANES runs of a block step together, their loops over runs vectorised.
+
+The per-run block (``kernels/ensemble.py``) runs each run's whole time loop in
+turn: per run-step it costs what the scalar loop costs. Here the runs of a
+block advance step by step together, one run per lane, so that every
+arithmetic statement of the step runs over LANES runs in one loop that LLVM
+turns into SIMD instructions (8 doubles a vector with AVX-512).
+
+The step is the template's own arithmetic. ``LANE_DRIVER`` below is the time
+loop of the fixed-point HBVM step in lockstep form: it calls the template's
+``@inline_source`` helpers (``kernels/hbvm.py``: the warm start, the stages,
+the fixed-point sweep, its increment, the compensated update; ``rules.py``:
+the stopping rule and the save rule), which ``registry.expand_inline`` pastes
+in as for ``run_chunk``. ``lane_source`` then rewrites the pasted code on its
+syntax tree (``LaneRewriter``):
+
+- a ``for _ln in lane_loop(mask):`` loop is a loop over the LANES lanes; inside
+  it every per-run array of the step (``LANE_ARRAYS``: q, p, gamma, psi, rho,
+  ...) and every per-run scalar (``LANE_SCALARS``: h, the live flag, the
+  iteration count, the status, ...) is read and written at its lane, as one
+  flat work array ``WK[(slot) * LANES + _ln]`` at compile-time offsets: one
+  base pointer, so LLVM proves the lanes independent (separate arrays would
+  need run-time alias checks, and it gives up);
+- a store in a masked loop keeps the lane's old value where its mask is 0 (a
+  converged, failed or finished run is masked, not iterated further: it keeps
+  the values of its last live sweep, as the scalar loop keeps those it broke
+  out with);
+- the problem's callbacks are called once per sweep on all lanes' stage
+  points at once (``Q [K LANES, m]``, a Fortran-ordered view, so the callback's
+  loop over points is the vectorised one): the lane loop is split there;
+- branches on compile-time constants (``NU_SIZE > 0``, ``HAS_M``) are pruned.
+
+Every loop inside a lane loop has a compile-time trip count (k, s, m, nu are
+the module's constants), so LLVM unrolls it and the loop over lanes is the
+innermost: that is the one it vectorises. The module is compiled with numba's
+``error_model="numpy"``: a division by zero gives inf or NaN instead of
+raising, so a loop over lanes has no exit (a masked lane may divide by zero;
+its result is not kept).
+
+Where it applies (``applies``): HBVM with a constant multiplier and the
+fixed-point solver, M = I. Its block (``run_lanes``) takes one params row for
+all its lanes (the callbacks take one), so the runs are grouped by params
+(``ensemble.py``); a group of fewer than ``MIN_GROUP`` runs goes to the
+per-run block. Results agree with the per-run loop to round-off (the same
+operations in the same order, apart from the linear solve for nu > 1, whose
+row swaps are written as selects).
+"""
+
+from __future__ import annotations
+
+import ast
+import copy as copy_module
+import hashlib
+import re
+import types
+
+import numpy as np
+
+from ..errors import ConfigError
+from .registry import (
+    CALLBACKS,
+    NO_CONSTRAINTS,
+    SHARED,
+    TEMPLATES,
+    callback_source,
+    compiled,
+    expand_inline,
+    import_generated,
+    inline_copy,
+    resolve_callback,
+)
+
+#: runs of a lockstep block: a multiple of the widest vector (8 doubles), wide enough that LLVM vectorises the
+#: loop over lanes rather than unrolling it whole
+LANES = 32
+#: the largest k s m (nu + 1) (the multiply-adds of psi and rho per sweep) that gets a lockstep block: past it
+#: LLVM keeps some loops over k, s, m inside the loop over lanes and does not vectorise it (measured per
+#: run-step against the per-run block, one core: the conical pendulum HBVM(2,2), 24, 0.25x; the tethered
+#: satellites HBVM(6,2), 432, 1.6x)
+LANE_WORK_MAX = 128
+#: the fewest runs sharing params that get a lockstep block (fewer would leave most lanes empty)
+MIN_GROUP = LANES // 2
+
+#: per-run arrays of the step -> shape (in the module's constants); each is a range of slots of WK
+LANE_ARRAYS = {
+    "q": ("M_SIZE",), "p": ("M_SIZE",), "cq": ("M_SIZE",), "cp": ("M_SIZE",), "Mp0": ("M_SIZE",), "Mv": ("M_SIZE",),
+    "gamma": ("S_SIZE", "M_SIZE"), "gamma_prev": ("S_SIZE", "M_SIZE"), "new": ("S_SIZE", "M_SIZE"),
+    "psi": ("S_SIZE", "M_SIZE"), "XMpsi": ("S_SIZE", "M_SIZE"),
+    "rho": ("S_SIZE", "M_SIZE", "NU_SIZE"), "XMrho": ("S_SIZE", "M_SIZE", "NU_SIZE"),
+    "A": ("NU_SIZE", "NU_SIZE"), "lam": ("NU_SIZE",), "lam_prev": ("NU_SIZE",),
+}  # fmt: skip
+#: per-run scalars (one slot each): the step size, whether the run steps now (act), iterates (live), steps this
+#: step after its sweeps (go); the last increment, the sweep it stopped at, its status, the step it failed at,
+#: the total and largest iteration counts
+LANE_SCALARS = ("h", "act", "live", "go", "dprev", "it", "status", "fstep", "tot", "maxit")
+#: the callbacks' arrays -> their shape as the callbacks index them (point i of lane l is row i LANES + l); held in
+#: WK with the axes reversed (Q[i, a] of lane l at slot a K + i), so the callbacks get Fortran-ordered views whose
+#: loop over points runs along the lanes
+BATCH_ARRAYS = {"Q": ("K_SIZE", "M_SIZE"), "gU": ("K_SIZE", "M_SIZE"), "GQ": ("K_SIZE", "M_SIZE", "NU_SIZE")}
+#: the method's tables (``runner.constant_tables``: functions of k and s alone): module globals of the lockstep
+#: module, which numba freezes into the compiled code, so that their entries fold into the unrolled arithmetic
+#: (and the loops over lanes read one array only, WK)
+TABLES = ("Ihat", "W", "X", "E")
+#: the lane index of a lane loop
+LANE = "_ln"
+
+LANE_DRIVER = '''
+@njit(parallel=True, cache=CACHE)
+def run_lanes(q0, p0, h0, N0, every0, rows, warm, rule, L, P, compensated,
+              status_out, fail_step, steps, iterations, max_iterations, n_saved, t, q_out, p_out, lam_out):
+    """The runs rows[b LANES:(b + 1) LANES] of each block b in lockstep, one per lane (kernels/lanes.py); a row
+    of -1 is an empty lane. Outputs at each run's own row, as ``run_block`` writes them. (The blocks are
+    handed to threads here; each is its own compiled call, which LLVM vectorises as a function of its own.)"""
+    for blk in prange(rows.shape[0] // LANES):
+        lane_block(q0, p0, h0, N0, every0, rows[blk * LANES : (blk + 1) * LANES], warm, rule, L, P, compensated,
+                   status_out, fail_step, steps, iterations, max_iterations, n_saved, t, q_out, p_out, lam_out)
+
+
+@njit(cache=CACHE, error_model="numpy")
+def lane_block(q0, p0, h0, N0, every0, run, warm, rule, L, P, compensated,
+               status_out, fail_step, steps, iterations, max_iterations, n_saved, t, q_out, p_out, lam_out):
+    """One block of LANES runs in lockstep (``run``: their rows, -1 for an empty lane)."""
+    rtol, stall, max_iter = rule[0], rule[1], int(rule[2])
+    if True:
+        WK = np.zeros(LANE_SLOTS * LANES)
+        batch_views()
+        Nl = np.zeros(LANES, dtype=np.int64)
+        every = np.ones(LANES, dtype=np.int64)
+        nsv = np.ones(LANES, dtype=np.int64)
+        nmax = 0
+        for _ln in range(LANES):
+            src = run[_ln] if run[_ln] >= 0 else run[0]
+            if run[_ln] >= 0:
+                Nl[_ln] = N0[src]
+                every[_ln] = every0[src]
+                nmax = max(nmax, Nl[_ln])
+                t[src, 0] = 0.0
+            for a in range(M_SIZE):
+                q[a] = q0[src, a]
+                p[a] = p0[src, a]
+                if run[_ln] >= 0:
+                    q_out[src, 0, a] = q0[src, a]
+                    p_out[src, 0, a] = p0[src, a]
+            h = h0[src]
+        for n in range(nmax):
+            for _ln in lane_loop(None):
+                act = 1.0 if n < Nl[_ln] and status == OK else 0.0
+                live = act
+                dprev = np.inf
+                for a in range(M_SIZE):
+                    Mp0[a] = p[a]
+                _warm_start(gamma, gamma_prev, E, Mp0, n == 0, warm, S_SIZE, M_SIZE)
+            for sweep in range(1, max_iter + 1):
+                nlive = 0
+                for _ln in lane_loop(live):
+                    _stages(q, h, gamma, Ihat, W, P, Q, Mv, gU, GQ, psi, rho, K_SIZE, S_SIZE, M_SIZE, NU_SIZE)
+                    solved = _fp_sweep(h, Mp0, X, L, S_SIZE, M_SIZE, NU_SIZE, psi, rho, psi, rho, XMpsi, XMrho, A, \\
+                                       lam, new, Mv)
+                    d, scale, bad = _fp_increment(gamma, new, S_SIZE, M_SIZE)
+                    ok = solved and not bad and np.isfinite(d)
+                    for j in range(S_SIZE):
+                        for a in range(M_SIZE):
+                            gamma[j, a] = new[j, a] if ok else gamma[j, a]
+                    done = converged(d, dprev, scale, rtol, stall)
+                    code = OK if ok else (SINGULAR if not solved else DIVERGED)
+                    if ok and not done and sweep == max_iter:
+                        code = NO_CONVERGENCE
+                    status = code
+                    fstep = n
+                    it = sweep
+                    dprev = d
+                    live = 1.0 if ok and not done else 0.0
+                    nlive += 1 if _mask and ok and not done and sweep < max_iter else 0
+                if nlive == 0:
+                    break
+            for _ln in lane_loop(None):
+                go = act if status == OK else 0.0
+            for _ln in lane_loop(go):
+                for j in range(S_SIZE):
+                    for a in range(M_SIZE):
+                        gamma_prev[j, a] = gamma[j, a]
+                for b in range(NU_SIZE):
+                    lam_prev[b] = lam[b]
+                finite = _update(q, p, cq, cp, gamma, psi, rho, lam, h, compensated, M_SIZE, NU_SIZE)
+                status = OK if finite else NON_FINITE_STATE
+                tot = tot + it if finite else tot
+                maxit = max(maxit, it) if finite else maxit
+            for _ln in range(LANES):
+                if go > 0.0 and status == OK and run[_ln] >= 0:
+                    keep = point_saved(n + 1, Nl[_ln], every[_ln])
+                    if keep:
+                        src, row = run[_ln], nsv[_ln]
+                        t[src, row] = (n + 1) * h
+                        for a in range(M_SIZE):
+                            q_out[src, row, a] = q[a]
+                            p_out[src, row, a] = p[a]
+                        nsv[_ln] = row + 1
+        for _ln in range(LANES):
+            src = run[_ln]
+            if src >= 0:
+                code = int(status)
+                status_out[src] = code
+                fail_step[src] = -1 if code == OK else int(fstep)
+                steps[src] = Nl[_ln] if code == OK else int(fstep)
+                iterations[src] = int(tot)
+                max_iterations[src] = int(maxit)
+                n_saved[src] = nsv[_ln]
+                for b in range(NU_SIZE):
+                    lam_out[src, b] = lam_prev[b] if code == OK and Nl[_ln] > 0 else np.nan
+'''
+
+#: the template's Gaussian elimination with its row swaps and its early exit written as selects: a loop over
+#: lanes cannot branch per lane (the same pivots and operations; a singular lane computes on and is discarded)
+LANE_SOLVE = '''
+@inline_source
+def _solve_small(A, b, n):
+    """b <- A^{-1} b by Gaussian elimination with partial pivoting (A overwritten); False if singular."""
+    singular = False
+    for c in range(n):
+        pr = c
+        big = abs(A[c, c])
+        for r in range(c + 1, n):
+            pr = r if abs(A[r, c]) > big else pr
+            big = abs(A[r, c]) if abs(A[r, c]) > big else big
+        singular = singular or big == 0.0
+        for r in range(c + 1, n):
+            for j in range(n):
+                swap_a = A[c, j]
+                A[c, j] = A[r, j] if pr == r else swap_a
+                A[r, j] = swap_a if pr == r else A[r, j]
+            swap_b = b[c]
+            b[c] = b[r] if pr == r else swap_b
+            b[r] = swap_b if pr == r else b[r]
+        for r in range(c + 1, n):
+            f = A[r, c] / A[c, c]
+            for j in range(c + 1, n):
+                A[r, j] -= f * A[c, j]
+            b[r] -= f * b[c]
+    for r in range(n - 1, -1, -1):
+        acc = b[r]
+        for j in range(r + 1, n):
+            acc -= A[r, j] * b[j]
+        b[r] = acc / A[r, r]
+    return not singular
+'''
+
+
+def applies(runner, m: int, nu: int) -> bool:
+    """Whether a runner's loop has a lockstep form that pays: HBVM's constant multiplier, fixed point, M = I,
+    and k s m (nu + 1) at most ``LANE_WORK_MAX``."""
+    from .runner import SOLVER_CODES, CompiledRunner
+
+    if type(runner) is not CompiledRunner or runner.solver != SOLVER_CODES["fixed-point"] or runner.L.size:
+        return False
+    k, s = runner.tab[0].shape
+    return k * s * m * (nu + 1) <= LANE_WORK_MAX
+
+
+def constants_of(runner, problem) -> dict:
+    """The lockstep module's compile-time constants: sizes, k and s (the loops over them unroll), LANES."""
+    k, s = runner.tab[0].shape
+    return {"M_SIZE": problem.m, "NU_SIZE": problem.nu, "HAS_M": False, "SOLVER": 0, "K_SIZE": k, "S_SIZE": s,
+            "LANES": LANES}  # fmt: skip
+
+
+def lane_source(constants: dict, tables: tuple[np.ndarray, ...]) -> str:
+    """The lockstep module's source: the template with ``run_lanes`` pasted and rewritten (module docstring);
+    ``tables`` are the method's Ihat, W, X, E (``TABLES``)."""
+    template = TEMPLATES["hbvm"].read_text()
+    template = template[: template.index("@njit(cache=CACHE)\ndef run_chunk(")]  # the helpers, not the loop
+    template = _replace_helper(template, "_solve_small", LANE_SOLVE)
+    shared = [path.read_text() for path in SHARED]
+    driver = re.sub(r"\\\n\s*", "", LANE_DRIVER)  # the driver's calls are one line each for expand_inline
+    expanded = expand_inline(template + "\nfrom numba import prange  # noqa: E402\n" + driver, *shared)
+    tree = ast.parse(expanded)
+    slots = _slots(constants)
+    values = dict(constants) | {"OK": 0}
+    tree = LaneRewriter(slots, values).visit(tree)
+    ast.fix_missing_locations(tree)
+    total = sum(size for _, size in slots.values())
+    frozen = "".join(f"TABLE_{name} = np.array({table.tolist()!r})\n" for name, table in zip(TABLES, tables))
+    return ast.unparse(tree) + f"\n\nLANE_SLOTS = {total}\n" + frozen
+
+
+def _replace_helper(source: str, name: str, replacement: str) -> str:
+    """The template's source with the ``@inline_source`` helper ``name`` replaced."""
+    tree = ast.parse(source)
+    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    lines = source.splitlines()
+    start = min(d.lineno for d in node.decorator_list) - 1
+    return "\n".join(lines[:start] + replacement.strip("\n").splitlines() + lines[node.end_lineno :]) + "\n"
+
+
+def _slots(constants: dict) -> dict[str, tuple[int, int]]:
+    """name -> (first slot, number of slots) in WK: the lane arrays, then the lane scalars."""
+    slots, first = {}, 0
+    for name, shape in LANE_ARRAYS.items():
+        size = int(np.prod([constants[dim] for dim in shape], dtype=np.int64))
+        slots[name] = (first, size)
+        first += size
+    for name, shape in BATCH_ARRAYS.items():
+        size = int(np.prod([constants[dim] for dim in shape], dtype=np.int64))
+        slots[name] = (first, size)
+        first += size
+    for name in LANE_SCALARS:
+        slots[name] = (first, 1)
+        first += 1
+    return slots
+
+
+class LaneRewriter(ast.NodeTransformer):
+    """Rewrites the expanded driver's lane loops (module docstring): lane names to their slots of WK, batch
+    arrays to their lane's rows, masked stores, callbacks split out of the loop, constant branches pruned."""
+
+    def __init__(self, slots: dict[str, tuple[int, int]], constants: dict):
+        self.slots = slots
+        self.constants = constants
+        self.shapes = {name: [constants[d] for d in shape] for name, shape in LANE_ARRAYS.items()}
+        self.batch = {name: [constants[d] for d in shape] for name, shape in BATCH_ARRAYS.items()}
+        self.in_lane = False
+        self.mask: str | None = None
+        self.conditions = 0
+
+    def visit_Expr(self, node: ast.Expr):
+        """The driver's markers ``batch_views()`` and ``copy_tables()``, outside the lane loops."""
+        call = node.value
+        marker = getattr(getattr(call, "func", None), "id", None) if isinstance(call, ast.Call) else None
+        if marker == "batch_views":
+            lanes = self.constants["LANES"]
+            lines = []
+            for name, shape in self.batch.items():
+                first, size = self.slots[name]
+                rev = ", ".join(str(d) for d in shape[::-1][:-1])
+                axes = ", ".join(str(i) for i in range(len(shape) - 1, -1, -1))
+                lines.append(f"{name} = WK[{first * lanes}:{(first + size) * lanes}].reshape(({rev}, "
+                             f"{shape[0] * lanes})).transpose({axes})")  # fmt: skip
+            return ast.parse("\n".join(lines)).body
+        self.generic_visit(node)
+        return node
+
+    # ----------------------------------------------------------------- loops over lanes
+    def visit_For(self, node: ast.For):
+        lane = isinstance(node.target, ast.Name) and node.target.id == LANE
+        if not lane:
+            self.generic_visit(node)
+            return node
+        masked = None
+        if isinstance(node.iter, ast.Call) and getattr(node.iter.func, "id", None) == "lane_loop":
+            arg = node.iter.args[0]
+            masked = None if isinstance(arg, ast.Constant) else arg.id
+        return self._lane_loops(self._unroll(self._fold(node.body)), masked)
+
+    def _unroll(self, body: list[ast.stmt]) -> list[ast.stmt]:
+        """Loops over a constant range whose body holds a loop with a range that depends on them (the triangular
+        loops of the elimination) unrolled here: LLVM unrolls the inner loops first, and could not count these."""
+        out: list[ast.stmt] = []
+        for stmt in body:
+            if isinstance(stmt, (ast.For, ast.If, ast.While)):
+                stmt.body = self._unroll(stmt.body)
+                stmt.orelse = self._unroll(stmt.orelse)
+            bounds = self._range(stmt) if isinstance(stmt, ast.For) else None
+            if bounds is None or not self._dependent(stmt):
+                out.append(stmt)
+                continue
+            for value in range(*bounds):
+                for inner in stmt.body:
+                    copy = _Substitute(stmt.target.id, value).visit(copy_module.deepcopy(inner))
+                    out += self._unroll(self._fold([copy]))
+        return out
+
+    def _range(self, loop: ast.For) -> tuple[int, ...] | None:
+        """The bounds of ``for x in range(...)`` when they are compile-time constants, else None."""
+        call = loop.iter
+        if not isinstance(call, ast.Call) or getattr(call.func, "id", None) != "range":
+            return None
+        if not isinstance(loop.target, ast.Name):
+            return None
+        names = {n.id for arg in call.args for n in ast.walk(arg) if isinstance(n, ast.Name)}
+        if not names <= set(self.constants):
+            return None
+        return tuple(int(_evaluate(a, self.constants)) for a in call.args)
+
+    @staticmethod
+    def _dependent(loop: ast.For) -> bool:
+        """Whether a loop nested in ``loop`` has a range that reads ``loop``'s variable."""
+        name = loop.target.id
+        for node in ast.walk(ast.Module(loop.body, [])):
+            if isinstance(node, ast.For) and any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node.iter)):
+                return True
+        return False
+
+    def _lane_loops(self, body: list[ast.stmt], masked: str | None) -> list[ast.stmt]:
+        """Loops over the lanes for ``body``, split at the callbacks (called once for all lanes between two loops)
+        and at branches on values the same for every lane (taken outside the loops)."""
+        assigned = {n.id for stmt in body for n in ast.walk(stmt) if isinstance(n, ast.Name)
+                    and isinstance(n.ctx, ast.Store)}  # fmt: skip
+        out: list[ast.stmt] = []
+        part: list[ast.stmt] = []
+
+        def flush() -> None:
+            if part:
+                out.append(self._loop(list(part), masked))
+                part.clear()
+
+        for stmt in body:
+            if _is_callback(stmt):
+                flush()
+                out.append(stmt)
+            elif isinstance(stmt, ast.If) and self._uniform(stmt.test, assigned):
+                flush()
+                then = self._lane_loops(stmt.body, masked) or [ast.Pass()]
+                out.append(ast.If(stmt.test, then, self._lane_loops(stmt.orelse, masked)))
+            else:
+                part.append(stmt)
+        flush()
+        return out
+
+    def _uniform(self, test: ast.expr, assigned: set[str]) -> bool:
+        """Whether a test is the same for every lane: it reads no lane value and nothing the lane loop assigns."""
+        lane_names = {*LANE_ARRAYS, *LANE_SCALARS, *BATCH_ARRAYS, LANE} | assigned
+        return not any(isinstance(n, ast.Name) and n.id in lane_names for n in ast.walk(test))
+
+    def _loop(self, body: list[ast.stmt], masked: str | None) -> ast.For:
+        outer = (self.in_lane, self.mask)
+        self.in_lane, self.mask = True, None if masked is None else "_mask"
+        stmts = []
+        for stmt in body:
+            done = self.visit(stmt)
+            stmts += done if isinstance(done, list) else [done]
+        self.in_lane, self.mask = outer
+        prologue = []
+        if masked is not None:
+            prologue = [ast.parse(f"_mask = {ast.unparse(self._slot(masked))} != 0.0").body[0]]
+        return ast.For(ast.Name(LANE, ast.Store()), ast.parse("range(LANES)", mode="eval").body, prologue + stmts, [])
+
+    def visit_If(self, node: ast.If):
+        """Inside a lane loop, a branch that stores lane values becomes its two bodies run for every lane, each
+        store masked by the branch's condition (its locals are then assigned in every lane: they must be the
+        branch's own); a branch that assigns locals only is left to LLVM (it turns it into selects)."""
+        if not self.in_lane or not any(self._stored(t) for n in ast.walk(node) for t in _targets(n)):
+            self.generic_visit(node)
+            return node
+        self.conditions += 1
+        cond, other = f"_c{self.conditions}", f"_e{self.conditions}"
+        test = self.visit(node.test)
+        outer = self.mask
+        taken = test if outer is None else ast.BinOp(ast.Name(outer, ast.Load()), ast.BitAnd(), test)
+        stmts: list[ast.stmt] = [ast.Assign([ast.Name(cond, ast.Store())], taken)]
+        if node.orelse:
+            missed = ast.Compare(ast.Name(cond, ast.Load()), [ast.Eq()], [ast.Constant(False)])
+            if outer is not None:
+                missed = ast.BinOp(ast.Name(outer, ast.Load()), ast.BitAnd(), missed)
+            stmts.append(ast.Assign([ast.Name(other, ast.Store())], missed))
+        for name, branch in ((cond, node.body), (other, node.orelse)):
+            self.mask = name
+            for stmt in branch:
+                done = self.visit(stmt)
+                stmts += done if isinstance(done, list) else [done]
+        self.mask = outer
+        return stmts
+
+    def _fold(self, body: list[ast.stmt]) -> list[ast.stmt]:
+        """Branches on compile-time constants replaced by the branch taken (recursively)."""
+        out = []
+        for stmt in body:
+            if isinstance(stmt, ast.If):
+                value = self._constant(stmt.test)
+                if value is not None:
+                    out += self._fold(stmt.body if value else stmt.orelse)
+                    continue
+                stmt.body, stmt.orelse = self._fold(stmt.body), self._fold(stmt.orelse)
+            elif isinstance(stmt, (ast.For, ast.While)):
+                stmt.body = self._fold(stmt.body)
+            out.append(stmt)
+        return out
+
+    def _constant(self, test: ast.expr):
+        names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
+        if not names or not names <= set(self.constants):
+            return None
+        return bool(_evaluate(test, self.constants))
+
+    # ----------------------------------------------------------------- names and subscripts inside lane loops
+    def _slot(self, name: str, index: ast.expr | None = None) -> ast.Subscript:
+        first, _ = self.slots[name]
+        offset = str(first) if index is None else f"{first} + {ast.unparse(index)}"
+        return ast.parse(f"WK[({offset}) * LANES + {LANE}]", mode="eval").body
+
+    def _flat(self, name: str, index: ast.expr) -> ast.expr:
+        """The flat index of a lane array's element (row-major over its shape)."""
+        parts = index.elts if isinstance(index, ast.Tuple) else [index]
+        shape = self.shapes[name]
+        if len(parts) != len(shape):
+            raise ConfigError(f"lane array {name}: {len(parts)} indices for shape {shape}")
+        terms = []
+        for i, part in enumerate(parts):
+            stride = int(np.prod(shape[i + 1 :], dtype=np.int64))
+            text = ast.unparse(part)
+            terms.append(f"({text}) * {stride}" if stride != 1 else f"({text})")
+        return ast.parse(" + ".join(terms), mode="eval").body
+
+    def visit_Name(self, node: ast.Name):
+        if self.in_lane and node.id in LANE_SCALARS:
+            sub = self._slot(node.id)
+            sub.ctx = node.ctx
+            return sub
+        return node
+
+    def visit_Subscript(self, node: ast.Subscript):
+        if self.in_lane and isinstance(node.value, ast.Name):
+            name = node.value.id
+            if name in LANE_ARRAYS:
+                sub = self._slot(name, self._flat(name, self.visit(node.slice)))
+                sub.ctx = node.ctx
+                return sub
+            if name in BATCH_ARRAYS:  # the axes reversed: the first index varies fastest
+                index = self.visit(node.slice)
+                parts = index.elts if isinstance(index, ast.Tuple) else [index]
+                shape, terms, stride = self.batch[name], [], 1
+                for part, dim in zip(parts, shape):
+                    terms.append(f"({ast.unparse(part)}) * {stride}")
+                    stride *= dim
+                sub = self._slot(name, ast.parse(" + ".join(terms), mode="eval").body)
+                sub.ctx = node.ctx
+                return sub
+            if name in TABLES:
+                node.value = ast.Name(f"TABLE_{name}", ast.Load())
+        self.generic_visit(node)
+        return node
+
+    def visit_BoolOp(self, node: ast.BoolOp):
+        """``a and b`` / ``a or b`` inside a lane loop as ``a & b`` / ``a | b`` (the operands are comparisons,
+        free of effects): short-circuit branches would leave the loop over lanes unvectorised."""
+        self.generic_visit(node)
+        if not self.in_lane:
+            return node
+        op = ast.BitAnd() if isinstance(node.op, ast.And) else ast.BitOr()
+        value = node.values[0]
+        for nxt in node.values[1:]:
+            value = ast.BinOp(value, op, nxt)
+        return value
+
+    def visit_UnaryOp(self, node: ast.UnaryOp):
+        """``not a`` inside a lane loop as ``a == False`` (no branch; the operand is a boolean)."""
+        self.generic_visit(node)
+        if not self.in_lane or not isinstance(node.op, ast.Not):
+            return node
+        return ast.Compare(node.operand, [ast.Eq()], [ast.Constant(False)])
+
+    def _stored(self, target: ast.expr) -> bool:
+        if isinstance(target, ast.Name):
+            return target.id in LANE_SCALARS
+        return isinstance(target, ast.Subscript) and getattr(target.value, "id", None) in (*LANE_ARRAYS, *BATCH_ARRAYS)
+
+    def visit_Assign(self, node: ast.Assign):
+        if not self.in_lane:
+            self.generic_visit(node)
+            return node
+        if len(node.targets) != 1:
+            raise ConfigError("lane loops: chained assignment")
+        target = node.targets[0]
+        if isinstance(target, ast.Tuple):
+            if not any(self._stored(t) for t in target.elts):
+                node.value = self.visit(node.value)
+                return node
+            # a, b = x, y: both values first (into locals), then each store on its own (masked)
+            temps = [f"_tup{i}" for i in range(len(target.elts))]
+            unpack = ast.Assign([ast.Tuple([ast.Name(t, ast.Store()) for t in temps], ast.Store())], node.value)
+            stores = [ast.Assign([elt], ast.Name(t, ast.Load())) for elt, t in zip(target.elts, temps)]
+            return [self.visit_Assign(unpack), *(self.visit_Assign(store) for store in stores)]
+        stored = self._stored(target)
+        node.value = self.visit(node.value)
+        node.targets = [self.visit(target)]
+        if stored and self.mask is not None:
+            old = _as_load(node.targets[0])
+            node.value = ast.IfExp(ast.Name(self.mask, ast.Load()), node.value, old)
+        return node
+
+    def visit_AugAssign(self, node: ast.AugAssign):
+        if not self.in_lane or not self._stored(node.target):
+            self.generic_visit(node)
+            return node
+        target = self.visit(node.target)
+        value = ast.BinOp(_as_load(target), node.op, self.visit(node.value))
+        if self.mask is not None:
+            value = ast.IfExp(ast.Name(self.mask, ast.Load()), value, _as_load(target))
+        return ast.Assign(targets=[target], value=value)
+
+
+def _evaluate(expr: ast.expr, constants: dict):
+    """The value of an expression over the module's constants (the generator's own source, never read data)."""
+    tree = ast.fix_missing_locations(ast.Expression(copy_module.deepcopy(expr)))
+    return eval(compile(tree, "<lane constant>", "eval"), {"__builtins__": {}}, dict(constants))  # noqa: S307
+
+
+class _Substitute(ast.NodeTransformer):
+    """A loop variable replaced by its value (for unrolling)."""
+
+    def __init__(self, name: str, value: int):
+        self.name, self.value = name, value
+
+    def visit_Name(self, node: ast.Name):
+        if node.id == self.name and isinstance(node.ctx, ast.Load):
+            return ast.Constant(self.value)
+        return node
+
+
+def _targets(node: ast.AST) -> list[ast.expr]:
+    """What an assignment node stores to (tuple targets unpacked); [] for other nodes."""
+    if isinstance(node, ast.Assign):
+        found = node.targets
+    elif isinstance(node, ast.AugAssign):
+        found = [node.target]
+    else:
+        return []
+    return [t for target in found for t in (target.elts if isinstance(target, ast.Tuple) else [target])]
+
+
+def _as_load(node: ast.expr) -> ast.expr:
+    copy = ast.parse(ast.unparse(node), mode="eval").body
+    return copy
+
+
+def _is_callback(stmt: ast.stmt) -> bool:
+    callbacks = {name for names in CALLBACKS.values() for name in names}
+    return (
+        isinstance(stmt, ast.Expr)
+        and isinstance(stmt.value, ast.Call)
+        and isinstance(stmt.value.func, ast.Name)
+        and stmt.value.func.id in callbacks
+    )
+
+
+# --------------------------------------------------------------------------- the module
+_MODULES: dict[str, types.ModuleType] = {}
+_BY_KEY: dict[tuple, types.ModuleType] = {}  # (constants, callbacks) -> module: skips writing the source
+
+
+def lane_module(problem, runner) -> types.ModuleType:
+    """The lockstep module of (problem, the runner's HBVM(k, s)): generated once, cached on disk like the loops."""
+    constants = constants_of(runner, problem)
+    kernels = problem.kernels
+    key = (tuple(sorted(constants.items())), kernels.grad_U, kernels.G)
+    try:
+        if key in _BY_KEY:
+            return _BY_KEY[key]
+    except TypeError:  # unhashable callbacks: no shortcut
+        key = None
+    module = _lane_module(constants, kernels, runner.tab)
+    if key is not None:
+        _BY_KEY[key] = module
+    return module
+
+
+def _lane_module(constants: dict, kernels, tables: tuple[np.ndarray, ...]) -> types.ModuleType:
+    callbacks = {}
+    for name in ("grad_U", "G"):
+        f = getattr(kernels, name)
+        if f is None and name in NO_CONSTRAINTS:
+            f = NO_CONSTRAINTS[name]
+        callbacks[name] = resolve_callback(name, f)
+    import numba
+
+    source = lane_source(constants, tables)
+    digest = hashlib.sha256(source.encode())
+    digest.update(numba.__version__.encode())
+    for key, (f, name) in callbacks.items():
+        digest.update(f"{key}={name or id(f)}\n{callback_source(f)}".encode())
+    tag = f"lanes_{digest.hexdigest()[:20]}"
+    if tag in _MODULES:
+        return _MODULES[tag]
+    bound = {key: name for key, (_, name) in callbacks.items()}
+    if all(name is not None for name in bound.values()):
+        lines = ["# Generated by hbvm_core.kernels.lanes from hbvm.py; do not edit.", source, ""]
+        lines.append("from hbvm_core.kernels.registry import compiled as _compiled, inline_copy as _copy  # noqa")
+        for i, (key, name) in enumerate(bound.items()):
+            module, _, qual = name.partition(":")
+            lines.append(f"import {module} as _callbacks{i}  # noqa: E402")
+            lines.append(f"{key} = _copy(_compiled(_callbacks{i}.{qual}))")
+        lines += [f"{key} = {val!r}" for key, val in constants.items()]
+        module = import_generated(tag.replace("_", "_kernel_", 1), f"_hbvm_{tag}", "\n".join(lines) + "\n")
+    else:
+        module = types.ModuleType(f"_hbvm_{tag}")
+        code = source.replace("\nCACHE = True", "\nCACHE = False", 1)
+        exec(compile(code, f"<hbvm lanes {tag}>", "exec"), module.__dict__)  # noqa: S102
+        for key, (f, _) in callbacks.items():
+            module.__dict__[key] = inline_copy(compiled(f))
+        module.__dict__.update(constants)
+    _MODULES[tag] = module
+    return module
+
+
+def lane_rows(groups: list[np.ndarray]) -> np.ndarray:
+    """The rows argument of ``run_lanes``: each group's runs in blocks of LANES, the last padded with -1."""
+    blocks = []
+    for runs in groups:
+        pad = (-runs.size) % LANES
+        blocks.append(np.concatenate([runs, np.full(pad, -1, dtype=np.int64)]))
+    return np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
+
+
+def run_lanes_numba(runner, module, inputs: dict, runs: np.ndarray, out: dict) -> None:
+    """The lockstep blocks of ``runs`` (all of one params row and M = I) written into ``out`` at their rows."""
+    rows = lane_rows([runs])
+    params = inputs["params"][int(runs[0])]
+    module.run_lanes(
+        inputs["q0"], inputs["p0"], inputs["h"], inputs["N"], inputs["sample_every"], rows, runner.warm,
+        runner.rule, runner.L, np.ascontiguousarray(params), bool(inputs["compensated"]),
+        out["status"], out["fail_step"], out["steps"], out["iterations"], out["max_iterations"], out["n_saved"],
+        out["t"], out["q"], out["p"], out["lam"],
+    )  # fmt: skip

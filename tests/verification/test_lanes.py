@@ -1,0 +1,122 @@
+"""The lockstep ensemble (``hbvm_core.kernels.lanes``: runs that share params stepped together, one per lane)
+against its oracles: the per-run compiled loop (``hbvm_core.integrate``) and the per-run block (HBVM_LANES=0):
+the same saved points, multipliers and iteration counts to round-off, the same statuses and failed steps;
+failures, runs of other lengths and empty lanes stay in their own lane."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hbvm_core as hc
+from hbvm_core.ensemble import lane_groups
+from hbvm_core.kernels import lanes
+from hbvm_core.kernels.rules import OK
+from hbvm_core.problems.parametric import conical_pendulum
+
+#: the unit round-off of float64
+EPS = np.finfo(float).eps
+METHOD = hc.HBVM(2, 2)
+
+
+def assert_close(x, y, steps, what):
+    """x equals y to eps times their scale times the steps: the same operations of the template's step, whose
+    rounding may differ only through the compiled code (never asserted bit for bit)."""
+    assert x.shape == y.shape, what
+    scale = max(1.0, float(np.max(np.abs(np.nan_to_num(y)), initial=0.0)))
+    assert np.array_equal(np.isnan(x), np.isnan(y)), what
+    assert np.max(np.abs(np.nan_to_num(x) - np.nan_to_num(y)), initial=0.0) <= 8 * EPS * scale * max(steps, 1), what
+
+
+def block(R: int, seed: int):
+    """R runs of two params (parametric conical pendula) and two lone ones; h, N and sample_every per run."""
+    rng = np.random.default_rng(seed)
+    problems = [conical_pendulum(length=1.5), conical_pendulum(length=2.0, gravity=1.3)]
+    lone = [conical_pendulum(length=1.7), conical_pendulum(length=1.9)]
+    runs = [problems[i % 2] for i in range(R)] + lone
+    h = rng.uniform(0.02, 0.08, R + 2)
+    N = rng.integers(0, 60, R + 2)
+    every = rng.integers(1, 8, R + 2)
+    return runs, h, N, every
+
+
+@pytest.mark.slow
+def test_lockstep_against_per_run_loop(monkeypatch):
+    """Two groups of 2 MIN_GROUP + 5 runs each (a last block with empty lanes) in lockstep, two lone runs by the
+    per-run block: every run is its per-run compiled loop, run by run (its iteration counts: the per-run block's)."""
+    R = 2 * (2 * lanes.MIN_GROUP + 5)
+    runs, h, N, every = block(R, 1)
+    result = hc.integrate_ensemble(runs, METHOD, h, N, sample_every=every)
+    assert np.all(result.status == OK)
+    monkeypatch.setenv("HBVM_LANES", "0")
+    ref = hc.integrate_ensemble(runs, METHOD, h, N, sample_every=every)
+    for key in ("steps", "iterations", "max_iterations", "n_saved"):
+        np.testing.assert_array_equal(getattr(result, key), getattr(ref, key), err_msg=key)
+    for r, pb in enumerate(runs):
+        if N[r] == 0:  # no step: the initial point alone (hbvm_core.integrate takes no empty interval)
+            assert result.n_saved[r] == 1 and np.array_equal(result.q[r, 0], pb.q0) and np.isnan(result.lam[r]).all()
+            continue
+        one = hc.integrate(pb, METHOD, float(h[r]), float(h[r]) * int(N[r]), save_every=int(every[r]), backend="numba")
+        n = int(result.n_saved[r])
+        assert n == one.t.size and result.steps[r] == N[r]
+        assert_close(result.t[r, :n], one.t, 1, f"t of run {r}")
+        assert_close(result.q[r, :n], one.q, int(N[r]), f"q of run {r}")
+        assert_close(result.p[r, :n], one.p, int(N[r]), f"p of run {r}")
+        if N[r] > 0:
+            assert_close(result.lam[r], one.lam[-1], int(N[r]), f"lam of run {r}")
+
+
+@pytest.mark.slow
+def test_lockstep_failures_stay_in_their_lane(monkeypatch):
+    """In one lockstep group: a diverging run (a step far too large), a non-finite one (NaN q0), runs of other
+    lengths; statuses, failed steps and counts equal the per-run block's, the values to round-off."""
+    R = 2 * lanes.MIN_GROUP + 3
+    pb = conical_pendulum(length=1.5)
+    rng = np.random.default_rng(2)
+    h, N = rng.uniform(0.02, 0.08, R), rng.integers(10, 50, R)
+    h[3] = 40.0
+    q0 = np.tile(pb.q0, (R, 1))
+    q0[7] = np.nan
+    inputs = {"params": np.zeros((R, 1)), "h": h, "q0": q0, "lam0": np.zeros((R, 1))}
+    assert [g.size for g in lane_groups(METHOD.compiled_runner(pb), inputs)] == [R]
+    lock = hc.integrate_ensemble(pb, METHOD, h, N, q0=q0, sample_every=3)
+    monkeypatch.setenv("HBVM_LANES", "0")
+    ref = hc.integrate_ensemble(pb, METHOD, h, N, q0=q0, sample_every=3)
+    assert lock.status[3] != OK and lock.status[7] != OK and np.sum(lock.status != OK) == 2
+    for key in ("status", "fail_step", "steps", "iterations", "max_iterations", "n_saved"):
+        np.testing.assert_array_equal(getattr(lock, key), getattr(ref, key), err_msg=key)
+    for key in ("t", "q", "p", "lam"):
+        assert_close(getattr(lock, key), getattr(ref, key), int(N.max()), key)
+
+
+def test_lane_groups_by_params():
+    """Runs are grouped by their params row; groups under MIN_GROUP runs are left to the per-run block."""
+    pb = conical_pendulum(length=1.5)
+    runner = METHOD.compiled_runner(pb)
+    big, small = lanes.MIN_GROUP + 1, lanes.MIN_GROUP - 1
+    params = np.array([[1.0, 2.0]] * big + [[3.0, 4.0]] * small + [[1.0, 2.0]] * 2)
+    R = params.shape[0]
+    inputs = {"params": params, "h": np.ones(R), "q0": np.zeros((R, 3)), "lam0": np.zeros((R, 1))}
+    groups = lane_groups(runner, inputs)
+    assert len(groups) == 1
+    np.testing.assert_array_equal(groups[0], np.r_[np.arange(big), R - 2, R - 1])
+    assert lane_groups(hc.HBVM(2, 2, solver="blended").compiled_runner(pb), inputs) == []
+
+
+def test_lane_source_rewrites_every_lane_value():
+    """In the generated block no per-run array of the template is indexed as itself any more: each lives in WK
+    at its lane, and the callbacks are called outside the loops over lanes, once per sweep."""
+    import ast
+
+    constants = {"M_SIZE": 3, "NU_SIZE": 1, "HAS_M": False, "SOLVER": 0, "K_SIZE": 2, "S_SIZE": 2,
+                 "LANES": lanes.LANES}  # fmt: skip
+    from hbvm_core.kernels.runner import constant_tables
+
+    source = lanes.lane_source(constants, constant_tables(2, 2))
+    tree = ast.parse(source)
+    block_fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "lane_block")
+    names = {n.value.id for n in ast.walk(block_fn) if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)}
+    assert not names & (set(lanes.LANE_ARRAYS) | set(lanes.BATCH_ARRAYS) | set(lanes.TABLES))
+    for loop in (n for n in ast.walk(block_fn) if isinstance(n, ast.For) and getattr(n.target, "id", "") == lanes.LANE):
+        calls = {c.func.id for c in ast.walk(loop) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
+        assert not calls & {"grad_U", "G"}
