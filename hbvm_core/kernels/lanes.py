@@ -49,6 +49,7 @@ row swaps are written as selects).
 from __future__ import annotations
 
 import ast
+import contextlib
 import copy as copy_module
 import hashlib
 import re
@@ -70,14 +71,14 @@ from .registry import (
     resolve_callback,
 )
 
-#: runs of a lockstep block: a multiple of the widest vector (8 doubles), wide enough that LLVM vectorises the
-#: loop over lanes rather than unrolling it whole
-LANES = 32
-#: the largest k s m (nu + 1) (the multiply-adds of psi and rho per sweep) that gets a lockstep block: past it
-#: LLVM keeps some loops over k, s, m inside the loop over lanes and does not vectorise it (measured per
-#: run-step against the per-run block, one core: the conical pendulum HBVM(2,2), 24, 0.25x; the tethered
-#: satellites HBVM(6,2), 432, 1.6x)
-LANE_WORK_MAX = 128
+#: runs of a lockstep block: two vectors of 8 doubles (AVX-512). Measured per run-step over the per-run block,
+#: one core (a loaded machine): 16 lanes 0.29x (conical HBVM(2,2)) and 0.48x (tethered HBVM(6,2)); 32 lanes
+#: 0.27x and 0.56x; 64 lanes 0.34x and 1.05x: a block's work array (LANES x some 600 slots for the tethered
+#: satellites) must stay in the caches
+LANES = 16
+#: the largest k s m (nu + 1) (the multiply-adds of psi and rho per sweep) that gets a lockstep block; past it
+#: the unrolled loops grow the module (and its compile) beyond what was measured
+LANE_WORK_MAX = 1024
 #: the fewest runs sharing params that get a lockstep block (fewer would leave most lanes empty)
 MIN_GROUP = LANES // 2
 
@@ -88,7 +89,12 @@ LANE_ARRAYS = {
     "psi": ("S_SIZE", "M_SIZE"), "XMpsi": ("S_SIZE", "M_SIZE"),
     "rho": ("S_SIZE", "M_SIZE", "NU_SIZE"), "XMrho": ("S_SIZE", "M_SIZE", "NU_SIZE"),
     "A": ("NU_SIZE", "NU_SIZE"), "lam": ("NU_SIZE",), "lam_prev": ("NU_SIZE",),
+    "psi_k": ("S_SIZE", "M_SIZE"), "rho_k": ("S_SIZE", "M_SIZE", "NU_SIZE"), "lam_k": ("NU_SIZE",),
 }  # fmt: skip
+#: what a sweep computes afresh from gamma (the stage points, forces, the multiplier system, the new iterate):
+#: written in every lane, masked or not (cheaper, and fewer branches for LLVM); what a run keeps from its last
+#: live sweep is copied out masked (psi_k, rho_k, lam_k: the forces and multiplier the update takes)
+SCRATCH = frozenset({"Q", "gU", "GQ", "Mv", "Mp0", "XMpsi", "XMrho", "A", "new", "psi", "rho", "lam"})
 #: per-run scalars (one slot each): the step size, whether the run steps now (act), iterates (live), steps this
 #: step after its sweeps (go); the last increment, the sweep it stopped at, its status, the step it failed at,
 #: the total and largest iteration counts
@@ -165,6 +171,13 @@ def lane_block(q0, p0, h0, N0, every0, run, warm, rule, L, P, compensated,
                     code = OK if ok else (SINGULAR if not solved else DIVERGED)
                     if ok and not done and sweep == max_iter:
                         code = NO_CONVERGENCE
+                    for j in range(S_SIZE):
+                        for a in range(M_SIZE):
+                            psi_k[j, a] = psi[j, a]
+                            for b in range(NU_SIZE):
+                                rho_k[j, a, b] = rho[j, a, b]
+                    for b in range(NU_SIZE):
+                        lam_k[b] = lam[b]
                     status = code
                     fstep = n
                     it = sweep
@@ -180,8 +193,8 @@ def lane_block(q0, p0, h0, N0, every0, run, warm, rule, L, P, compensated,
                     for a in range(M_SIZE):
                         gamma_prev[j, a] = gamma[j, a]
                 for b in range(NU_SIZE):
-                    lam_prev[b] = lam[b]
-                finite = _update(q, p, cq, cp, gamma, psi, rho, lam, h, compensated, M_SIZE, NU_SIZE)
+                    lam_prev[b] = lam_k[b]
+                finite = _update(q, p, cq, cp, gamma, psi_k, rho_k, lam_k, h, compensated, M_SIZE, NU_SIZE)
                 status = OK if finite else NON_FINITE_STATE
                 tot = tot + it if finite else tot
                 maxit = max(maxit, it) if finite else maxit
@@ -318,7 +331,8 @@ class LaneRewriter(ast.NodeTransformer):
         self.shapes = {name: [constants[d] for d in shape] for name, shape in LANE_ARRAYS.items()}
         self.batch = {name: [constants[d] for d in shape] for name, shape in BATCH_ARRAYS.items()}
         self.in_lane = False
-        self.mask: str | None = None
+        self.mask: str | None = None  # the mask of stores to what a run keeps (None: every lane)
+        self.cond: str | None = None  # the mask of stores to scratch values (the enclosing branches' conditions)
         self.conditions = 0
 
     def visit_Expr(self, node: ast.Expr):
@@ -331,9 +345,8 @@ class LaneRewriter(ast.NodeTransformer):
             for name, shape in self.batch.items():
                 first, size = self.slots[name]
                 rev = ", ".join(str(d) for d in shape[::-1][:-1])
-                axes = ", ".join(str(i) for i in range(len(shape) - 1, -1, -1))
                 lines.append(f"{name} = WK[{first * lanes}:{(first + size) * lanes}].reshape(({rev}, "
-                             f"{shape[0] * lanes})).transpose({axes})")  # fmt: skip
+                             f"{shape[0] * lanes})).T")  # fmt: skip
             return ast.parse("\n".join(lines)).body
         self.generic_visit(node)
         return node
@@ -441,22 +454,27 @@ class LaneRewriter(ast.NodeTransformer):
             self.generic_visit(node)
             return node
         self.conditions += 1
-        cond, other = f"_c{self.conditions}", f"_e{self.conditions}"
+        n = self.conditions
         test = self.visit(node.test)
-        outer = self.mask
-        taken = test if outer is None else ast.BinOp(ast.Name(outer, ast.Load()), ast.BitAnd(), test)
-        stmts: list[ast.stmt] = [ast.Assign([ast.Name(cond, ast.Store())], taken)]
-        if node.orelse:
-            missed = ast.Compare(ast.Name(cond, ast.Load()), [ast.Eq()], [ast.Constant(False)])
-            if outer is not None:
-                missed = ast.BinOp(ast.Name(outer, ast.Load()), ast.BitAnd(), missed)
-            stmts.append(ast.Assign([ast.Name(other, ast.Store())], missed))
-        for name, branch in ((cond, node.body), (other, node.orelse)):
-            self.mask = name
+        stmts: list[ast.stmt] = [ast.Assign([ast.Name(f"_c{n}", ast.Store())], test)]
+        missed = ast.Compare(ast.Name(f"_c{n}", ast.Load()), [ast.Eq()], [ast.Constant(False)])
+        outer = (self.mask, self.cond)
+        for which, branch, taken in (("t", node.body, ast.Name(f"_c{n}", ast.Load())), ("f", node.orelse, missed)):
+            if not branch:
+                continue
+            masks = []
+            for outer_name, kind in zip(outer, ("m", "s")):
+                name = f"_{kind}{which}{n}"
+                value = taken
+                if outer_name is not None:
+                    value = ast.BinOp(ast.Name(outer_name, ast.Load()), ast.BitAnd(), taken)
+                stmts.append(ast.Assign([ast.Name(name, ast.Store())], copy_module.deepcopy(value)))
+                masks.append(name)
+            self.mask, self.cond = masks
             for stmt in branch:
                 done = self.visit(stmt)
                 stmts += done if isinstance(done, list) else [done]
-        self.mask = outer
+        self.mask, self.cond = outer
         return stmts
 
     def _fold(self, body: list[ast.stmt]) -> list[ast.stmt]:
@@ -571,19 +589,26 @@ class LaneRewriter(ast.NodeTransformer):
         stored = self._stored(target)
         node.value = self.visit(node.value)
         node.targets = [self.visit(target)]
-        if stored and self.mask is not None:
+        mask = self._mask_of(target) if stored else None
+        if mask is not None:
             old = _as_load(node.targets[0])
-            node.value = ast.IfExp(ast.Name(self.mask, ast.Load()), node.value, old)
+            node.value = ast.IfExp(ast.Name(mask, ast.Load()), node.value, old)
         return node
+
+    def _mask_of(self, target: ast.expr) -> str | None:
+        """The mask of a store: the branches' conditions for scratch values, the loop's and theirs otherwise."""
+        name = target.id if isinstance(target, ast.Name) else target.value.id
+        return self.cond if name in SCRATCH else self.mask
 
     def visit_AugAssign(self, node: ast.AugAssign):
         if not self.in_lane or not self._stored(node.target):
             self.generic_visit(node)
             return node
+        mask = self._mask_of(node.target)
         target = self.visit(node.target)
         value = ast.BinOp(_as_load(target), node.op, self.visit(node.value))
-        if self.mask is not None:
-            value = ast.IfExp(ast.Name(self.mask, ast.Load()), value, _as_load(target))
+        if mask is not None:
+            value = ast.IfExp(ast.Name(mask, ast.Load()), value, _as_load(target))
         return ast.Assign(targets=[target], value=value)
 
 
@@ -699,10 +724,37 @@ def lane_rows(groups: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
 
 
+#: LLVM's unroll threshold while a lockstep module compiles (its default at -O3: 300): the loops over k, s, m and
+#: nu inside a loop over lanes must unroll whole for that loop to be the innermost, the one LLVM vectorises
+#: (the tethered satellites' HBVM(6,2) needs about 3000). Unrolling changes no arithmetic.
+UNROLL_THRESHOLD = 4000
+
+
+@contextlib.contextmanager
+def unrolled():
+    """LLVM's unroll threshold raised (``UNROLL_THRESHOLD``) for what compiles inside, then set back.
+
+    llvmlite's options are the process's: a loop that another thread compiles meanwhile is unrolled further too
+    (the same arithmetic, more code)."""
+    import llvmlite.binding as llvm
+
+    llvm.set_option("", f"-unroll-threshold={UNROLL_THRESHOLD}")
+    try:
+        yield
+    finally:
+        llvm.set_option("", "-unroll-threshold=300")
+
+
 def run_lanes_numba(runner, module, inputs: dict, runs: np.ndarray, out: dict) -> None:
     """The lockstep blocks of ``runs`` (all of one params row and M = I) written into ``out`` at their rows."""
     rows = lane_rows([runs])
     params = inputs["params"][int(runs[0])]
+    compiling = unrolled() if not module.run_lanes.signatures else contextlib.nullcontext()
+    with compiling:
+        _call(module, runner, inputs, rows, params, out)
+
+
+def _call(module, runner, inputs: dict, rows: np.ndarray, params: np.ndarray, out: dict) -> None:
     module.run_lanes(
         inputs["q0"], inputs["p0"], inputs["h"], inputs["N"], inputs["sample_every"], rows, runner.warm,
         runner.rule, runner.L, np.ascontiguousarray(params), bool(inputs["compensated"]),

@@ -120,3 +120,22 @@ def test_lane_source_rewrites_every_lane_value():
     for loop in (n for n in ast.walk(block_fn) if isinstance(n, ast.For) and getattr(n.target, "id", "") == lanes.LANE):
         calls = {c.func.id for c in ast.walk(loop) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
         assert not calls & {"grad_U", "G"}
+
+
+@pytest.mark.slow
+def test_lockstep_three_constraints(monkeypatch):
+    """The tethered satellites (m = 9, nu = 3: the multiplier system solved with its row swaps as selects) in
+    lockstep against the per-run block: the same statuses and counts, the values to round-off."""
+    pb = hc.get_problem("tethered_satellites")
+    method = hc.HBVM(3, 2)
+    R = 2 * lanes.MIN_GROUP + 1
+    h = 0.1 * (1.0 + 0.3 * np.arange(R) / R)
+    N = 20 + np.arange(R) % 5
+    lock = hc.integrate_ensemble(pb, method, h, N, sample_every=4)
+    monkeypatch.setenv("HBVM_LANES", "0")
+    ref = hc.integrate_ensemble(pb, method, h, N, sample_every=4)
+    assert np.all(lock.status == OK)
+    for key in ("status", "fail_step", "steps", "iterations", "max_iterations", "n_saved"):
+        np.testing.assert_array_equal(getattr(lock, key), getattr(ref, key), err_msg=key)
+    for key in ("t", "q", "p", "lam"):
+        assert_close(getattr(lock, key), getattr(ref, key), int(N.max()), key)
