@@ -10,7 +10,11 @@ differing in h (by up to 0.1%), only the initial and final points kept
 (``sample_every = N``). Rows, each in us per run-step (wall, and thread CPU):
 
 - ``ensemble-1-thread``: ``hbvm_core.integrate_ensemble`` with ``threads=1``
-  (one compiled call for the block, the host's H/g summary included);
+  (one compiled call for the block, the host's H/g summary included): the runs
+  in lockstep blocks where the loop has one (``kernels/lanes.py``: fixed-point
+  HBVM, M = I), else run by run inside the block;
+- ``per-run-block-1-thread``: the same with the lockstep blocks turned off
+  (``HBVM_LANES=0``): each run's whole time loop in turn inside the block;
 - ``ensemble-all-cores``: the same with numba's default threads;
 - ``integrate-per-run``: ``hbvm_core.integrate(..., backend="numba")`` run by run
   (what a sweep pays per run in Python today, without storage);
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from functools import partial
@@ -87,6 +92,19 @@ def ensemble(pb, method, hs, N, threads) -> None:
     assert np.all(result.status == 0)
 
 
+def per_run_block(pb, method, hs, N, threads) -> None:
+    """The block by one compiled call, each run's time loop in turn (no lockstep: HBVM_LANES=0)."""
+    previous = os.environ.get("HBVM_LANES")
+    os.environ["HBVM_LANES"] = "0"
+    try:
+        ensemble(pb, method, hs, N, threads)
+    finally:
+        if previous is None:
+            del os.environ["HBVM_LANES"]
+        else:
+            os.environ["HBVM_LANES"] = previous
+
+
 def integrate_per_run(pb, method, hs, N) -> None:
     """Every run by hbvm_core.integrate (the compiled loop), its points dropped."""
     for h in hs:
@@ -102,11 +120,13 @@ def measure_case(case: dict, repeats: int) -> list[dict]:
     timed = {
         "ensemble-1-thread": partial(ensemble, pb, method, hs, N, 1),
         "ensemble-all-cores": partial(ensemble, pb, method, hs, N, None),
+        "per-run-block-1-thread": partial(per_run_block, pb, method, hs, N, 1),
         "integrate-per-run": partial(integrate_per_run, pb, method, hs, N),
         "run_chunk-per-run": partial(per_run_chunk, runner, pb, method, hs, N),
         "run_chunk-one-run": partial(per_run_chunk, runner, pb, method, hs[:1], R * N),
     }
-    ensemble(pb, method, hs[:2], 2, 1)  # compile (or load) the block loop and the scalar loop, untimed
+    ensemble(pb, method, hs, 2, 1)  # compile (or load) the block loops and the scalar loop, untimed
+    per_run_block(pb, method, hs[:2], 2, 1)
     hc.integrate(pb, method, hs[0], hs[0], backend="numba")
     measured = {name: best_of(fn, repeats) for name, fn in timed.items()}
     anchor_wall, anchor = measured["run_chunk-one-run"]

@@ -395,7 +395,13 @@ def _run_numba(runner, inputs: dict, threads: int | None, problem: Problem | Non
 
 def lane_groups(runner, inputs: dict) -> list[np.ndarray]:
     """The runs that go in lockstep, grouped by params row: groups of at least ``lanes.MIN_GROUP`` runs, where the
-    loop has a lockstep form (``lanes.applies``) and HBVM_LANES is not 0; [] otherwise."""
+    loop has a lockstep form (``lanes.applies``) and HBVM_LANES is not 0; [] otherwise. Each group is ordered by
+    the runs' numbers of steps, so that a block's lanes finish together (a lane whose run is done idles)."""
+    return [g[np.argsort(inputs["N"][g], kind="stable")] for g in _param_groups(runner, inputs)]
+
+
+def _param_groups(runner, inputs: dict) -> list[np.ndarray]:
+    """The groups of ``lane_groups`` in run order."""
     import os
 
     from .kernels import lanes

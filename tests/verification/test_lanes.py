@@ -77,7 +77,7 @@ def test_lockstep_failures_stay_in_their_lane(monkeypatch):
     h[3] = 40.0
     q0 = np.tile(pb.q0, (R, 1))
     q0[7] = np.nan
-    inputs = {"params": np.zeros((R, 1)), "h": h, "q0": q0, "lam0": np.zeros((R, 1))}
+    inputs = {"params": np.zeros((R, 1)), "h": h, "N": N, "q0": q0, "lam0": np.zeros((R, 1))}
     assert [g.size for g in lane_groups(METHOD.compiled_runner(pb), inputs)] == [R]
     lock = hc.integrate_ensemble(pb, METHOD, h, N, q0=q0, sample_every=3)
     monkeypatch.setenv("HBVM_LANES", "0")
@@ -90,16 +90,18 @@ def test_lockstep_failures_stay_in_their_lane(monkeypatch):
 
 
 def test_lane_groups_by_params():
-    """Runs are grouped by their params row; groups under MIN_GROUP runs are left to the per-run block."""
+    """Runs are grouped by their params row, each group ordered by steps; groups under MIN_GROUP runs are left to
+    the per-run block."""
     pb = conical_pendulum(length=1.5)
     runner = METHOD.compiled_runner(pb)
     big, small = lanes.MIN_GROUP + 1, lanes.MIN_GROUP - 1
     params = np.array([[1.0, 2.0]] * big + [[3.0, 4.0]] * small + [[1.0, 2.0]] * 2)
     R = params.shape[0]
-    inputs = {"params": params, "h": np.ones(R), "q0": np.zeros((R, 3)), "lam0": np.zeros((R, 1))}
+    N = np.arange(R)[::-1].copy()  # each group ordered by its runs' steps
+    inputs = {"params": params, "h": np.ones(R), "N": N, "q0": np.zeros((R, 3)), "lam0": np.zeros((R, 1))}
     groups = lane_groups(runner, inputs)
     assert len(groups) == 1
-    np.testing.assert_array_equal(groups[0], np.r_[np.arange(big), R - 2, R - 1])
+    np.testing.assert_array_equal(groups[0], np.r_[R - 1, R - 2, np.arange(big)[::-1]])
     assert lane_groups(hc.HBVM(2, 2, solver="blended").compiled_runner(pb), inputs) == []
 
 
