@@ -161,7 +161,7 @@ class HBVM(HBVMBase):
     multiplier: ClassVar[str] = "constant"
     numerics_sources: ClassVar[tuple[str, ...]] = (
         "methods/hbvm.py", "methods/_small.py", "legendre.py", "solvers.py", "blended.py", "integrate.py",
-        "kernels/hbvm.py", "kernels/runner.py", "kernels/rules.py", "kernels/linalg.py",
+        "kernels/hbvm.py", "kernels/runner.py", "kernels/rules.py", "kernels/linalg.py", "kernels/lanes.py",
     )  # fmt: skip
     #: H and g where U and g are polynomials of degree <= 2k/s (docs/method.md 3)
     conserves: ClassVar[frozenset[str]] = frozenset({"H", "g"})
