@@ -19,6 +19,7 @@ from hbvm_workflow.config import load_studies
 from hbvm_workflow.kinds import KINDS as STUDY_KINDS
 from hbvm_workflow.plan import planned_studies, write_plan
 from hbvm_workflow.study import solve_workers
+from hbvm_workflow.summary_job import aggregated_in_solve
 
 # User problems given as module.path:factory may live in the working directory.
 if os.getcwd() not in sys.path:
@@ -79,8 +80,9 @@ def default_studies():
 def solved_together():
     """The studies computed by the one job of the solve rule (the default target's), unless the config asks
     for one solve job per study (``solve_per_study``, set by the SLURM profile: a batch scheduler then spreads
-    the studies' jobs over its nodes). The others get one solve_study job each."""
-    return [] if config.get("solve_per_study") else default_studies()
+    the studies' jobs over its nodes). The others get one solve_study job each, and a study with
+    ``save: summary`` one solve_summary job, which aggregates it too."""
+    return [] if config.get("solve_per_study") else [n for n in default_studies() if n not in summary_studies()]
 
 
 def study_regex(names):
@@ -113,12 +115,15 @@ def solve_threads(names, share=1.0):
 
 
 def study_solve_threads(wildcards):
-    """solve_study: one study's share of the work of the studies asked for by name (all but the default ones);
+    """solve_study, solve_summary: one study's share of the work of the studies asked for by name (all but the
+    default ones; for a summary study of the default target: of the default ones);
     with ``solve_per_study`` each study's job is sized by its own work (its own allocation on a cluster)."""
     if config.get("solve_per_study"):
         return solve_threads([wildcards.study])
-    others = [n for n in STUDIES if n not in default_studies()]
-    work = {n: sum(j.estimated_seconds() for j in STUDIES[n].jobs.values()) for n in others}
+    default = default_studies()
+    # a summary study of the default target (rule solve_summary) shares the cores with the default target's jobs
+    beside = default if wildcards.study in default else [n for n in STUDIES if n not in default]
+    work = {n: sum(j.estimated_seconds() for j in STUDIES[n].jobs.values()) for n in beside}
     share = work.get(wildcards.study, 0.0) / max(sum(work.values()), 1e-9)
     return solve_threads([wildcards.study], share)
 
@@ -177,6 +182,12 @@ HBVM_ENV = "../envs/hbvm.yaml"
 
 
 # rules/solve.smk
+def summary_studies():
+    """The studies that one solve_summary job each solves and aggregates (``save: summary``, one sharded store;
+    hbvm_workflow.summary_job); the solve, solve_study and aggregate jobs build the others."""
+    return [n for n in STUDIES if aggregated_in_solve(STUDIES[n].cfg)]
+
+
 def solve_outputs(names):
     """Per study its manifest and the marker of its set of runs (hbvm_workflow.layout.runs_marker). (A study
     built by solve_study and later by solve reruns nothing; one built by solve and later by solve_study is
