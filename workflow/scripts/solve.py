@@ -401,4 +401,7 @@ def solve(smk, names: list) -> None:
 
 
 if __name__ == "__main__":
+    from hbvm_workflow.jobs import end_process
+
     main(snakemake)  # noqa: F821
+    end_process()  # its outputs written: no teardown of the solve's modules and objects
