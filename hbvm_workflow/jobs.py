@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 import threading
 import time
@@ -14,6 +15,21 @@ from collections.abc import Iterator
 def as_list(paths) -> list[str]:
     """A Snakemake named input/output/log as a list (a single path is a str)."""
     return [paths] if isinstance(paths, str) else list(paths)
+
+
+def end_process() -> None:
+    """End a job's process that has written its outputs, without the interpreter's teardown (the modules of Dask
+    and numba, the plan's objects: some 0.4 s of a solve job): its logs and streams flushed, then ``os._exit(0)``.
+    A process with a child still alive (a Dask worker not gone yet) exits as usual, so that they are ended."""
+    import multiprocessing
+
+    if multiprocessing.active_children():
+        return
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(0)
 
 
 def study_logger(step: str, study: str, path: str) -> logging.Logger:

@@ -204,8 +204,9 @@ def _warm_one(item: tuple) -> None:
 
 
 def cold_ensembles(specs: list[dict]) -> bool:
-    """Whether a loop of the shards' (method, problem) pairs is not in the kernel cache yet
-    (``hbvm_core.kernels.uncached_loop``): then ``warm_up`` compiles them before the workers start."""
+    """Whether the ensemble loop of one of the shards' (method, problem) pairs is not in the kernel cache yet
+    (``block_cached``; where it cannot tell, ``hbvm_core.kernels.uncached_loop`` of the scalar loop): then
+    ``warm_up`` compiles them before the workers start."""
     from hbvm_core.kernels import uncached_loop
     from hbvm_core.methods import method_from_entry
 
@@ -219,8 +220,22 @@ def cold_ensembles(specs: list[dict]) -> bool:
                 if key in seen:
                     continue
                 seen.add(key)
-                if uncached_loop(method_from_entry(spec["methods"][i]["entry"]), problem) is not None:
+                method = method_from_entry(spec["methods"][i]["entry"])
+                cached = block_cached(method, problem)
+                if not cached if cached is not None else uncached_loop(method, problem) is not None:
                     return True
             except Exception:  # noqa: BLE001 - the shard task reports it
                 continue
     return False
+
+
+def block_cached(method, problem) -> bool | None:
+    """Whether numba's disk cache holds a valid entry of the ensemble loop (the generated module's ``run_block``)
+    of (method, problem), read from the loop's cache index without compiling; None where it cannot tell (no
+    compiled loop, an in-memory module, another numba). The scalar loop's marker (``uncached_loop``) is written
+    only after a scalar run, so a structure that only ever ran as an ensemble looked cold to every solve job."""
+    try:
+        block = method.compiled_runner(problem).module.run_block
+        return bool(block._cache._cache_file._load_index())
+    except Exception:  # noqa: BLE001 - no cache to read: the caller falls back to the scalar loop's marker
+        return None

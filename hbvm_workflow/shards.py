@@ -267,11 +267,12 @@ def remove_record(store: str, slot: int) -> None:
         pass
 
 
-def shard_files(store: str, slot: int) -> dict[str, str]:
-    """array -> the file of shard ``slot`` of each data array."""
+def shard_files(store: str, slot: int, group=None) -> dict[str, str]:
+    """array -> the file of shard ``slot`` of each data array (``group``: the store's group, opened once by a caller
+    that asks for every shard)."""
     import zarr
 
-    g = zarr.open_group(store, mode="r")
+    g = zarr.open_group(store, mode="r") if group is None else group
     out = {}
     for name in DATA:
         a = g[name]
@@ -560,34 +561,44 @@ def finish(study) -> None:
 
 def manifest_entry(study, table: RunTable) -> dict:
     """What the manifest (solve.json) of a sharded study records: the store and each shard's record."""
+    import zarr
+
     path = shard_store(study.results, study.name)
+    group = zarr.open_group(path, mode="r")  # once: an open per shard cost 40 ms each
     shards = []
     for slot, (a, b) in enumerate(table.slots()):
         rec = read_record(path, slot) or {}
         shards.append({"slot": slot, "start": a, "stop": b, "digest": rec.get("digest"),
                        "computed": rec.get("computed"), "failed": rec.get("failed"), "wall_s": rec.get("wall_s"),
-                       "backend": rec.get("backend"), "stat": signatures(path, slot)})  # fmt: skip
+                       "backend": rec.get("backend"), "stat": signatures(path, slot, group)})  # fmt: skip
     return {"store": os.path.relpath(path, study.dir), "runs": table.runs, "shards": shards}
 
 
-def signatures(store: str, slot: int) -> dict[str, list[int] | None]:
+def signatures(store: str, slot: int, group=None) -> dict[str, list[int] | None]:
     """array -> (size, mtime) of its file of shard ``slot`` (``storage.file_signature``): what the manifest
-    records, so that the next parse finds a changed shard by os.stat alone (``damaged_shards``)."""
+    records, so that the next parse finds a changed shard by os.stat alone (``damaged_shards``). ``group``: as
+    ``shard_files``."""
     from .storage import file_signature
 
-    return {name: file_signature(path) for name, path in shard_files(store, slot).items()}
+    return {name: file_signature(path) for name, path in shard_files(store, slot, group).items()}
 
 
 def damaged_shards(manifest: dict, study_dir: str) -> list[tuple[str, str, str]]:
     """(shard, store, what) for each shard of a sharded study's manifest whose files are not the ones the solve
     step recorded (os.stat first; a changed one is then read and its checksums checked): ``what`` names the array
     and the damage, or is "changed" for an intact shard whose files were touched or replaced."""
+    import zarr
+
     store = os.path.join(study_dir, manifest["store"])
+    try:
+        group = zarr.open_group(store, mode="r")  # once for every shard
+    except Exception:  # noqa: BLE001 - each shard below says what is wrong
+        group = None
     out = []
     for entry in manifest.get("shards", []):
         slot = entry["slot"]
         try:
-            if entry.get("stat") == signatures(store, slot):
+            if entry.get("stat") == signatures(store, slot, group):
                 continue
             found = shard_damage(store, slot, entry["start"], entry["stop"])
         except Exception as exc:  # noqa: BLE001 - a store that cannot be opened at all

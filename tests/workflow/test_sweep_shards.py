@@ -91,6 +91,41 @@ def test_a_damaged_shard_is_recomputed_and_a_new_grid_value_computes_only_its_ru
     assert [r["theta_dot0"] for r in rows[:9]] == ["1.0"] * 3 + ["1.5"] * 3 + ["1.9"] * 3
 
 
+@pytest.mark.parametrize("target", ["sweep", "default"])
+def test_the_solve_job_aggregates_a_summary_study_and_a_numbers_change_reuses_every_shard(tmp_path, target):
+    """No aggregate job for a save: summary study: its solve job (rule solve_summary, asked for by name or in the
+    default target) writes errors.csv; a change of a key that defines the numbers reruns that job, which integrates
+    nothing and aggregates again; a title change renders again only."""
+    import re
+
+    select, args = ([], ["sweep"]) if target == "sweep" else (["sw"], [])
+    rule = "solve_summary"
+    write_config(tmp_path, {"sw": SWEEP}, select=select)
+    first = ok(snakemake(tmp_path, "--cores", "2", *args))
+    rules = set(re.findall(r"rule (\w+):", first.stdout + first.stderr))
+    assert rule in rules and "aggregate" not in rules and "render" in rules, rules
+    log = (tmp_path / "logs" / "sw" / "aggregate.log").read_text()
+    assert "aggregated 12 rows (0 not ok)" in log
+    before = read_csv(tmp_path / "results" / "sw" / "errors.csv")
+
+    norm_inf = {**SWEEP, "errors": {**SWEEP["errors"], "norm": "inf"}}
+    write_config(tmp_path, {"sw": norm_inf}, select=select)
+    again = ok(snakemake(tmp_path, "--cores", "2", *args))
+    rules = set(re.findall(r"rule (\w+):", again.stdout + again.stderr))
+    assert rule in rules and "aggregate" not in rules, rules
+    m = _manifest(tmp_path)
+    assert m["computed"] == 0 and m["copied"] == 0 and m["reused"] == 12
+    after = read_csv(tmp_path / "results" / "sw" / "errors.csv")
+    assert [r["h"] for r in after] == [r["h"] for r in before]
+    # the same differences in the max norm instead of the 1-norm: never larger, smaller for some (2 coordinates)
+    assert all(float(a["e_s"]) <= float(b["e_s"]) for a, b in zip(after, before))
+    assert any(float(a["e_s"]) < float(b["e_s"]) for a, b in zip(after, before))
+
+    write_config(tmp_path, {"sw": {**norm_inf, "title": "another title"}}, select=select)
+    shown = ok(snakemake(tmp_path, "--cores", "2", *args))
+    assert set(re.findall(r"rule (\w+):", shown.stdout + shown.stderr)) - {"sweep", "all"} == {"render"}
+
+
 def test_the_shards_run_on_an_existing_scheduler(tmp_path):
     """The shard tasks go through the same client as any run: here workers of a scheduler started elsewhere."""
     from test_workflow import ROOT, external_cluster

@@ -1,6 +1,7 @@
 # Errors and rates of solved studies, and their tables and figures, in two rules per study:
 #
-# - rule aggregate (the numbers): results/<study>/errors.zarr (xarray over scheme, h), errors.csv (only
+# - rule aggregate (the numbers; those of a `save: summary` study are its solve job's, rules/solve.smk):
+#   results/<study>/errors.zarr (xarray over scheme, h), errors.csv (only
 #   what the runs determine: bit-identical however the study ran) and timings.csv (what was measured:
 #   each run's wall time, backend and Dask worker), from the study's runs (its manifest solve.json);
 #   its params are the study's keys that define numbers (``number_params``);
@@ -22,6 +23,8 @@ rule aggregate:
     input:
         manifest=layout.manifest_path(RESULTS, "{study}"),
         runs=runs_of,
+    wildcard_constraints:
+        study=study_regex([n for n in STUDIES if n not in SUMMARY_STUDIES]),  # a summary study: its solve job
     output:
         zarr=directory(layout.errors_zarr(RESULTS, "{study}")),
         csv=shown(layout.errors_csv(RESULTS, "{study}"), "../report/errors.rst", layout.ERRORS_CSV),

@@ -5,6 +5,7 @@
 # This file holds every function of the workflow and defines no rule (`snakemake --lint` wants them
 # apart); the other files hold the rules. Every path comes from hbvm_workflow.layout, as a call such as
 # layout.manifest_path(RESULTS, "{study}") in a pattern, or as another rule's output.
+import gc
 import json
 import os
 import re
@@ -19,6 +20,7 @@ from hbvm_workflow.config import load_studies
 from hbvm_workflow.kinds import KINDS as STUDY_KINDS
 from hbvm_workflow.plan import planned_studies, write_plan
 from hbvm_workflow.study import solve_workers
+from hbvm_workflow.summary_job import aggregated_in_solve
 
 # User problems given as module.path:factory may live in the working directory.
 if os.getcwd() not in sys.path:
@@ -35,6 +37,12 @@ except ConfigError as exc:
     # one line and a non-zero exit, not Snakemake's "WorkflowError in file ..., line ..." around it
     print(f"bad config: {exc}", file=sys.stderr, flush=True)
     sys.exit(1)
+
+
+# The objects of the parse (Snakemake's and the studies': some 10^6 for a 10^5-run sweep) kept out of the garbage
+# collector's passes from here on: they live until Snakemake exits, and each full pass walked them all, the one at
+# the interpreter's exit too (0.45 s at the end of a 10^5-run sweep).
+gc.freeze()
 
 
 onstart:
@@ -79,8 +87,9 @@ def default_studies():
 def solved_together():
     """The studies computed by the one job of the solve rule (the default target's), unless the config asks
     for one solve job per study (``solve_per_study``, set by the SLURM profile: a batch scheduler then spreads
-    the studies' jobs over its nodes). The others get one solve_study job each."""
-    return [] if config.get("solve_per_study") else default_studies()
+    the studies' jobs over its nodes). The others get one solve_study job each, and a study with
+    ``save: summary`` one solve_summary job, which aggregates it too."""
+    return [] if config.get("solve_per_study") else [n for n in default_studies() if n not in summary_studies()]
 
 
 def study_regex(names):
@@ -113,14 +122,31 @@ def solve_threads(names, share=1.0):
 
 
 def study_solve_threads(wildcards):
-    """solve_study: one study's share of the work of the studies asked for by name (all but the default ones);
+    """solve_study, solve_summary: one study's share of the work of the studies asked for by name (all but the
+    default ones; for a summary study of the default target: of the default ones);
     with ``solve_per_study`` each study's job is sized by its own work (its own allocation on a cluster)."""
-    if config.get("solve_per_study"):
-        return solve_threads([wildcards.study])
-    others = [n for n in STUDIES if n not in default_studies()]
-    work = {n: sum(j.estimated_seconds() for j in STUDIES[n].jobs.values()) for n in others}
-    share = work.get(wildcards.study, 0.0) / max(sum(work.values()), 1e-9)
-    return solve_threads([wildcards.study], share)
+    name = wildcards.study
+    if name not in STUDY_THREADS:  # once per study: Snakemake asks for a job's threads more than once
+        if config.get("solve_per_study"):
+            STUDY_THREADS[name] = solve_threads([name])
+        else:
+            default = default_studies()
+            # a summary study of the default target (rule solve_summary) shares the cores with the default target's
+            beside = default if name in default else [n for n in STUDIES if n not in default]
+            share = 1.0 if beside == [name] else study_work(name) / max(sum(map(study_work, beside)), 1e-9)
+            STUDY_THREADS[name] = solve_threads([name], share)
+    return STUDY_THREADS[name]
+
+
+STUDY_THREADS = {}  # study_solve_threads of each study
+STUDY_WORK = {}  # study_work of each study
+
+
+def study_work(name):
+    """The estimated seconds of a study's runs (hbvm_workflow.study.Job.estimated_seconds), once per study."""
+    if name not in STUDY_WORK:
+        STUDY_WORK[name] = sum(j.estimated_seconds() for j in STUDIES[name].jobs.values())
+    return STUDY_WORK[name]
 
 
 def lost_runs(name):
@@ -177,6 +203,12 @@ HBVM_ENV = "../envs/hbvm.yaml"
 
 
 # rules/solve.smk
+def summary_studies():
+    """The studies that one solve_summary job each solves and aggregates (``save: summary``, one sharded store;
+    hbvm_workflow.summary_job); the solve, solve_study and aggregate jobs build the others."""
+    return [n for n in STUDIES if aggregated_in_solve(STUDIES[n].cfg)]
+
+
 def solve_outputs(names):
     """Per study its manifest and the marker of its set of runs (hbvm_workflow.layout.runs_marker). (A study
     built by solve_study and later by solve reruns nothing; one built by solve and later by solve_study is

@@ -16,11 +16,18 @@
 # (hbvm_workflow.layout.runs_marker, named by the digest of its runs): a changed study has a marker that
 # does not exist yet, and choosing other studies with `select:` reruns nothing that is up to date.
 #
+# - rule solve_summary: one job for each study with `save: summary` (one sharded store, its runs in shards of one
+#   Dask task each), in the default target or not: it solves the study and aggregates it in the same process right
+#   after the shards (hbvm_workflow.summary_job), so its errors.zarr, errors.csv and timings.csv are this job's
+#   outputs, not rule aggregate's; its params (the runs' digest, the keys that define the numbers) rerun it, and a
+#   rerun reuses every complete shard (no Dask cluster when none is left to compute).
+#
 # Paths: hbvm_workflow.layout; the functions (solve_outputs, studies_of, study_runs): rules/common.smk.
 from hbvm_workflow.cluster import rule_resources  # config resources.<rule>
 
 DEFAULT_STUDIES = default_studies()
 SOLVED_TOGETHER = solved_together()
+SUMMARY_STUDIES = summary_studies()
 
 
 if SOLVED_TOGETHER:
@@ -45,7 +52,7 @@ rule solve_study:
     output:
         manifest=layout.manifest_path(RESULTS, "{study}"),
     wildcard_constraints:
-        study=study_regex([n for n in STUDIES if n not in SOLVED_TOGETHER]),
+        study=study_regex([n for n in STUDIES if n not in SOLVED_TOGETHER and n not in SUMMARY_STUDIES]),
     params:
         studies=studies_of,
         runs=study_runs,
@@ -54,6 +61,30 @@ rule solve_study:
         **rule_resources(config, "solve", mem_mb=2000, runtime=60),
     log:
         layout.log_path("{study}", "solve"),
+    conda:
+        HBVM_ENV
+    script:
+        "../scripts/solve.py"
+
+
+rule solve_summary:
+    output:
+        manifest=layout.manifest_path(RESULTS, "{study}"),
+        zarr=directory(layout.errors_zarr(RESULTS, "{study}")),
+        csv=shown(layout.errors_csv(RESULTS, "{study}"), "../report/errors.rst", layout.ERRORS_CSV),
+        timings=layout.timings_csv(RESULTS, "{study}"),
+    wildcard_constraints:
+        study=study_regex(SUMMARY_STUDIES),
+    params:
+        studies=studies_of,
+        runs=study_runs,
+        numbers=number_params,
+    threads: study_solve_threads
+    resources:
+        **rule_resources(config, "solve", mem_mb=2000, runtime=60),
+    log:
+        solve=layout.log_path("{study}", "solve"),
+        aggregate=layout.log_path("{study}", "aggregate"),
     conda:
         HBVM_ENV
     script:

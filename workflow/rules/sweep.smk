@@ -3,7 +3,7 @@
 # per combination), its figure the error constant and the iteration count against
 # the grid value (hbvm_workflow.plots.sweep_plot). By default (`save: summary`) its
 # runs are solved by shards, one Dask task each, into one sharded store
-# (hbvm_workflow.shards: results/<study>/runs.zarr) by the same rules solve and aggregate.
+# (hbvm_workflow.shards: results/<study>/runs.zarr) and aggregated in the same job, rule solve_summary.
 #
 # Opt-in, as the beyond-the-paper studies: `snakemake --cores 2 sweep`, or name the
 # study in `select:` to put it in the default target.

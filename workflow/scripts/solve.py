@@ -338,20 +338,25 @@ def main(smk) -> None:
 
 def solve(smk, names: list) -> None:
     """The solve step of the studies ``names``, holding their locks."""
+    from hbvm_workflow import summary_job
     from hbvm_workflow.jobs import as_list, study_logger
     from hbvm_workflow.layout import runs_marker
     from hbvm_workflow.plan import check_planned, planned_studies
 
     config = smk.config
     manifests = dict(zip(names, as_list(smk.output.manifest)))
-    logs = {name: study_logger("solve", name, path) for name, path in zip(names, as_list(smk.log))}
+    solve_logs = getattr(smk.log, "solve", None) or smk.log  # named (solve, aggregate) in this workflow's rules
+    logs = {name: study_logger("solve", name, path) for name, path in zip(names, as_list(solve_logs))}
     t0 = time.perf_counter()
     studies = planned_studies(config, names)  # the parse's expansion (hbvm_workflow.plan)
     markers = set(as_list(smk.output.runs)) if hasattr(smk.output, "runs") else set()
+    aggregates = summary_job.job_outputs(smk)  # the summary studies this job aggregates
     for name, study in studies.items():  # the runs this job was given: the markers it writes, or its param
         found = study.runs_digest()
         expected = found if runs_marker(study.results, name, found) in markers else getattr(smk.params, "runs", None)
         check_planned(study, "its runs", expected, found)
+        if name in aggregates:  # and the keys that define its numbers
+            summary_job.check_numbers(study, getattr(smk.params, "numbers", None))
 
     from hbvm_workflow import shards as sharded
 
@@ -382,6 +387,10 @@ def solve(smk, names: list) -> None:
                 f"done in {time.perf_counter() - t0:.1f} s: {m['computed']} computed, {m['copied']} copied, "
                 f"{m['reused']} reused, {m['failed']} failed" + (f" (on {', '.join(ran)})" if ran else "")
             )
+            if name in aggregates:  # its numbers, here: no job of their own (hbvm_workflow.summary_job)
+                out = aggregates[name]
+                workers = max(1, int(smk.threads))
+                summary_job.aggregate(study, out["zarr"], out["csv"], out["timings"], out["log"], workers)
             continue
         m = write_manifest(study, summaries[name], manifests[name])
         write_runs_marker(study)
@@ -392,4 +401,7 @@ def solve(smk, names: list) -> None:
 
 
 if __name__ == "__main__":
+    from hbvm_workflow.jobs import end_process
+
     main(snakemake)  # noqa: F821
+    end_process()  # its outputs written: no teardown of the solve's modules and objects
