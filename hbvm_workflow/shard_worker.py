@@ -231,11 +231,18 @@ def cold_ensembles(specs: list[dict]) -> bool:
 
 def block_cached(method, problem) -> bool | None:
     """Whether numba's disk cache holds a valid entry of the ensemble loop (the generated module's ``run_block``)
-    of (method, problem), read from the loop's cache index without compiling; None where it cannot tell (no
-    compiled loop, an in-memory module, another numba). The scalar loop's marker (``uncached_loop``) is written
-    only after a scalar run, so a structure that only ever ran as an ensemble looked cold to every solve job."""
+    of (method, problem), and of its lockstep block where it has one (``kernels/lanes.py``), read from the loops'
+    cache indexes without compiling; None where it cannot tell (no compiled loop, an in-memory module, another
+    numba). The scalar loop's marker (``uncached_loop``) is written only after a scalar run, so a structure that
+    only ever ran as an ensemble looked cold to every solve job."""
     try:
-        block = method.compiled_runner(problem).module.run_block
-        return bool(block._cache._cache_file._load_index())
+        from hbvm_core.kernels import lanes
+
+        runner = method.compiled_runner(problem)
+        loops = [runner.module.run_block]
+        if lanes.applies(runner, problem.m, problem.nu):  # the lockstep block's module too (kernels/lanes.py)
+            module = lanes.lane_module(problem, runner)
+            loops += [module.run_lanes, module.lane_block]
+        return all(bool(loop._cache._cache_file._load_index()) for loop in loops)
     except Exception:  # noqa: BLE001 - no cache to read: the caller falls back to the scalar loop's marker
         return None

@@ -325,8 +325,9 @@ def test_a_shard_under_auto_runs_its_small_blocks_on_the_cpu_and_records_it(tmp_
 
 @pytest.mark.slow
 def test_an_ensemble_loop_in_the_disk_cache_is_warm_though_its_scalar_loop_never_ran(tmp_path):
-    """shard_worker.block_cached reads the ensemble loop's own cache entry: a structure that only ever ran as an
-    ensemble (no scalar marker, ``uncached_loop`` still names it) is warm, so no solve job warms it again."""
+    """shard_worker.block_cached reads the ensemble loops' own cache entries: a structure that only ever ran as an
+    ensemble (no scalar marker, ``uncached_loop`` still names it) is warm, so no solve job warms it again; while
+    its lockstep block (kernels/lanes.py: a call of MIN_GROUP runs or more compiles it) is not compiled, it is not."""
     import json
     import subprocess
     import sys
@@ -335,14 +336,17 @@ def test_an_ensemble_loop_in_the_disk_cache_is_warm_though_its_scalar_loop_never
 import json
 from hbvm_core import get_problem, integrate_ensemble
 from hbvm_core.kernels import uncached_loop
+from hbvm_core.kernels.lanes import MIN_GROUP
 from hbvm_core.methods import method_from_entry
 from hbvm_workflow.shard_worker import block_cached
 p = get_problem("planar_pendulum", theta_dot0=0.75)
 m = method_from_entry({"method": "hbvm", "solver": "fixed-point", "k": 2, "s": 1})
 before = block_cached(m, p)
 integrate_ensemble([p], m, 0.1, 1, backend="numba")
-print(json.dumps([before, block_cached(m, p), uncached_loop(m, p) is not None]))
+one = block_cached(m, p)
+integrate_ensemble([p], m, [0.1] * MIN_GROUP, 1, backend="numba")
+print(json.dumps([before, one, block_cached(m, p), uncached_loop(m, p) is not None]))
 """
     env = dict(os.environ, HBVM_KERNEL_CACHE=str(tmp_path / "kernels"))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout.splitlines()[-1]) == [False, True, True]
+    assert json.loads(out.stdout.splitlines()[-1]) == [False, False, True, True]
