@@ -21,24 +21,32 @@ syntax tree (``LaneRewriter``):
   flat work array ``WK[(slot) * LANES + _ln]`` at compile-time offsets: one
   base pointer, so LLVM proves the lanes independent (separate arrays would
   need run-time alias checks, and it gives up);
-- a store in a masked loop keeps the lane's old value where its mask is 0 (a
-  converged, failed or finished run is masked, not iterated further: it keeps
-  the values of its last live sweep, as the scalar loop keeps those it broke
-  out with);
+- a store in a masked loop to what a run keeps (its state, counts, and the
+  forces and multiplier of its last live sweep) keeps the lane's old value
+  where the mask is 0: a converged, failed or finished run is masked, not
+  iterated further, and keeps the values of its last live sweep, as the scalar
+  loop keeps those it broke out with; what a sweep computes afresh
+  (``SCRATCH``) is written in every lane;
 - the problem's callbacks are called once per sweep on all lanes' stage
-  points at once (``Q [K LANES, m]``, a Fortran-ordered view, so the callback's
-  loop over points is the vectorised one): the lane loop is split there;
-- branches on compile-time constants (``NU_SIZE > 0``, ``HAS_M``) are pruned.
+  points at once (``Q [K LANES, m]``, a Fortran-ordered view of WK, so the
+  callback's loop over points runs along the lanes): the lane loop is split
+  there;
+- branches on compile-time constants (``NU_SIZE > 0``, ``HAS_M``) are pruned,
+  branches the same for every lane are taken outside the loop, branches per
+  lane that store become masked stores, ``and``/``or`` become ``&``/``|``;
+- the triangular loops of the elimination are unrolled; the method's tables
+  are module constants (``TABLES``).
 
 Every loop inside a lane loop has a compile-time trip count (k, s, m, nu are
-the module's constants), so LLVM unrolls it and the loop over lanes is the
-innermost: that is the one it vectorises. The module is compiled with numba's
+the module's constants), so LLVM unrolls it (``unrolled``: with its threshold
+raised while the module compiles) and the loop over lanes is the innermost:
+that is the one it vectorises. The module is compiled with numba's
 ``error_model="numpy"``: a division by zero gives inf or NaN instead of
 raising, so a loop over lanes has no exit (a masked lane may divide by zero;
 its result is not kept).
 
 Where it applies (``applies``): HBVM with a constant multiplier and the
-fixed-point solver, M = I. Its block (``run_lanes``) takes one params row for
+fixed-point solver, M = I, k s m (nu + 1) at most ``LANE_WORK_MAX``. Its block (``run_lanes``) takes one params row for
 all its lanes (the callbacks take one), so the runs are grouped by params
 (``ensemble.py``); a group of fewer than ``MIN_GROUP`` runs goes to the
 per-run block. Results agree with the per-run loop to round-off (the same
@@ -112,6 +120,11 @@ TABLES = ("Ihat", "W", "X", "E")
 #: the lane index of a lane loop
 LANE = "_ln"
 
+#: the lockstep time loop (fixed-point HBVM), before ``expand_inline`` and ``LaneRewriter``: ``for _ln in
+#: lane_loop(mask)`` is a loop over the lanes whose stores to what a run keeps are masked by the lane scalar
+#: ``mask`` (None: every lane), ``for _ln in range(LANES)`` one whose stores are not (and which is not meant to
+#: vectorise: the loads and the saved points), ``batch_views()`` binds the callbacks' arrays Q, gU, GQ to their
+#: views of WK; a line ending in a backslash goes on in the next (one line a call, for ``expand_inline``)
 LANE_DRIVER = '''
 @njit(parallel=True, cache=CACHE)
 def run_lanes(q0, p0, h0, N0, every0, rows, warm, rule, L, P, compensated,
@@ -129,99 +142,98 @@ def lane_block(q0, p0, h0, N0, every0, run, warm, rule, L, P, compensated,
                status_out, fail_step, steps, iterations, max_iterations, n_saved, t, q_out, p_out, lam_out):
     """One block of LANES runs in lockstep (``run``: their rows, -1 for an empty lane)."""
     rtol, stall, max_iter = rule[0], rule[1], int(rule[2])
-    if True:
-        WK = np.zeros(LANE_SLOTS * LANES)
-        batch_views()
-        Nl = np.zeros(LANES, dtype=np.int64)
-        every = np.ones(LANES, dtype=np.int64)
-        nsv = np.ones(LANES, dtype=np.int64)
-        nmax = 0
-        for _ln in range(LANES):
-            src = run[_ln] if run[_ln] >= 0 else run[0]
+    WK = np.zeros(LANE_SLOTS * LANES)
+    batch_views()
+    Nl = np.zeros(LANES, dtype=np.int64)
+    every = np.ones(LANES, dtype=np.int64)
+    nsv = np.ones(LANES, dtype=np.int64)
+    nmax = 0
+    for _ln in range(LANES):
+        src = run[_ln] if run[_ln] >= 0 else run[0]
+        if run[_ln] >= 0:
+            Nl[_ln] = N0[src]
+            every[_ln] = every0[src]
+            nmax = max(nmax, Nl[_ln])
+            t[src, 0] = 0.0
+        for a in range(M_SIZE):
+            q[a] = q0[src, a]
+            p[a] = p0[src, a]
             if run[_ln] >= 0:
-                Nl[_ln] = N0[src]
-                every[_ln] = every0[src]
-                nmax = max(nmax, Nl[_ln])
-                t[src, 0] = 0.0
+                q_out[src, 0, a] = q0[src, a]
+                p_out[src, 0, a] = p0[src, a]
+        h = h0[src]
+    for n in range(nmax):
+        for _ln in lane_loop(None):
+            act = 1.0 if n < Nl[_ln] and status == OK else 0.0
+            live = act
+            dprev = np.inf
             for a in range(M_SIZE):
-                q[a] = q0[src, a]
-                p[a] = p0[src, a]
-                if run[_ln] >= 0:
-                    q_out[src, 0, a] = q0[src, a]
-                    p_out[src, 0, a] = p0[src, a]
-            h = h0[src]
-        for n in range(nmax):
-            for _ln in lane_loop(None):
-                act = 1.0 if n < Nl[_ln] and status == OK else 0.0
-                live = act
-                dprev = np.inf
-                for a in range(M_SIZE):
-                    Mp0[a] = p[a]
-                _warm_start(gamma, gamma_prev, E, Mp0, n == 0, warm, S_SIZE, M_SIZE)
-            for sweep in range(1, max_iter + 1):
-                nlive = 0
-                for _ln in lane_loop(live):
-                    _stages(q, h, gamma, Ihat, W, P, Q, Mv, gU, GQ, psi, rho, K_SIZE, S_SIZE, M_SIZE, NU_SIZE)
-                    solved = _fp_sweep(h, Mp0, X, L, S_SIZE, M_SIZE, NU_SIZE, psi, rho, psi, rho, XMpsi, XMrho, A, \\
-                                       lam, new, Mv)
-                    d, scale, bad = _fp_increment(gamma, new, S_SIZE, M_SIZE)
-                    ok = solved and not bad and np.isfinite(d)
-                    for j in range(S_SIZE):
-                        for a in range(M_SIZE):
-                            gamma[j, a] = new[j, a] if ok else gamma[j, a]
-                    done = converged(d, dprev, scale, rtol, stall)
-                    code = OK if ok else (SINGULAR if not solved else DIVERGED)
-                    if ok and not done and sweep == max_iter:
-                        code = NO_CONVERGENCE
-                    for j in range(S_SIZE):
-                        for a in range(M_SIZE):
-                            psi_k[j, a] = psi[j, a]
-                            for b in range(NU_SIZE):
-                                rho_k[j, a, b] = rho[j, a, b]
-                    for b in range(NU_SIZE):
-                        lam_k[b] = lam[b]
-                    status = code
-                    fstep = n
-                    it = sweep
-                    dprev = d
-                    live = 1.0 if ok and not done else 0.0
-                    nlive += 1 if _mask and ok and not done and sweep < max_iter else 0
-                if nlive == 0:
-                    break
-            for _ln in lane_loop(None):
-                go = act if status == OK else 0.0
-            for _ln in lane_loop(go):
+                Mp0[a] = p[a]
+            _warm_start(gamma, gamma_prev, E, Mp0, n == 0, warm, S_SIZE, M_SIZE)
+        for sweep in range(1, max_iter + 1):
+            nlive = 0
+            for _ln in lane_loop(live):
+                _stages(q, h, gamma, Ihat, W, P, Q, Mv, gU, GQ, psi, rho, K_SIZE, S_SIZE, M_SIZE, NU_SIZE)
+                solved = _fp_sweep(h, Mp0, X, L, S_SIZE, M_SIZE, NU_SIZE, psi, rho, psi, rho, XMpsi, XMrho, A, \\
+                                   lam, new, Mv)
+                d, scale, bad = _fp_increment(gamma, new, S_SIZE, M_SIZE)
+                ok = solved and not bad and np.isfinite(d)
                 for j in range(S_SIZE):
                     for a in range(M_SIZE):
-                        gamma_prev[j, a] = gamma[j, a]
+                        gamma[j, a] = new[j, a] if ok else gamma[j, a]
+                done = converged(d, dprev, scale, rtol, stall)
+                code = OK if ok else (SINGULAR if not solved else DIVERGED)
+                if ok and not done and sweep == max_iter:
+                    code = NO_CONVERGENCE
+                for j in range(S_SIZE):
+                    for a in range(M_SIZE):
+                        psi_k[j, a] = psi[j, a]
+                        for b in range(NU_SIZE):
+                            rho_k[j, a, b] = rho[j, a, b]
                 for b in range(NU_SIZE):
-                    lam_prev[b] = lam_k[b]
-                finite = _update(q, p, cq, cp, gamma, psi_k, rho_k, lam_k, h, compensated, M_SIZE, NU_SIZE)
-                status = OK if finite else NON_FINITE_STATE
-                tot = tot + it if finite else tot
-                maxit = max(maxit, it) if finite else maxit
-            for _ln in range(LANES):
-                if go > 0.0 and status == OK and run[_ln] >= 0:
-                    keep = point_saved(n + 1, Nl[_ln], every[_ln])
-                    if keep:
-                        src, row = run[_ln], nsv[_ln]
-                        t[src, row] = (n + 1) * h
-                        for a in range(M_SIZE):
-                            q_out[src, row, a] = q[a]
-                            p_out[src, row, a] = p[a]
-                        nsv[_ln] = row + 1
+                    lam_k[b] = lam[b]
+                status = code
+                fstep = n
+                it = sweep
+                dprev = d
+                live = 1.0 if ok and not done else 0.0
+                nlive += 1 if _mask and ok and not done and sweep < max_iter else 0
+            if nlive == 0:
+                break
+        for _ln in lane_loop(None):
+            go = act if status == OK else 0.0
+        for _ln in lane_loop(go):
+            for j in range(S_SIZE):
+                for a in range(M_SIZE):
+                    gamma_prev[j, a] = gamma[j, a]
+            for b in range(NU_SIZE):
+                lam_prev[b] = lam_k[b]
+            finite = _update(q, p, cq, cp, gamma, psi_k, rho_k, lam_k, h, compensated, M_SIZE, NU_SIZE)
+            status = OK if finite else NON_FINITE_STATE
+            tot = tot + it if finite else tot
+            maxit = max(maxit, it) if finite else maxit
         for _ln in range(LANES):
-            src = run[_ln]
-            if src >= 0:
-                code = int(status)
-                status_out[src] = code
-                fail_step[src] = -1 if code == OK else int(fstep)
-                steps[src] = Nl[_ln] if code == OK else int(fstep)
-                iterations[src] = int(tot)
-                max_iterations[src] = int(maxit)
-                n_saved[src] = nsv[_ln]
-                for b in range(NU_SIZE):
-                    lam_out[src, b] = lam_prev[b] if code == OK and Nl[_ln] > 0 else np.nan
+            if go > 0.0 and status == OK and run[_ln] >= 0:
+                keep = point_saved(n + 1, Nl[_ln], every[_ln])
+                if keep:
+                    src, row = run[_ln], nsv[_ln]
+                    t[src, row] = (n + 1) * h
+                    for a in range(M_SIZE):
+                        q_out[src, row, a] = q[a]
+                        p_out[src, row, a] = p[a]
+                    nsv[_ln] = row + 1
+    for _ln in range(LANES):
+        src = run[_ln]
+        if src >= 0:
+            code = int(status)
+            status_out[src] = code
+            fail_step[src] = -1 if code == OK else int(fstep)
+            steps[src] = Nl[_ln] if code == OK else int(fstep)
+            iterations[src] = int(tot)
+            max_iterations[src] = int(maxit)
+            n_saved[src] = nsv[_ln]
+            for b in range(NU_SIZE):
+                lam_out[src, b] = lam_prev[b] if code == OK and Nl[_ln] > 0 else np.nan
 '''
 
 #: the template's Gaussian elimination with its row swaps and its early exit written as selects: a loop over
