@@ -337,7 +337,8 @@ def _run(runner, inputs: dict, backend: str, threads: int | None, problem: Probl
     R = inputs["h"].shape[0]
     if backend == "auto" and R < GPU_MIN_RUNS:
         note = f"backend auto: ran on numba; {R} runs, fewer than the GPU's least block of {GPU_MIN_RUNS}"
-        return _run_numba(runner, inputs, threads, problem), "numba", note
+        out, lanes_note = _run_numba(runner, inputs, threads, problem)
+        return out, "numba", "; ".join(filter(None, (note, lanes_note)))
     if backend in ("cuda", "auto"):
         try:
             return _run_cuda(runner, inputs), "cuda", ""
@@ -345,8 +346,10 @@ def _run(runner, inputs: dict, backend: str, threads: int | None, problem: Probl
             if backend == "cuda":
                 raise
             note = f"backend auto: ran on numba; {exc}"
-        return _run_numba(runner, inputs, threads, problem), "numba", note
-    return _run_numba(runner, inputs, threads, problem), "numba", ""
+        out, lanes_note = _run_numba(runner, inputs, threads, problem)
+        return out, "numba", "; ".join(filter(None, (note, lanes_note)))
+    out, lanes_note = _run_numba(runner, inputs, threads, problem)
+    return out, "numba", lanes_note
 
 
 def require_gpu() -> None:
@@ -367,9 +370,10 @@ def _run_cuda(runner, inputs: dict) -> dict:
     return run_block_cuda(runner, inputs)
 
 
-def _run_numba(runner, inputs: dict, threads: int | None, problem: Problem | None = None) -> dict:
+def _run_numba(runner, inputs: dict, threads: int | None, problem: Problem | None = None) -> tuple[dict, str]:
     """The block on the CPU: runs that share params in lockstep blocks where the loop has a lockstep form
-    (``kernels/lanes.py``), the others (and every run of other loops) by the per-run block."""
+    (``kernels/lanes.py``), the others (and every run of other loops) by the per-run block. Returns the
+    outputs and a note ('' unless a lockstep block could not be compiled: then every run went run by run)."""
     import numba
 
     from .kernels.ensemble import run_block_numba
@@ -380,17 +384,22 @@ def _run_numba(runner, inputs: dict, threads: int | None, problem: Problem | Non
             raise ConfigError(f"threads = {threads!r}: expected 1..{numba.config.NUMBA_NUM_THREADS}")
         numba.set_num_threads(threads)
     try:
+        from .kernels.lanes import LockstepUnavailable
+
         lockstep = lane_groups(runner, inputs) if problem is not None else []
+        note = ""
         with numba.parallel_chunksize(1):  # runs (lockstep blocks) handed out one at a time: unequal N balance
-            if not lockstep:
+            try:
+                out = _run_lockstep(runner, problem, inputs, lockstep) if lockstep else None
+            except LockstepUnavailable as exc:
+                out, note = None, f"no lockstep block ({exc}): ran run by run"
+            if out is None:
                 out = run_block_numba(runner, inputs)
-            else:
-                out = _run_lockstep(runner, problem, inputs, lockstep)
     finally:
         numba.set_num_threads(previous)
     # no registry.note_compiled here: its marker says that run_chunk's per-run signature is cached, which
     # compiling run_block (run_chunk on views of the block's rows) does not
-    return out
+    return out, note
 
 
 def lane_groups(runner, inputs: dict) -> list[np.ndarray]:

@@ -772,13 +772,31 @@ def unrolled():
         llvm.set_option("", "-unroll-threshold=300")
 
 
+class LockstepUnavailable(Exception):
+    """A lockstep module that numba cannot compile (a problem's callbacks that do not compile on the
+    Fortran-ordered views of the lanes, say): the caller runs the runs one by one instead."""
+
+
 def run_lanes_numba(runner, module, inputs: dict, runs: np.ndarray, out: dict) -> None:
-    """The lockstep blocks of ``runs`` (all of one params row and M = I) written into ``out`` at their rows."""
+    """The lockstep blocks of ``runs`` (all of one params row and M = I) written into ``out`` at their rows.
+
+    Raises LockstepUnavailable (before writing anything) where the module does not compile, or its first call
+    fails; remembered for the module, so that it is tried once per process."""
+    if getattr(module, "_hbvm_unavailable", None):
+        raise LockstepUnavailable(module._hbvm_unavailable)
     rows = lane_rows([runs])
     params = inputs["params"][int(runs[0])]
-    compiling = unrolled() if not module.run_lanes.signatures else contextlib.nullcontext()
-    with compiling:
+    if module.run_lanes.signatures:
         _call(module, runner, inputs, rows, params, out)
+        return
+    try:
+        with unrolled():
+            _call(module, runner, inputs, rows, params, out)
+    except Exception as exc:  # noqa: BLE001 - numba's errors, and a callback's from a thread (a SystemError)
+        # a callback that numba cannot compile, or that fails, on the lanes' views: where the runs fail for
+        # themselves, the per-run block raises (or records) the same again
+        module._hbvm_unavailable = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
+        raise LockstepUnavailable(module._hbvm_unavailable) from None
 
 
 def _call(module, runner, inputs: dict, rows: np.ndarray, params: np.ndarray, out: dict) -> None:

@@ -5,12 +5,14 @@ failures, runs of other lengths and empty lanes stay in their own lane."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 import hbvm_core as hc
 from hbvm_core.ensemble import lane_groups
-from hbvm_core.kernels import lanes
+from hbvm_core.kernels import kernel, lanes
 from hbvm_core.kernels.rules import OK
 from hbvm_core.problems.parametric import conical_pendulum
 
@@ -141,3 +143,31 @@ def test_lockstep_three_constraints(monkeypatch):
         np.testing.assert_array_equal(getattr(lock, key), getattr(ref, key), err_msg=key)
     for key in ("t", "q", "p", "lam"):
         assert_close(getattr(lock, key), getattr(ref, key), int(N.max()), key)
+
+
+@kernel
+def reshaping_grad_U(Q, out, params):
+    """U = z, through a reshape that needs a C-ordered Q: the lockstep block hands Fortran-ordered views."""
+    flat = Q.reshape(Q.size)
+    for i in range(Q.shape[0]):
+        out[i, 0] = 0.0 * flat[3 * i]
+        out[i, 1] = 0.0
+        out[i, 2] = 1.0
+
+
+@pytest.mark.slow
+def test_callbacks_that_fail_on_the_lanes_run_run_by_run(monkeypatch):
+    """A problem whose callback works on the per-run loop's arrays but not on the lanes' views: the ensemble
+    runs every run by the per-run block, says so in backend_note, and gives its results."""
+    published = hc.get_problem("conical_pendulum")
+    kernels = dataclasses.replace(published.kernels, grad_U=reshaping_grad_U)
+    pb = dataclasses.replace(published, name="reshaping_conical", kernels=kernels)
+    R = 2 * lanes.MIN_GROUP
+    h = published.period / 100 * (1.0 + 0.01 * np.arange(R) / R)
+    result = hc.integrate_ensemble(pb, METHOD, h, 30)
+    assert "no lockstep block" in result.backend_note and np.all(result.status == OK)
+    monkeypatch.setenv("HBVM_LANES", "0")
+    ref = hc.integrate_ensemble(pb, METHOD, h, 30)
+    assert ref.backend_note == ""
+    np.testing.assert_array_equal(result.iterations, ref.iterations)
+    assert_close(result.q, ref.q, 30, "q")
