@@ -335,21 +335,18 @@ def _start_multipliers(runner, instances, inverse, q0, p0, nu: int) -> np.ndarra
 # --------------------------------------------------------------------------- the block call
 def _run(runner, inputs: dict, backend: str, threads: int | None, problem: Problem) -> tuple[dict, str, str]:
     R = inputs["h"].shape[0]
+    note = ""
     if backend == "auto" and R < GPU_MIN_RUNS:
         note = f"backend auto: ran on numba; {R} runs, fewer than the GPU's least block of {GPU_MIN_RUNS}"
-        out, lanes_note = _run_numba(runner, inputs, threads, problem)
-        return out, "numba", "; ".join(filter(None, (note, lanes_note)))
-    if backend in ("cuda", "auto"):
+    elif backend in ("cuda", "auto"):
         try:
             return _run_cuda(runner, inputs), "cuda", ""
         except BackendError as exc:
             if backend == "cuda":
                 raise
             note = f"backend auto: ran on numba; {exc}"
-        out, lanes_note = _run_numba(runner, inputs, threads, problem)
-        return out, "numba", "; ".join(filter(None, (note, lanes_note)))
     out, lanes_note = _run_numba(runner, inputs, threads, problem)
-    return out, "numba", lanes_note
+    return out, "numba", "; ".join(filter(None, (note, lanes_note)))
 
 
 def require_gpu() -> None:
@@ -370,7 +367,7 @@ def _run_cuda(runner, inputs: dict) -> dict:
     return run_block_cuda(runner, inputs)
 
 
-def _run_numba(runner, inputs: dict, threads: int | None, problem: Problem | None = None) -> tuple[dict, str]:
+def _run_numba(runner, inputs: dict, threads: int | None, problem: Problem) -> tuple[dict, str]:
     """The block on the CPU: runs that share params in lockstep blocks where the loop has a lockstep form
     (``kernels/lanes.py``), the others (and every run of other loops) by the per-run block. Returns the
     outputs and a note ('' unless a lockstep block could not be compiled: then every run went run by run)."""
@@ -386,7 +383,7 @@ def _run_numba(runner, inputs: dict, threads: int | None, problem: Problem | Non
     try:
         from .kernels.lanes import LockstepUnavailable
 
-        lockstep = lane_groups(runner, inputs) if problem is not None else []
+        lockstep = lane_groups(runner, inputs)
         note = ""
         with numba.parallel_chunksize(1):  # runs (lockstep blocks) handed out one at a time: unequal N balance
             try:
@@ -419,7 +416,7 @@ def _param_groups(runner, inputs: dict) -> list[np.ndarray]:
     if os.environ.get("HBVM_LANES", "1") == "0" or not lanes.applies(runner, m, nu):
         return []
     params = inputs["params"]
-    if params.shape[1] == 0 or params.shape[0] == 1:
+    if params.shape[1] == 0:  # no params: one group
         runs = np.arange(inputs["h"].shape[0], dtype=np.int64)
         return [runs] if runs.size >= lanes.MIN_GROUP else []
     _, inverse = np.unique(params, axis=0, return_inverse=True)
@@ -448,7 +445,7 @@ def _run_lockstep(runner, problem: Problem, inputs: dict, groups: list[np.ndarra
         sub = run_block_numba(runner, per_run)
         for key in BLOCK_OUTPUTS:
             value = sub[key]
-            if value.ndim >= 2 and key in ("t", "q", "p"):
+            if key in ("t", "q", "p"):  # the block's saved points: as many as these runs keep
                 out[key][rows, : value.shape[1]] = value
             else:
                 out[key][rows] = value

@@ -49,7 +49,7 @@ def test_lockstep_against_per_run_loop(monkeypatch):
     R = 2 * (2 * lanes.MIN_GROUP + 5)
     runs, h, N, every = block(R, 1)
     result = hc.integrate_ensemble(runs, METHOD, h, N, sample_every=every)
-    assert np.all(result.status == OK)
+    assert np.all(result.status == OK) and result.backend_note == ""  # in lockstep: no fallback said
     monkeypatch.setenv("HBVM_LANES", "0")
     ref = hc.integrate_ensemble(runs, METHOD, h, N, sample_every=every)
     for key in ("steps", "iterations", "max_iterations", "n_saved"):
@@ -82,6 +82,7 @@ def test_lockstep_failures_stay_in_their_lane(monkeypatch):
     inputs = {"params": np.zeros((R, 1)), "h": h, "N": N, "q0": q0, "lam0": np.zeros((R, 1))}
     assert [g.size for g in lane_groups(METHOD.compiled_runner(pb), inputs)] == [R]
     lock = hc.integrate_ensemble(pb, METHOD, h, N, q0=q0, sample_every=3)
+    assert lock.backend_note == ""
     monkeypatch.setenv("HBVM_LANES", "0")
     ref = hc.integrate_ensemble(pb, METHOD, h, N, q0=q0, sample_every=3)
     assert lock.status[3] != OK and lock.status[7] != OK and np.sum(lock.status != OK) == 2
@@ -138,7 +139,7 @@ def test_lockstep_three_constraints(monkeypatch):
     lock = hc.integrate_ensemble(pb, method, h, N, sample_every=4)
     monkeypatch.setenv("HBVM_LANES", "0")
     ref = hc.integrate_ensemble(pb, method, h, N, sample_every=4)
-    assert np.all(lock.status == OK)
+    assert np.all(lock.status == OK) and lock.backend_note == ""  # in lockstep: no fallback said
     for key in ("status", "fail_step", "steps", "iterations", "max_iterations", "n_saved"):
         np.testing.assert_array_equal(getattr(lock, key), getattr(ref, key), err_msg=key)
     for key in ("t", "q", "p", "lam"):
