@@ -57,12 +57,15 @@ def d2g(Q, V):
     return np.stack([2.0 * np.sum((W[:, i] - W[:, j]) ** 2, axis=1) for i, j in PAIRS], axis=1)
 
 
-# Compiled callbacks (hbvm_core.kernels): fill ``out`` at the rows of Q; ``params`` unused.
+# Compiled callbacks (hbvm_core.kernels): fill ``out`` at the rows of Q; ``params`` unused. The loop over the
+# points is the innermost, one pass per output column: the lockstep blocks hand Fortran-ordered views (a column's
+# points contiguous, one per lane), where such a loop vectorises; a loop over points outside writing 27 columns
+# per point does not (docs/performance.md, "Compiled callbacks for your own problem").
 @kernel
 def grad_U_kernel(Q, out, params):
     """U = -sum_i 1/|q_i|: grad = q_i / |q_i|^3 for the three bodies."""
-    for i in range(Q.shape[0]):
-        for b in range(3):
+    for b in range(3):
+        for i in range(Q.shape[0]):
             x, y, z = Q[i, 3 * b], Q[i, 3 * b + 1], Q[i, 3 * b + 2]
             r = math.sqrt(x * x + y * y + z * z)
             r3 = r * r * r
@@ -73,17 +76,15 @@ def grad_U_kernel(Q, out, params):
 
 @kernel
 def G_kernel(Q, out, params):
-    """g_c = |q_i - q_j|^2 - 1 for the pairs (1,2), (2,3), (3,1): columns +-2 (q_i - q_j)."""
-    for i in range(Q.shape[0]):
-        for a in range(9):
-            for c in range(3):
-                out[i, a, c] = 0.0
-        for c in range(3):
-            bi, bj = c, (c + 1) % 3
-            for x in range(3):
+    """g_c = |q_i - q_j|^2 - 1 for the pairs (1,2), (2,3), (3,1): columns +-2 (q_i - q_j), 0 for the third body."""
+    for c in range(3):
+        bi, bj, bk = c, (c + 1) % 3, (c + 2) % 3
+        for x in range(3):
+            for i in range(Q.shape[0]):
                 d = 2.0 * (Q[i, 3 * bi + x] - Q[i, 3 * bj + x])
                 out[i, 3 * bi + x, c] = d
                 out[i, 3 * bj + x, c] = -d
+                out[i, 3 * bk + x, c] = 0.0
 
 
 @kernel
