@@ -545,6 +545,53 @@ def _block(printer, exprs: list, indent: str) -> tuple[list[str], list[str]]:
     return lines, [_code(printer, e) for e in reduced]
 
 
+def _point_loops(printer, exprs: list, idx: list[str], m: int, with_v: bool) -> list[str]:
+    """The body of a compiled kernel writing ``out[i, idx_k] = exprs[k]`` for every point i: after ``sympy.cse``,
+    the entries are parted into groups that share no subexpression (the constant entries one group), and each
+    group is one loop over the points with only the loads and subexpressions it needs. The loop over points is
+    so the innermost one, over few columns: on the lockstep blocks' Fortran-ordered views (one point per lane)
+    LLVM vectorises it (docs/performance.md); the arithmetic of each entry is the same as in one loop."""
+    sp = _sympy()
+    if not exprs:
+        return []
+    subs, reduced = sp.cse(exprs, symbols=sp.numbered_symbols("_x"))
+    needs = {}  # a subexpression -> the subexpressions it reads, itself included (transitively)
+    for sym, val in subs:
+        needs[sym] = {sym}.union(*(needs[f] for f in val.free_symbols if f in needs))
+    parent = list(range(len(reduced)))
+
+    def root(k: int) -> int:
+        while parent[k] != k:
+            k = parent[k]
+        return k
+
+    owner: dict = {}  # a subexpression -> the first entry that reads it
+    uses = []
+    for k, e in enumerate(reduced):
+        used = set().union(*(needs[f] for f in e.free_symbols if f in needs))
+        uses.append(used)
+        for sym in used:
+            parent[root(k)] = root(owner.setdefault(sym, k))
+    constant = [k for k, e in enumerate(reduced) if not e.free_symbols]
+    groups: dict[int, list[int]] = {}
+    for k, e in enumerate(reduced):
+        if e.free_symbols:
+            groups.setdefault(root(k), []).append(k)
+    parts = ([constant] if constant else []) + list(groups.values())
+    lines = []
+    for part in sorted(parts, key=min):
+        used = set().union(*(uses[k] for k in part))
+        read = [reduced[k] for k in part] + [val for sym, val in subs if sym in used]
+        free = set().union(*(e.free_symbols for e in read))
+        lines.append("    for i in range(Q.shape[0]):")
+        lines += [f"        q_{j} = Q[i, {j}]" for j in range(m) if sp.Symbol(f"q_{j}", real=True) in free]
+        if with_v:
+            lines += [f"        v_{j} = V[i, {j}]" for j in range(m) if sp.Symbol(f"v_{j}", real=True) in free]
+        lines += [f"        {sym} = {_code(printer, val)}" for sym, val in subs if sym in used]
+        lines += [f"        out[i, {idx[k]}] = {_code(printer, reduced[k])}" for k in part]
+    return lines
+
+
 def generate_source(model: Model) -> str:
     """The module text: numpy callbacks ``U, grad_U, g, G, d2g(Q[, V], c)``, ``exact(t, c)``, ``initial(c)`` and
     the compiled kernels ``grad_U_kernel, g_kernel, G_kernel, d2g_kernel(Q, [V,] out, params)`` (registry)."""
@@ -615,19 +662,13 @@ def generate_source(model: Model) -> str:
     out.append(f"    period = {codes[-1] if model.period is not None else None}")
     out += ["    return q0, p0, mass, period", ""]
 
-    # the compiled kernels (numba style: write into out at the rows of Q)
+    # the compiled kernels (numba style: write into out at the rows of Q): one loop over the points per group of
+    # entries that share common subexpressions, the loop over points innermost (``_point_loops``)
     def kernel_fn(name, exprs, idx, extra=""):
         lines = ["@kernel", f"def {name}(Q, {extra}out, params):"]
         lines += [f"    c_{j} = params[{j}]" for j in range(len(model.c))]
-        lines.append("    for i in range(Q.shape[0]):")
-        lines += [f"        q_{j} = Q[i, {j}]" for j in range(m)]
-        if extra:
-            lines += [f"        v_{j} = V[i, {j}]" for j in range(m)]
-        cse, codes = _block(scalar, exprs, "        ")
-        lines += cse
-        lines += [f"        out[i, {i}] = {code}" for i, code in zip(idx, codes)]
-        if not exprs:
-            lines.append("        pass")
+        loops = _point_loops(scalar, exprs, idx, m, bool(extra))
+        lines += loops or ["    pass"]
         lines.append("")
         return lines
 
