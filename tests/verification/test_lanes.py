@@ -172,3 +172,33 @@ def test_callbacks_that_fail_on_the_lanes_run_run_by_run(monkeypatch):
     assert ref.backend_note == ""
     np.testing.assert_array_equal(result.iterations, ref.iterations)
     assert_close(result.q, ref.q, 30, "q")
+
+
+@pytest.mark.slow
+def test_lockstep_with_callbacks_that_cannot_be_imported(monkeypatch):
+    """Callbacks defined inside a function (no importable name: the lockstep module is bound in memory, not
+    written to the kernel cache) run in lockstep too, and give the per-run block's results to round-off."""
+
+    @kernel
+    def local_grad_U(Q, out, params):
+        """U = z, as the published conical pendulum."""
+        for i in range(Q.shape[0]):
+            out[i, 0] = 0.0
+            out[i, 1] = 0.0
+            out[i, 2] = 1.0
+
+    published = hc.get_problem("conical_pendulum")
+    kernels = dataclasses.replace(published.kernels, grad_U=local_grad_U)
+    pb = dataclasses.replace(published, name="local_conical", kernels=kernels)
+    method = hc.HBVM(1, 1)  # the smallest module: the path, not the method, is under test
+    R = lanes.MIN_GROUP + 3
+    h = published.period / 50 * (1.0 + 0.01 * np.arange(R) / R)
+    lock = hc.integrate_ensemble(pb, method, h, 25, sample_every=5)
+    assert np.all(lock.status == OK) and lock.backend_note == ""  # in lockstep: no fallback said
+    module = lanes.lane_module(pb, method.compiled_runner(pb))  # the one the call used (looked up, not made)
+    assert getattr(module, "__file__", None) is None  # bound in memory: no file in the kernel cache
+    monkeypatch.setenv("HBVM_LANES", "0")
+    ref = hc.integrate_ensemble(pb, method, h, 25, sample_every=5)
+    np.testing.assert_array_equal(lock.iterations, ref.iterations)
+    for key in ("q", "p", "lam"):
+        assert_close(getattr(lock, key), getattr(ref, key), 25, key)
