@@ -730,13 +730,9 @@ def _lane_module(constants: dict, kernels, tables: tuple[np.ndarray, ...]) -> ty
     return module
 
 
-def lane_rows(groups: list[np.ndarray]) -> np.ndarray:
-    """The rows argument of ``run_lanes``: each group's runs in blocks of LANES, the last padded with -1."""
-    blocks = []
-    for runs in groups:
-        pad = (-runs.size) % LANES
-        blocks.append(np.concatenate([runs, np.full(pad, -1, dtype=np.int64)]))
-    return np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
+def lane_rows(runs: np.ndarray) -> np.ndarray:
+    """The rows argument of ``run_lanes``: the runs in blocks of LANES, the last padded with -1 (empty lanes)."""
+    return np.concatenate([runs, np.full((-runs.size) % LANES, -1, dtype=np.int64)])
 
 
 #: LLVM's unroll threshold while a lockstep module compiles (its default at -O3: 300): the loops over k, s, m and
@@ -772,7 +768,7 @@ def run_lanes_numba(runner, module, inputs: dict, runs: np.ndarray, out: dict) -
     fails; remembered for the module, so that it is tried once per process."""
     if getattr(module, "_hbvm_unavailable", None):
         raise LockstepUnavailable(module._hbvm_unavailable)
-    rows = lane_rows([runs])
+    rows = lane_rows(runs)
     params = inputs["params"][int(runs[0])]
     if module.run_lanes.signatures:
         _call(module, runner, inputs, rows, params, out)
