@@ -1,6 +1,6 @@
 """End-to-end cost of a sweep of many tiny runs through Snakemake: time, files and bytes per run.
 
-    python -m benchmarks.sweep [--runs 2000] [--cores 2] [--json] [--keep DIR]
+    python -m benchmarks.sweep [--runs 2000] [--cores 2] [--json] [--keep DIR] [--timeline]
 
 The sweep: planar pendulum on [0, 1], HBVM(k, 1) for k = 1..10, h = 1/n for
 n = 20, 21, ... (runs / 10 step sizes, at most 200), errors against the exact
@@ -9,7 +9,9 @@ velocities theta_dot0 in [0.5, 1.5]. Each run is 20 to 219 steps: microseconds o
 what surrounds a run (Snakemake, scheduling, storage, aggregation). It runs
 ``snakemake --cores N`` in a clean working directory (kernel cache warm: the
 shipped problems' loops are compiled first, untimed) and reports the runs, the
-wall time, ms per run, and the files and bytes of the run stores per run.
+wall time, ms per run, and the files and bytes of the run stores per run. ``--timeline`` runs it with Snakemake's
+and the jobs' lines not quieted and prints each with the seconds from the start at which it arrived (where the
+fixed costs go: the parse, the job's start, Dask, the shards, the aggregation).
 """
 
 from __future__ import annotations
@@ -145,7 +147,16 @@ def _structures(problems: list) -> list:
     return [np.array(v) for v in out.values()]
 
 
-def run(runs: int, cores: int, keep: str | None = None, save: str = "summary", shard_runs: int | None = None) -> dict:
+def run(
+    runs: int,
+    cores: int,
+    keep: str | None = None,
+    save: str = "summary",
+    shard_runs: int | None = None,
+    timeline: bool = False,
+) -> dict:
+    """The sweep through ``snakemake --cores cores`` in a clean folder (``keep``: that one); with ``timeline``,
+    Snakemake's and the jobs' lines (not quieted) with the seconds from the start at which each arrived."""
     env = dict(os.environ)
     subprocess.run([sys.executable, "-m", "hbvm_core", "kernels", "warm"], check=True, env=env, capture_output=True)
     config = sweep_config(runs, save, shard_runs)
@@ -159,12 +170,19 @@ def run(runs: int, cores: int, keep: str | None = None, save: str = "summary", s
         target = "results/sweep/errors.csv"  # plan, solve, store, aggregate (no tables or figure)
         cmd = [
             sys.executable, "-m", "snakemake", target, "--cores", str(cores), "--snakefile", str(REPO / "Snakefile"),
-            "--directory", str(work), "--configfile", str(cfg), "--quiet", "all",
+            "--directory", str(work), "--configfile", str(cfg), *(() if timeline else ("--quiet", "all")),
         ]  # fmt: skip
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stderr = subprocess.STDOUT if timeline else subprocess.PIPE
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True)
         rss = PeakRSS(proc.pid)
+        lines: list[list] = []
+        if timeline:  # each line as it arrives
+            for line in proc.stdout:
+                if line.strip():
+                    lines.append([round(time.perf_counter() - t0, 2), line.rstrip()[:160]])
         out, err = proc.communicate()
+        err = err if err is not None else "\n".join(text for _, text in lines)
         wall = time.perf_counter() - t0
         peak = rss.stop()
         if proc.returncode != 0:
@@ -193,7 +211,7 @@ def run(runs: int, cores: int, keep: str | None = None, save: str = "summary", s
         "peak_rss_mb": round(peak / 2**20, 1),
         "load_average_after": os.getloadavg()[0],
         "command": f"snakemake --cores {cores} --configfile sweep.json {target}",
-    }
+    } | ({"timeline": lines} if timeline else {})
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -204,11 +222,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--save", choices=("summary", "trajectory"), default="summary", help="the study's save key")
     ap.add_argument("--shard-runs", type=int, help="the study's shard_runs (default: the schema's)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument(
+        "--timeline", action="store_true", help="Snakemake's lines not quieted, each with its arrival time (s)"
+    )
     args = ap.parse_args(argv)
-    out = run(args.runs, args.cores, args.keep, args.save, args.shard_runs) | {"machine": machine()}
+    out = run(args.runs, args.cores, args.keep, args.save, args.shard_runs, args.timeline) | {"machine": machine()}
     if args.json:
         print(json.dumps(out, indent=1))
         return
+    for seconds, line in out.get("timeline", []):
+        print(f"{seconds:7.2f}  {line}")
     print(
         f"{out['runs']} runs ({out['rows']} rows, save {out['save']}) in {out['wall_s']:.1f} s with --cores "
         f"{out['cores']}: {out['ms_per_run']:.3f} ms per run; kernel alone {out['kernel_s']:.2f} s "

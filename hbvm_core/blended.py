@@ -44,7 +44,6 @@ function evaluations.
 from __future__ import annotations
 
 import numpy as np
-from scipy.linalg import lu_factor, lu_solve
 
 from .errors import ConvergenceError
 
@@ -112,6 +111,9 @@ def residual(stepper, q0, Mp0, h, gamma, lam):
 
 def blended(stepper, q0, p0, Mp0, h, gamma, n=0, t=0.0):
     """Solve the step by simplified Newton; returns (gamma, (lam, psi_0, rho_0, Q), iterations) like the sweep."""
+    # here: this module is imported with every compiled runner (``initial_multiplier``), which needs no scipy.linalg
+    from scipy.linalg import lu_factor, lu_solve
+
     pb, rule = stepper.problem, stepper.method.rule
     s, m = stepper.tab.s, pb.m
     lam = getattr(stepper, "blended_lam", None)

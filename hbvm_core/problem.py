@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.linalg import cho_factor, cho_solve
 
 from .checks import check_derivatives as check_derivatives_of
 from .checks import check_vectorised
@@ -186,6 +185,9 @@ class Problem:
                 f"{self.name}: M must be a scalar, a vector of {m} diagonal entries or a symmetric {m}x{m} matrix, "
                 f"got {what}"
             )
+        # imported here: scipy.linalg takes 0.1-0.15 s to import (the workflow's parse), and a diagonal M needs none
+        from scipy.linalg import cho_factor
+
         try:
             self._chol = cho_factor(M)
         except np.linalg.LinAlgError:
@@ -202,6 +204,8 @@ class Problem:
             return x
         if self._diag is not None:
             return x / (self._diag if x.ndim == 1 else self._diag[:, None])
+        from scipy.linalg import cho_solve
+
         return cho_solve(self._chol, x)
 
     def minv_rows(self, x: Array) -> Array:
@@ -210,6 +214,8 @@ class Problem:
             return x
         if self._diag is not None:
             return x / self._diag.reshape((1, self.m) + (1,) * (x.ndim - 2))
+        from scipy.linalg import cho_solve
+
         a = x.shape[0]
         xt = np.moveaxis(x, 1, 0).reshape(self.m, -1)
         return np.moveaxis(cho_solve(self._chol, xt).reshape((self.m, a) + x.shape[2:]), 0, 1)

@@ -32,8 +32,6 @@ import subprocess
 import sys
 from collections.abc import Iterator
 
-import dask
-
 from hbvm_core.errors import ConfigError, HBVMError
 
 from .layout import SLURM_LOGS
@@ -94,6 +92,8 @@ def dask_client(dask_cfg: dict | None, threads: int = 1, env: dict | None = None
     method = cfg.get("start_method") or default_start_method()
     if method not in START_METHODS:
         raise ConfigError(f"dask.start_method = {method!r}: expected one of {', '.join(START_METHODS)}")
+    import dask  # here: the parse imports this module for rule_resources, and needs no Dask
+
     security = temporary_security()
     with dask.config.set({"distributed.worker.multiprocessing-method": method}):
         if cluster_type == "local":
@@ -164,6 +164,8 @@ def _connect(cfg: dict, timeout: float):
     security = user_security(cfg)
     if cfg.get("address"):
         _reachable(cfg["address"], timeout, where)
+    import dask
+
     with dask.config.set({"distributed.comm.timeouts.connect": f"{timeout}s"}):
         try:
             return Client(timeout=timeout, security=security, **kw)

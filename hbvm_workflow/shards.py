@@ -14,9 +14,10 @@ the order of the plan (method, grid combination, h decreasing):
   [run, point, 2m] (q, then p, at the saved points: the sample times of the study's errors and the final
   point; NaN beyond n_saved).
 
-Every array is sharded along ``run`` by ``shard_runs`` rows (Zarr's sharding codec: one file per array and
+Every data array is sharded along ``run`` by ``shard_runs`` rows (Zarr's sharding codec: one file per array and
 shard), in inner chunks of ``CHUNK_RUNS`` rows, each compressed and ending with a CRC-32C checksum
-(``storage.compressors``). Shard ``slot`` covers the rows ``[slot * shard_runs, (slot + 1) * shard_runs)``.
+(``storage.compressors``); a coordinate is one file (a shard of the whole length) of one checksummed chunk (it is
+only ever read whole). Shard ``slot`` covers the rows ``[slot * shard_runs, (slot + 1) * shard_runs)``.
 
 Completeness: a shard is complete when its record ``<store>/shards/<slot>.json`` (``layout.shard_record``)
 exists and names the digest of its runs' hashes. A task removes the record first, writes its shard's files,
@@ -187,6 +188,17 @@ def _width(name: str, table: RunTable) -> tuple[int, ...]:
     ]
 
 
+def inner_chunk(shard_runs: int) -> int:
+    """Rows of an inner chunk of a data array: ``CHUNK_RUNS``, a whole shard of fewer runs, or, where ``shard_runs``
+    is no multiple of it (Zarr makes a shard of whole chunks: 2500 in chunks of 1000 was refused), its largest
+    divisor up to ``CHUNK_RUNS``; one chunk per shard where that divisor is under a tenth of it (a prime
+    ``shard_runs`` would make chunks of one run)."""
+    if shard_runs <= CHUNK_RUNS or shard_runs % CHUNK_RUNS == 0:
+        return min(shard_runs, CHUNK_RUNS)
+    d = max(d for d in range(1, CHUNK_RUNS + 1) if shard_runs % d == 0)
+    return d if 10 * d >= CHUNK_RUNS else shard_runs
+
+
 def create(path: str, table: RunTable, study: str, tmp: str) -> None:
     """Write the store's metadata and coordinates under ``tmp`` and rename it to ``path`` (which must not
     exist): a store at ``path`` always has them. Its shards are written by the tasks."""
@@ -195,7 +207,7 @@ def create(path: str, table: RunTable, study: str, tmp: str) -> None:
     os.makedirs(tmp, exist_ok=True)
     work = new_temporary(tmp, path)
     sr, R = table.shard_runs, max(table.runs, 1)
-    chunk = min(CHUNK_RUNS, sr)
+    chunk = inner_chunk(sr)
     attrs = {
         "format": FORMAT,
         "study": study,
@@ -221,8 +233,10 @@ def create(path: str, table: RunTable, study: str, tmp: str) -> None:
                            compressors=compressors(), fill_value=fill)  # fmt: skip
         for name in COORDS:
             values = getattr(table, name)
-            # one shard of the whole length: one file per coordinate, written here once
-            a = g.create_array(name, shape=(R,), chunks=(min(CHUNK_RUNS, R),), shards=(R,), dtype=values.dtype,
+            # one shard of the whole length: one file per coordinate, written here once and only ever read whole, of
+            # one inner chunk (Zarr wants the shard a multiple of its chunks: chunks of CHUNK_RUNS refused a study of
+            # 1500 runs; and the seven coordinates of 10^5 runs are written in 0.03 s instead of 0.15-0.18 s)
+            a = g.create_array(name, shape=(R,), chunks=(R,), shards=(R,), dtype=values.dtype,
                                compressors=compressors(), fill_value=0)  # fmt: skip
             if table.runs:
                 a[:] = values

@@ -41,6 +41,7 @@ from hbvm_core.errors import ConfigError, NonFiniteError, ProblemError
 from hbvm_core.methods import method_label  # noqa: F401  (re-exported)
 from hbvm_core.problems import BUILTIN, problem_name
 
+from .collector import paused
 from .kinds import KINDS
 from .layout import (  # noqa: F401
     COLUMNS,
@@ -550,12 +551,15 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
         raise ConfigError(f"{where}.methods: expected a non-empty list of method entries")
     from hbvm_core.fingerprint import method_fingerprint
 
-    for i, raw in enumerate(cfg["methods"]):
-        study_method = _method(f"{where}.methods[{i}]", raw, cfg, study.methods, [inst.problem for inst in instances])
-        numerics = method_fingerprint(study_method.entry)  # once per method: the instances share it
-        for inst in instances:
-            _add_runs(study, study_method, raw, f"{where}.methods[{i}]", inst, numerics)
-        study.methods.append(study_method)
+    # the runs: a Job and a Row each, some 10^6 objects for a 10^5-run sweep, all kept (collector.paused)
+    with paused():
+        for i, raw in enumerate(cfg["methods"]):
+            where_i = f"{where}.methods[{i}]"
+            study_method = _method(where_i, raw, cfg, study.methods, [inst.problem for inst in instances])
+            numerics = method_fingerprint(study_method.entry)  # once per method: the instances share it
+            for inst in instances:
+                _add_runs(study, study_method, raw, where_i, inst, numerics)
+            study.methods.append(study_method)
     by_combo: dict[str, list] = {}
     for job in study.jobs.values():
         by_combo.setdefault(job.combo, []).append(job)

@@ -32,7 +32,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import ellipj
 
 from ..errors import ConfigError
 from ..kernels import Kernels, kernel
@@ -144,6 +143,8 @@ def planar_pendulum(theta_dot0: float = 1.0, length: float = 1.0, gravity: float
     L2 = length * length
 
     def exact(t):
+        from scipy.special import ellipj  # on first use (pendulum.theta_exact)
+
         sn, cn, _, _ = ellipj(w0 * np.asarray(t, dtype=float), k * k)
         th, om = 2.0 * np.arcsin(k * sn), 2.0 * k * w0 * cn
         q = length * np.stack([np.sin(th), -np.cos(th)], axis=-1)

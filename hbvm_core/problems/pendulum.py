@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import ellipj
 
 from ..kernels import Kernels, kernel
 from ..problem import Problem
@@ -20,6 +19,8 @@ ELLIPTIC_M = 0.25
 
 def theta_exact(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """theta(t) and theta'(t) from Jacobi's sn, cn with parameter 1/4."""
+    from scipy.special import ellipj  # here: scipy.special costs 0.1 s to import, and only a reference needs it
+
     sn, cn, dn, _ = ellipj(np.asarray(t, dtype=float), ELLIPTIC_M)
     kk = np.sqrt(ELLIPTIC_M)
     return 2.0 * np.arcsin(kk * sn), 2.0 * kk * cn
