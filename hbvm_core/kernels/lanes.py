@@ -700,11 +700,11 @@ def _lane_module(constants: dict, kernels, tables: tuple[np.ndarray, ...]) -> ty
         callbacks[name] = resolve_callback(name, f)
     import numba
 
-    # the module is a function of what makes it (this generator, the template and its shared helpers, the
-    # constants, the tables, the callbacks, numba): hashed without writing the source, so that a process finds a
-    # module written before without generating it again (some 0.1 s each)
+    # the module is a function of what makes it (this generator, registry's expansion and file footer, the template
+    # and its shared helpers, the constants, the tables, the callbacks, numba): hashed without writing the source,
+    # so that a process finds a module written before without generating it again (some 0.1 s each)
     digest = hashlib.sha256(numba.__version__.encode())
-    for path in (Path(__file__), TEMPLATES["hbvm"], *SHARED):
+    for path in (Path(__file__), Path(__file__).with_name("registry.py"), TEMPLATES["hbvm"], *SHARED):
         digest.update(path.read_bytes())
     digest.update(repr(sorted(constants.items())).encode())
     for table in tables:
@@ -764,8 +764,9 @@ class LockstepUnavailable(Exception):
 def run_lanes_numba(runner, module, inputs: dict, runs: np.ndarray, out: dict) -> None:
     """The lockstep blocks of ``runs`` (all of one params row and M = I) written into ``out`` at their rows.
 
-    Raises LockstepUnavailable (before writing anything) where the module does not compile, or its first call
-    fails; remembered for the module, so that it is tried once per process."""
+    Raises LockstepUnavailable where the module does not compile, or its first call fails (the caller then
+    discards ``out``, which that call may have begun to write); remembered for the module, so that it is tried
+    once per process."""
     if getattr(module, "_hbvm_unavailable", None):
         raise LockstepUnavailable(module._hbvm_unavailable)
     rows = lane_rows(runs)
