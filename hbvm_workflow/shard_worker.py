@@ -222,7 +222,9 @@ def cold_ensembles(specs: list[dict]) -> bool:
                 seen.add(key)
                 method = method_from_entry(spec["methods"][i]["entry"])
                 cached = block_cached(method, problem)
-                if not cached if cached is not None else uncached_loop(method, problem) is not None:
+                if cached is None:  # cannot tell: the scalar loop's marker
+                    cached = uncached_loop(method, problem) is None
+                if not cached:
                     return True
             except Exception:  # noqa: BLE001 - the shard task reports it
                 continue
