@@ -5,6 +5,7 @@
 # This file holds every function of the workflow and defines no rule (`snakemake --lint` wants them
 # apart); the other files hold the rules. Every path comes from hbvm_workflow.layout, as a call such as
 # layout.manifest_path(RESULTS, "{study}") in a pattern, or as another rule's output.
+import functools
 import gc
 import json
 import os
@@ -125,28 +126,25 @@ def study_solve_threads(wildcards):
     """solve_study, solve_summary: one study's share of the work of the studies asked for by name (all but the
     default ones; for a summary study of the default target: of the default ones);
     with ``solve_per_study`` each study's job is sized by its own work (its own allocation on a cluster)."""
-    name = wildcards.study
-    if name not in STUDY_THREADS:  # once per study: Snakemake asks for a job's threads more than once
-        if config.get("solve_per_study"):
-            STUDY_THREADS[name] = solve_threads([name])
-        else:
-            default = default_studies()
-            # a summary study of the default target (rule solve_summary) shares the cores with the default target's
-            beside = default if name in default else [n for n in STUDIES if n not in default]
-            share = 1.0 if beside == [name] else study_work(name) / max(sum(map(study_work, beside)), 1e-9)
-            STUDY_THREADS[name] = solve_threads([name], share)
-    return STUDY_THREADS[name]
+    return study_threads(wildcards.study)
 
 
-STUDY_THREADS = {}  # study_solve_threads of each study
-STUDY_WORK = {}  # study_work of each study
+@functools.cache  # once per study: Snakemake asks for a job's threads more than once
+def study_threads(name):
+    """study_solve_threads of the study ``name``."""
+    if config.get("solve_per_study"):
+        return solve_threads([name])
+    default = default_studies()
+    # a summary study of the default target (rule solve_summary) shares the cores with the default target's
+    beside = default if name in default else [n for n in STUDIES if n not in default]
+    share = 1.0 if beside == [name] else study_work(name) / max(sum(map(study_work, beside)), 1e-9)
+    return solve_threads([name], share)
 
 
+@functools.cache
 def study_work(name):
     """The estimated seconds of a study's runs (hbvm_workflow.study.Job.estimated_seconds), once per study."""
-    if name not in STUDY_WORK:
-        STUDY_WORK[name] = sum(j.estimated_seconds() for j in STUDIES[name].jobs.values())
-    return STUDY_WORK[name]
+    return sum(j.estimated_seconds() for j in STUDIES[name].jobs.values())
 
 
 def lost_runs(name):
