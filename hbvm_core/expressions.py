@@ -535,12 +535,17 @@ def _code(printer, expr) -> str:
     return text
 
 
+def _cse(exprs: list) -> tuple[list, list]:
+    """``sympy.cse``: (the common subexpressions as (symbol _x<i>, value), the expressions written with them)."""
+    sp = _sympy()
+    return sp.cse(exprs, symbols=sp.numbered_symbols("_x"))
+
+
 def _block(printer, exprs: list, indent: str) -> tuple[list[str], list[str]]:
     """(lines of the common subexpressions, code of each expression) after ``sympy.cse``."""
-    sp = _sympy()
     if not exprs:
         return [], []
-    subs, reduced = sp.cse(exprs, symbols=sp.numbered_symbols("_x"))
+    subs, reduced = _cse(exprs)
     lines = [f"{indent}{sym} = {_code(printer, val)}" for sym, val in subs]
     return lines, [_code(printer, e) for e in reduced]
 
@@ -554,32 +559,27 @@ def _point_loops(printer, exprs: list, idx: list[str], m: int, with_v: bool) -> 
     sp = _sympy()
     if not exprs:
         return []
-    subs, reduced = sp.cse(exprs, symbols=sp.numbered_symbols("_x"))
+    subs, reduced = _cse(exprs)
     needs = {}  # a subexpression -> the subexpressions it reads, itself included (transitively)
     for sym, val in subs:
         needs[sym] = {sym}.union(*(needs[f] for f in val.free_symbols if f in needs))
-    parent = list(range(len(reduced)))
+    uses = [set().union(*(needs[f] for f in e.free_symbols if f in needs)) for e in reduced]
+    parent = list(range(len(reduced)))  # union-find over the entries: joined where they share a subexpression
 
     def root(k: int) -> int:
         while parent[k] != k:
             k = parent[k]
         return k
 
-    owner: dict = {}  # a subexpression -> the first entry that reads it
-    uses = []
-    for k, e in enumerate(reduced):
-        used = set().union(*(needs[f] for f in e.free_symbols if f in needs))
-        uses.append(used)
+    first: dict = {}  # a subexpression -> the first entry that reads it
+    for k, used in enumerate(uses):
         for sym in used:
-            parent[root(k)] = root(owner.setdefault(sym, k))
-    constant = [k for k, e in enumerate(reduced) if not e.free_symbols]
-    groups: dict[int, list[int]] = {}
+            parent[root(k)] = root(first.setdefault(sym, k))
+    groups: dict[int, list[int]] = {}  # root -> its entries; -1: the constant entries
     for k, e in enumerate(reduced):
-        if e.free_symbols:
-            groups.setdefault(root(k), []).append(k)
-    parts = ([constant] if constant else []) + list(groups.values())
+        groups.setdefault(root(k) if e.free_symbols else -1, []).append(k)
     lines = []
-    for part in sorted(parts, key=min):
+    for part in sorted(groups.values(), key=min):
         used = set().union(*(uses[k] for k in part))
         read = [reduced[k] for k in part] + [val for sym, val in subs if sym in used]
         free = set().union(*(e.free_symbols for e in read))
