@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import json
 import math
 import operator
@@ -158,7 +159,7 @@ class Job:
     def hash(self) -> str:
         """The first 16 hex digits of the sha256 of ``hash_input`` as sorted JSON (``_hash_text``)."""
         if self._hash is None:
-            self._hash = hashlib.sha256(_hash_text(self).encode()).hexdigest()[:16]
+            self._hash = run_hash(_hash_text(self))
         return self._hash
 
     def as_dict(self) -> dict:
@@ -181,10 +182,19 @@ class Job:
     def estimated_seconds(self) -> float:
         """A rough wall time of the run on one core, for sizing a solve job (``solve_workers``): the method's
         cost model (``Method.STEP_SECONDS``), compiled for a built-in problem unless ``backend: numpy``."""
+        return RUN_OVERHEAD_S + self.cost() * self.unit_seconds()
+
+    def unit_seconds(self) -> float:
+        """``estimated_seconds`` per unit of ``cost``: the method's compiled or numpy rate."""
         compiled_s, numpy_s = _method_cost(self.method)[2]
         ours = isinstance(self.problem, dict) or self.problem in BUILTIN  # expressions: compiled kernels too
         compiled = compiled_s is not None and self.backend != "numpy" and ours
-        return RUN_OVERHEAD_S + self.cost() * (compiled_s if compiled else numpy_s)
+        return compiled_s if compiled else numpy_s
+
+
+def run_hash(text: str) -> str:
+    """A run's hash: the first 16 hex digits of the sha256 of its hash text (``_hash_text``)."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 #: a stand-in for h in ``_hash_text``'s template (the runs of a method and instance differ only in h)
@@ -196,10 +206,9 @@ _HASHED_BUT_H = operator.attrgetter(*sorted(HASHED - {"h"}))
 _TEMPLATE: tuple = (None, None, None)
 
 
-def _hash_text(job: Job) -> str:
-    """``json.dumps(job.hash_input(), sort_keys=True)``, the same text, written once per method and instance as a
-    template with h left out and h's JSON put in (a finite float's or an int's JSON is its repr): a sweep hashes
-    10^5 to 10^6 runs that differ only in h. The whole dump where the template would not be the text's own."""
+def _hash_parts(job: Job) -> list[str] | None:
+    """The text of ``_hash_text`` around h, [before, after], for the job's method and instance (the template
+    is kept for the next job with the same entries); None where h's JSON does not fit one place of it."""
     global _TEMPLATE
     values = _HASHED_BUT_H(job)
     key = tuple(map(id, values))  # by identity (1 == 1.0 == True, with other JSON): the runs share their entries
@@ -211,7 +220,15 @@ def _hash_text(job: Job) -> str:
         mark = json.dumps(_H_MARK)
         # the objects kept with their ids, so that no id is reused while it is the key
         hit = _TEMPLATE = (key, template.split(mark) if template.count(mark) == 1 else None, values)
-    parts, h = hit[1], job.h
+    return hit[1]
+
+
+def _hash_text(job: Job, parts: list[str] | None = None) -> str:
+    """``json.dumps(job.hash_input(), sort_keys=True)``, the same text, written once per method and instance as a
+    template with h left out and h's JSON put in (a finite float's or an int's JSON is its repr): a sweep hashes
+    10^5 to 10^6 runs that differ only in h. The whole dump where the template would not be the text's own.
+    ``parts``: the job's ``_hash_parts``, where the caller has them (the expansion: once per method and instance)."""
+    parts, h = parts or _hash_parts(job), job.h
     if parts is None or type(h) not in (float, int) or not math.isfinite(h):
         return json.dumps(job.hash_input(), sort_keys=True)
     return repr(h).join(parts)
@@ -236,19 +253,36 @@ def _method_cost(entry: dict) -> tuple:
     return hit
 
 
-def solve_workers(jobs, cores: int, share: float = 1.0) -> int:
+#: what ``Job.unit_seconds`` reads of a job: the runs of a method and instance share these objects
+_RATE_KEY = operator.attrgetter("method", "problem", "backend")
+
+
+def work_seconds(jobs) -> float:
+    """The summed ``Job.estimated_seconds`` of ``jobs``, the rate looked up once per run of consecutive jobs that
+    share their method, problem and backend (a sweep's 10^6 jobs are a few thousand such runs)."""
+    total = 0.0
+    for _, group in itertools.groupby(jobs, key=_RATE_KEY):
+        group = list(group)
+        units = _method_cost(group[0].method)[1]
+        total += len(group) * RUN_OVERHEAD_S + sum(j.steps for j in group) * units * group[0].unit_seconds()
+    return total
+
+
+def solve_workers(jobs, cores: int, share: float = 1.0, work: float | None = None) -> int:
     """Worker processes for a solve job of ``jobs`` given ``cores`` (Snakemake's --cores).
 
     ``share``: the study's part of the estimated work of every study in the run. A
     study gets at least one worker, and one more for each WORK_PER_WORKER_S of its
     estimated work, up to its share of the cores and its number of runs: a study of
     seconds of work takes one core and leaves the others to the other studies' jobs
-    (each job pays a Python start-up and a cluster), while a long one takes them all.
+    (each job pays a Python start-up and a cluster), while a long one takes them all. ``work``: the jobs'
+    summed ``estimated_seconds`` where the caller has it.
     """
     jobs = list(jobs)
     if not jobs:
         return 1
-    work = sum(j.estimated_seconds() for j in jobs)
+    if work is None:
+        work = work_seconds(jobs)
     by_work = math.ceil(work / WORK_PER_WORKER_S)
     by_share = math.ceil(max(1, int(cores)) * min(1.0, max(0.0, share)))
     return max(1, min(len(jobs), by_work, by_share))
@@ -413,7 +447,7 @@ class Study:
         """[[id, hash], ...]: what the study's runs are."""
         if hasattr(self.jobs, "job_hashes"):  # jobs read from the plan, not built yet (plan.PlannedJobs)
             return self.jobs.job_hashes()
-        return [[j.id, j.hash] for j in self.jobs.values()]
+        return [[i, j.hash] for i, j in self.jobs.items()]  # a job's key is its id
 
     def runs_digest(self) -> str:
         """A digest of ``job_hashes``: the name of the solve step's marker of this set of runs
@@ -551,7 +585,7 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
         raise ConfigError(f"{where}.methods: expected a non-empty list of method entries")
     from hbvm_core.fingerprint import method_fingerprint
 
-    # the runs: a Job and a Row each, some 10^6 objects for a 10^5-run sweep, all kept (collector.paused)
+    # the runs: a Job, a Row and a hash each, some 10^6 objects for a 10^5-run sweep, all kept (collector.paused)
     with paused():
         for i, raw in enumerate(cfg["methods"]):
             where_i = f"{where}.methods[{i}]"
@@ -560,11 +594,11 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
             for inst in instances:
                 _add_runs(study, study_method, raw, where_i, inst, numerics)
             study.methods.append(study_method)
-    by_combo: dict[str, list] = {}
-    for job in study.jobs.values():
-        by_combo.setdefault(job.combo, []).append(job)
-    for inst in instances:
-        _identify(study, inst, by_combo.get(inst.key, []))
+        by_combo: dict[str, list] = {}
+        for job in study.jobs.values():
+            by_combo.setdefault(job.combo, []).append(job)
+        for inst in instances:
+            _identify(study, inst, by_combo.get(inst.key, []))
     return study
 
 
@@ -579,9 +613,13 @@ def _identify(study: Study, inst: Instance, jobs: list) -> None:
     inst.fingerprint, inst.structure = fingerprint, structure
     inst.probe = json.dumps(probe, sort_keys=True)
     inst._checked = (structure, probe)  # the problem agrees with it (problem_identity)
+    parts: dict[int, list[str] | None] = {}  # per method entry: the text of its runs' hashes around h
     for job in jobs:
         job.problem_fingerprint, job.problem_structure, job.problem_probe = fingerprint, inst.structure, inst.probe
-        job._hash = None  # the fingerprint is hashed; the steps (h, t_end) stay
+        # the hash, now that every hashed field is set (the runs of a method and instance share all but h)
+        if id(job.method) not in parts:
+            parts[id(job.method)] = _hash_parts(job)
+        job._hash = run_hash(_hash_text(job, parts[id(job.method)]))
 
 
 def _recorded(jobs):
@@ -748,8 +786,6 @@ def _grid(where: str, cfg: dict) -> dict:
 def _combinations(grid: dict) -> list[dict]:
     """The Cartesian product of the grid's values, as dicts in the grid's key order (the last key fastest);
     [{}] without a grid."""
-    import itertools
-
     keys = list(grid)
     return [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
 

@@ -20,7 +20,7 @@ from hbvm_workflow import layout
 from hbvm_workflow.config import load_studies
 from hbvm_workflow.kinds import KINDS as STUDY_KINDS
 from hbvm_workflow.plan import planned_studies, write_plan
-from hbvm_workflow.study import solve_workers
+from hbvm_workflow.study import solve_workers, work_seconds
 from hbvm_workflow.summary_job import aggregated_in_solve
 
 # User problems given as module.path:factory may live in the working directory.
@@ -119,7 +119,8 @@ def solve_threads(names, share=1.0):
         cores = workflow.cores
     except WorkflowError:  # no --cores (a dry run, --jobs with an executor): Snakemake caps the threads
         cores = os.cpu_count() or 1
-    return solve_workers([j for name in names for j in STUDIES[name].jobs.values()], cores, share)
+    jobs = [j for name in names for j in STUDIES[name].jobs.values()]
+    return solve_workers(jobs, cores, share, work=sum(map(study_work, names)))
 
 
 def study_solve_threads(wildcards):
@@ -143,8 +144,8 @@ def study_threads(name):
 
 @functools.cache
 def study_work(name):
-    """The estimated seconds of a study's runs (hbvm_workflow.study.Job.estimated_seconds), once per study."""
-    return sum(j.estimated_seconds() for j in STUDIES[name].jobs.values())
+    """The estimated seconds of a study's runs (hbvm_workflow.study.work_seconds), once per study."""
+    return work_seconds(STUDIES[name].jobs.values())
 
 
 def lost_runs(name):
