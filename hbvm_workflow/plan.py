@@ -285,12 +285,13 @@ def write_plan(config: dict, studies: dict[str, Study]) -> str | None:
     """Write the plan of ``config`` (its expanded ``studies``) to ``layout.plan_path``; returns the path, or None
     when a study holds values that JSON cannot carry or the file cannot be written (a full disk, a read-only
     folder): the jobs then expand the config themselves, and a full disk stops them with its own one line."""
+    from .collector import paused
+
     results = config["results"]
     try:
-        text = json.dumps(
-            {"format": FORMAT, "key": plan_key(config), "studies": {n: study_record(s) for n, s in studies.items()}},
-            allow_nan=True,
-        )
+        with paused():  # a record of 10^5 runs: lists and dicts that live until the text is written
+            records = {n: study_record(s) for n, s in studies.items()}
+            text = json.dumps({"format": FORMAT, "key": plan_key(config), "studies": records}, allow_nan=True)
     except (TypeError, ValueError):
         return None
     path = plan_path(results, plan_key(config))
@@ -328,9 +329,11 @@ def _prune(folder: str) -> None:
 def read_plan(config: dict, names=None) -> dict[str, Study] | None:
     """The studies ``names`` (all when None) of the plan of ``config``, or None when there is none (or it does
     not have them). The modules of ``method_modules`` must have been imported (``planned_studies`` does)."""
+    from .collector import paused
+
     path = plan_path(config["results"], plan_key(config))
     try:
-        with open(path) as fh:
+        with open(path) as fh, paused():  # the runs' columns: 10^5 strings and floats that all stay
             plan = json.load(fh)
     except (OSError, ValueError):
         return None
