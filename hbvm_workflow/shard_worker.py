@@ -213,7 +213,8 @@ def cold_ensembles(specs: list[dict]) -> bool:
     seen = set()
     for spec in specs:
         compute = np.asarray(spec["compute"], dtype=np.int64)
-        for i, c in set(zip(spec["scheme"][compute].tolist(), spec["combo"][compute].tolist())):
+        pairs = np.unique(np.stack([spec["scheme"][compute], spec["combo"][compute]]), axis=1)  # (method, combo)
+        for i, c in pairs.T.tolist():
             try:
                 problem = _problem(spec["problems"][c])
                 key = (json.dumps(spec["methods"][i]["entry"], sort_keys=True), loop_key(problem))
