@@ -9,15 +9,19 @@ formats each distinct value of a column once.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import math
 import os
+import shutil
 
 import numpy as np
 
 #: rows of a table formatted at a time by ``write_columns``
 CHUNK_ROWS = 1 << 16
+#: the fewest rows that ``write_columns`` formats in two processes (a fork costs some milliseconds)
+SPLIT_ROWS = 20000
 #: the Python types whose equal values (``==``, hence one dict key) always have one text: not float (0.0 == -0.0)
 EXACT_KEYS = frozenset({str, int, type(None)})
 
@@ -76,17 +80,45 @@ def column_cells(values) -> list[str]:
     return list(map(memo.__getitem__, items))
 
 
-def write_columns(cols: dict, path: str, columns: tuple[str, ...]) -> None:
+def write_columns(cols: dict, path: str, columns: tuple[str, ...], workers: int = 1) -> None:
     """A CSV of the arrays ``cols[c]`` for c in ``columns`` (one row per element), written atomically; the same
-    text as ``write_rows`` of the same rows."""
+    text as ``write_rows`` of the same rows. ``workers`` > 1 and at least ``SPLIT_ROWS`` rows: the second half of
+    the rows is formatted by a process forked here (``forking.beside``: it reads the columns it inherited) into a
+    file of its own, appended to this one's half."""
     if len(columns) < 2:  # a row of one empty field is written '""' by the csv module: left to it
         write_rows([dict(zip(columns, r)) for r in zip(*(cols[c] for c in columns))], path, columns)
         return
+    from .forking import beside
+
     rows = len(cols[columns[0]])
-    tmp = path + ".tmp"
-    with open(tmp, "w", newline="") as fh:
-        fh.write(",".join(quoted(c) for c in columns) + "\n")
-        for a in range(0, rows, CHUNK_ROWS):  # the text of CHUNK_ROWS rows at a time: memory bounded at 10^6 rows
-            cells = [column_cells(cols[c][a : a + CHUNK_ROWS]) for c in columns]
-            fh.write("\n".join(map(",".join, zip(*cells))) + "\n")
-    os.replace(tmp, path)
+    split = rows if workers < 2 or rows < SPLIT_ROWS else rows // 2
+    tmp, part = path + ".tmp", path + ".part.tmp"
+    try:
+        with beside(lambda: None, lambda _: _write_rows_text(cols, columns, split, rows, part), split < rows) as send:
+            if split < rows:
+                send(None)  # the child has the columns already: it starts on its half
+            with open(tmp, "w", newline="") as fh:
+                fh.write(",".join(quoted(c) for c in columns) + "\n")
+                _write_text(fh, cols, columns, 0, split)
+        if split < rows:
+            with open(tmp, "ab") as out, open(part, "rb") as half:
+                shutil.copyfileobj(half, out, 1 << 20)
+        os.replace(tmp, path)
+    finally:
+        for leftover in (tmp, part):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(leftover)
+
+
+def _write_rows_text(cols: dict, columns: tuple[str, ...], a: int, b: int, path: str) -> None:
+    """Rows a..b of the table (no header) into the file ``path``."""
+    with open(path, "w", newline="") as fh:
+        _write_text(fh, cols, columns, a, b)
+
+
+def _write_text(fh, cols: dict, columns: tuple[str, ...], a: int, b: int) -> None:
+    """Rows a..b of the table, CHUNK_ROWS at a time (memory bounded at 10^6 rows)."""
+    for lo in range(a, b, CHUNK_ROWS):
+        hi = min(lo + CHUNK_ROWS, b)
+        cells = [column_cells(cols[c][lo:hi]) for c in columns]
+        fh.write("\n".join(map(",".join, zip(*cells))) + "\n")

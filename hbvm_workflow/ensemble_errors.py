@@ -257,7 +257,7 @@ def compute_summary_errors(study: Study, out_zarr: str, out_csv: str, out_timing
         cols = summary_columns(study)
         send({c: cols[c] for c in dataset_columns})
         grid = tuple(study.grid)
-        write_columns(cols, out_csv, COLUMNS + EXTRA + grid)
+        write_columns(cols, out_csv, COLUMNS + EXTRA + grid, workers)  # its rows' text in two processes
         R = len(cols["h"])
         timing = {
             "study": cols["study"],

@@ -56,14 +56,16 @@ def oracle(cols: dict[str, np.ndarray], columns: tuple[str, ...]) -> str:
     return buf.getvalue()
 
 
-@pytest.mark.parametrize("chunk_rows", [csv_table.CHUNK_ROWS, 5])
-def test_columns_as_csv_and_repr(tmp_path, monkeypatch, chunk_rows):
+@pytest.mark.parametrize("chunk_rows, workers", [(csv_table.CHUNK_ROWS, 1), (5, 1), (5, 2), (4, 2)])
+def test_columns_as_csv_and_repr(tmp_path, monkeypatch, chunk_rows, workers):
     monkeypatch.setattr(csv_table, "CHUNK_ROWS", chunk_rows)  # 5: the 12 rows formatted in three pieces
+    monkeypatch.setattr(csv_table, "SPLIT_ROWS", 2)  # workers 2: rows 6..11 formatted by a forked process
     cols = table()
     columns = tuple(cols)
-    write_columns(cols, str(tmp_path / "c.csv"), columns)
+    write_columns(cols, str(tmp_path / "c.csv"), columns, workers)
     got = (tmp_path / "c.csv").read_text()
     assert got == oracle(cols, columns)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.csv"]  # no temporary left beside it
     # every finite float reads back as the same double (repr is the shortest round-trip text), signed zero too
     rows = list(csv.DictReader(io.StringIO(got)))
     back = np.array([float(r["e_s"]) if r["e_s"] else math.nan for r in rows])
