@@ -35,6 +35,7 @@ import json
 import math
 import operator
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -455,8 +456,25 @@ class Study:
         (the parse asks for it in several rules)."""
         key = (id(self.jobs), len(self.jobs))
         if self._digest is None or self._digest[0] != key:
-            self._digest = (key, hashlib.sha256(json.dumps(self.job_hashes()).encode()).hexdigest()[:16])
+            if hasattr(self.jobs, "job_hashes"):  # plan.PlannedJobs (the plan records the digest: seldom here)
+                text = json.dumps(self.jobs.job_hashes())
+            else:
+                text = _pairs_json(list(self.jobs), [j.hash for j in self.jobs.values()])
+            self._digest = (key, hashlib.sha256(text.encode()).hexdigest()[:16])
         return self._digest[1]
+
+
+#: a character that JSON writes escaped (json.dumps with ensure_ascii: also every non-ASCII one)
+_JSON_ESCAPED = re.compile(r'["\\\x00-\x1f]')
+
+
+def _pairs_json(ids: list[str], hashes: list[str]) -> str:
+    """``json.dumps([[id, hash], ...])``, the same text, joined directly where no id or hash needs escaping (a sweep's
+    10^6 ids: a fifth of the time); the dump itself otherwise."""
+    joined = "".join(ids) + "".join(hashes)
+    if not joined.isascii() or _JSON_ESCAPED.search(joined):
+        return json.dumps([list(pair) for pair in zip(ids, hashes)])
+    return "[" + ", ".join(map('["{}", "{}"]'.format, ids, hashes)) + "]"
 
 
 #: Study keys that change only how the numbers are shown (tables, figure) or checked, never the numbers: the

@@ -356,3 +356,24 @@ def test_a_grid_key_cannot_be_a_column_or_a_dimension_of_the_results(key):
     }
     with pytest.raises(ConfigError, match=f"grid.{key}: the name of a column of errors.csv or timings.csv"):
         expand_study("g", cfg)
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [
+        ["hbvm_k1_s1/n=20", "hbvm_k2_s1/L=0.5/h=0.1"],
+        ['a"b/n=1', "c/n=2"],  # a quote
+        ["back\\slash/n=1"],
+        ["L=\u00e9t\u00e9/n=1", "x"],  # non-ASCII: escaped by json.dumps
+        ["tab\there/n=1"],  # a control character
+        [],
+    ],
+)
+def test_the_runs_digest_text_is_the_json_of_the_pairs(ids):
+    """The text the runs digest hashes is json.dumps of the [id, hash] pairs, whichever way it is written."""
+    import json
+
+    from hbvm_workflow.study import _pairs_json
+
+    hashes = [f"{i:016x}" for i in range(len(ids))]
+    assert _pairs_json(ids, hashes) == json.dumps([[i, h] for i, h in zip(ids, hashes)])
