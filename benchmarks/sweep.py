@@ -65,12 +65,14 @@ def footprint(folder: Path) -> tuple[int, int]:
 
 
 class PeakRSS:
-    """The peak of the summed resident memory of a process and its descendants (psutil, polled every 0.1 s)."""
+    """The peaks of the summed memory of a process and its descendants (psutil, polled every 0.1 s): resident
+    (RSS: a page that forked processes share counts in each of them) and proportional (PSS: a shared page counts
+    once in the sum, split between its sharers; Linux, else None)."""
 
     def __init__(self, pid: int):
         import threading
 
-        self.pid, self.peak = pid, 0
+        self.pid, self.peak, self.peak_pss = pid, 0, 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
         self._thread.start()
@@ -83,22 +85,25 @@ class PeakRSS:
         except psutil.Error:
             return
         while not self._stop.is_set():
-            total = 0
+            rss = pss = 0
             try:
                 for p in [root, *root.children(recursive=True)]:
                     try:
-                        total += p.memory_info().rss
+                        mem = p.memory_full_info()
                     except psutil.Error:
-                        pass
+                        continue
+                    rss += mem.rss
+                    pss += getattr(mem, "pss", 0)
             except psutil.Error:
                 break
-            self.peak = max(self.peak, total)
+            self.peak, self.peak_pss = max(self.peak, rss), max(self.peak_pss, pss)
             self._stop.wait(0.1)
 
-    def stop(self) -> int:
+    def stop(self) -> tuple[int, int | None]:
+        """(peak summed RSS, peak summed PSS or None where the platform does not tell it) in bytes."""
         self._stop.set()
         self._thread.join()
-        return self.peak
+        return self.peak, self.peak_pss or None
 
 
 def kernel_seconds(cfg: dict, cores: int, warm_only: bool = False) -> float:
@@ -184,7 +189,7 @@ def run(
         out, err = proc.communicate()
         err = err if err is not None else "\n".join(text for _, text in lines)
         wall = time.perf_counter() - t0
-        peak = rss.stop()
+        peak, peak_pss = rss.stop()
         if proc.returncode != 0:
             raise RuntimeError(f"snakemake failed ({proc.returncode}):\n{err[-3000:]}")
         study = work / "results" / "sweep"
@@ -209,6 +214,7 @@ def run(
         "bytes": size,
         "bytes_per_run": round(size / runs, 1),
         "peak_rss_mb": round(peak / 2**20, 1),
+        "peak_pss_mb": round(peak_pss / 2**20, 1) if peak_pss else None,
         "load_average_after": os.getloadavg()[0],
         "command": f"snakemake --cores {cores} --configfile sweep.json {target}",
     } | ({"timeline": lines} if timeline else {})
@@ -237,7 +243,7 @@ def main(argv: list[str] | None = None) -> None:
         f"{out['cores']}: {out['ms_per_run']:.3f} ms per run; kernel alone {out['kernel_s']:.2f} s "
         f"(end to end / kernel: {out['end_to_end_over_kernel']}); {out['files']} files "
         f"({out['files_per_1000_runs']:.2f} per 1000 runs), {out['bytes_per_run']:.0f} bytes per run; peak RSS "
-        f"{out['peak_rss_mb']:.0f} MB (load {out['load_average_after']:.1f})"
+        f"{out['peak_rss_mb']:.0f} MB, PSS {out['peak_pss_mb']} MB (load {out['load_average_after']:.1f})"
     )
 
 
