@@ -20,14 +20,14 @@ import hashlib
 import json
 import operator
 import os
-from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
 from hbvm_core.errors import HBVMError
 
 from .layout import plan_dir, plan_path
-from .study import Instance, Job, Row, Study, StudyMethod
+from .runs import JOB_FIELDS, ROW_FIELDS, RUN_FIELDS, Job, PlannedJobs, PlannedRows, _jobs_of, _rows_of
+from .study import Instance, Study, StudyMethod
 
 #: the format of a plan file (a reader refuses another)
 FORMAT = "hbvm-plan/2"
@@ -75,11 +75,6 @@ def study_record(study: Study) -> dict:
     }
 
 
-#: what a plan records of a row, and the fields of a job that differ between the runs of one method and instance
-ROW_FIELDS = ("label", "n", "h", "job", "partner", "combo")
-RUN_FIELDS = ("h", "run", "store")
-
-
 def _columns(items, names: tuple) -> dict:
     """Items as columns: name -> list of values (one JSON list each instead of one object per item)."""
     return {name: list(map(operator.attrgetter(name), items)) for name in names}
@@ -88,8 +83,6 @@ def _columns(items, names: tuple) -> dict:
 def _job_record(jobs: list) -> dict:
     """The jobs as groups (``job_groups``): per run of a method and instance only its h, run and store, the other
     fields once per group; the jobs one by one (``jobs``) where a group's runs differ in another field."""
-    from .study import JOB_FIELDS
-
     shared = tuple(f for f in JOB_FIELDS if f not in RUN_FIELDS)
     of_group = operator.attrgetter(*shared)
     groups: list[dict] = []
@@ -111,109 +104,6 @@ def _job_record(jobs: list) -> dict:
             for g in groups
         ]
     }
-
-
-class PlannedJobs(Mapping):
-    """A study's jobs as the plan holds them (``job_groups``), built as ``Job`` objects only when first looked up:
-    the jobs of a sweep's solve and aggregate steps read their runs as columns (``job_hashes``, ``columns``)."""
-
-    def __init__(self, groups: list[dict]):
-        self._groups = groups
-        self._jobs: dict | None = None
-        self._len = sum(len(g["runs"]["h"]) for g in groups)
-
-    def _all(self) -> dict:
-        if self._jobs is None:
-            self._jobs = {job.id: job for job in _jobs_of({"job_groups": self._groups})}
-        return self._jobs
-
-    def __getitem__(self, key):
-        return self._all()[key]
-
-    def __iter__(self):
-        return iter(self._all())
-
-    def __len__(self) -> int:
-        return self._len
-
-    def _ids(self, group: dict) -> list[str]:
-        f = group["fields"]
-        prefix = f"{f['label']}/{f['combo']}/" if f["combo"] else f"{f['label']}/"
-        return [prefix + run for run in group["runs"]["run"]]
-
-    def job_hashes(self) -> list[list[str]]:
-        """[[id, hash], ...] (``Study.job_hashes``) from the columns."""
-        return [[i, h] for g in self._groups for i, h in zip(self._ids(g), g["runs"]["hash"])]
-
-    def columns(self) -> dict:
-        """Per run, in order: id, label, combo, h, steps (``number_of_steps``, vectorised) and hash."""
-        import numpy as np
-
-        out: dict[str, list] = {"id": [], "label": [], "combo": [], "hash": []}
-        hs, steps = [], []
-        for g in self._groups:
-            f, runs = g["fields"], g["runs"]
-            n = len(runs["h"])
-            out["id"] += self._ids(g)
-            out["label"] += [f["label"]] * n
-            out["combo"] += [f["combo"]] * n
-            out["hash"] += runs["hash"]
-            h = np.asarray(runs["h"], dtype=float)
-            hs.append(h)
-            steps.append(np.rint(f["t_end"] / h).astype(np.int64))  # checked to be whole by the expansion
-        out["h"] = np.concatenate(hs) if hs else np.zeros(0)
-        out["steps"] = np.concatenate(steps) if steps else np.zeros(0, dtype=np.int64)
-        return out
-
-
-def _jobs_of(rec: dict) -> list[Job]:
-    if "jobs" in rec:
-        return [Job(**j) for j in rec["jobs"]]
-    out = []
-    for group in rec["job_groups"]:
-        fields, runs = group["fields"], group["runs"]
-        # the hash the parse computed (its plan is data it wrote; a worker's store records the hash it recomputes)
-        for *values, digest in zip(*(runs[f] for f in RUN_FIELDS), runs["hash"]):
-            job = Job(**fields, **dict(zip(RUN_FIELDS, values)))
-            job._hash = digest
-            out.append(job)
-    return out
-
-
-def _rows_of(cols: dict) -> list[Row]:
-    return [Row(**dict(zip(ROW_FIELDS, values))) for values in zip(*(cols[f] for f in ROW_FIELDS))]
-
-
-class PlannedRows(Sequence):
-    """A method's rows as the plan holds them (``ROW_FIELDS`` as columns), built as ``Row`` objects only when first
-    looked at: the jobs of a sweep read the columns (``column``)."""
-
-    __hash__ = None  # a list of rows: compared by value, not hashed
-
-    def __init__(self, cols: dict):
-        self._cols = cols
-        self._rows: list[Row] | None = None
-
-    def _all(self) -> list[Row]:
-        if self._rows is None:
-            self._rows = _rows_of(self._cols)
-        return self._rows
-
-    def __getitem__(self, i):
-        return self._all()[i]
-
-    def __iter__(self):
-        return iter(self._all())
-
-    def __len__(self) -> int:
-        return len(self._cols["label"])
-
-    def __eq__(self, other) -> bool:
-        return list(self) == list(other) if isinstance(other, Sequence) else NotImplemented
-
-    def column(self, name: str) -> list:
-        """One field of every row, in order (``ROW_FIELDS``)."""
-        return self._cols[name]
 
 
 def study_from_record(rec: dict) -> Study:

@@ -33,15 +33,13 @@ import hashlib
 import itertools
 import json
 import math
-import operator
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from hbvm_core.errors import ConfigError, NonFiniteError, ProblemError
 from hbvm_core.methods import method_label  # noqa: F401  (re-exported)
-from hbvm_core.problems import BUILTIN, problem_name
+from hbvm_core.problems import problem_name
 
 from .collector import paused
 from .kinds import KINDS
@@ -56,250 +54,27 @@ from .layout import (  # noqa: F401
     shard_store,
     store_path,
 )
+from .runs import (  # noqa: F401  (Job, Row, solve_workers, work_seconds: re-exported)
+    JOB_FIELDS,
+    MAX_CHUNK,
+    RUN_OVERHEAD_S,
+    WORK_PER_WORKER_S,
+    Job,
+    PlannedJobs,
+    PlannedRows,
+    Row,
+    _hash_parts,
+    _hash_text,
+    _pairs_json,
+    run_hash,
+    solve_workers,
+    work_seconds,
+)
 from .schema import defaults
 
 STEP_KEYS = ("h", "h0", "halvings", "period_divisions")
 METHOD_META_KEYS = (*STEP_KEYS, "label")
 REFERENCES = ("exact", "reference", "self", "none")
-# --------------------------------------------------------------------------- jobs and rows
-#: Job.estimated_seconds: per run (the store); per step, each method's cost model (``Method.STEP_SECONDS``)
-RUN_OVERHEAD_S = 0.003
-#: solve_workers: the least work (s) that pays for a second worker process of a study's solve job
-WORK_PER_WORKER_S = 5.0
-#: the most rows of a Zarr chunk (schema.yaml: chunk): a chunk is built in memory
-MAX_CHUNK = 2**22
-
-
-#: the Job fields that ``hash_input`` reads: setting one forgets the cached hash
-HASHED = frozenset(
-    ("problem_fingerprint", "numerics_fingerprint", "problem", "params", "method", "h", "t_end", "save_every",
-     "compensated", "backend")
-)  # fmt: skip
-
-
-@dataclass(slots=True)
-class Job:
-    """One trajectory: a problem, a method entry and a step size on [0, t_end].
-
-    Slotted, its hash and steps computed once (a sweep plans 10^5 to 10^6 of them)."""
-
-    study: str
-    label: str
-    name: str
-    #: the problem as the config gives it: a name, 'module:factory', or a mapping of expressions
-    problem: str | dict
-    params: dict
-    method: dict
-    h: float
-    t_end: float
-    save_every: int
-    compensated: bool
-    backend: str
-    chunk: int
-    store: str = ""
-    run: str = ""
-    #: hbvm_core.fingerprint of the problem as built and of the method's numerics (part of the hash)
-    problem_fingerprint: str = ""
-    numerics_fingerprint: str = ""
-    #: what the worker checks its problem against (not part of the hash, which has the fingerprint): the
-    #: problem's structure and its reference values (``problem_probe``, as JSON text shared by the runs)
-    problem_structure: str = ""
-    problem_probe: str = ""
-    #: what the solve step shares with the workers (checked by them, not part of the hash): the study's folder
-    #: and the file of a ``module:factory`` problem's module where the solve step found it
-    study_dir: str = ""
-    module_file: str = ""
-    #: the grid combination of the run (``layout.combo_name``: ``L=0.5``); "" in a study without a grid
-    combo: str = ""
-    #: the module that registers the method, when outside hbvm_core (config ``method_modules``): a worker
-    #: imports it before building the method
-    method_module: str = ""
-    #: the hash and the steps, once computed (not fields of the plan: ``as_dict`` leaves them out; not init
-    #: fields: ``dataclasses.replace`` computes them again). The expansion sets every ``HASHED`` field before
-    #: asking for them; whoever changes one after must call ``forget``.
-    _hash: str | None = field(default=None, init=False, repr=False, compare=False)
-    _steps: int | None = field(default=None, init=False, repr=False, compare=False)
-
-    def forget(self) -> None:
-        """Drop the cached hash and steps (after a change of a ``HASHED`` field)."""
-        self._hash = self._steps = None
-
-    @property
-    def id(self) -> str:
-        """Stable id: method label, grid combination (if any) and run name (``layout.run_stem``: n=24, h=0.1)."""
-        combo = f"{self.combo}/" if self.combo else ""
-        return f"{self.label}/{combo}{self.run or run_stem(self.h)}"
-
-    @property
-    def steps(self) -> int:
-        """The run's number of steps (``hbvm_core.integrate.number_of_steps``, checked when the run was planned)."""
-        if self._steps is None:
-            from hbvm_core.integrate import number_of_steps
-
-            self._steps = number_of_steps(self.h, self.t_end)
-        return self._steps
-
-    def hash_input(self) -> dict:
-        """Everything that determines the trajectory (what ``hash`` hashes): the config's entries, what the
-        problem computes and the identity of the numerics (``hbvm_core.fingerprint``). A problem of expressions
-        counts by its name and fingerprint (its canonical expressions), not by the text of its mapping."""
-        return {
-            "problem_fingerprint": self.problem_fingerprint,
-            "numerics_fingerprint": self.numerics_fingerprint,
-            "problem": problem_name(self.problem),
-            "params": self.params,
-            "method": self.method,
-            "h": self.h,
-            "t_end": self.t_end,
-            "save_every": self.save_every,
-            "compensated": self.compensated,
-            "backend": self.backend,
-        }
-
-    @property
-    def hash(self) -> str:
-        """The first 16 hex digits of the sha256 of ``hash_input`` as sorted JSON (``_hash_text``)."""
-        if self._hash is None:
-            self._hash = run_hash(_hash_text(self))
-        return self._hash
-
-    def as_dict(self) -> dict:
-        """The fields (the values themselves, not copies: JSON and Job(**d) take them as they are)."""
-        return {f: getattr(self, f) for f in JOB_FIELDS}
-
-    def cost(self) -> float:
-        """Relative cost (steps x the method's work per step, ``Method.work_units``: HBVM's quadrature nodes),
-        for scheduling the longest jobs first."""
-        return self.steps * _method_cost(self.method)[1]
-
-    def stored_bytes(self, m: int, nu: int) -> int:
-        """The size of the run's store, uncompressed: per saved point t, q, p, H, g, hc (storage.ZarrSink.SPEC),
-        per saved step tstep, lam (8 bytes each) and iterations (4 bytes)."""
-        from .storage import saved_rows
-
-        points, steps = saved_rows(self.steps, self.save_every)
-        return points * 8 * (2 + 2 * m + 2 * nu) + steps * (8 + 8 * nu + 4)
-
-    def estimated_seconds(self) -> float:
-        """A rough wall time of the run on one core, for sizing a solve job (``solve_workers``): the method's
-        cost model (``Method.STEP_SECONDS``), compiled for a built-in problem unless ``backend: numpy``."""
-        return RUN_OVERHEAD_S + self.cost() * self.unit_seconds()
-
-    def unit_seconds(self) -> float:
-        """``estimated_seconds`` per unit of ``cost``: the method's compiled or numpy rate."""
-        compiled_s, numpy_s = _method_cost(self.method)[2]
-        ours = isinstance(self.problem, dict) or self.problem in BUILTIN  # expressions: compiled kernels too
-        compiled = compiled_s is not None and self.backend != "numpy" and ours
-        return compiled_s if compiled else numpy_s
-
-
-def run_hash(text: str) -> str:
-    """A run's hash: the first 16 hex digits of the sha256 of its hash text (``_hash_text``)."""
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-#: a stand-in for h in ``_hash_text``'s template (the runs of a method and instance differ only in h)
-_H_MARK = "\x00h of the run\x00"
-#: the Job fields that ``hash_input`` reads, but h
-_HASHED_BUT_H = operator.attrgetter(*sorted(HASHED - {"h"}))
-#: the last template of ``_hash_text``: (the ids of the hash input's values but h, the text around h, the values),
-#: replaced as one tuple (a thread reads it once: a worker may hash in several threads)
-_TEMPLATE: tuple = (None, None, None)
-
-
-def _hash_parts(job: Job) -> list[str] | None:
-    """The text of ``_hash_text`` around h, [before, after], for the job's method and instance (the template
-    is kept for the next job with the same entries); None where h's JSON does not fit one place of it."""
-    global _TEMPLATE
-    values = _HASHED_BUT_H(job)
-    key = tuple(map(id, values))  # by identity (1 == 1.0 == True, with other JSON): the runs share their entries
-    hit = _TEMPLATE
-    if hit[0] != key:
-        given = job.hash_input()
-        given.pop("h")
-        template = json.dumps({**given, "h": _H_MARK}, sort_keys=True)
-        mark = json.dumps(_H_MARK)
-        # the objects kept with their ids, so that no id is reused while it is the key
-        hit = _TEMPLATE = (key, template.split(mark) if template.count(mark) == 1 else None, values)
-    return hit[1]
-
-
-def _hash_text(job: Job, parts: list[str] | None = None) -> str:
-    """``json.dumps(job.hash_input(), sort_keys=True)``, the same text, written once per method and instance as a
-    template with h left out and h's JSON put in (a finite float's or an int's JSON is its repr): a sweep hashes
-    10^5 to 10^6 runs that differ only in h. The whole dump where the template would not be the text's own.
-    ``parts``: the job's ``_hash_parts``, where the caller has them (the expansion: once per method and instance)."""
-    parts, h = parts or _hash_parts(job), job.h
-    if parts is None or type(h) not in (float, int) or not math.isfinite(h):
-        return json.dumps(job.hash_input(), sort_keys=True)
-    return repr(h).join(parts)
-
-
-#: the fields of a Job as the plan and a worker's task carry them
-JOB_FIELDS = tuple(f for f in Job.__dataclass_fields__ if not f.startswith("_"))
-#: (method entry, backend, problem entry) -> the method's STEP_SECONDS and work units, per object ids
-_COST: dict = {}
-
-
-def _method_cost(entry: dict) -> tuple:
-    """(entry, work units per step, STEP_SECONDS) of a method entry, looked up once per entry object (the runs of
-    a method share theirs)."""
-    hit = _COST.get(id(entry))
-    if hit is None or hit[0] is not entry:
-        from hbvm_core.methods import Method, method_class
-
-        cls = method_class(entry)
-        hit = (entry, cls.work_units(entry) if cls is not None else 1, (cls or Method).STEP_SECONDS)
-        _COST[id(entry)] = hit
-    return hit
-
-
-#: what ``Job.unit_seconds`` reads of a job: the runs of a method and instance share these objects
-_RATE_KEY = operator.attrgetter("method", "problem", "backend")
-
-
-def work_seconds(jobs) -> float:
-    """The summed ``Job.estimated_seconds`` of ``jobs``, the rate looked up once per run of consecutive jobs that
-    share their method, problem and backend (a sweep's 10^6 jobs are a few thousand such runs)."""
-    total = 0.0
-    for _, group in itertools.groupby(jobs, key=_RATE_KEY):
-        group = list(group)
-        units = _method_cost(group[0].method)[1]
-        total += len(group) * RUN_OVERHEAD_S + sum(j.steps for j in group) * units * group[0].unit_seconds()
-    return total
-
-
-def solve_workers(jobs, cores: int, share: float = 1.0, work: float | None = None) -> int:
-    """Worker processes for a solve job of ``jobs`` given ``cores`` (Snakemake's --cores).
-
-    ``share``: the study's part of the estimated work of every study in the run. A
-    study gets at least one worker, and one more for each WORK_PER_WORKER_S of its
-    estimated work, up to its share of the cores and its number of runs: a study of
-    seconds of work takes one core and leaves the others to the other studies' jobs
-    (each job pays a Python start-up and a cluster), while a long one takes them all. ``work``: the jobs'
-    summed ``estimated_seconds`` where the caller has it.
-    """
-    jobs = list(jobs)
-    if not jobs:
-        return 1
-    if work is None:
-        work = work_seconds(jobs)
-    by_work = math.ceil(work / WORK_PER_WORKER_S)
-    by_share = math.ceil(max(1, int(cores)) * min(1.0, max(0.0, share)))
-    return max(1, min(len(jobs), by_work, by_share))
-
-
-@dataclass(slots=True)
-class Row:
-    """One table row: a method at one step size; ``partner`` is the h/2 job id for reference: self."""
-
-    label: str
-    n: int | None
-    h: float
-    job: str
-    partner: str | None = None
-    #: the grid combination (``Instance.key``); "" in a study without a grid
-    combo: str = ""
 
 
 @dataclass
@@ -464,19 +239,6 @@ class Study:
         return self._digest[1]
 
 
-#: a character that JSON writes escaped (json.dumps with ensure_ascii: also every non-ASCII one)
-_JSON_ESCAPED = re.compile(r'["\\\x00-\x1f]')
-
-
-def _pairs_json(ids: list[str], hashes: list[str]) -> str:
-    """``json.dumps([[id, hash], ...])``, the same text, joined directly where no id or hash needs escaping (a sweep's
-    10^6 ids: a fifth of the time); the dump itself otherwise."""
-    joined = "".join(ids) + "".join(hashes)
-    if not joined.isascii() or _JSON_ESCAPED.search(joined):
-        return json.dumps([list(pair) for pair in zip(ids, hashes)])
-    return "[" + ", ".join(map('["{}", "{}"]'.format, ids, hashes)) + "]"
-
-
 #: Study keys that change only how the numbers are shown (tables, figure) or checked, never the numbers: the
 #: workflow's rule aggregate does not rerun for them, rule render does.
 PRESENTATION_KEYS = ("title", "plot", "expected_rates", "accuracy_targets", "check_derivatives", "strict")
@@ -561,7 +323,6 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
     convention (``_convention``), then per method entry the method (``_method``) and its runs
     (``_add_runs``).
     """
-    from hbvm_core.problems import problem_name
 
     where = f"studies.{name}"
     cfg = _study_entry(where, cfg)
@@ -690,7 +451,6 @@ def _study_entry(where: str, cfg: dict) -> dict:
 
 def _name(cfg: dict) -> str:
     """The study's problem as named in messages (a mapping of expressions by its ``name``)."""
-    from hbvm_core.problems import problem_name
 
     return problem_name(cfg["problem"])
 
