@@ -20,6 +20,7 @@ import hashlib
 import json
 import operator
 import os
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -67,10 +68,8 @@ def study_record(study: Study) -> dict:
         "dims": list(study.dims),
         "grid": study.grid,
         "instances": [{f: getattr(inst, f) for f in INSTANCE_FIELDS} for inst in study.instances],
-        "methods": [
-            {f: getattr(m, f) for f in METHOD_FIELDS} | {"rows": _columns(m.rows, ROW_FIELDS)} for m in study.methods
-        ],
-        **_job_record(list(study.jobs.values())),
+        "methods": [{f: getattr(m, f) for f in METHOD_FIELDS} | {"rows": _row_record(m.rows)} for m in study.methods],
+        **_job_record(study.jobs),
         "runs_digest": study.runs_digest(),  # the name of its solve marker: a job need not hash every run again
     }
 
@@ -80,9 +79,18 @@ def _columns(items, names: tuple) -> dict:
     return {name: list(map(operator.attrgetter(name), items)) for name in names}
 
 
-def _job_record(jobs: list) -> dict:
-    """The jobs as groups (``job_groups``): per run of a method and instance only its h, run and store, the other
-    fields once per group; the jobs one by one (``jobs``) where a group's runs differ in another field."""
+def _row_record(rows) -> dict:
+    """A method's rows as columns (``ROW_FIELDS``): a summary study's expansion has them so already."""
+    return rows.columns() if isinstance(rows, PlannedRows) else _columns(rows, ROW_FIELDS)
+
+
+def _job_record(jobs) -> dict:
+    """The jobs (a list, or a study's mapping) as groups (``job_groups``): per run of a method and instance only
+    its h, run, store and hash, the other fields once per group (a summary study's expansion has them so already);
+    the jobs one by one (``jobs``) where a group's runs differ in another field."""
+    if isinstance(jobs, PlannedJobs):
+        return {"job_groups": jobs.groups}
+    jobs = list(jobs.values() if isinstance(jobs, Mapping) else jobs)
     shared = tuple(f for f in JOB_FIELDS if f not in RUN_FIELDS)
     of_group = operator.attrgetter(*shared)
     groups: list[dict] = []

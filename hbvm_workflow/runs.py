@@ -184,15 +184,26 @@ def _hash_parts(job: Job) -> list[str] | None:
     return hit[1]
 
 
-def _hash_text(job: Job, parts: list[str] | None = None) -> str:
+def _hash_text(job: Job, parts: list[str] | None = None, h: float | None = None) -> str:
     """``json.dumps(job.hash_input(), sort_keys=True)``, the same text, written once per method and instance as a
     template with h left out and h's JSON put in (a finite float's or an int's JSON is its repr): a sweep hashes
     10^5 to 10^6 runs that differ only in h. The whole dump where the template would not be the text's own.
-    ``parts``: the job's ``_hash_parts``, where the caller has them (the expansion: once per method and instance)."""
-    parts, h = parts or _hash_parts(job), job.h
+    ``parts``: the job's ``_hash_parts``, where the caller has them; ``h``: the text of the run of this job's
+    method and instance at that step size (the columnar expansion: one job stands for all of them)."""
+    parts, h = parts or _hash_parts(job), job.h if h is None else h
     if parts is None or type(h) not in (float, int) or not math.isfinite(h):
-        return json.dumps(job.hash_input(), sort_keys=True)
+        return json.dumps(job.hash_input() | {"h": h}, sort_keys=True)
     return repr(h).join(parts)
+
+
+def hashes_at(job: Job, hs: list[float]) -> list[str]:
+    """The hashes of the runs of ``job``'s method and instance at the step sizes ``hs`` (``run_hash`` of
+    ``_hash_text`` at each h), the template written once."""
+    parts = _hash_parts(job)
+    if parts is None or not all(type(h) in (float, int) and math.isfinite(h) for h in hs):
+        return [run_hash(_hash_text(job, parts, h)) for h in hs]
+    sha256 = hashlib.sha256
+    return [sha256(repr(h).join(parts).encode()).hexdigest()[:16] for h in hs]
 
 
 #: the fields of a Job as the plan and a worker's task carry them
@@ -219,34 +230,45 @@ _RATE_KEY = operator.attrgetter("method", "problem", "backend")
 
 
 def work_seconds(jobs) -> float:
-    """The summed ``Job.estimated_seconds`` of ``jobs``, the rate looked up once per run of consecutive jobs that
-    share their method, problem and backend (a sweep's 10^6 jobs are a few thousand such runs)."""
+    """The summed ``Job.estimated_seconds`` of ``jobs`` (Jobs, a study's mapping of them, or a ``PlannedJobs``: per
+    group), the rate looked up
+    once per run of consecutive jobs that share their method, problem and backend (a sweep's 10^6 jobs are a few
+    thousand such runs)."""
+    if isinstance(jobs, PlannedJobs):
+        return jobs.work_seconds()
     total = 0.0
-    for _, group in itertools.groupby(jobs, key=_RATE_KEY):
+    for _, group in itertools.groupby(jobs.values() if isinstance(jobs, Mapping) else jobs, key=_RATE_KEY):
         group = list(group)
-        units = _method_cost(group[0].method)[1]
-        total += len(group) * RUN_OVERHEAD_S + sum(j.steps for j in group) * units * group[0].unit_seconds()
+        total += _group_seconds(group[0], len(group), sum(j.steps for j in group))
     return total
 
 
-def solve_workers(jobs, cores: int, share: float = 1.0, work: float | None = None) -> int:
-    """Worker processes for a solve job of ``jobs`` given ``cores`` (Snakemake's --cores).
+def _group_seconds(job: Job, runs: int, steps: int) -> float:
+    """The estimated seconds of ``runs`` runs of ``job``'s method, problem and backend, of ``steps`` steps in all."""
+    return runs * RUN_OVERHEAD_S + steps * _method_cost(job.method)[1] * job.unit_seconds()
+
+
+def solve_workers(jobs, cores: int, share: float = 1.0) -> int:
+    """Worker processes for a solve job of ``jobs`` given ``cores`` (Snakemake's --cores): ``workers_for`` of
+    their number and summed ``estimated_seconds``."""
+    jobs = list(jobs)
+    return workers_for(len(jobs), work_seconds(jobs), cores, share)
+
+
+def workers_for(runs: int, work: float, cores: int, share: float = 1.0) -> int:
+    """Worker processes for a solve job of ``runs`` runs of ``work`` estimated seconds given ``cores``.
 
     ``share``: the study's part of the estimated work of every study in the run. A
     study gets at least one worker, and one more for each WORK_PER_WORKER_S of its
     estimated work, up to its share of the cores and its number of runs: a study of
     seconds of work takes one core and leaves the others to the other studies' jobs
-    (each job pays a Python start-up and a cluster), while a long one takes them all. ``work``: the jobs'
-    summed ``estimated_seconds`` where the caller has it.
+    (each job pays a Python start-up and a cluster), while a long one takes them all.
     """
-    jobs = list(jobs)
-    if not jobs:
+    if not runs:
         return 1
-    if work is None:
-        work = work_seconds(jobs)
     by_work = math.ceil(work / WORK_PER_WORKER_S)
     by_share = math.ceil(max(1, int(cores)) * min(1.0, max(0.0, share)))
-    return max(1, min(len(jobs), by_work, by_share))
+    return max(1, min(runs, by_work, by_share))
 
 
 @dataclass(slots=True)
@@ -304,14 +326,50 @@ class PlannedJobs(Mapping):
     def __len__(self) -> int:
         return self._len
 
+    @property
+    def groups(self) -> list[dict]:
+        """The groups as the plan records them (``job_groups``): per method and instance its fields, its runs'
+        columns (``RUN_FIELDS`` and hash)."""
+        return self._groups
+
     def _ids(self, group: dict) -> list[str]:
         f = group["fields"]
         prefix = f"{f['label']}/{f['combo']}/" if f["combo"] else f"{f['label']}/"
         return [prefix + run for run in group["runs"]["run"]]
 
+    def ids(self) -> list[str]:
+        """Every run's id, in order."""
+        return [i for g in self._groups for i in self._ids(g)]
+
+    def hashes(self) -> list[str]:
+        """Every run's hash, in order."""
+        return [h for g in self._groups for h in g["runs"]["hash"]]
+
     def job_hashes(self) -> list[list[str]]:
         """[[id, hash], ...] (``Study.job_hashes``) from the columns."""
-        return [[i, h] for g in self._groups for i, h in zip(self._ids(g), g["runs"]["hash"])]
+        return [list(pair) for pair in zip(self.ids(), self.hashes())]
+
+    def _first(self, group: dict, i: int = 0) -> Job:
+        """The Job of run ``i`` of a group."""
+        runs = group["runs"]
+        job = Job(**group["fields"], **{f: runs[f][i] for f in RUN_FIELDS})
+        job._hash = runs["hash"][i]
+        return job
+
+    def _steps(self, group: dict):
+        import numpy as np
+
+        h = np.asarray(group["runs"]["h"], dtype=float)
+        return np.rint(group["fields"]["t_end"] / h).astype(np.int64)  # checked to be whole by the expansion
+
+    def work_seconds(self) -> float:
+        """``work_seconds`` of the jobs, per group (its runs share method, problem and backend)."""
+        return sum(_group_seconds(self._first(g), len(g["runs"]["h"]), int(self._steps(g).sum())) for g in self._groups)
+
+    def longest(self) -> list[Job]:
+        """Per group the Job of its run of the most steps (the first of them): a run's stored bytes grow with its
+        steps at one ``save_every``, so it is the group's largest (what the limits check)."""
+        return [self._first(g, int(self._steps(g).argmax())) for g in self._groups if g["runs"]["h"]]
 
     def columns(self) -> dict:
         """Per run, in order: id, label, combo, h, steps (``number_of_steps``, vectorised) and hash."""
@@ -328,7 +386,7 @@ class PlannedJobs(Mapping):
             out["hash"] += runs["hash"]
             h = np.asarray(runs["h"], dtype=float)
             hs.append(h)
-            steps.append(np.rint(f["t_end"] / h).astype(np.int64))  # checked to be whole by the expansion
+            steps.append(self._steps(g))
         out["h"] = np.concatenate(hs) if hs else np.zeros(0)
         out["steps"] = np.concatenate(steps) if steps else np.zeros(0, dtype=np.int64)
         return out
@@ -378,6 +436,10 @@ class PlannedRows(Sequence):
 
     def __eq__(self, other) -> bool:
         return list(self) == list(other) if isinstance(other, Sequence) else NotImplemented
+
+    def columns(self) -> dict:
+        """Every field as a column (``ROW_FIELDS``), as the plan records them."""
+        return self._cols
 
     def column(self, name: str) -> list:
         """One field of every row, in order (``ROW_FIELDS``)."""

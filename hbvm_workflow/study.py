@@ -34,6 +34,7 @@ import itertools
 import json
 import math
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +58,8 @@ from .layout import (  # noqa: F401
 from .runs import (  # noqa: F401  (Job, Row, solve_workers, work_seconds: re-exported)
     JOB_FIELDS,
     MAX_CHUNK,
+    ROW_FIELDS,
+    RUN_FIELDS,
     RUN_OVERHEAD_S,
     WORK_PER_WORKER_S,
     Job,
@@ -66,9 +69,11 @@ from .runs import (  # noqa: F401  (Job, Row, solve_workers, work_seconds: re-ex
     _hash_parts,
     _hash_text,
     _pairs_json,
+    hashes_at,
     run_hash,
     solve_workers,
     work_seconds,
+    workers_for,
 )
 from .schema import defaults
 
@@ -221,7 +226,7 @@ class Study:
 
     def job_hashes(self) -> list[list[str]]:
         """[[id, hash], ...]: what the study's runs are."""
-        if hasattr(self.jobs, "job_hashes"):  # jobs read from the plan, not built yet (plan.PlannedJobs)
+        if isinstance(self.jobs, PlannedJobs):  # a sweep's columns, not built as Jobs
             return self.jobs.job_hashes()
         return [[i, j.hash] for i, j in self.jobs.items()]  # a job's key is its id
 
@@ -231,8 +236,8 @@ class Study:
         (the parse asks for it in several rules)."""
         key = (id(self.jobs), len(self.jobs))
         if self._digest is None or self._digest[0] != key:
-            if hasattr(self.jobs, "job_hashes"):  # plan.PlannedJobs (the plan records the digest: seldom here)
-                text = json.dumps(self.jobs.job_hashes())
+            if isinstance(self.jobs, PlannedJobs):  # a sweep's columns (read from a plan: it records the digest)
+                text = _pairs_json(self.jobs.ids(), self.jobs.hashes())
             else:
                 text = _pairs_json(list(self.jobs), [j.hash for j in self.jobs.values()])
             self._digest = (key, hashlib.sha256(text.encode()).hexdigest()[:16])
@@ -278,7 +283,9 @@ def check_limits(studies: dict[str, Study], limits: dict, results: str = "result
             missing += len(study.jobs) * 8 * (16 + 2 * nu + 2 * (1 + 2 * m))
         sizes: dict[tuple[int, int], int] = {}  # (steps, save_every) -> a run's store size: runs repeat them
         over = None  # the largest run above a limit (the first of the largest): the one named
-        for job in study.jobs.values():
+        # a sweep's columns: per method and instance its longest run (the others store less)
+        runs = study.jobs.longest() if isinstance(study.jobs, PlannedJobs) else study.jobs.values()
+        for job in runs:
             size = sizes.get((job.steps, job.save_every))
             if size is None:
                 size = sizes[job.steps, job.save_every] = job.stored_bytes(m, nu)
@@ -364,15 +371,30 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
         raise ConfigError(f"{where}.methods: expected a non-empty list of method entries")
     from hbvm_core.fingerprint import method_fingerprint
 
-    # the runs: a Job, a Row and a hash each, some 10^6 objects for a 10^5-run sweep, all kept (collector.paused)
+    # a summary study's runs as columns (``_run_columns``); the others a Job and a Row each (``_add_runs``); the
+    # collector paused: 10^5 to 10^6 objects that all stay
+    columnar = cfg.get("save") == "summary"
+    groups: list[dict] = []
     with paused():
+        if columnar:  # identified first: a sharded store records no identity to snap to
+            for inst in instances:
+                _identify(study, inst, [])
         for i, raw in enumerate(cfg["methods"]):
             where_i = f"{where}.methods[{i}]"
             study_method = _method(where_i, raw, cfg, study.methods, [inst.problem for inst in instances])
             numerics = method_fingerprint(study_method.entry)  # once per method: the instances share it
+            rows: dict[str, list] = {key: [] for key in ROW_FIELDS}
             for inst in instances:
-                _add_runs(study, study_method, raw, where_i, inst, numerics)
+                if columnar:
+                    groups.append(_run_columns(study, study_method, raw, where_i, inst, numerics, rows))
+                else:
+                    _add_runs(study, study_method, raw, where_i, inst, numerics)
+            if columnar:
+                study_method.rows = PlannedRows(rows)
             study.methods.append(study_method)
+        if columnar:
+            study.jobs = PlannedJobs(groups)
+            return study
         by_combo: dict[str, list] = {}
         for job in study.jobs.values():
             by_combo.setdefault(job.combo, []).append(job)
@@ -582,17 +604,11 @@ def _run_name(h: float, n: int | None) -> str:
     return run_stem(h, n)
 
 
-def _add_runs(study: Study, study_method: StudyMethod, raw: dict, where: str, inst: Instance, numerics: str) -> None:
-    """The rows of one method (its own step-size rule or the study's) for one problem instance and their
-    jobs: the row's run and, for ``errors.reference: self``, its h/2 partner (of the same instance), each
-    named (``layout.run_stem``) and hashed; ``numerics``: the method's ``method_fingerprint``."""
+def _fixed_fields(study: Study, study_method: StudyMethod, inst: Instance, numerics: str) -> dict:
+    """The fields of every run of one method and instance (a sweep plans 10^6 of them: shared objects, set once);
+    ``numerics``: the method's ``method_fingerprint``."""
     cfg = study.cfg
-    study_rule = {k: cfg[k] for k in STEP_KEYS if k in cfg}
-    rule = {k: raw[k] for k in STEP_KEYS if k in raw} or study_rule
-    names: dict[str, float] = {}  # run name -> h: names must identify the runs
-    summary = cfg.get("save") == "summary"  # a summary study's runs live in its one sharded store
-    # the fields of every run of this method and instance (a sweep plans 10^6 of them: shared objects, set once)
-    fixed = dict(
+    return dict(
         study=study.name,
         label=study_method.label,
         name=study_method.name,
@@ -602,40 +618,92 @@ def _add_runs(study: Study, study_method: StudyMethod, raw: dict, where: str, in
         t_end=inst.t_end,
         save_every=int(cfg["save_every"]),
         compensated=bool(cfg["compensated"]),
-        backend=SUMMARY_JOB_BACKEND if summary else cfg["backend"],
+        backend=SUMMARY_JOB_BACKEND if cfg.get("save") == "summary" else cfg["backend"],
         chunk=int(cfg["chunk"]),
         numerics_fingerprint=numerics,
         combo=inst.key,
         method_module=study_method.module,
     )
-    prefix = f"{study_method.label}/{inst.key}/" if inst.key else f"{study_method.label}/"  # Job.id
+
+
+def _step_runs(study: Study, study_method: StudyMethod, raw: dict, where: str, inst: Instance) -> Iterator[tuple]:
+    """The rows of one method (its own step-size rule or the study's) for one problem instance, checked: per row
+    (n, h, runs), ``runs`` the row's run and, for ``errors.reference: self``, its h/2 partner (of the same
+    instance), each (h, n, role, steps, run name: ``layout.run_stem``). ConfigError for a step that does not
+    divide the interval, two runs of one name, or sample times off the saved grid."""
+    cfg = study.cfg
+    study_rule = {k: cfg[k] for k in STEP_KEYS if k in cfg}
+    rule = {k: raw[k] for k in STEP_KEYS if k in raw} or study_rule
+    names: dict[str, float] = {}  # run name -> h: names must identify the runs
     self_reference = study.reference == "self"
     for n, h, half in step_sizes(rule, inst.period, where if rule is not study_rule else f"studies.{study.name}"):
-        row = Row(label=study_method.label, n=n, h=h, job="", combo=inst.key)
         half_n = None if n is None else (n + 1 if "halvings" in rule else 2 * n)
+        runs = []
         for hh, nn, role in ((h, n, "row"), (half, half_n, "partner")) if self_reference else ((h, n, "row"),):
             try:
                 steps = _steps_of(hh, inst.t_end)
             except ConfigError as exc:
                 extra = " (the h/2 run of errors.reference: self)" if role == "partner" else ""
                 raise ConfigError(f"{where}: {exc}{extra}") from None
-            job = Job(h=hh, **fixed)
-            job.run, job._steps = _run_name(hh, nn), steps
-            if not summary:
-                job.store = store_path(study.results, study.name, study_method.label, hh, nn, inst.key)
-            if names.setdefault(job.run, hh) != hh:
+            run = _run_name(hh, nn)
+            if names.setdefault(run, hh) != hh:
                 raise ConfigError(
-                    f"{where}: step sizes {names[job.run]!r} and {hh!r} get the same run name {job.run!r}; "
+                    f"{where}: step sizes {names[run]!r} and {hh!r} get the same run name {run!r}; "
                     "give step sizes that differ in their first 12 digits"
                 )
-            job_id = prefix + job.run
+            runs.append((hh, nn, role, steps, run))
+        _check_sampling(where, study.convention, study.reference, h, int(cfg["save_every"]), inst.period)
+        yield n, h, runs
+
+
+def _add_runs(study: Study, study_method: StudyMethod, raw: dict, where: str, inst: Instance, numerics: str) -> None:
+    """The rows of one method and instance (``_step_runs``) and their jobs, each named and stored where
+    ``layout.store_path`` says (a summary study's runs live in its one sharded store)."""
+    summary = study.cfg.get("save") == "summary"
+    fixed = _fixed_fields(study, study_method, inst, numerics)
+    prefix = f"{study_method.label}/{inst.key}/" if inst.key else f"{study_method.label}/"  # Job.id
+    for n, h, runs in _step_runs(study, study_method, raw, where, inst):
+        row = Row(label=study_method.label, n=n, h=h, job="", combo=inst.key)
+        for hh, nn, role, steps, run in runs:
+            job = Job(h=hh, **fixed)
+            job.run, job._steps = run, steps
+            if not summary:
+                job.store = store_path(study.results, study.name, study_method.label, hh, nn, inst.key)
+            job_id = prefix + run
             study.jobs.setdefault(job_id, job)
             if role == "row":
                 row.job = job_id
             else:
                 row.partner = job_id
-        _check_sampling(where, study.convention, study.reference, h, study.jobs[row.job], inst.period)
         study_method.rows.append(row)
+
+
+def _run_columns(
+    study: Study, study_method: StudyMethod, raw: dict, where: str, inst: Instance, numerics: str, rows: dict
+) -> dict:
+    """The runs of one method and instance of a summary study as columns: the group of ``PlannedJobs`` (the
+    fields once, per run its h, name and hash; the instance identified already), its rows appended to the
+    method's ``rows`` (``ROW_FIELDS`` columns). The same runs, names and hashes as ``_add_runs``, with no object per
+    run: a sweep plans 10^5 to 10^6 of them."""
+    fixed = _fixed_fields(study, study_method, inst, numerics)
+    identity = dict(problem_fingerprint=inst.fingerprint, problem_structure=inst.structure, problem_probe=inst.probe)
+    proto = Job(h=0.0, **fixed, **identity)  # every field of the group's runs but h, run and store
+    prefix = f"{study_method.label}/{inst.key}/" if inst.key else f"{study_method.label}/"  # Job.id
+    ns, row_hs, hs, names = [], [], [], []
+    for n, h, runs in _step_runs(study, study_method, raw, where, inst):
+        ((hh, _, _, _, run),) = runs  # no h/2 partners: errors.reference self is refused for a summary study
+        ns.append(n)
+        row_hs.append(h)
+        hs.append(hh)
+        names.append(run)
+    count = len(hs)
+    for key, column in zip(
+        ROW_FIELDS,
+        ([study_method.label] * count, ns, row_hs, [prefix + run for run in names], [None] * count, [inst.key] * count),
+    ):
+        rows[key] += column
+    fields = {f: getattr(proto, f) for f in JOB_FIELDS if f not in RUN_FIELDS}
+    return {"fields": fields, "runs": {"h": hs, "run": names, "store": [""] * count, "hash": hashes_at(proto, hs)}}
 
 
 def build_problem(where: str, problem_entry: str, params: dict, check_derivatives: bool = True):
@@ -738,11 +806,11 @@ def _positive(where: str, value) -> None:
         raise ConfigError(f"{where} = {value!r}: expected a finite number > 0")
 
 
-def _check_sampling(where: str, convention, reference: str, h: float, job: Job, period) -> None:
-    """Sample times must lie on the saved grid of the run (and of its h/2 partner)."""
+def _check_sampling(where: str, convention, reference: str, h: float, save_every: int, period) -> None:
+    """Sample times must lie on the saved grid of the run of step ``h`` (and of its h/2 partner)."""
     if reference == "none":
         return
-    spacing = job.h * job.save_every
+    spacing = h * save_every
     off = _off_grid(spacing, period, convention.sample, convention.lambda_sample)
     if off is not None:
         key, val = off

@@ -92,7 +92,8 @@ def test_a_sharded_study_is_read_back_as_columns_with_its_runs_digest(tmp_path, 
     studies = load_studies(config)
     assert studies["sw"].cfg["save"] == "summary"
     plan.write_plan(config, studies)
-    monkeypatch.setattr(plan.PlannedJobs, "job_hashes", lambda self: pytest.fail("the runs hashed again"))
+    for method in ("job_hashes", "hashes"):  # what the runs digest reads
+        monkeypatch.setattr(plan.PlannedJobs, method, lambda self: pytest.fail("the runs digested again"))
     read = plan.read_plan(config)["sw"]
     assert all(isinstance(m.rows, plan.PlannedRows) for m in read.methods)
     same(read, studies["sw"])
@@ -101,6 +102,33 @@ def test_a_sharded_study_is_read_back_as_columns_with_its_runs_digest(tmp_path, 
         assert np.array_equal(getattr(a, f), getattr(b, f)), f
     assert sorted(set(a.n.tolist())) == [0, 1, 2] and a.hash.dtype == np.uint64
     assert [int(x) for x in a.hash] == [int(j.hash, 16) for j in studies["sw"].jobs.values()]
+
+
+def test_a_sharded_study_expanded_as_columns_has_the_runs_of_the_definition(tmp_path):
+    """A save: summary study is expanded as columns (no Job per run); each run built from them has the fields of
+    the same study expanded run by run (save: trajectory, but for its backend and store) and the hash of its
+    definition: the sha256 of json.dumps(hash_input, sort_keys=True), computed here."""
+    import hashlib
+    import json
+
+    from hbvm_workflow.runs import PlannedJobs, PlannedRows
+
+    config = {"results": str(tmp_path / "results"), "studies": {"sw": SUMMARY}}
+    study = load_studies(config)["sw"]
+    assert isinstance(study.jobs, PlannedJobs) and all(isinstance(m.rows, PlannedRows) for m in study.methods)
+    for job in study.jobs.values():
+        text = json.dumps(job.hash_input(), sort_keys=True)
+        assert job.hash == hashlib.sha256(text.encode()).hexdigest()[:16], job.id
+    by_run = {**SUMMARY, "save": "trajectory"}
+    by_run.pop("shard_runs", None)
+    other = load_studies({"results": str(tmp_path / "results"), "studies": {"sw": by_run}})["sw"]
+    assert list(study.jobs) == list(other.jobs)
+    for key, job in study.jobs.items():
+        want = other.jobs[key]
+        for f in ("label", "problem", "params", "method", "h", "t_end", "run", "combo", "problem_fingerprint"):
+            assert getattr(job, f) == getattr(want, f), (key, f)
+        assert job.steps == want.steps and job.store == ""
+    assert [list(m.rows) for m in study.methods] == [list(m.rows) for m in other.methods]
 
 
 def test_planned_jobs_reads_every_run_of_every_plan(tmp_path):

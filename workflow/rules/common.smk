@@ -20,7 +20,7 @@ from hbvm_workflow import layout
 from hbvm_workflow.config import load_studies
 from hbvm_workflow.kinds import KINDS as STUDY_KINDS
 from hbvm_workflow.plan import planned_studies, write_plan
-from hbvm_workflow.study import solve_workers, work_seconds
+from hbvm_workflow.study import work_seconds, workers_for
 from hbvm_workflow.summary_job import aggregated_in_solve
 
 # User problems given as module.path:factory may live in the working directory.
@@ -107,7 +107,7 @@ def study_params(wildcards):
 
 
 def solve_threads(names, share=1.0):
-    """Local workers of the solve job of the studies ``names`` (hbvm_workflow.study.solve_workers: by their
+    """Local workers of the solve job of the studies ``names`` (hbvm_workflow.runs.workers_for: by their
     estimated work, and ``share`` of --cores); dask.n_workers fixes them; one thread when an external
     scheduler does the work."""
     dask = config.get("dask") or {}
@@ -119,8 +119,8 @@ def solve_threads(names, share=1.0):
         cores = workflow.cores
     except WorkflowError:  # no --cores (a dry run, --jobs with an executor): Snakemake caps the threads
         cores = os.cpu_count() or 1
-    jobs = [j for name in names for j in STUDIES[name].jobs.values()]
-    return solve_workers(jobs, cores, share, work=sum(map(study_work, names)))
+    runs = sum(len(STUDIES[name].jobs) for name in names)
+    return workers_for(runs, sum(map(study_work, names)), cores, share)
 
 
 def study_solve_threads(wildcards):
@@ -145,7 +145,7 @@ def study_threads(name):
 @functools.cache
 def study_work(name):
     """The estimated seconds of a study's runs (hbvm_workflow.study.work_seconds), once per study."""
-    return work_seconds(STUDIES[name].jobs.values())
+    return work_seconds(STUDIES[name].jobs)
 
 
 def lost_runs(name):
