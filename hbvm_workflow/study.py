@@ -55,7 +55,7 @@ from .layout import (  # noqa: F401
     shard_store,
     store_path,
 )
-from .runs import (  # noqa: F401  (Job, Row, solve_workers, work_seconds: re-exported)
+from .runs import (  # noqa: F401  (Job, Row, the cost constants and solve_workers: re-exported)
     JOB_FIELDS,
     MAX_CHUNK,
     ROW_FIELDS,
@@ -72,8 +72,6 @@ from .runs import (  # noqa: F401  (Job, Row, solve_workers, work_seconds: re-ex
     hashes_at,
     run_hash,
     solve_workers,
-    work_seconds,
-    workers_for,
 )
 from .schema import defaults
 
@@ -327,10 +325,10 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
 
     The steps: the entry with the schema's defaults and its kind checked (``_study_entry``), the
     problem built from the config (``build_problem``), the interval (``_interval``), the error
-    convention (``_convention``), then per method entry the method (``_method``) and its runs
-    (``_add_runs``).
+    convention (``_convention``), then per method entry the method (``_method``) and its runs: a Job and a Row
+    each (``_add_runs``), or for a ``save: summary`` study the columns of ``runs.PlannedJobs`` and ``PlannedRows``
+    (``_run_columns``: a sweep's 10^5 to 10^6 runs, no object per run).
     """
-
     where = f"studies.{name}"
     cfg = _study_entry(where, cfg)
     grid = _grid(where, cfg)

@@ -223,7 +223,7 @@ def test_solve_workers_size_a_solve_job_by_its_estimated_work(published):
     assert job(0, 20_000).estimated_seconds() == RUN_OVERHEAD_S + 20_000 * 6 * STEP_NODE_S
     assert solve_workers([], cores=4) == 1
     # the sum taken per run of jobs that share method, problem and backend: the sum of the jobs' own (to round-off)
-    from hbvm_workflow.study import work_seconds
+    from hbvm_workflow.runs import work_seconds
 
     mixed = [*table1, *big[:2], *user[:3], job(9, 500, method="rattle"), *big[2:4]]
     assert work_seconds(mixed) == pytest.approx(sum(j.estimated_seconds() for j in mixed), rel=1e-12)

@@ -20,7 +20,7 @@ from hbvm_workflow import layout
 from hbvm_workflow.config import load_studies
 from hbvm_workflow.kinds import KINDS as STUDY_KINDS
 from hbvm_workflow.plan import planned_studies, write_plan
-from hbvm_workflow.study import work_seconds, workers_for
+from hbvm_workflow.runs import work_seconds, workers_for
 from hbvm_workflow.summary_job import aggregated_in_solve
 
 # User problems given as module.path:factory may live in the working directory.
@@ -144,7 +144,7 @@ def study_threads(name):
 
 @functools.cache
 def study_work(name):
-    """The estimated seconds of a study's runs (hbvm_workflow.study.work_seconds), once per study."""
+    """The estimated seconds of a study's runs (hbvm_workflow.runs.work_seconds), once per study."""
     return work_seconds(STUDIES[name].jobs)
 
 
