@@ -137,11 +137,11 @@ def run_table(study) -> RunTable:
     instances = study.instances or [study.instance_of("")]
     ci = {inst.key: i for i, inst in enumerate(instances)}
     n_of = {}
-    for m in study.methods:  # the plan's columns where it holds them (plan.PlannedRows)
+    for m in study.methods:  # as columns where they are (runs.PlannedRows: a plan, a summary study)
         jobs, ns = (m.rows.column("job"), m.rows.column("n")) if hasattr(m.rows, "column") else _row_columns(m.rows)
         if ns.count(None) < len(ns):  # the rows with a label n (the others: -1)
             n_of.update((j, n) for j, n in zip(jobs, ns) if n is not None)
-    if hasattr(study.jobs, "columns"):  # read from the plan as columns (plan.PlannedJobs)
+    if hasattr(study.jobs, "columns"):  # as columns (runs.PlannedJobs: a plan, a summary study's expansion)
         c = study.jobs.columns()
     else:
         jobs = list(study.jobs.values())
