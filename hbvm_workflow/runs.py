@@ -188,8 +188,8 @@ def _hash_text(job: Job, parts: list[str] | None = None, h: float | None = None)
     """``json.dumps(job.hash_input(), sort_keys=True)``, the same text, written once per method and instance as a
     template with h left out and h's JSON put in (a finite float's or an int's JSON is its repr): a sweep hashes
     10^5 to 10^6 runs that differ only in h. The whole dump where the template would not be the text's own.
-    ``parts``: the job's ``_hash_parts``, where the caller has them; ``h``: the text of the run of this job's
-    method and instance at that step size (the columnar expansion: one job stands for all of them)."""
+    ``parts``: the job's ``_hash_parts``, where the caller has them; ``h``: the text of the run of the job's method
+    and instance at that step size instead of the job's own (the columnar expansion: one job stands for them all)."""
     parts, h = parts or _hash_parts(job), job.h if h is None else h
     if parts is None or type(h) not in (float, int) or not math.isfinite(h):
         return json.dumps(job.hash_input() | {"h": h}, sort_keys=True)
@@ -304,8 +304,9 @@ RUN_FIELDS = ("h", "run", "store")
 
 
 class PlannedJobs(Mapping):
-    """A study's jobs as the plan holds them (``job_groups``), built as ``Job`` objects only when first looked up:
-    the jobs of a sweep's solve and aggregate steps read their runs as columns (``job_hashes``, ``columns``)."""
+    """A study's jobs as the plan holds them (``job_groups``; a summary study's expansion builds them so), built as
+    ``Job`` objects only when first looked up: the parse and the jobs of a sweep read its runs as columns (``ids``,
+    ``hashes``, ``columns``, ``work_seconds``, ``longest``)."""
 
     def __init__(self, groups: list[dict]):
         self._groups = groups
@@ -349,7 +350,7 @@ class PlannedJobs(Mapping):
         """[[id, hash], ...] (``Study.job_hashes``) from the columns."""
         return [list(pair) for pair in zip(self.ids(), self.hashes())]
 
-    def _first(self, group: dict, i: int = 0) -> Job:
+    def _run(self, group: dict, i: int = 0) -> Job:
         """The Job of run ``i`` of a group."""
         runs = group["runs"]
         job = Job(**group["fields"], **{f: runs[f][i] for f in RUN_FIELDS})
@@ -364,12 +365,12 @@ class PlannedJobs(Mapping):
 
     def work_seconds(self) -> float:
         """``work_seconds`` of the jobs, per group (its runs share method, problem and backend)."""
-        return sum(_group_seconds(self._first(g), len(g["runs"]["h"]), int(self._steps(g).sum())) for g in self._groups)
+        return sum(_group_seconds(self._run(g), len(g["runs"]["h"]), int(self._steps(g).sum())) for g in self._groups)
 
     def longest(self) -> list[Job]:
         """Per group the Job of its run of the most steps (the first of them): a run's stored bytes grow with its
         steps at one ``save_every``, so it is the group's largest (what the limits check)."""
-        return [self._first(g, int(self._steps(g).argmax())) for g in self._groups if g["runs"]["h"]]
+        return [self._run(g, int(self._steps(g).argmax())) for g in self._groups if g["runs"]["h"]]
 
     def columns(self) -> dict:
         """Per run, in order: id, label, combo, h, steps (``number_of_steps``, vectorised) and hash."""
