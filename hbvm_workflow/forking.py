@@ -75,7 +75,8 @@ def _shared_file():
     """An unnamed file in memory (Linux's memfd; elsewhere a temporary file, removed as it is closed): nothing
     of it is left behind, however the processes end."""
     if hasattr(os, "memfd_create"):
-        return os.fdopen(os.memfd_create("hbvm-beside", os.MFD_CLOEXEC), "w+b")
+        with contextlib.suppress(OSError):  # a sandbox may refuse it: then a temporary file
+            return os.fdopen(os.memfd_create("hbvm-beside", os.MFD_CLOEXEC), "w+b")
     import tempfile
 
     return tempfile.TemporaryFile()
