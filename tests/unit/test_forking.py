@@ -59,3 +59,19 @@ def test_one_thread_runs_both_steps_in_this_process_when_sent():
         assert steps == []
         send(5)
         assert steps == ["prepare", (5, os.getpid())]
+
+
+def test_the_value_goes_through_a_temporary_file_where_memfd_is_refused(tmp_path, monkeypatch):
+    """A sandbox that refuses memfd_create: the value is handed through an unnamed temporary file instead."""
+
+    def refused(*args):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "memfd_create", refused, raising=False)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    out = tmp_path / "child.npy"
+    a = np.arange(100_000, dtype=float)
+    with beside(lambda: None, lambda x: np.save(out, x * 3)) as send:
+        send(a)
+    assert np.array_equal(np.load(out), a * 3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["child.npy"]  # the temporary file is gone
