@@ -61,7 +61,7 @@ def published(cold: bool = False) -> dict:
 
 
 def _job_list(n: int, folder: str):
-    from hbvm_workflow.study import Job
+    from hbvm_workflow.runs import Job
 
     return [
         Job(

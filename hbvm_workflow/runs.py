@@ -24,10 +24,8 @@ from .layout import run_stem
 # --------------------------------------------------------------------------- jobs and rows
 #: Job.estimated_seconds: per run (the store); per step, each method's cost model (``Method.STEP_SECONDS``)
 RUN_OVERHEAD_S = 0.003
-#: solve_workers: the least work (s) that pays for a second worker process of a study's solve job
+#: workers_for: the least work (s) that pays for a second worker process of a study's solve job
 WORK_PER_WORKER_S = 5.0
-#: the most rows of a Zarr chunk (schema.yaml: chunk): a chunk is built in memory
-MAX_CHUNK = 2**22
 
 
 #: the Job fields that ``hash_input`` reads: setting one forgets the cached hash
@@ -127,11 +125,6 @@ class Job:
         """The fields (the values themselves, not copies: JSON and Job(**d) take them as they are)."""
         return {f: getattr(self, f) for f in JOB_FIELDS}
 
-    def cost(self) -> float:
-        """Relative cost (steps x the method's work per step, ``Method.work_units``: HBVM's quadrature nodes),
-        for scheduling the longest jobs first."""
-        return self.steps * _method_cost(self.method)[1]
-
     def stored_bytes(self, m: int, nu: int) -> int:
         """The size of the run's store, uncompressed: per saved point t, q, p, H, g, hc (storage.ZarrSink.SPEC),
         per saved step tstep, lam (8 bytes each) and iterations (4 bytes)."""
@@ -141,16 +134,17 @@ class Job:
         return points * 8 * (2 + 2 * m + 2 * nu) + steps * (8 + 8 * nu + 4)
 
     def estimated_seconds(self) -> float:
-        """A rough wall time of the run on one core, for sizing a solve job (``solve_workers``): the method's
-        cost model (``Method.STEP_SECONDS``), compiled for a built-in problem unless ``backend: numpy``."""
-        return RUN_OVERHEAD_S + self.cost() * self.unit_seconds()
+        """A rough wall time of the run on one core, for sizing a solve job (``workers_for``): ``work_seconds`` of
+        this one run."""
+        return _group_seconds(self, 1, self.steps)
 
-    def unit_seconds(self) -> float:
-        """``estimated_seconds`` per unit of ``cost``: the method's compiled or numpy rate."""
-        compiled_s, numpy_s = _method_cost(self.method)[2]
+    def step_rate(self) -> tuple[int, float]:
+        """(the method's work units per step, ``Method.work_units``: HBVM's quadrature nodes; the seconds per unit
+        of its cost model, ``Method.STEP_SECONDS``: compiled for a built-in problem unless ``backend: numpy``)."""
+        _, units, (compiled_s, numpy_s) = _method_cost(self.method)
         ours = isinstance(self.problem, dict) or self.problem in BUILTIN  # expressions: compiled kernels too
         compiled = compiled_s is not None and self.backend != "numpy" and ours
-        return compiled_s if compiled else numpy_s
+        return units, compiled_s if compiled else numpy_s
 
 
 def run_hash(text: str) -> str:
@@ -208,7 +202,7 @@ def hashes_at(job: Job, hs: list[float]) -> list[str]:
 
 #: the fields of a Job as the plan and a worker's task carry them
 JOB_FIELDS = tuple(f for f in Job.__dataclass_fields__ if not f.startswith("_"))
-#: (method entry, backend, problem entry) -> the method's STEP_SECONDS and work units, per object ids
+#: id of a method entry -> (the entry, its work units per step, its method's STEP_SECONDS)
 _COST: dict = {}
 
 
@@ -225,15 +219,14 @@ def _method_cost(entry: dict) -> tuple:
     return hit
 
 
-#: what ``Job.unit_seconds`` reads of a job: the runs of a method and instance share these objects
+#: what ``Job.step_rate`` reads of a job: the runs of a method and instance share these objects
 _RATE_KEY = operator.attrgetter("method", "problem", "backend")
 
 
 def work_seconds(jobs) -> float:
     """The summed ``Job.estimated_seconds`` of ``jobs`` (Jobs, a study's mapping of them, or a ``PlannedJobs``: per
-    group), the rate looked up
-    once per run of consecutive jobs that share their method, problem and backend (a sweep's 10^6 jobs are a few
-    thousand such runs)."""
+    group), the rate looked up once per run of consecutive jobs that share their method, problem and backend (a
+    sweep's 10^6 jobs are a few thousand such runs)."""
     if isinstance(jobs, PlannedJobs):
         return jobs.work_seconds()
     total = 0.0
@@ -244,15 +237,10 @@ def work_seconds(jobs) -> float:
 
 
 def _group_seconds(job: Job, runs: int, steps: int) -> float:
-    """The estimated seconds of ``runs`` runs of ``job``'s method, problem and backend, of ``steps`` steps in all."""
-    return runs * RUN_OVERHEAD_S + steps * _method_cost(job.method)[1] * job.unit_seconds()
-
-
-def solve_workers(jobs, cores: int, share: float = 1.0) -> int:
-    """Worker processes for a solve job of ``jobs`` given ``cores`` (Snakemake's --cores): ``workers_for`` of
-    their number and summed ``estimated_seconds``."""
-    jobs = list(jobs)
-    return workers_for(len(jobs), work_seconds(jobs), cores, share)
+    """The estimated seconds of ``runs`` runs of ``job``'s method, problem and backend, of ``steps`` steps in all:
+    a run's overhead each, and the steps at the method's rate (``Job.step_rate``)."""
+    units, seconds = job.step_rate()
+    return runs * RUN_OVERHEAD_S + steps * units * seconds
 
 
 def workers_for(runs: int, work: float, cores: int, share: float = 1.0) -> int:

@@ -464,7 +464,7 @@ class Expected:
 
     @classmethod
     def of_job(cls, job, planned: tuple[str, dict] | None = None) -> Expected:
-        """What the store of ``job`` (a ``study.Job``) must record: its hash, fingerprint, planned identity and
+        """What the store of ``job`` (a ``runs.Job``) must record: its hash, fingerprint, planned identity and
         run values; ``planned``: the identity already checked (``Instance.checked``), else the job's own."""
         if planned is None and job.problem_structure:
             planned = (job.problem_structure, _probe(job.problem_probe))
@@ -701,7 +701,7 @@ def load_trajectory(path: str, problem, *, job_hash: str | None = None, method=N
     planned : (str, dict), optional
         The identity (structure, probe values) that ``problem`` is known to have (``Instance.checked``): the
         store's record is compared with it, without evaluating the problem again for each store.
-    job : hbvm_workflow.study.Job, optional
+    job : hbvm_workflow.runs.Job, optional
         The planned run: the store must be it (``store_verdict``: its hash, identity and run values).
 
     Returns

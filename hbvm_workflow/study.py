@@ -55,13 +55,10 @@ from .layout import (  # noqa: F401
     shard_store,
     store_path,
 )
-from .runs import (  # noqa: F401  (Job, Row, the cost constants and solve_workers: re-exported)
+from .runs import (
     JOB_FIELDS,
-    MAX_CHUNK,
     ROW_FIELDS,
     RUN_FIELDS,
-    RUN_OVERHEAD_S,
-    WORK_PER_WORKER_S,
     Job,
     PlannedJobs,
     PlannedRows,
@@ -71,13 +68,14 @@ from .runs import (  # noqa: F401  (Job, Row, the cost constants and solve_worke
     _pairs_json,
     hashes_at,
     run_hash,
-    solve_workers,
 )
 from .schema import defaults
 
 STEP_KEYS = ("h", "h0", "halvings", "period_divisions")
 METHOD_META_KEYS = (*STEP_KEYS, "label")
 REFERENCES = ("exact", "reference", "self", "none")
+#: the most rows of a Zarr chunk (schema.yaml: chunk): a chunk is built in memory
+MAX_CHUNK = 2**22
 
 
 @dataclass

@@ -21,6 +21,7 @@ from pathlib import Path
 from hbvm_core.errors import ConfigError, ConvergenceError, HBVMError, NonFiniteError
 from hbvm_core.integrate import integrate, number_of_steps
 
+from .runs import Job
 from .storage import (
     FAILED,
     FORMAT,
@@ -32,7 +33,6 @@ from .storage import (
     versions,
     write_json_atomic,
 )
-from .study import Job
 
 
 class WorkerError(HBVMError, RuntimeError):

@@ -12,7 +12,7 @@ Each class also declares itself, for the workflow and the tests to read:
   method entry is built from them, ``hbvm_workflow.schema``);
 - ``NEEDS``, ``COMPILED_NEEDS``: what it needs from a problem (``check_problem``,
   ``has_compiled``);
-- ``STEP_SECONDS``, ``work_units``: its cost model (``hbvm_workflow.study.Job``);
+- ``STEP_SECONDS``, ``work_units``: its cost model (``hbvm_workflow.runs.Job``);
 - ``orders`` and ``conserves``: its claims, checked by one test over every
   registered method (tests/verification/test_claims.py) and tabled in
   docs/baselines.md (``hbvm_core.methods.table``);
@@ -82,7 +82,7 @@ class Method(ABC):
     #: ("G", "g"); None: it has no compiled loop.
     COMPILED_NEEDS: ClassVar[frozenset[str] | None] = None
     #: The cost model: seconds per step and work unit (``work_units``) of its compiled loop (None: none
-    #: estimated) and of the numpy path, on one core (``hbvm_workflow.study.Job.estimated_seconds``).
+    #: estimated) and of the numpy path, on one core (``hbvm_workflow.runs.Job.estimated_seconds``).
     STEP_SECONDS: ClassVar[tuple[float | None, float]] = (None, 1e-4)
     #: Its claims: the orders in h of the global errors of q, p and lambda (None: the error follows a
     #: tolerance, not h). A class whose orders depend on its parameters makes this a property.

@@ -36,7 +36,7 @@ class RATTLE(Method):
         "kernels/runner.py", "kernels/rules.py", "kernels/linalg.py",
     )  # fmt: skip
     COMPILED_NEEDS: ClassVar[frozenset[str] | None] = frozenset({"G", "g"})
-    #: compiled: about a microsecond per step, as HBVM's per node (hbvm_workflow.study.Job.estimated_seconds)
+    #: compiled: about a microsecond per step, as HBVM's per node (hbvm_workflow.runs.Job.estimated_seconds)
     STEP_SECONDS: ClassVar[tuple[float | None, float]] = (1e-6, 1e-4)
     #: second order in q and p; lam approximates lambda(t_n) to first order
     orders: ClassVar[dict[str, float | None]] = {"q": 2, "p": 2, "lam": 1}

@@ -81,7 +81,7 @@ def test_the_job_hashes_and_the_worker_check_ignore_round_off(monkeypatch, tmp_p
 
 
 def test_values_moved_beyond_round_off_are_refused_by_the_worker_and_get_another_identity():
-    from hbvm_workflow.study import Job
+    from hbvm_workflow.runs import Job
     from hbvm_workflow.worker import check_problem
 
     planned, moved = line(1.0), line(1.0 + 1e-8)  # c is a constant of the source, not a param

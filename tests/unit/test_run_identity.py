@@ -159,7 +159,7 @@ def test_hash_is_the_sha256_of_the_sorted_json_of_its_input():
     import hashlib
     import json
 
-    from hbvm_workflow.study import Job
+    from hbvm_workflow.runs import Job
 
     def by_definition(job) -> str:
         return hashlib.sha256(json.dumps(job.hash_input(), sort_keys=True).encode()).hexdigest()[:16]

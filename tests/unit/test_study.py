@@ -183,12 +183,16 @@ def test_warm_up_runs_one_step_per_distinct_problem_and_method():
     assert warm_up(diverging.jobs.values()) == 1  # a step that fails is left to the real run
 
 
-def test_solve_workers_size_a_solve_job_by_its_estimated_work(published):
+def test_workers_for_size_a_solve_job_by_its_estimated_work(published):
     """Seconds of work: one worker (the other cores go to other studies' jobs); hours: every core it may have."""
     from hbvm_core.methods import DOP853, HBVM, RATTLE
-    from hbvm_workflow.study import RUN_OVERHEAD_S, WORK_PER_WORKER_S, Job, solve_workers
+    from hbvm_workflow.runs import RUN_OVERHEAD_S, WORK_PER_WORKER_S, Job, work_seconds, workers_for
 
     STEP_NODE_S, NUMPY_STEP_NODE_S = HBVM.STEP_SECONDS  # the methods' declared cost models
+
+    def solve_workers(jobs, cores, share=1.0):
+        jobs = list(jobs)
+        return workers_for(len(jobs), work_seconds(jobs), cores, share)
 
     table1 = published["table1"].jobs.values()
     assert sum(j.estimated_seconds() for j in table1) < WORK_PER_WORKER_S
@@ -223,8 +227,6 @@ def test_solve_workers_size_a_solve_job_by_its_estimated_work(published):
     assert job(0, 20_000).estimated_seconds() == RUN_OVERHEAD_S + 20_000 * 6 * STEP_NODE_S
     assert solve_workers([], cores=4) == 1
     # the sum taken per run of jobs that share method, problem and backend: the sum of the jobs' own (to round-off)
-    from hbvm_workflow.runs import work_seconds
-
     mixed = [*table1, *big[:2], *user[:3], job(9, 500, method="rattle"), *big[2:4]]
     assert work_seconds(mixed) == pytest.approx(sum(j.estimated_seconds() for j in mixed), rel=1e-12)
 
@@ -232,7 +234,7 @@ def test_solve_workers_size_a_solve_job_by_its_estimated_work(published):
 WARM_SCRIPT = """
 import json
 from hbvm_workflow.worker import _uncached_loops, warm_up
-from hbvm_workflow.study import Job
+from hbvm_workflow.runs import Job
 
 def job(problem, k, s, h):
     return Job("w", f"k{k}s{s}", f"HBVM({k},{s})", problem, {}, {"k": k, "s": s}, h, 10 * h, 1, True, "auto", 65536)
@@ -373,7 +375,7 @@ def test_the_runs_digest_text_is_the_json_of_the_pairs(ids):
     """The text the runs digest hashes is json.dumps of the [id, hash] pairs, whichever way it is written."""
     import json
 
-    from hbvm_workflow.study import _pairs_json
+    from hbvm_workflow.runs import _pairs_json
 
     hashes = [f"{i:016x}" for i in range(len(ids))]
     assert _pairs_json(ids, hashes) == json.dumps([[i, h] for i, h in zip(ids, hashes)])

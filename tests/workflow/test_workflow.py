@@ -172,7 +172,7 @@ def check_outputs(workdir: Path, study: str, cfg: dict, n_runs: int) -> list[dic
 
 def test_small_study_end_to_end_with_a_local_cluster(tmp_path, monkeypatch):
     studies = {"tiny": PLANAR, "tinyself": SELF}
-    # two workers whatever the study's size (by default a study of seconds of work gets one: see solve_workers)
+    # two workers whatever the study's size (by default a study of seconds of work gets one: see runs.workers_for)
     write_config(tmp_path, studies, dask={"n_workers": 2})
     trace = traced(tmp_path, monkeypatch)
     proc = ok(snakemake(tmp_path, "--cores", "2"))
