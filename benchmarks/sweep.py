@@ -86,7 +86,7 @@ class PeakRSS:
             return
         polls = 0
         while not self._stop.is_set():
-            full = polls % 5 == 0  # PSS every 0.5 s: reading it walks the page tables (0.1 s: 10% of a core)
+            full = polls % 5 == 0  # PSS every 0.5 s: it walks the page tables (every 0.1 s: a 10^5 sweep 0.7 s slower)
             rss = pss = 0
             try:
                 for p in [root, *root.children(recursive=True)]:

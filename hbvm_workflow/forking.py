@@ -18,10 +18,10 @@ from hbvm_core.errors import HBVMError
 def beside(prepare: Callable[[], None], work: Callable[[Any], None], parallel: bool = True) -> Iterator[Callable]:
     """Fork a process that runs ``prepare()`` at once and ``work(x)`` once the body of the ``with`` has handed it
     ``x`` by ``send(x)`` (the value the block binds; pickled into a file in memory that both share, a pipe tells the
-    child it is there); the end of the block waits for it, and
-    a failure there is raised here as an HBVMError of its one line. A block that ends without sending (its own
-    failure) lets the process go without doing its work. Sequential where ``parallel`` is false or ``os.fork``
-    does not exist: ``send(x)`` runs ``prepare()`` and ``work(x)`` in this process."""
+    child it is there); the end of the block waits for it, and a failure there is raised here as an HBVMError of
+    its one line. A block that ends without sending (its own failure) lets the process go without doing its work.
+    Sequential where ``parallel`` is false or ``os.fork`` does not exist: ``send(x)`` runs ``prepare()`` and
+    ``work(x)`` in this process."""
     if not parallel or not hasattr(os, "fork"):
 
         def run_here(x: Any) -> None:
@@ -51,8 +51,9 @@ def beside(prepare: Callable[[], None], work: Callable[[Any], None], parallel: b
     os.close(to_parent)
 
     def send(x: Any) -> None:
-        # into the shared file, then one byte down the pipe: the block goes on at once, whatever the child is at
-        # (a pipe's writer thread waits for this thread's GIL at every 64 kB: seconds for 10^6 rows)
+        # into the shared file, then one byte down the pipe: the block goes on at once, whatever the child is at (a
+        # pipe fed by a thread waited for this thread's GIL at every 64 kB: a 10^5-run sweep's errors.zarr process
+        # had built its Dataset 0.45 s after the columns were sent, against 0.1 s to build it)
         pickle.dump(x, data, protocol=pickle.HIGHEST_PROTOCOL)
         data.flush()
         with contextlib.suppress(BrokenPipeError):  # a child that failed in prepare: its line tells why
@@ -61,7 +62,7 @@ def beside(prepare: Callable[[], None], work: Callable[[Any], None], parallel: b
     try:
         yield send
     finally:
-        os.close(to_child)  # nothing sent: the child reads the end and leaves
+        os.close(to_child)  # the child's end of input: nothing sent, it reads no signal and leaves
         with os.fdopen(from_child, "rb") as fh:
             message = fh.read().decode(errors="replace")
         _, status = os.waitpid(pid, 0)
