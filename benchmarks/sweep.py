@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ._common import REPO, machine
+from ._common import REPO, machine, project_bytecode
 
 
 def sweep_config(runs: int, save: str = "summary", shard_runs: int | None = None) -> dict:
@@ -164,10 +164,13 @@ def run(
     save: str = "summary",
     shard_runs: int | None = None,
     timeline: bool = False,
+    bytecode: bool = True,
 ) -> dict:
     """The sweep through ``snakemake --cores cores`` in a clean folder (``keep``: that one); with ``timeline``,
-    Snakemake's and the jobs' lines (not quieted) with the seconds from the start at which each arrived."""
+    Snakemake's and the jobs' lines (not quieted) with the seconds from the start at which each arrived;
+    ``bytecode``: the project's bytecode cache written first, else removed (``project_bytecode``)."""
     env = dict(os.environ)
+    project_bytecode(bytecode)
     subprocess.run([sys.executable, "-m", "hbvm_core", "kernels", "warm"], check=True, env=env, capture_output=True)
     config = sweep_config(runs, save, shard_runs)
     if save == "summary":  # the ensemble loops compiled into the kernel cache first, untimed
@@ -221,6 +224,7 @@ def run(
         "peak_rss_mb": round(peak / 2**20, 1),
         "peak_pss_mb": round(peak_pss / 2**20, 1) if peak_pss else None,
         "load_average_after": os.getloadavg()[0],
+        "bytecode_cache": bytecode,
         "command": f"snakemake --cores {cores} --configfile sweep.json {target}",
     } | ({"timeline": lines} if timeline else {})
 
@@ -236,8 +240,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--timeline", action="store_true", help="Snakemake's lines not quieted, each with its arrival time (s)"
     )
+    ap.add_argument(
+        "--no-bytecode-cache",
+        action="store_true",
+        help="remove the project's bytecode cache first (with PYTHONDONTWRITEBYTECODE set, as here: each process "
+        "compiles the project's modules from source)",
+    )
     args = ap.parse_args(argv)
-    out = run(args.runs, args.cores, args.keep, args.save, args.shard_runs, args.timeline) | {"machine": machine()}
+    out = run(
+        args.runs, args.cores, args.keep, args.save, args.shard_runs, args.timeline, not args.no_bytecode_cache
+    ) | {"machine": machine()}
     if args.json:
         print(json.dumps(out, indent=1))
         return
