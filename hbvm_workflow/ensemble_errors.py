@@ -8,6 +8,9 @@ e_s  = max over its sample points of ||y_n - y_ref(t_n)||          (the conventi
 e_hc = max over its sample points of ||G(q_n)^T M^-1 p_n||         (hc_norm, else the norm)
 e_H  = H_error, e_g = max_i g_error_i                              (over the saved points: the sample points
                                                                     and the final one)
+
+With ``errors.reference: self`` the reference of a row's run is its h/2 partner's state at the same sample times
+(a run of the study's store too); a row whose partner failed has no e_s ("partner failed").
 e_lambda: not computed (NaN): a summary keeps the multiplier of the last step only.
 
 Rates between consecutive rows of one method and combination (h decreasing) as ``hbvm_core.metrics.rates``,
@@ -51,11 +54,10 @@ def sample_mask(n_saved: np.ndarray, N: np.ndarray, se: np.ndarray, S: int, samp
     return mask
 
 
-def summary_columns(study: Study) -> dict[str, np.ndarray]:
-    """The columns of errors.csv of a sharded study (COLUMNS + EXTRA + the grid keys) as arrays, plan order, and
-    the round-off flags and ``wall_s`` of errors.zarr."""
-    from hbvm_core.references import reference_solution
-
+def summary_columns(study: Study, timings: dict | None = None) -> dict[str, np.ndarray]:
+    """The columns of errors.csv of a sharded study (COLUMNS + EXTRA + the grid keys) as arrays, one per row in
+    plan order, and the round-off flags and ``wall_s`` of errors.zarr. ``timings``: filled with the columns of
+    timings.csv but ``backend``, ``worker`` and ``host``: one per run (h/2 partners included), plan order."""
     from .shards import DATA, read_all, run_table
     from .tables import ORDER_OF_RATE
 
@@ -64,29 +66,126 @@ def summary_columns(study: Study) -> dict[str, np.ndarray]:
     table = run_table(study)
     if not (np.array_equal(a["hash"], table.hash) and np.array_equal(a["sample_every"], table.sample_every)):
         raise ResultsMismatchError(f"{path}: holds other runs than study {study.name!r} plans; run the solve step")
-    R, S, m = table.runs, attrs["S"], attrs["m"]
+    S, m = attrs["S"], attrs["m"]
     counts = a["counts"]
     status, fail_step, steps_done, iterations, n_saved = (counts[:, i] for i in (0, 1, 2, 3, 5))
     y, t = a["y"], a["t"]
-    c = study.convention
-    mask = sample_mask(n_saved, table.N, table.sample_every, S, c.sample)
+    mask = sample_mask(n_saved, table.N, table.sample_every, S, study.convention.sample)
     ok = status == 0
-    e_s, e_hc = np.full(R, np.nan), np.full(R, np.nan)
     valid = np.arange(S)[None, :] < n_saved[:, None]
     scale = np.maximum(1.0, np.nanmax(np.where(valid[..., None], np.abs(y), 0.0), axis=(1, 2), initial=0.0))
+    instances = study.instances or [study.instance_of("")]
+    run, partner = row_runs(study)
+    e_s, e_hc = _state_errors(study, table, y, t, m, mask, ok, run, partner)
+    scalars = a["scalars"]
+    nu = attrs["nu"]
+    e_H = np.where(ok, scalars[:, 0], np.nan)
+    e_g = np.where(ok, np.max(scalars[:, 1 : 1 + nu], axis=1, initial=0.0), np.nan)
+    with np.errstate(all="ignore"):
+        mean_it = np.where(ok, iterations / np.maximum(steps_done, 1), np.nan)
+    words = _errors(status, fail_step)
+    wall = _wall(path, table)
+    methods = study.methods
+    labels = np.array([sm.label for sm in methods], dtype=object)
+    names = np.array([sm.name for sm in methods], dtype=object)
+    grid_values = {key: np.array([inst.values[key] for inst in instances], dtype=object) for key in study.grid}
+    if timings is not None:  # one per run
+        timings.update(
+            study=np.full(table.runs, study.name, dtype=object),
+            method=labels[table.scheme],
+            name=names[table.scheme],
+            h=table.h,
+            steps=table.N,
+            wall_s=wall,
+            status=np.where(ok, "ok", "failed").astype(object),
+            **{key: values[table.combo] for key, values in grid_values.items()},
+        )
+    # the rows: their runs' numbers; a row whose h/2 partner failed has no e_s (tables.study_rows' rule)
+    R = run.size
+    row_ok = ok[run]
+    lost = row_ok & (partner >= 0) & ~ok[np.maximum(partner, 0)]
+    error = words[run]
+    error[lost] = np.array([f"h/2 run: {w}" for w in words[partner[lost]]], dtype=object)
+    nan = np.full(R, np.nan)
+    cols: dict[str, np.ndarray] = {
+        "e_s": np.where(lost, np.nan, e_s),
+        "e_lambda": nan.copy(),
+        "e_H": e_H[run],
+        "e_g": e_g[run],
+        "e_hc": e_hc[run],
+    }
+    h, scheme, combo, row_scale = table.h[run], table.scheme[run], table.combo[run], scale[run]
+    block = scheme.astype(np.int64) * (len(instances) + 1) + combo
+    for rate, e, sc in (
+        ("rate_s", "e_s", row_scale),
+        ("rate_lambda", "e_lambda", row_scale),
+        ("rate_hc", "e_hc", row_scale**2),
+    ):
+        cols[rate], cols[f"roundoff_{rate[5:]}"] = _rates(h, cols[e], block, sc)
+        cols[ORDER_OF_RATE[rate]] = _fitted(h, cols[e], block, sc)
+    cols["e_g_constraint"] = np.where(row_ok[:, None], scalars[run, 1 : 1 + nu], np.nan)
+    n = table.n[run]
+    cols.update(
+        problem=np.full(R, study.problem, dtype=object),
+        k=np.array([sm.k for sm in methods], dtype=object)[scheme],
+        s=np.array([sm.s for sm in methods], dtype=object)[scheme],
+        h=h,
+        steps=table.N[run],
+        mean_iterations=mean_it[run],
+        study=np.full(R, study.name, dtype=object),
+        method=labels[scheme],
+        name=names[scheme],
+        n=np.where(n >= 0, n, None).astype(object) if (n < 0).any() else n,
+        t_end=np.array([inst.t_end for inst in instances])[combo],
+        status=np.where(row_ok, np.where(lost, "partner failed", "ok"), "failed").astype(object),
+        error=error,
+    )
+    for key, values in grid_values.items():
+        cols[key] = values[combo]
+    cols["wall_s"] = wall[run]
+    cols.update(zip(INDEX_COLUMNS, (scheme, combo, n)))  # errors.zarr's indices (n -1: none)
+    return cols
+
+
+def row_runs(study: Study) -> tuple[np.ndarray, np.ndarray]:
+    """(run, partner): per row of the study (plan order) the index of its run in the run table and of its h/2
+    partner (``errors.reference: self``; -1: none). Without partners the rows are the runs, in order."""
+    from .shards import _row_columns
+
+    R = len(study.jobs)
+    if study.reference != "self":
+        return np.arange(R), np.full(R, -1)
+    ids = study.jobs.ids() if hasattr(study.jobs, "ids") else list(study.jobs)
+    index = {job_id: i for i, job_id in enumerate(ids)}
+    run, partner = [], []
+    for sm in study.methods:
+        jobs = sm.rows.column("job") if hasattr(sm.rows, "column") else _row_columns(sm.rows)[0]
+        halves = sm.rows.column("partner") if hasattr(sm.rows, "column") else [r.partner for r in sm.rows]
+        run += map(index.__getitem__, jobs)
+        partner += map(index.__getitem__, halves)
+    return np.array(run, dtype=np.int64), np.array(partner, dtype=np.int64)
+
+
+def _state_errors(study: Study, table, y, t, m: int, mask, ok, run, partner) -> tuple[np.ndarray, np.ndarray]:
+    """(e_s per row, e_hc per run): e_s against the reference at the row's sample points (the closed form or the
+    reference ODE, evaluated once per instance at its distinct sample times), or against its h/2 partner's state at
+    the same times (``errors.reference: self``: partner point 2 j sample_every / its sample_every)."""
+    from hbvm_core.references import reference_solution
+
+    c = study.convention
+    R = table.runs
+    e_s, e_hc = np.full(R, np.nan), np.full(R, np.nan)
     instances = study.instances or [study.instance_of("")]
     hc_norm = c.norm if c.hc_norm is None else c.hc_norm
     for ci, inst in enumerate(instances):
         rows = np.flatnonzero((table.combo == ci) & ok)
         if not rows.size:
             continue
-        pm = mask[rows]
-        ri, pj = np.nonzero(pm)
+        ri, pj = np.nonzero(mask[rows])
         yq = y[rows[ri], pj]  # [points, 2m]
         problem = inst.problem
-        hc = _norm(problem.hidden_constraint(yq[:, :m], yq[:, m:]), hc_norm)
-        e_hc[rows] = _max_per_run(hc, ri, rows.size)
-        if study.reference == "none":
+        e_hc[rows] = _max_per_run(_norm(problem.hidden_constraint(yq[:, :m], yq[:, m:]), hc_norm), ri, rows.size)
+        if study.reference in ("none", "self"):
             continue
         times, inverse = np.unique(t[rows[ri], pj], return_inverse=True)
         kind = c.reference_kind if c.reference == "reference" else "exact"
@@ -95,40 +194,24 @@ def summary_columns(study: Study) -> dict[str, np.ndarray]:
         q_ref, p_ref, _ = reference_solution(problem, times, reference_kind=kind)
         y_ref = np.concatenate([q_ref, p_ref], axis=1)[inverse]
         e_s[rows] = _max_per_run(_norm(yq - y_ref, c.norm), ri, rows.size)
-    scalars = a["scalars"]
-    nu = attrs["nu"]
-    e_H = np.where(ok, scalars[:, 0], np.nan)
-    e_g = np.where(ok, np.max(scalars[:, 1 : 1 + nu], axis=1, initial=0.0), np.nan)
-    with np.errstate(all="ignore"):
-        mean_it = np.where(ok, iterations / np.maximum(steps_done, 1), np.nan)
-    nan = np.full(R, np.nan)
-    cols: dict[str, np.ndarray] = {"e_s": e_s, "e_lambda": nan.copy(), "e_H": e_H, "e_g": e_g, "e_hc": e_hc}
-    block = table.scheme.astype(np.int64) * (len(instances) + 1) + table.combo
-    for rate, e, sc in (("rate_s", "e_s", scale), ("rate_lambda", "e_lambda", scale), ("rate_hc", "e_hc", scale**2)):
-        cols[rate], cols[f"roundoff_{rate[5:]}"] = _rates(table.h, cols[e], block, sc)
-        cols[ORDER_OF_RATE[rate]] = _fitted(table.h, cols[e], block, sc)
-    cols["e_g_constraint"] = np.where(ok[:, None], scalars[:, 1 : 1 + nu], np.nan)
-    methods = study.methods
-    cols.update(
-        problem=np.full(R, study.problem, dtype=object),
-        k=np.array([methods[i].k for i in range(len(methods))], dtype=object)[table.scheme],
-        s=np.array([methods[i].s for i in range(len(methods))], dtype=object)[table.scheme],
-        h=table.h,
-        steps=table.N,
-        mean_iterations=mean_it,
-        study=np.full(R, study.name, dtype=object),
-        method=np.array([sm.label for sm in methods], dtype=object)[table.scheme],
-        name=np.array([sm.name for sm in methods], dtype=object)[table.scheme],
-        n=np.where(table.n >= 0, table.n, None).astype(object) if (table.n < 0).any() else table.n,
-        t_end=np.array([inst.t_end for inst in instances])[table.combo],
-        status=np.where(ok, "ok", "failed").astype(object),
-        error=_errors(status, fail_step),
-    )
-    for key in study.grid:
-        cols[key] = np.array([inst.values[key] for inst in instances], dtype=object)[table.combo]
-    cols["wall_s"] = _wall(path, table)
-    cols.update(zip(INDEX_COLUMNS, (table.scheme, table.combo, table.n)))  # errors.zarr's indices (n -1: none)
-    return cols
+    if study.reference != "self":
+        return e_s[run], e_hc
+    out = np.full(run.size, np.nan)
+    both = np.flatnonzero(ok[run] & ok[partner])
+    r, p = run[both], partner[both]
+    k, j = np.nonzero(mask[r])
+    se = table.sample_every
+    pj = j * 2 * se[r[k]] // se[p[k]]  # the partner's point at the row's step j sample_every (h/2: twice as many)
+    tr, tp = t[r[k], j], t[p[k], pj]
+    off = np.abs(tr - tp) > 1e-9 * np.maximum(1.0, np.abs(tr))
+    if off.any():  # the expansion checked the sampling: stored times that disagree are not this study's runs
+        i = int(np.flatnonzero(off)[0])
+        raise ResultsMismatchError(
+            f"{shard_store(study.results, study.name)}: run {int(r[k[i]])} at t = {tr[i]!r} and its h/2 run "
+            f"{int(p[k[i]])} at t = {tp[i]!r}: the sample times differ; run the solve step"
+        )
+    out[both] = _max_per_run(_norm(y[r[k], j] - y[p[k], pj], c.norm), k, both.size)
+    return out, e_hc
 
 
 def _max_per_run(values: np.ndarray, run: np.ndarray, runs: int) -> np.ndarray:
@@ -215,7 +298,10 @@ def summary_dataset(study: Study, cols: dict[str, np.ndarray]):
         arr[idx] = cols[f]
         flags[f] = arr
     status = np.full(shape, -1, dtype="i1")
-    status[idx] = np.where(cols["status"] == "ok", STATUS["ok"], STATUS["failed"])
+    codes = np.zeros(len(cols["status"]), dtype="i1")
+    for word, code in STATUS.items():  # ok, failed, partner failed
+        codes[cols["status"] == word] = code
+    status[idx] = codes
     nval = np.full(shape, -1, dtype="i8")
     n = cols["n_value"]  # -1: none
     nval[idx] = n
@@ -254,23 +340,16 @@ def compute_summary_errors(study: Study, out_zarr: str, out_csv: str, out_timing
 
     dataset_columns = (*NUMERIC, "wall_s", *ROUNDOFF.values(), "h", "status", "e_g_constraint") + INDEX_COLUMNS
     with beside(_load_xarray, errors_zarr, parallel=workers > 1) as send:
-        cols = summary_columns(study)
+        timing: dict = {}
+        cols = summary_columns(study, timing)
         send({c: cols[c] for c in dataset_columns})
         grid = tuple(study.grid)
         write_columns(cols, out_csv, COLUMNS + EXTRA + grid, workers)  # its rows' text in two processes
-        R = len(cols["h"])
-        timing = {
-            "study": cols["study"],
-            "method": cols["method"],
-            "name": cols["name"],
-            "h": cols["h"],
-            "steps": cols["steps"],
-            "wall_s": cols["wall_s"],
-            "backend": row_backends(shard_store(study.results, study.name), np.arange(R)),  # per run: its record's
-            "worker": np.full(R, "", dtype=object),
-            "host": np.full(R, "", dtype=object),
-            "status": cols["status"],
-            **{key: cols[key] for key in grid},
-        }
+        R = len(timing["h"])
+        timing.update(
+            backend=row_backends(shard_store(study.results, study.name), np.arange(R)),  # per run: its record's
+            worker=np.full(R, "", dtype=object),
+            host=np.full(R, "", dtype=object),
+        )
         write_columns(timing, out_timings, TIMINGS + grid)
     return [{"status": s} for s in cols["status"]]

@@ -442,12 +442,6 @@ def _study_entry(where: str, cfg: dict) -> dict:
         raise ConfigError(f"{where}.kind = {cfg['kind']!r}: expected one of {', '.join(KINDS)}")
     cfg.setdefault("save", KINDS[cfg["kind"]].save)
     if cfg["save"] == "summary":
-        reference = (cfg.get("errors") or {}).get("reference")
-        if reference == "self":
-            raise ConfigError(
-                f"{where}.save = 'summary': errors.reference self needs the h/2 runs' trajectories; "
-                "give reference exact or reference, or save: trajectory"
-            )
         if cfg["backend"] == "numpy":
             raise ConfigError(f"{where}.save = 'summary' runs the compiled ensemble loop; backend numpy cannot")
     elif cfg["backend"] == "cuda":
@@ -680,26 +674,37 @@ def _run_columns(
     """The runs of one method and instance of a summary study as columns: the group of ``PlannedJobs`` (the
     fields once, per run its h, name and hash; the instance identified already), its rows appended to the
     method's ``rows`` (``ROW_FIELDS`` columns). The same runs, names and hashes as ``_add_runs``, with no object per
-    run: a sweep plans 10^5 to 10^6 of them."""
+    run: a sweep plans 10^5 to 10^6 of them. The rows' runs come first, in row order; then, for ``errors.reference:
+    self``, the h/2 partners that are no row's run (with halvings: the last row's)."""
     fixed = _fixed_fields(study, study_method, inst, numerics)
     identity = dict(problem_fingerprint=inst.fingerprint, problem_structure=inst.structure, problem_probe=inst.probe)
     proto = Job(h=0.0, **fixed, **identity)  # every field of the group's runs but h, run and store
     prefix = f"{study_method.label}/{inst.key}/" if inst.key else f"{study_method.label}/"  # Job.id
-    ns, row_hs, hs, names = [], [], [], []
+    ns, row_hs, hs, names, partners = [], [], [], [], []
+    halves: dict[str, float] = {}  # the h/2 partners' names and steps, in row order
     for n, h, runs in _step_runs(study, study_method, raw, where, inst):
-        ((hh, _, _, _, run),) = runs  # no h/2 partners: errors.reference self is refused for a summary study
+        (hh, _, _, _, run), *partner = runs  # the row's run, then its h/2 partner (errors.reference: self)
         ns.append(n)
         row_hs.append(h)
         hs.append(hh)
         names.append(run)
+        for half, _, _, _, name in partner:
+            halves.setdefault(name, half)
+        partners.append(prefix + partner[0][4] if partner else None)
     count = len(hs)
     for key, column in zip(
         ROW_FIELDS,
-        ([study_method.label] * count, ns, row_hs, [prefix + run for run in names], [None] * count, [inst.key] * count),
+        ([study_method.label] * count, ns, row_hs, [prefix + run for run in names], partners, [inst.key] * count),
     ):
         rows[key] += column
+    rows_runs = set(names)
+    for name, half in halves.items():
+        if name not in rows_runs:
+            names.append(name)
+            hs.append(half)
     fields = {f: getattr(proto, f) for f in JOB_FIELDS if f not in RUN_FIELDS}
-    return {"fields": fields, "runs": {"h": hs, "run": names, "store": [""] * count, "hash": hashes_at(proto, hs)}}
+    runs = len(hs)
+    return {"fields": fields, "runs": {"h": hs, "run": names, "store": [""] * runs, "hash": hashes_at(proto, hs)}}
 
 
 def build_problem(where: str, problem_entry: str, params: dict, check_derivatives: bool = True):

@@ -275,13 +275,54 @@ def test_reuse_is_per_shard_and_a_new_grid_value_computes_only_its_runs(tmp_path
     assert os.path.isdir(shards.previous_shard_store(study.results, "sw"))
 
 
+def test_the_errors_against_the_h2_runs_match_a_hand_oracle(tmp_path):
+    """errors.reference self in a summary: the h/2 partners are runs of the store (the last row's is no row's run);
+    a row's e_s is the largest difference from its partner at the sample times (hand: the offsets put in at
+    t = 0.5 differ by 7 (h^2 - h^2 / 4)), its rate 2; a row whose partner failed has no e_s and says why."""
+    from hbvm_workflow.ensemble_errors import compute_summary_errors, row_runs, summary_columns
+    from hbvm_workflow.storage import open_errors_at
+
+    study = _study(tmp_path, errors={"reference": "self", "norm": "inf", "sample": 0.5})
+    table = shards.run_table(study)
+    # per instance: the rows' runs h = 0.1, 0.05, 0.025, then the last row's partner 0.0125
+    assert table.runs == 8 and list(table.h[:4]) == [0.1, 0.05, 0.025, 0.0125]
+    assert list(table.sample_every[:4]) == [5, 10, 20, 40] and list(table.n) == [-1] * 8
+    run, partner = row_runs(study)
+    assert list(run) == [0, 1, 2, 4, 5, 6] and list(partner) == [1, 2, 3, 5, 6, 7]
+    path = shards.shard_store(study.results, "sw")
+    os.makedirs(study.dir, exist_ok=True)
+    shards.create(path, table, "sw", os.path.join(study.dir, ".tmp"))
+    delta = 7.0 * table.h**2
+    for slot, (a, b) in enumerate(table.slots()):
+        rows = _exact_rows(study, table, a, b, delta)
+        if slot == 3:  # the second instance's h = 0.0125 run (a partner only) fails
+            rows["counts"][1, 0], rows["counts"][1, 1] = 2, 13
+        shards.write_shard(path, slot, a, rows, table.digest(a, b), {"backends": [["numba", b - a]]})
+    cols = summary_columns(study)
+    want = 5.25 * table.h[run[:5]] ** 2  # |delta(h) - delta(h/2)|
+    # the exact solution is evaluated at the same times for both runs: round-off of the state (|y| <= 2) only
+    assert np.allclose(cols["e_s"][:5], want, rtol=0, atol=1e-14)
+    assert np.allclose(cols["rate_s"][[1, 2, 4]], 2.0, atol=1e-9) and np.isnan(cols["rate_s"][[0, 3]]).all()
+    assert list(cols["status"]) == ["ok"] * 5 + ["partner failed"] and np.isnan(cols["e_s"][5])
+    assert cols["error"][5] == "h/2 run: step 13: diverged" and np.isclose(cols["e_H"][5], 1e-3 * 0.025)
+    out = tmp_path / "out"
+    out.mkdir()
+    compute_summary_errors(study, str(out / "errors.zarr"), str(out / "errors.csv"), str(out / "timings.csv"))
+    with open(out / "timings.csv") as fh:  # one line per run, the partners' too
+        timings = list(csv.DictReader(fh))
+    assert [r["h"] for r in timings] == ["0.1", "0.05", "0.025", "0.0125"] * 2
+    assert [r["status"] for r in timings] == ["ok"] * 7 + ["failed"]
+    with open(out / "errors.csv") as fh:
+        assert [r["status"] for r in csv.DictReader(fh)] == ["ok"] * 5 + ["partner failed"]
+    ds = open_errors_at(str(out / "errors.zarr"))
+    assert int(ds.status.sel(scheme="hbvm_k2_s2", h=0.025, theta_dot0=1.0)) == 2  # partner_failed
+
+
 def test_save_is_summary_for_a_sweep_and_refuses_what_a_summary_cannot_hold(tmp_path):
     from hbvm_core.errors import ConfigError
 
     assert _study(tmp_path).cfg["save"] == "summary"
     assert _study(tmp_path, kind="convergence").cfg["save"] == "trajectory"
-    with pytest.raises(ConfigError, match=r"^studies\.sw\.save = 'summary': errors\.reference self needs"):
-        _study(tmp_path, errors={"reference": "self", "norm": "inf", "sample": 0.5})
     with pytest.raises(ConfigError, match=r"^studies\.sw\.save = 'summary' runs the compiled ensemble loop"):
         _study(tmp_path, backend="numpy")
 

@@ -35,7 +35,9 @@ def _manifest(tmp_path, study="sw") -> dict:
 
 def test_a_sweep_is_one_sharded_store_read_by_grid_key_with_the_errors_of_its_trajectories(tmp_path):
     trajectories = {**SWEEP, "save": "trajectory", "kind": "convergence", "plot": "convergence"}
-    write_config(tmp_path, {"sw": SWEEP, "tr": trajectories}, select=["sw", "tr"])
+    against_h2 = {"errors": {**SWEEP["errors"], "reference": "self"}}
+    studies = {"sw": SWEEP, "tr": trajectories, "sws": SWEEP | against_h2, "trs": trajectories | against_h2}
+    write_config(tmp_path, studies, select=list(studies))
     ok(snakemake(tmp_path, "--cores", "2"))
     res = tmp_path / "results"
     assert (res / "sw" / "runs.zarr").is_dir() and not (res / "sw" / "runs").exists()
@@ -57,6 +59,21 @@ def test_a_sweep_is_one_sharded_store_read_by_grid_key_with_the_errors_of_its_tr
         assert a["rate_s"] == "" or abs(float(a["rate_s"]) - float(b["rate_s"])) < 1e-6
         assert a["e_lambda"] == ""  # a summary keeps the last multiplier only
     assert (res / "sw" / "sw.png").stat().st_size > 10_000
+
+    # errors.reference self: the h/2 partners are runs of the one store (the last row's is no row's run), and the
+    # errors against them are those of the runs saved as trajectories
+    assert _manifest(tmp_path, "sws")["runs"] == 16
+    summary, traj = read_csv(res / "sws" / "errors.csv"), read_csv(res / "trs" / "errors.csv")
+    assert len(summary) == len(traj) == 12 and all(a["status"] == "ok" for a in summary)
+    for a, b in zip(summary, traj):
+        assert (a["method"], a["h"], a["theta_dot0"]) == (b["method"], b["h"], b["theta_dot0"])
+        # as above, the difference of two runs of <= 80 steps
+        assert abs(float(a["e_s"]) - float(b["e_s"])) <= 1e-12 + 1e-9 * float(b["e_s"]), (a, b)
+    # the error against the h/2 run is (1 - 2^-p) C h^p: its observed order is the method's, 2 in q and p for both
+    # with the pendulum's varying multiplier (docs/method.md, section 3: properties)
+    last = [float(a["rate_s"]) for a in summary if a["h"] == "0.025"]
+    assert len(last) == 4 and all(abs(rate - 2.0) < 0.05 for rate in last), last
+    assert len(read_csv(res / "sws" / "timings.csv")) == 16
 
 
 def test_a_damaged_shard_is_recomputed_and_a_new_grid_value_computes_only_its_runs(tmp_path):
