@@ -76,6 +76,7 @@ def summary_columns(study: Study, timings: dict | None = None) -> dict[str, np.n
     scale = np.maximum(1.0, np.nanmax(np.where(valid[..., None], np.abs(y), 0.0), axis=(1, 2), initial=0.0))
     instances = study.instances or [study.instance_of("")]
     run, partner = row_runs(study)
+    at = run if (partner >= 0).any() else slice(None)  # without partners the rows are the runs: views, no copies
     e_s, e_hc = _state_errors(study, table, y, t, m, mask, ok, run, partner)
     scalars = a["scalars"]
     nu = attrs["nu"]
@@ -102,19 +103,19 @@ def summary_columns(study: Study, timings: dict | None = None) -> dict[str, np.n
         )
     # the rows: their runs' numbers; a row whose h/2 partner failed has no e_s (tables.study_rows' rule)
     R = run.size
-    row_ok = ok[run]
+    row_ok = ok[at]
     lost = row_ok & (partner >= 0) & ~ok[np.maximum(partner, 0)]
-    error = words[run]
+    error = words[at]
     error[lost] = np.array([f"h/2 run: {w}" for w in words[partner[lost]]], dtype=object)
     nan = np.full(R, np.nan)
     cols: dict[str, np.ndarray] = {
         "e_s": np.where(lost, np.nan, e_s),
         "e_lambda": nan.copy(),
-        "e_H": e_H[run],
-        "e_g": e_g[run],
-        "e_hc": e_hc[run],
+        "e_H": e_H[at],
+        "e_g": e_g[at],
+        "e_hc": e_hc[at],
     }
-    h, scheme, combo, row_scale = table.h[run], table.scheme[run], table.combo[run], scale[run]
+    h, scheme, combo, row_scale = table.h[at], table.scheme[at], table.combo[at], scale[at]
     block = scheme.astype(np.int64) * (len(instances) + 1) + combo
     for rate, e, sc in (
         ("rate_s", "e_s", row_scale),
@@ -123,15 +124,15 @@ def summary_columns(study: Study, timings: dict | None = None) -> dict[str, np.n
     ):
         cols[rate], cols[f"roundoff_{rate[5:]}"] = _rates(h, cols[e], block, sc)
         cols[ORDER_OF_RATE[rate]] = _fitted(h, cols[e], block, sc)
-    cols["e_g_constraint"] = np.where(row_ok[:, None], scalars[run, 1 : 1 + nu], np.nan)
-    n = table.n[run]
+    cols["e_g_constraint"] = np.where(row_ok[:, None], scalars[at, 1 : 1 + nu], np.nan)
+    n = table.n[at]
     cols.update(
         problem=np.full(R, study.problem, dtype=object),
         k=np.array([sm.k for sm in methods], dtype=object)[scheme],
         s=np.array([sm.s for sm in methods], dtype=object)[scheme],
         h=h,
-        steps=table.N[run],
-        mean_iterations=mean_it[run],
+        steps=table.N[at],
+        mean_iterations=mean_it[at],
         study=np.full(R, study.name, dtype=object),
         method=labels[scheme],
         name=names[scheme],
@@ -142,7 +143,7 @@ def summary_columns(study: Study, timings: dict | None = None) -> dict[str, np.n
     )
     for key, values in grid_values.items():
         cols[key] = values[combo]
-    cols["wall_s"] = wall[run]
+    cols["wall_s"] = wall[at]
     cols.update(zip(INDEX_COLUMNS, (scheme, combo, n)))  # errors.zarr's indices (n -1: none)
     return cols
 
@@ -194,8 +195,8 @@ def _state_errors(study: Study, table, y, t, m: int, mask, ok, run, partner) -> 
         q_ref, p_ref, _ = reference_solution(problem, times, reference_kind=kind)
         y_ref = np.concatenate([q_ref, p_ref], axis=1)[inverse]
         e_s[rows] = _max_per_run(_norm(yq - y_ref, c.norm), ri, rows.size)
-    if study.reference != "self":
-        return e_s[run], e_hc
+    if study.reference != "self":  # the rows are the runs
+        return e_s, e_hc
     out = np.full(run.size, np.nan)
     both = np.flatnonzero(ok[run] & ok[partner])
     r, p = run[both], partner[both]
