@@ -184,6 +184,23 @@ def _exact_rows(study, table, a, b, delta):
     return rows
 
 
+def _exact_store(study, table, fail_slot: int, cuda_slot: int = -1) -> np.ndarray:
+    """The study's sharded store with every run at the exact solution but its first coordinate at t = 0.5 off by
+    7 h^2 (returned, per run); run 1 of shard ``fail_slot`` failed (diverged at step 13); shard ``cuda_slot``
+    recorded as computed by the GPU."""
+    path = shards.shard_store(study.results, "sw")
+    os.makedirs(study.dir, exist_ok=True)
+    shards.create(path, table, "sw", os.path.join(study.dir, ".tmp"))
+    delta = 7.0 * table.h**2
+    for slot, (a, b) in enumerate(table.slots()):
+        rows = _exact_rows(study, table, a, b, delta)
+        if slot == fail_slot:
+            rows["counts"][1, 0], rows["counts"][1, 1] = 2, 13
+        ran = "cuda" if slot == cuda_slot else "numba"
+        shards.write_shard(path, slot, a, rows, table.digest(a, b), {"backends": [[ran, b - a]]})
+    return delta
+
+
 def test_the_errors_over_the_run_dimension_match_a_hand_oracle(tmp_path):
     """e_s = the offset put in (max norm at the sample times 0, 0.5, 1), the rates of e_s = C h^2 are 2, e_H is
     H_error, a failed run has no numbers."""
@@ -192,16 +209,7 @@ def test_the_errors_over_the_run_dimension_match_a_hand_oracle(tmp_path):
     study = _study(tmp_path)
     table = shards.run_table(study)
     assert table.runs == 6 and list(table.sample_every) == [5, 10, 20] * 2 and table.S == 3
-    path = shards.shard_store(study.results, "sw")
-    os.makedirs(study.dir, exist_ok=True)
-    shards.create(path, table, "sw", os.path.join(study.dir, ".tmp"))
-    delta = 7.0 * table.h**2
-    for slot, (a, b) in enumerate(table.slots()):
-        rows = _exact_rows(study, table, a, b, delta)
-        if slot == 2:  # the last run fails
-            rows["counts"][1, 0], rows["counts"][1, 1] = 2, 13
-        ran = "cuda" if slot == 1 else "numba"
-        shards.write_shard(path, slot, a, rows, table.digest(a, b), {"backends": [[ran, b - a]]})
+    delta = _exact_store(study, table, 2, cuda_slot=1)  # the last run fails
     cols = summary_columns(study)
     # the exact solution is evaluated twice the same way: round-off of the state (|y| <= 2) only
     assert np.allclose(cols["e_s"][:5], delta[:5], rtol=0, atol=1e-14)
@@ -289,15 +297,7 @@ def test_the_errors_against_the_h2_runs_match_a_hand_oracle(tmp_path):
     assert list(table.sample_every[:4]) == [5, 10, 20, 40] and list(table.n) == [-1] * 8
     run, partner = row_runs(study)
     assert list(run) == [0, 1, 2, 4, 5, 6] and list(partner) == [1, 2, 3, 5, 6, 7]
-    path = shards.shard_store(study.results, "sw")
-    os.makedirs(study.dir, exist_ok=True)
-    shards.create(path, table, "sw", os.path.join(study.dir, ".tmp"))
-    delta = 7.0 * table.h**2
-    for slot, (a, b) in enumerate(table.slots()):
-        rows = _exact_rows(study, table, a, b, delta)
-        if slot == 3:  # the second instance's h = 0.0125 run (a partner only) fails
-            rows["counts"][1, 0], rows["counts"][1, 1] = 2, 13
-        shards.write_shard(path, slot, a, rows, table.digest(a, b), {"backends": [["numba", b - a]]})
+    _exact_store(study, table, 3)  # the second instance's h = 0.0125 run (a partner only) fails
     cols = summary_columns(study)
     want = 5.25 * table.h[run[:5]] ** 2  # |delta(h) - delta(h/2)|
     # the exact solution is evaluated at the same times for both runs: round-off of the state (|y| <= 2) only
