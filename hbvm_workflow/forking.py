@@ -1,6 +1,7 @@
 """Work beside a job's own: a process forked from the job prepares (imports what it will need) while the job
-computes, then does its part with what the job hands it; where the platform does not fork, or the job has one
-thread, the same two steps run in the job."""
+computes, then does its part with what the job hands it (``beside``); items of one computation spread over processes
+forked from the job (``forked_map``). Where the platform does not fork, or the job has one thread, the same work
+runs in the job."""
 
 from __future__ import annotations
 
@@ -70,6 +71,35 @@ def beside(prepare: Callable[[], None], work: Callable[[Any], None], parallel: b
     code = os.waitstatus_to_exitcode(status)
     if code != 0:
         raise HBVMError(message or f"the forked process ended with status {code}")
+
+
+#: the callable that forked_map's processes call: inherited by the fork, never pickled (it may hold problems, which
+#: hold compiled callables)
+_FORKED: Callable[[int], Any] | None = None
+
+
+def forked_map(fn: Callable[[int], Any], n: int, workers: int) -> list:
+    """[fn(0), ..., fn(n - 1)], computed by up to ``workers`` processes forked from this one (``fn`` and all it
+    reads inherited, its results pickled back), in order; in this process where ``workers`` or ``n`` is under 2 or
+    the platform does not fork."""
+    import multiprocessing
+
+    if workers < 2 or n < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        return [fn(i) for i in range(n)]
+    from concurrent.futures import ProcessPoolExecutor
+
+    global _FORKED
+    _FORKED = fn
+    try:
+        ctx = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=min(workers, n), mp_context=ctx) as pool:
+            return list(pool.map(_call_forked, range(n), chunksize=max(1, n // (4 * workers))))
+    finally:
+        _FORKED = None
+
+
+def _call_forked(i: int) -> Any:
+    return _FORKED(i)
 
 
 def _shared_file():

@@ -16,7 +16,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import multiprocessing
 import os
 
 import numpy as np
@@ -116,33 +115,11 @@ def study_rows(study: Study, workers: int = 1) -> list[dict]:
     ``workers`` > 1: the blocks (method, combination) are computed in that many processes forked from this
     one (where the platform forks; each reads its runs' stores), the rows put back in order.
     """
-    blocks = [(sm, inst) for sm in study.methods for inst in study.instances or [study.instance_of("")]]
-    if workers > 1 and len(blocks) > 1 and "fork" in multiprocessing.get_all_start_methods():
-        from concurrent.futures import ProcessPoolExecutor
+    from .forking import forked_map
 
-        global _FORKED_STUDY
-        _FORKED_STUDY = study  # inherited by the forked processes: a study holds callables, it is not pickled
-        try:
-            ctx = multiprocessing.get_context("fork")
-            with ProcessPoolExecutor(max_workers=min(workers, len(blocks)), mp_context=ctx) as pool:
-                parts = list(
-                    pool.map(_forked_block, range(len(blocks)), chunksize=max(1, len(blocks) // (4 * workers)))
-                )
-        finally:
-            _FORKED_STUDY = None
-    else:
-        parts = [_block_rows(study, study_method, inst) for study_method, inst in blocks]
+    blocks = [(sm, inst) for sm in study.methods for inst in study.instances or [study.instance_of("")]]
+    parts = forked_map(lambda i: _block_rows(study, *blocks[i]), len(blocks), workers)  # a study is not pickled
     return [row for part in parts for row in part]
-
-
-#: the study whose blocks forked processes compute (study_rows)
-_FORKED_STUDY: Study | None = None
-
-
-def _forked_block(i: int) -> list[dict]:
-    study = _FORKED_STUDY
-    blocks = [(sm, inst) for sm in study.methods for inst in study.instances or [study.instance_of("")]]
-    return _block_rows(study, *blocks[i])
 
 
 def _block_rows(study: Study, study_method, inst) -> list[dict]:
