@@ -54,10 +54,11 @@ def sample_mask(n_saved: np.ndarray, N: np.ndarray, se: np.ndarray, S: int, samp
     return mask
 
 
-def summary_columns(study: Study, timings: dict | None = None) -> dict[str, np.ndarray]:
+def summary_columns(study: Study, timings: dict | None = None, workers: int = 1) -> dict[str, np.ndarray]:
     """The columns of errors.csv of a sharded study (COLUMNS + EXTRA + the grid keys) as arrays, one per row in
     plan order, and the round-off flags and ``wall_s`` of errors.zarr. ``timings``: filled with the columns of
-    timings.csv but ``backend``, ``worker`` and ``host``: one per run (h/2 partners included), plan order."""
+    timings.csv but ``backend``, ``worker`` and ``host``: one per run (h/2 partners included), plan order.
+    ``workers``: processes for the instances' reference ODE solves."""
     from .shards import DATA, read_all, run_table
     from .tables import ORDER_OF_RATE
 
@@ -77,7 +78,7 @@ def summary_columns(study: Study, timings: dict | None = None) -> dict[str, np.n
     instances = study.instances or [study.instance_of("")]
     run, partner = row_runs(study)
     at = run if (partner >= 0).any() else slice(None)  # without partners the rows are the runs: views, no copies
-    e_s, e_hc = _state_errors(study, table, y, t, m, mask, ok, run, partner)
+    e_s, e_hc = _state_errors(study, table, y, t, m, mask, ok, run, partner, workers)
     scalars = a["scalars"]
     nu = attrs["nu"]
     e_H = np.where(ok, scalars[:, 0], np.nan)
@@ -167,34 +168,46 @@ def row_runs(study: Study) -> tuple[np.ndarray, np.ndarray]:
     return np.array(run, dtype=np.int64), np.array(partner, dtype=np.int64)
 
 
-def _state_errors(study: Study, table, y, t, m: int, mask, ok, run, partner) -> tuple[np.ndarray, np.ndarray]:
+def _state_errors(
+    study: Study, table, y, t, m: int, mask, ok, run, partner, workers: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
     """(e_s per row, e_hc per run): e_s against the reference at the row's sample points (the closed form or the
-    reference ODE, evaluated once per instance at its distinct sample times), or against its h/2 partner's state at
-    the same times (``errors.reference: self``: partner point 2 j sample_every / its sample_every)."""
+    reference ODE, evaluated once per instance at its distinct sample times; a reference that is not the closed form
+    by ``workers`` processes, ``forking.forked_map``), or against its h/2 partner's state at the same times
+    (``errors.reference: self``: partner point 2 j sample_every / its sample_every)."""
     from hbvm_core.references import reference_solution
+
+    from .forking import forked_map
 
     c = study.convention
     R = table.runs
     e_s, e_hc = np.full(R, np.nan), np.full(R, np.nan)
     instances = study.instances or [study.instance_of("")]
     hc_norm = c.norm if c.hc_norm is None else c.hc_norm
+    points = []  # per instance with ok runs: its problem, runs, each point's run among them, states, distinct times
     for ci, inst in enumerate(instances):
         rows = np.flatnonzero((table.combo == ci) & ok)
         if not rows.size:
             continue
         ri, pj = np.nonzero(mask[rows])
         yq = y[rows[ri], pj]  # [points, 2m]
-        problem = inst.problem
-        e_hc[rows] = _max_per_run(_norm(problem.hidden_constraint(yq[:, :m], yq[:, m:]), hc_norm), ri, rows.size)
-        if study.reference in ("none", "self"):
-            continue
-        times, inverse = np.unique(t[rows[ri], pj], return_inverse=True)
-        kind = c.reference_kind if c.reference == "reference" else "exact"
-        if kind == "auto":
-            kind = "ode" if problem.exact is None else "exact"
-        q_ref, p_ref, _ = reference_solution(problem, times, reference_kind=kind)
-        y_ref = np.concatenate([q_ref, p_ref], axis=1)[inverse]
-        e_s[rows] = _max_per_run(_norm(yq - y_ref, c.norm), ri, rows.size)
+        e_hc[rows] = _max_per_run(_norm(inst.problem.hidden_constraint(yq[:, :m], yq[:, m:]), hc_norm), ri, rows.size)
+        if study.reference not in ("none", "self"):
+            points.append((inst.problem, rows, ri, yq, *np.unique(t[rows[ri], pj], return_inverse=True)))  # + inverse
+
+    def kind(problem) -> str:
+        k = c.reference_kind if c.reference == "reference" else "exact"
+        return ("ode" if problem.exact is None else "exact") if k == "auto" else k
+
+    def reference(i: int) -> np.ndarray:  # y_ref at the instance's distinct sample times
+        problem, times = points[i][0], points[i][4]
+        q_ref, p_ref, _ = reference_solution(problem, times, reference_kind=kind(problem))
+        return np.concatenate([q_ref, p_ref], axis=1)
+
+    # a closed form costs microseconds (no process is worth it); an ODE solve some milliseconds per instance
+    spread = workers if any(kind(problem) != "exact" for problem, *_ in points) else 1
+    for (_, rows, ri, yq, _, inverse), y_ref in zip(points, forked_map(reference, len(points), spread)):
+        e_s[rows] = _max_per_run(_norm(yq - y_ref[inverse.reshape(-1)], c.norm), ri, rows.size)
     if study.reference != "self":  # the rows are the runs
         return e_s, e_hc
     out = np.full(run.size, np.nan)
@@ -342,7 +355,7 @@ def compute_summary_errors(study: Study, out_zarr: str, out_csv: str, out_timing
     dataset_columns = (*NUMERIC, "wall_s", *ROUNDOFF.values(), "h", "status", "e_g_constraint") + INDEX_COLUMNS
     with beside(_load_xarray, errors_zarr, parallel=workers > 1) as send:
         timing: dict = {}
-        cols = summary_columns(study, timing)
+        cols = summary_columns(study, timing, workers)
         send({c: cols[c] for c in dataset_columns})
         grid = tuple(study.grid)
         write_columns(cols, out_csv, COLUMNS + EXTRA + grid, workers)  # its rows' text in two processes

@@ -283,6 +283,20 @@ def test_reuse_is_per_shard_and_a_new_grid_value_computes_only_its_runs(tmp_path
     assert os.path.isdir(shards.previous_shard_store(study.results, "sw"))
 
 
+def test_the_reference_ode_of_each_grid_value_is_solved_in_forked_processes_to_the_closed_form(tmp_path):
+    """errors.reference reference with reference_kind ode: each instance's DOP853 solve (milliseconds each; a
+    2000-value scan spent 16.8 s on them in one process) spread over two forked processes; e_s is still the offset
+    put in, the pendulum's closed form being the oracle of the states."""
+    from hbvm_workflow.ensemble_errors import summary_columns
+
+    study = _study(tmp_path, errors={"reference": "reference", "reference_kind": "ode", "norm": "inf", "sample": 0.5})
+    table = shards.run_table(study)
+    delta = _exact_store(study, table, -1)
+    cols = summary_columns(study, workers=2)
+    # the reference ODE at rtol 1e-13 (docs/method.md, section 5) on states of size <= 2
+    assert np.allclose(cols["e_s"], delta, rtol=0, atol=1e-10) and (cols["status"] == "ok").all()
+
+
 def test_the_errors_against_the_h2_runs_match_a_hand_oracle(tmp_path):
     """errors.reference self in a summary: the h/2 partners are runs of the store (the last row's is no row's run);
     a row's e_s is the largest difference from its partner at the sample times (hand: the offsets put in at
