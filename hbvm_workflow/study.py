@@ -442,6 +442,11 @@ def _study_entry(where: str, cfg: dict) -> dict:
         raise ConfigError(f"{where}.kind = {cfg['kind']!r}: expected one of {', '.join(KINDS)}")
     cfg.setdefault("save", KINDS[cfg["kind"]].save)
     if cfg["save"] == "summary":
+        if (cfg.get("errors") or {}).get("lambda_sample") is not None:  # the tables' caption would name it
+            raise ConfigError(
+                f"{where}.errors.lambda_sample: save: summary keeps the multiplier of the last step only, so there "
+                "is no e_lambda to sample; remove the key, or give save: trajectory"
+            )
         if cfg["backend"] == "numpy":
             raise ConfigError(f"{where}.save = 'summary' runs the compiled ensemble loop; backend numpy cannot")
     elif cfg["backend"] == "cuda":

@@ -337,6 +337,8 @@ def test_save_is_summary_for_a_sweep_and_refuses_what_a_summary_cannot_hold(tmp_
 
     assert _study(tmp_path).cfg["save"] == "summary"
     assert _study(tmp_path, kind="convergence").cfg["save"] == "trajectory"
+    with pytest.raises(ConfigError, match=r"^studies\.sw\.errors\.lambda_sample: save: summary keeps the multiplier"):
+        _study(tmp_path, errors={"reference": "exact", "norm": "inf", "sample": 0.5, "lambda_sample": 0.5})
     with pytest.raises(ConfigError, match=r"^studies\.sw\.save = 'summary' runs the compiled ensemble loop"):
         _study(tmp_path, backend="numpy")
 
