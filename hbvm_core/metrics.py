@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from .errors import ConfigError
-from .references import reference_solution
+from .references import reference_solution, resolved_kind
 from .trajectory import Trajectory
 
 REFERENCES = ("exact", "reference", "self")
@@ -86,7 +86,7 @@ class ErrorConvention:
                 f"errors.reference = 'exact': problem {name!r} has no closed-form solution (no exact=); "
                 "use reference: reference or self"
             )
-        ode = self.reference_kind == "ode" or (self.reference_kind == "auto" and problem.exact is None)
+        ode = resolved_kind(problem, self.reference_kind) == "ode"
         if self.reference == "reference" and ode and problem.nu and problem.d2g is None:
             raise ConfigError(
                 f"errors.reference = 'reference': problem {name!r} has no d2g "
@@ -153,8 +153,6 @@ def errors(traj: Trajectory, convention: ErrorConvention, partner: Trajectory | 
         lam_ref = partner.lam[_indices(partner, partner.tstep, tl, "lambda sample (h/2 run)")]
     else:
         reference_kind = c.reference_kind if c.reference == "reference" else "exact"
-        if reference_kind == "auto" and c.reference == "reference":
-            reference_kind = "ode" if pb.exact is None else "exact"
         # one reference for both samples (the reference ODE: one solve on [0, max time])
         q_all, p_all, lam_all = reference_solution(pb, np.concatenate([ts, tl]), reference_kind=reference_kind)
         q_ref, p_ref, lam_ref = q_all[: ts.size], p_all[: ts.size], lam_all[ts.size :]

@@ -21,13 +21,20 @@ REFERENCE_KINDS = ("auto", "exact", "ode", "hbvm")
 HBVM_REFERENCE_HMAX = 0.025
 
 
-def reference_solution(problem: Problem, times, reference_kind: str = "auto", rtol: float = 1e-13):
-    """(q, p, lam) of the reference at ``times``: the closed form where there is one, else the ODE."""
-    times = np.asarray(times, dtype=float)
+def resolved_kind(problem: Problem, reference_kind: str = "auto") -> str:
+    """The reference ``reference_solution`` computes for ``reference_kind``: ``auto`` is the closed form where the
+    problem has one, else the ODE; the other kinds as given."""
     if reference_kind not in REFERENCE_KINDS:
         raise ConfigError(f"reference_kind = {reference_kind!r}: expected one of {', '.join(REFERENCE_KINDS)}")
     if reference_kind == "auto":
-        reference_kind = "exact" if problem.exact is not None else "ode"
+        return "exact" if problem.exact is not None else "ode"
+    return reference_kind
+
+
+def reference_solution(problem: Problem, times, reference_kind: str = "auto", rtol: float = 1e-13):
+    """(q, p, lam) of the reference at ``times``: the closed form where there is one, else the ODE."""
+    times = np.asarray(times, dtype=float)
+    reference_kind = resolved_kind(problem, reference_kind)
     if reference_kind == "exact":
         if problem.exact is None:
             raise ConfigError(f"reference: exact: problem {problem.name!r} has no closed-form solution")

@@ -175,7 +175,7 @@ def _state_errors(
     reference ODE, evaluated once per instance at its distinct sample times; a reference that is not the closed form
     by ``workers`` processes, ``forking.forked_map``), or against its h/2 partner's state at the same times
     (``errors.reference: self``: partner point 2 j sample_every / its sample_every)."""
-    from hbvm_core.references import reference_solution
+    from hbvm_core.references import reference_solution, resolved_kind
 
     from .forking import forked_map
 
@@ -195,17 +195,15 @@ def _state_errors(
         if study.reference not in ("none", "self"):
             points.append((inst.problem, rows, ri, yq, *np.unique(t[rows[ri], pj], return_inverse=True)))  # + inverse
 
-    def kind(problem) -> str:
-        k = c.reference_kind if c.reference == "reference" else "exact"
-        return ("ode" if problem.exact is None else "exact") if k == "auto" else k
+    kind = c.reference_kind if c.reference == "reference" else "exact"
 
     def reference(i: int) -> np.ndarray:  # y_ref at the instance's distinct sample times
         problem, times = points[i][0], points[i][4]
-        q_ref, p_ref, _ = reference_solution(problem, times, reference_kind=kind(problem))
+        q_ref, p_ref, _ = reference_solution(problem, times, reference_kind=kind)
         return np.concatenate([q_ref, p_ref], axis=1)
 
     # a closed form costs microseconds (no process is worth it); an ODE solve some milliseconds per instance
-    spread = workers if any(kind(problem) != "exact" for problem, *_ in points) else 1
+    spread = workers if any(resolved_kind(problem, kind) != "exact" for problem, *_ in points) else 1
     for (_, rows, ri, yq, _, inverse), y_ref in zip(points, forked_map(reference, len(points), spread)):
         e_s[rows] = _max_per_run(_norm(yq - y_ref[inverse.reshape(-1)], c.norm), ri, rows.size)
     if study.reference != "self":  # the rows are the runs
