@@ -152,19 +152,18 @@ def summary_columns(study: Study, timings: dict | None = None, workers: int = 1)
 def row_runs(study: Study) -> tuple[np.ndarray, np.ndarray]:
     """(run, partner): per row of the study (plan order) the index of its run in the run table and of its h/2
     partner (``errors.reference: self``; -1: none). Without partners the rows are the runs, in order."""
-    from .shards import _row_columns
+    from .runs import PlannedJobs, row_columns
 
     R = len(study.jobs)
     if study.reference != "self":
         return np.arange(R), np.full(R, -1)
-    ids = study.jobs.ids() if hasattr(study.jobs, "ids") else list(study.jobs)
+    ids = study.jobs.ids() if isinstance(study.jobs, PlannedJobs) else list(study.jobs)  # a job's key is its id
     index = {job_id: i for i, job_id in enumerate(ids)}
     run, partner = [], []
     for sm in study.methods:
-        jobs = sm.rows.column("job") if hasattr(sm.rows, "column") else _row_columns(sm.rows)[0]
-        halves = sm.rows.column("partner") if hasattr(sm.rows, "column") else [r.partner for r in sm.rows]
-        run += map(index.__getitem__, jobs)
-        partner += map(index.__getitem__, halves)
+        cols = row_columns(sm.rows)
+        run += map(index.__getitem__, cols["job"])
+        partner += map(index.__getitem__, cols["partner"])
     return np.array(run, dtype=np.int64), np.array(partner, dtype=np.int64)
 
 

@@ -27,7 +27,7 @@ from typing import Any
 from hbvm_core.errors import HBVMError
 
 from .layout import plan_dir, plan_path
-from .runs import JOB_FIELDS, ROW_FIELDS, RUN_FIELDS, Job, PlannedJobs, PlannedRows, _jobs_of, _rows_of
+from .runs import JOB_FIELDS, RUN_FIELDS, Job, PlannedJobs, PlannedRows, _jobs_of, _rows_of, row_columns
 from .study import Instance, Study, StudyMethod
 
 #: the format of a plan file (a reader refuses another)
@@ -68,7 +68,7 @@ def study_record(study: Study) -> dict:
         "dims": list(study.dims),
         "grid": study.grid,
         "instances": [{f: getattr(inst, f) for f in INSTANCE_FIELDS} for inst in study.instances],
-        "methods": [{f: getattr(m, f) for f in METHOD_FIELDS} | {"rows": _row_record(m.rows)} for m in study.methods],
+        "methods": [{f: getattr(m, f) for f in METHOD_FIELDS} | {"rows": row_columns(m.rows)} for m in study.methods],
         **_job_record(study.jobs),
         "runs_digest": study.runs_digest(),  # the name of its solve marker: a job need not hash every run again
     }
@@ -77,11 +77,6 @@ def study_record(study: Study) -> dict:
 def _columns(items, names: tuple) -> dict:
     """Items as columns: name -> list of values (one JSON list each instead of one object per item)."""
     return {name: list(map(operator.attrgetter(name), items)) for name in names}
-
-
-def _row_record(rows) -> dict:
-    """A method's rows as columns (``ROW_FIELDS``): a summary study's expansion has them so already."""
-    return rows.columns() if isinstance(rows, PlannedRows) else _columns(rows, ROW_FIELDS)
 
 
 def _job_record(jobs) -> dict:

@@ -433,3 +433,11 @@ class PlannedRows(Sequence):
     def column(self, name: str) -> list:
         """One field of every row, in order (``ROW_FIELDS``)."""
         return self._cols[name]
+
+
+def row_columns(rows) -> dict:
+    """A method's rows as columns (``ROW_FIELDS``, the form the plan records): a ``PlannedRows``'s own, else read off
+    its ``Row`` objects."""
+    if isinstance(rows, PlannedRows):
+        return rows.columns()
+    return {name: [getattr(row, name) for row in rows] for name in ROW_FIELDS}

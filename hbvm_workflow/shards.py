@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .layout import SHARD_RECORDS, previous_shard_store, shard_record, shard_store, tmp_dir
+from .runs import PlannedJobs, row_columns
 from .storage import DAMAGED_DIR, TMP_DIR, MissingStoreError, StoreError, compressors, new_temporary, remove_path
 
 FORMAT = "hbvm-shards/1"
@@ -137,11 +138,12 @@ def run_table(study) -> RunTable:
     instances = study.instances or [study.instance_of("")]
     ci = {inst.key: i for i, inst in enumerate(instances)}
     n_of = {}
-    for m in study.methods:  # as columns where they are (runs.PlannedRows: a plan, a summary study)
-        jobs, ns = (m.rows.column("job"), m.rows.column("n")) if hasattr(m.rows, "column") else _row_columns(m.rows)
+    for m in study.methods:
+        cols = row_columns(m.rows)
+        jobs, ns = cols["job"], cols["n"]
         if ns.count(None) < len(ns):  # the rows with a label n (the others: -1)
             n_of.update((j, n) for j, n in zip(jobs, ns) if n is not None)
-    if hasattr(study.jobs, "columns"):  # as columns (runs.PlannedJobs: a plan, a summary study's expansion)
+    if isinstance(study.jobs, PlannedJobs):  # as columns (a plan, a summary study's expansion)
         c = study.jobs.columns()
     else:
         jobs = list(study.jobs.values())
@@ -167,10 +169,6 @@ def run_table(study) -> RunTable:
         nu=int(nu),
         shard_runs=int(study.cfg.get("shard_runs") or SHARD_RUNS),
     )
-
-
-def _row_columns(rows) -> tuple[list, list]:
-    return [r.job for r in rows], [r.n for r in rows]
 
 
 def hashes_as_integers(hashes: list[str]) -> np.ndarray:
