@@ -63,11 +63,8 @@ from .runs import (
     PlannedJobs,
     PlannedRows,
     Row,
-    _hash_parts,
-    _hash_text,
     _pairs_json,
     hashes_at,
-    run_hash,
 )
 from .schema import defaults
 
@@ -410,13 +407,9 @@ def _identify(study: Study, inst: Instance, jobs: list) -> None:
     inst.fingerprint, inst.structure = fingerprint, structure
     inst.probe = json.dumps(probe, sort_keys=True)
     inst._checked = (structure, probe)  # the problem agrees with it (problem_identity)
-    parts: dict[int, list[str] | None] = {}  # per method entry: the text of its runs' hashes around h
     for job in jobs:
         job.problem_fingerprint, job.problem_structure, job.problem_probe = fingerprint, inst.structure, inst.probe
-        # the hash, now that every hashed field is set (the runs of a method and instance share all but h)
-        if id(job.method) not in parts:
-            parts[id(job.method)] = _hash_parts(job)
-        job._hash = run_hash(_hash_text(job, parts[id(job.method)]))
+        job._hash = None  # the fingerprint is hashed; the steps (h, t_end) stay
 
 
 def _recorded(jobs):
