@@ -291,26 +291,34 @@ ROW_FIELDS = ("label", "n", "h", "job", "partner", "combo")
 RUN_FIELDS = ("h", "run", "store")
 
 
-class PlannedJobs(Mapping):
-    """A study's jobs as the plan holds them (``job_groups``; a summary study's expansion builds them so), built as
-    ``Job`` objects only when first looked up: the parse and the jobs of a sweep read its runs as columns (``ids``,
-    ``hashes``, ``columns``, ``work_seconds``, ``longest``)."""
+class _BuiltOnDemand:
+    """Columns that are built into objects (``_build``) only when first looked at by key or in order."""
 
-    def __init__(self, groups: list[dict]):
-        self._groups = groups
-        self._jobs: dict | None = None
-        self._len = sum(len(g["runs"]["h"]) for g in groups)
+    _built = None
 
-    def _all(self) -> dict:
-        if self._jobs is None:
-            self._jobs = {job.id: job for job in _jobs_of({"job_groups": self._groups})}
-        return self._jobs
+    def _all(self):
+        if self._built is None:
+            self._built = self._build()
+        return self._built
 
     def __getitem__(self, key):
         return self._all()[key]
 
     def __iter__(self):
         return iter(self._all())
+
+
+class PlannedJobs(_BuiltOnDemand, Mapping):
+    """A study's jobs as the plan holds them (``job_groups``; a summary study's expansion builds them so), built as
+    ``Job`` objects only when first looked up: the parse and the jobs of a sweep read its runs as columns (``ids``,
+    ``hashes``, ``columns``, ``work_seconds``, ``longest``)."""
+
+    def __init__(self, groups: list[dict]):
+        self._groups = groups
+        self._len = sum(len(g["runs"]["h"]) for g in groups)
+
+    def _build(self) -> dict:
+        return {job.id: job for job in _jobs_of({"job_groups": self._groups})}
 
     def __len__(self) -> int:
         return self._len
@@ -399,7 +407,7 @@ def _rows_of(cols: dict) -> list[Row]:
     return [Row(**dict(zip(ROW_FIELDS, values))) for values in zip(*(cols[f] for f in ROW_FIELDS))]
 
 
-class PlannedRows(Sequence):
+class PlannedRows(_BuiltOnDemand, Sequence):
     """A method's rows as the plan holds them (``ROW_FIELDS`` as columns), built as ``Row`` objects only when first
     looked at: the jobs of a sweep read the columns (``column``)."""
 
@@ -407,18 +415,9 @@ class PlannedRows(Sequence):
 
     def __init__(self, cols: dict):
         self._cols = cols
-        self._rows: list[Row] | None = None
 
-    def _all(self) -> list[Row]:
-        if self._rows is None:
-            self._rows = _rows_of(self._cols)
-        return self._rows
-
-    def __getitem__(self, i):
-        return self._all()[i]
-
-    def __iter__(self):
-        return iter(self._all())
+    def _build(self) -> list[Row]:
+        return _rows_of(self._cols)
 
     def __len__(self) -> int:
         return len(self._cols["label"])
