@@ -1,6 +1,7 @@
 """forking.beside: a forked process prepares while the job computes, then works on what the job hands it (the
 aggregation's errors.zarr beside its CSV files): its work is done when the block ends, its failure is the job's one
-line, a block that fails first lets it go, and one thread runs both steps in the job."""
+line, a block that fails first lets it go, and one thread runs both steps in the job. forking.forked_map: items over
+forked processes, in order, a callable that cannot be pickled included; one worker keeps them in the job."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from hbvm_core.errors import ConfigError, HBVMError
-from hbvm_workflow.forking import beside
+from hbvm_workflow.forking import beside, forked_map
 
 
 def test_the_work_runs_in_another_process_on_what_was_sent_and_is_done_at_the_end(tmp_path):
@@ -75,3 +76,14 @@ def test_the_value_goes_through_a_temporary_file_where_memfd_is_refused(tmp_path
         send(a)
     assert np.array_equal(np.load(out), a * 3)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["child.npy"]  # the temporary file is gone
+
+
+def test_forked_map_computes_the_items_in_other_processes_and_returns_them_in_order():
+    here = os.getpid()
+    unpicklable = lambda i: (i * i, os.getpid())  # noqa: E731 - a lambda: pickle refuses it, the fork inherits it
+    out = forked_map(unpicklable, 40, 2)
+    assert [v for v, _ in out] == [i * i for i in range(40)]
+    assert here not in {pid for _, pid in out}  # every item computed elsewhere
+    assert {pid for _, pid in forked_map(unpicklable, 5, 1)} == {here}  # one worker: in this process
+    with pytest.raises(ZeroDivisionError):  # a failing item is the caller's exception
+        forked_map(lambda i: 1 // (i - 3), 6, 2)

@@ -283,10 +283,11 @@ def test_reuse_is_per_shard_and_a_new_grid_value_computes_only_its_runs(tmp_path
     assert os.path.isdir(shards.previous_shard_store(study.results, "sw"))
 
 
-def test_the_reference_ode_of_each_grid_value_is_solved_in_forked_processes_to_the_closed_form(tmp_path):
+def test_the_reference_ode_of_each_grid_value_spread_over_two_workers_gives_the_closed_forms_errors(tmp_path):
     """errors.reference reference with reference_kind ode: each instance's DOP853 solve (milliseconds each; a
-    2000-value scan spent 16.8 s on them in one process) spread over two forked processes; e_s is still the offset
-    put in, the pendulum's closed form being the oracle of the states."""
+    2000-value scan spent 16.4-16.8 s on them in one process) spread over two workers (``forking.forked_map``, whose
+    own test checks the processes); e_s is still the offset put in, the pendulum's closed form being the oracle of
+    the states."""
     from hbvm_workflow.ensemble_errors import summary_columns
 
     study = _study(tmp_path, errors={"reference": "reference", "reference_kind": "ode", "norm": "inf", "sample": 0.5})
