@@ -49,7 +49,8 @@ def project_bytecode(cached: bool) -> None:
     """The bytecode cache of the project's own modules (``__pycache__``, ignored by git): written (``cached``),
     as any Python that may write it has after its first import, or removed. Where ``PYTHONDONTWRITEBYTECODE`` is
     set (this lab's machines) a missing cache is never written: every process compiles the project's modules from
-    source again, 0.1-0.3 s per process that a user's machine pays once (pip compiled the installed packages)."""
+    source again (``source_to_code``: 0.27 s of a 10^5-run sweep's solve job under py-spy), which a user's machine
+    pays once (pip compiled the installed packages)."""
     import compileall
     import shutil
 
