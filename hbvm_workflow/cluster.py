@@ -113,12 +113,16 @@ def dask_client(dask_cfg: dict | None, threads: int = 1, env: dict | None = None
             cluster.close()
 
 
+def is_local(dask_cfg: dict | None) -> bool:
+    """Whether the solve starts a LocalCluster (no scheduler address or file, ``cluster: local``)."""
+    cfg = dask_cfg or {}
+    return not (cfg.get("address") or cfg.get("scheduler_file")) and cfg.get("cluster", "local") == "local"
+
+
 def forks_local_workers(dask_cfg: dict | None) -> bool:
     """Whether the workers will be forked from this process (a local cluster with start_method fork)."""
     cfg = dask_cfg or {}
-    if cfg.get("address") or cfg.get("scheduler_file") or cfg.get("cluster", "local") != "local":
-        return False
-    return (cfg.get("start_method") or default_start_method()) == "fork"
+    return is_local(cfg) and (cfg.get("start_method") or default_start_method()) == "fork"
 
 
 def default_start_method() -> str:

@@ -112,6 +112,7 @@ def solve_shard(spec: dict) -> dict:
             sample_every=spec["sample_every"][rows],
             compensated=spec["compensated"],
             backend=backend,
+            threads=int(spec.get("threads", 1)),  # the solve's spread: a shard's runs over this worker's cores
         )
         backends.add(res.backend)
         ran[rows] = res.backend

@@ -13,9 +13,12 @@ import logging
 import os
 import time
 
-# One BLAS/OpenMP thread here and in the (forked) workers: the workers are the parallelism.
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+# One BLAS/OpenMP thread here and in the (forked) workers: the workers are the parallelism. Numba may use up to
+# the rule's threads: a shard task on a local cluster with fewer tasks than cores runs its ensemble on several
+# (``spread``); this process never runs a parallel loop, so its forked workers may start their own thread pools.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
+os.environ["NUMBA_NUM_THREADS"] = str(max(1, int(getattr(globals().get("snakemake"), "threads", 1) or 1)))
 
 
 def describe(res: dict) -> str:
@@ -78,6 +81,18 @@ def remove_legacy_stores(study) -> int:
                 remove_path(path)
                 removed += path == old
     return removed
+
+
+def spread(dask_cfg: dict, threads: int, n_tasks: int) -> tuple[int, int]:
+    """(worker processes, numba threads per shard task) of the solve: on a local cluster, ``dask.n_workers`` or
+    one worker per task up to the rule's threads, and the rule's threads shared among them, so that a study of
+    fewer shards than cores still uses every core (the ensemble's ``prange`` over a shard's runs); elsewhere
+    (a scheduler, SLURM) one thread per worker process, as the workers' environment sets."""
+    from hbvm_workflow.cluster import is_local
+
+    threads = max(1, int(threads))
+    workers = int(dask_cfg.get("n_workers") or min(threads, max(1, n_tasks)))
+    return workers, (max(1, threads // workers) if is_local(dask_cfg) else 1)
 
 
 def cut(todo: list, dask_cfg: dict, threads: int) -> list[list]:
@@ -143,19 +158,25 @@ def compute(
         tell_studies(
             logs, {j.study for j in todo}, f"{plural(len(todo), 'run')} in {tasks} (batched by estimated work)"
         )
+    n_tasks = len(batches) + len(shards)
+    workers, per_task = spread(dask_cfg, threads, n_tasks)
+    for spec in shards:
+        spec["threads"] = per_task
     for name in {spec["study"] for spec in shards}:
         mine = [spec for spec in shards if spec["study"] == name]
         runs = sum(len(spec["compute"]) for spec in mine)
         tell_studies(
-            logs, {name}, f"{plural(runs, 'run')} to integrate in {plural(len(mine), 'shard')} (a Dask task each)"
+            logs,
+            {name},
+            f"{plural(runs, 'run')} to integrate in {plural(len(mine), 'shard')} (a Dask task each), "
+            f"{plural(per_task, 'numba thread')} per shard task",
         )
     errors = []
     count = {name: 0 for name in studies}
     total = {name: sum(j.study == name for j in todo) for name in studies}
-    n_tasks = len(batches) + len(shards)
     runs_total = len(todo) + sum(spec["stop"] - spec["start"] for spec in shards)
     with (
-        dask_client(dask_cfg, threads=min(threads, n_tasks), tasks=n_tasks) as client,
+        dask_client(dask_cfg, threads=workers, tasks=n_tasks, env={"NUMBA_NUM_THREADS": str(per_task)}) as client,
         Progress(runs_total) as progress,
     ):
         if not forks_local_workers(dask_cfg):  # forked workers inherit our sys.path
