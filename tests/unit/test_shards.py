@@ -58,7 +58,7 @@ def test_a_store_of_10000_runs_is_read_by_grid_key_and_holds_few_files(tmp_path)
     shards.create(path, table, "x", str(tmp_path / ".tmp"))
     _write_all(path, table)
     ds = shards.open_shards(path)
-    assert ds.sizes["run"] == 10_000 and ds.H_error.chunks is not None  # lazily loaded
+    assert ds.sizes["run"] == 10_000 and not ds.H_error.variable._in_memory  # lazily loaded
     block = ds.sel(L=2.0, scheme="b")
     rows = np.flatnonzero((table.combo == 2) & (table.scheme == 1))
     assert block.sizes["h"] == rows.size and np.array_equal(block.H_error.values, rows)
@@ -66,8 +66,9 @@ def test_a_store_of_10000_runs_is_read_by_grid_key_and_holds_few_files(tmp_path)
     want = np.flatnonzero((table.combo == 7) & (table.scheme == 0) & (table.h == table.h[rows[0] + 5000 - 1]))
     assert float(one.H_error) == want[0] and str(one.hash.values) == f"{int(table.hash[want[0]]):016x}"
     files = sum(len(f) for _, _, f in os.walk(path))
-    # per data array one file per shard (4 shards), a file per coordinate, the metadata and the records
-    assert files == 4 * len(shards.DATA) + len(shards.COORDS) + 1 + len(shards.DATA) + len(shards.COORDS) + 4
+    # per data array one file per shard (4 shards), a file per coordinate, the metadata, the records' group and the
+    # records
+    assert files == 4 * len(shards.DATA) + len(shards.COORDS) + 1 + len(shards.DATA) + len(shards.COORDS) + 1 + 4
 
 
 def test_a_shard_without_its_record_is_not_complete(tmp_path):
