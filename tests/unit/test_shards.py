@@ -334,6 +334,34 @@ def test_the_errors_against_the_h2_runs_match_a_hand_oracle(tmp_path):
     assert int(ds.status.sel(scheme="hbvm_k2_s2", h=0.025, theta_dot0=1.0)) == 2  # partner_failed
 
 
+def test_a_store_of_the_earlier_format_is_computed_anew_and_refused_by_the_readers(tmp_path):
+    """A store written before the records became Zarr groups (format hbvm-shards/1: ``shards/<slot>.json`` files
+    inside the store, arrays without dimension names) is never read as this format: the readers refuse it in one
+    line, the solve step makes a new store and computes every run again (none copied from it)."""
+    import json
+
+    study = _study(tmp_path)
+    os.makedirs(study.dir, exist_ok=True)
+    table, todo, _ = shards.prepare(study, False, _Log())
+    path = shards.shard_store(study.results, "sw")
+    for s in todo:
+        shards.write_shard(path, s.slot, s.start, _rows(table, s.start, s.stop), s.digest, {})
+    root = os.path.join(path, "zarr.json")
+    meta = json.load(open(root))
+    meta["attributes"]["format"] = "hbvm-shards/1"
+    json.dump(meta, open(root, "w"))
+    for slot, (a, b) in enumerate(table.slots()):  # its records, complete for its runs
+        json.dump({"format": "hbvm-shards/1", "digest": table.digest(a, b)}, open(f"{path}/shards/{slot}.json", "w"))
+    one_line = r"^\S+runs\.zarr: a sharded store of format hbvm-shards/1, written by an earlier version .*again[^\n]*$"
+    for read in (shards.open_shards, shards.read_all):
+        with pytest.raises(MissingStoreError, match=one_line):
+            read(path)
+    assert not shards.complete(path)
+    _, todo, counts = shards.prepare(study, False, _Log())
+    assert sum(s.compute.size for s in todo) == table.runs and counts == {"reused": 0, "copied": 0, "failed_reused": 0}
+    assert shards.read_attrs(path)["format"] == shards.FORMAT
+
+
 def test_save_is_summary_for_a_sweep_and_refuses_what_a_summary_cannot_hold(tmp_path):
     from hbvm_core.errors import ConfigError
 
