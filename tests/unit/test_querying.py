@@ -191,6 +191,9 @@ def test_a_sweep_is_queried_by_dof_name_with_item_as_a_trajectory_is(sweep):
     assert one.steps.item() == 0 and float(one.g_error.sel(constraint=0)) == 2e-15
     # a grid value written otherwise (0.1 + 0.2 = 0.30000000000000004) is the one within a relative 1e-9
     assert ds.sel(scheme="hbvm_k2_s2", a1=0.1 + 0.2, h=0.05).H_error.item() == 1e-3 * r
+    dask = open_study("sw", results=results, chunks={})  # the dask form: compute() where .item() is refused
+    assert float(dask.sel(scheme="hbvm_k2_s2", a1=0.3, h=0.05).H_error.compute()) == 1e-3 * r
+    assert dask.q.chunks is not None and list(dask.dof.values) == ["x", "y"]
 
 
 def test_a_sweep_selects_the_nearest_grid_value_and_step(sweep):
