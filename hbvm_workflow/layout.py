@@ -79,7 +79,7 @@ def runs_dir(results: str, study: str) -> str:
 #: earlier set of runs while a new one is filled from it
 SHARD_STORE = "runs.zarr"
 PREVIOUS_SHARD_STORE = "runs.previous.zarr"
-#: the folder of a sharded store that holds one completeness record per shard (``<slot>.json``)
+#: the group of a sharded store that holds one completeness record per shard (the group ``<slot>``'s attributes)
 SHARD_RECORDS = "shards"
 
 
@@ -95,8 +95,9 @@ def previous_shard_store(results: str, study: str) -> str:
 
 
 def shard_record(store: str, slot: int) -> str:
-    """<store>/shards/<slot>.json: the record that shard ``slot`` of a sharded store is complete."""
-    return os.path.join(store, SHARD_RECORDS, f"{slot}.json")
+    """<store>/shards/<slot>/zarr.json: the record that shard ``slot`` of a sharded store is complete (a Zarr group's
+    metadata, the record its attributes)."""
+    return os.path.join(store, SHARD_RECORDS, str(slot), "zarr.json")
 
 
 def short_h(h: float) -> str:

@@ -8,26 +8,32 @@ the order of the plan (method, grid combination, h decreasing):
   the method labels), ``combo`` (an index into ``combos``, the grid values), ``h``, ``n`` (-1: none), ``N``
   (steps) and ``sample_every`` (the steps between saved points);
 - the summary of each run, written by the shard tasks (``shard_worker.solve_shard``) as ``hbvm_core.integrate_ensemble``
-  returns it, packed into four arrays so that a shard is four files: ``counts`` int64 [run, 6] (``COUNTS``:
-  status, fail_step, steps, iterations, max_iterations, n_saved), ``scalars`` float64 [run, 1 + 2 nu]
-  (H_error, g_error per constraint, the multiplier of the last step), ``t`` [run, point] and ``y``
-  [run, point, 2m] (q, then p, at the saved points: the sample times of the study's errors and the final
+  returns it, packed into four arrays so that a shard is four files: ``counts`` int64 [run, count] (``COUNTS``:
+  status, fail_step, steps, iterations, max_iterations, n_saved), ``scalars`` float64 [run, scalar] (1 + 2 nu:
+  H_error, g_error per constraint, the multiplier of the last step), ``t`` [run, point] and ``y``
+  [run, point, state] (2m: q, then p, at the saved points: the sample times of the study's errors and the final
   point; NaN beyond n_saved).
 
-Every data array is sharded along ``run`` by ``shard_runs`` rows (Zarr's sharding codec: one file per array and
-shard), in inner chunks of ``CHUNK_RUNS`` rows, each compressed and ending with a CRC-32C checksum
-(``storage.compressors``); a coordinate is one file (a shard of the whole length) of one checksummed chunk (it is
-only ever read whole). Shard ``slot`` covers the rows ``[slot * shard_runs, (slot + 1) * shard_runs)``.
+Every array carries its dimension names (``DIMS``) and the metadata of the root and its arrays is consolidated
+into the root's ``zarr.json``, so that plain xarray (``xr.open_zarr``) and other Zarr readers open the store; the
+root's attribute ``coordinates`` names q's components, as in a run store. Every data array is sharded along
+``run`` by ``shard_runs`` rows (Zarr's sharding codec: one file per array and shard), in inner chunks of
+``CHUNK_RUNS`` rows, each compressed and ending with a CRC-32C checksum (``storage.compressors``); a coordinate is
+one file (a shard of the whole length) of one checksummed chunk (it is only ever read whole). Shard ``slot``
+covers the rows ``[slot * shard_runs, (slot + 1) * shard_runs)``.
 
-Completeness: a shard is complete when its record ``<store>/shards/<slot>.json`` (``layout.shard_record``)
-exists and names the digest of its runs' hashes. A task removes the record first, writes its shard's files,
-then the record (a temporary file renamed): a killed task leaves a shard without a record, which the next
-solve computes again; a store that exists always has its metadata and coordinates (it is created under
-``.tmp`` and renamed into place). Reuse (``prepare``) is per shard by the identity of its runs; a shard whose
-chunks fail their checksums is set aside (its files moved to ``<study>/.tmp/damaged/``) and computed again. When
-the study's runs change (a grid value added, an h changed), a new store is made and the old one kept as
-``runs.previous.zarr`` until the new one is complete: a task copies the rows of runs already computed there
-(by hash) and integrates only the others.
+Completeness: a shard is complete when its record exists and names the digest of its runs' hashes. The records
+are Zarr groups of their own, outside the consolidated metadata: ``<store>/shards/<slot>/zarr.json``
+(``layout.shard_record``), the record being the group's attributes (none: not complete). A task empties the
+record first, writes its shard's files, then the record (each a file written in ``<study>/.tmp`` and renamed
+into place): a killed task leaves a shard without a record, which the next solve computes again; a store that
+exists always has its metadata, coordinates and empty records (it is created under ``.tmp`` and renamed into
+place). Reuse (``prepare``) is per shard by the identity of its runs; a shard whose chunks fail their checksums is
+set aside (its files moved to ``<study>/.tmp/damaged/``) and computed again. When the study's runs change (a grid
+value added, an h changed), a new store is made and the old one kept as ``runs.previous.zarr`` until the new one
+is complete: a task copies the rows of runs already computed there (by hash) and integrates only the others. A
+store of an earlier format (``hbvm-shards/1``: records as files inside the store, arrays without dimension names)
+is not read: the solve step makes a new store and computes its runs again, the readers refuse it in one line.
 
 Stores are data: nothing read from one is imported or called; the problems and methods come from the plan.
 """
@@ -46,13 +52,15 @@ from .layout import SHARD_RECORDS, previous_shard_store, shard_record, shard_sto
 from .runs import PlannedJobs, row_columns
 from .storage import DAMAGED_DIR, TMP_DIR, MissingStoreError, StoreError, compressors, new_temporary, remove_path
 
-FORMAT = "hbvm-shards/1"
+FORMAT = "hbvm-shards/2"
 #: the columns of ``counts``, as EnsembleResult names them
 COUNTS = ("status", "fail_step", "steps", "iterations", "max_iterations", "n_saved")
 #: the arrays a shard task writes (one file per shard each)
 DATA = ("counts", "scalars", "t", "y")
 #: the coordinates the solve step writes when it creates the store
 COORDS = ("hash", "scheme", "combo", "h", "n", "N", "sample_every")
+#: the dimension names of each array (a coordinate's: ``run``)
+DIMS = {"counts": ("run", "count"), "scalars": ("run", "scalar"), "t": ("run", "point"), "y": ("run", "point", "state")}
 #: rows of an inner chunk (the unit of a read and of a checksum)
 CHUNK_RUNS = 1000
 #: the default ``shard_runs`` (schema.yaml): runs of a shard, i.e. of one Dask task and of one file per array
@@ -197,15 +205,19 @@ def inner_chunk(shard_runs: int) -> int:
     return d if 10 * d >= CHUNK_RUNS else shard_runs
 
 
-def create(path: str, table: RunTable, study: str, tmp: str) -> None:
-    """Write the store's metadata and coordinates under ``tmp`` and rename it to ``path`` (which must not
-    exist): a store at ``path`` always has them. Its shards are written by the tasks."""
+def create(path: str, table: RunTable, study: str, tmp: str, coordinates: list[str] | None = None) -> None:
+    """Write the store's metadata (consolidated), coordinates and empty shard records under ``tmp`` and rename it to
+    ``path`` (which must not exist): a store at ``path`` always has them. Its shards are written by the tasks.
+    ``coordinates``: the names of q's components (``Problem.coordinates``; x0, x1, ... when not given)."""
     import zarr
+
+    from .storage import quiet_zarr
 
     os.makedirs(tmp, exist_ok=True)
     work = new_temporary(tmp, path)
     sr, R = table.shard_runs, max(table.runs, 1)
     chunk = inner_chunk(sr)
+    names = [str(c) for c in coordinates] if coordinates else [f"x{i}" for i in range(table.m)]
     attrs = {
         "format": FORMAT,
         "study": study,
@@ -216,10 +228,19 @@ def create(path: str, table: RunTable, study: str, tmp: str) -> None:
         "S": table.S,
         "m": table.m,
         "nu": table.nu,
+        "coordinates": names,
         "schemes": table.schemes,
         "combos": table.combos,
         "grid": table.grid,
         "counts": list(COUNTS),
+    }
+    nu = table.nu
+    # what each column is, for a reader without hbvm; "coordinates": the CF attribute that makes xarray read the
+    # arrays along run as its coordinates
+    columns = {
+        "counts": list(COUNTS),
+        "scalars": ["H_error", *(f"g_error_{i}" for i in range(nu)), *(f"lam_{i}" for i in range(nu))],
+        "y": [*(f"q_{c}" for c in names), *(f"p_{c}" for c in names)],
     }
     try:
         g = zarr.open_group(work, mode="w", zarr_format=3, attributes=attrs)
@@ -227,56 +248,96 @@ def create(path: str, table: RunTable, study: str, tmp: str) -> None:
             w = _width(name, table)
             fill = -1 if name == "counts" else np.nan
             dtype = "i8" if name == "counts" else "f8"
+            meta = {"coordinates": " ".join(COORDS), **({"columns": columns[name]} if name in columns else {})}
             g.create_array(name, shape=(R, *w), chunks=(chunk, *w), shards=(sr, *w), dtype=dtype,
-                           compressors=compressors(), fill_value=fill)  # fmt: skip
+                           compressors=compressors(), fill_value=fill, dimension_names=DIMS[name],
+                           attributes=meta)  # fmt: skip
         for name in COORDS:
             values = getattr(table, name)
             # one shard of the whole length: one file per coordinate, written here once and only ever read whole, of
             # one inner chunk (Zarr wants the shard a multiple of its chunks: chunks of CHUNK_RUNS refused a study of
             # 1500 runs; and the seven coordinates of 10^5 runs are written in 0.03 s instead of 0.15-0.18 s)
             a = g.create_array(name, shape=(R,), chunks=(R,), shards=(R,), dtype=values.dtype,
-                               compressors=compressors(), fill_value=0)  # fmt: skip
+                               compressors=compressors(), fill_value=0, dimension_names=("run",))  # fmt: skip
             if table.runs:
                 a[:] = values
-        os.makedirs(os.path.join(work, SHARD_RECORDS), exist_ok=True)
+        with quiet_zarr():
+            zarr.consolidate_metadata(work)
+        # the records after the consolidation: they change, the consolidated metadata does not
+        _write_group(os.path.join(work, SHARD_RECORDS), {})
+        for slot in range(len(table.slots())):
+            _write_group(os.path.dirname(shard_record(work, slot)), {})
         os.rename(work, path)
     except BaseException:
         remove_path(work)
         raise
 
 
+def _group_document(attributes: dict) -> str:
+    """The ``zarr.json`` of a Zarr v3 group with these attributes."""
+    return json.dumps({"zarr_format": 3, "node_type": "group", "attributes": attributes})
+
+
+def _write_group(folder: str, attributes: dict) -> None:
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "zarr.json"), "w") as fh:
+        fh.write(_group_document(attributes))
+
+
 def read_attrs(path: str) -> dict | None:
     """The root attributes of a sharded store of this format, or None (none there, or another format)."""
+    attrs = _root_attrs(path)
+    return attrs if attrs.get("format") == FORMAT else None
+
+
+def _root_attrs(path: str) -> dict:
     try:
         with open(os.path.join(path, "zarr.json")) as fh:
             attrs = json.load(fh).get("attributes") or {}
     except (OSError, ValueError, AttributeError):
-        return None
-    return attrs if attrs.get("format") == FORMAT else None
+        return {}
+    return attrs if isinstance(attrs, dict) else {}
+
+
+def require_format(path: str) -> dict:
+    """The root attributes of the sharded store at ``path``; MissingStoreError (one line) where there is none, or one
+    of an earlier format (never read: its runs are computed again by the next solve)."""
+    attrs = read_attrs(path)
+    if attrs is not None:
+        return attrs
+    found = _root_attrs(path).get("format")
+    if isinstance(found, str) and found.startswith("hbvm-shards/"):
+        raise MissingStoreError(
+            f"{path}: a sharded store of format {found}, written by an earlier version (this one reads {FORMAT}); "
+            "run the workflow again to compute it anew"
+        )
+    raise MissingStoreError(f"{path}: no sharded store of format {FORMAT}")
 
 
 def read_record(store: str, slot: int) -> dict | None:
+    """The record of shard ``slot`` (its group's attributes), None when it has none."""
     try:
         with open(shard_record(store, slot)) as fh:
-            rec = json.load(fh)
-    except (OSError, ValueError):
+            rec = json.load(fh).get("attributes")
+    except (OSError, ValueError, AttributeError):
         return None
     return rec if isinstance(rec, dict) and rec.get("format") == FORMAT else None
 
 
 def _write_record(store: str, slot: int, record: dict) -> None:
+    """Put the group of shard ``slot``'s record in place at once: written in the study's ``.tmp``, renamed."""
     path = shard_record(store, slot)
-    tmp = f"{path}.{os.getpid()}.tmp"
+    tmp = new_temporary(os.path.join(os.path.dirname(os.path.abspath(store)), TMP_DIR), f"record-{slot}.json")
     with open(tmp, "w") as fh:
-        json.dump(record, fh)
+        fh.write(_group_document(record))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     os.replace(tmp, path)
 
 
 def remove_record(store: str, slot: int) -> None:
-    try:
-        os.remove(shard_record(store, slot))
-    except FileNotFoundError:
-        pass
+    """Shard ``slot`` not complete: its record emptied (a group without attributes, so the store stays valid Zarr)."""
+    if read_record(store, slot) is not None:
+        _write_record(store, slot, {})
 
 
 def shard_files(store: str, slot: int, group=None) -> dict[str, str]:
@@ -375,7 +436,8 @@ def prepare(study, retry_failed: bool, log) -> tuple[RunTable, list[Shard], dict
             if os.path.lexists(path):
                 os.rename(path, prev)
                 log.info(f"the study's runs changed: a new {os.path.basename(path)}, reusing the rows of the old one")
-        create(path, table, study.name, tmp_dir(study.results, study.name))
+        names = list(study.built_problem.coordinates)  # built here only when a store is made
+        create(path, table, study.name, tmp_dir(study.results, study.name), names)
     source = _source_rows(prev, retry_failed) if os.path.lexists(prev) else {}
     shards, reused, failed = [], 0, 0
     for slot, (start, stop) in enumerate(table.slots()):
@@ -621,23 +683,24 @@ def damaged_shards(manifest: dict, study_dir: str) -> list[tuple[str, str, str]]
 
 
 # --------------------------------------------------------------------------- reading
-def open_shards(path: str):
+def open_shards(path: str, chunks: dict | None = None):
     """The sharded store at ``path`` as one lazily loaded xarray Dataset over ``run`` (see ``reading.open_study``).
 
-    The index of ``run`` is a MultiIndex of ``scheme`` (the method label), the grid keys and ``h``, so that
-    ``ds.sel(scheme="hbvm_k2_s2", L=2.0, h=0.05)`` picks one run (and a partial key a block of runs); ``hash``,
-    ``n``, ``N``, ``combo`` and ``status`` are coordinates along ``run``. The data variables (``status`` ...
-    ``n_saved``, ``H_error``, ``g_error`` [run, constraint], ``lam``, ``t`` [run, point], ``q``, ``p``
-    [run, point, coordinate]) are dask arrays read on demand, every chunk checked against its CRC-32C.
-    MissingStoreError when a shard is not complete (no record for its runs)."""
-    import dask.array as da
+    The index of ``run`` is a MultiIndex of ``scheme`` (the method label), the grid keys and ``h``
+    (``run_index.RunIndex``), so that ``ds.sel(scheme="hbvm_k2_s2", L=2.0, h=0.05)`` picks one run, a partial key a
+    block of runs, and ``ds.sel(L=2.1, method="nearest")`` the nearest grid value; ``hash``, ``n``, ``N``, ``combo``
+    and ``status`` are coordinates along ``run``. The data variables (``fail_step`` ... ``n_saved``, ``H_error``,
+    ``g_error`` and ``lam`` [run, constraint], ``t`` [run, point], ``q``, ``p`` [run, point, dof], ``dof`` labelled
+    with the problem's coordinate names) are read on demand, every chunk checked against its CRC-32C: lazily
+    without dask by default (``.item()`` works), as dask arrays of the stored chunks with ``chunks={}``.
+    MissingStoreError when a shard is not complete (no record for its runs) or the store is of an earlier format."""
     import pandas as pd
     import xarray as xr
     import zarr
 
-    attrs = read_attrs(path)
-    if attrs is None:
-        raise MissingStoreError(f"{path}: no sharded store of format {FORMAT}")
+    from .run_index import RunIndex
+
+    attrs = require_format(path)
     R, m, nu = attrs["runs"], attrs["m"], attrs["nu"]
     g = zarr.open_group(path, mode="r")
     coords = {name: np.asarray(g[name][:R]) for name in COORDS}
@@ -653,33 +716,39 @@ def open_shards(path: str):
             f"{path}: {len(missing)} of {-(-R // sr)} shards not complete (first: shard {missing[0]}); "
             "run the workflow again"
         )
-    arrays = {name: da.from_zarr(g[name])[:R] for name in DATA}
-    counts, scalars, y = arrays["counts"], arrays["scalars"], arrays["y"]
-    data = {c: (("run",), counts[:, i]) for i, c in enumerate(COUNTS) if c != "status"}
+    raw = xr.open_zarr(path, consolidated=True, chunks=chunks, drop_variables=COORDS, decode_cf=False)
+    raw = raw.isel(run=slice(0, R))
+    counts, scalars, y = raw["counts"], raw["scalars"], raw["y"]
+    data = {c: counts[:, i] for i, c in enumerate(COUNTS) if c != "status"}
     data.update(
-        H_error=(("run",), scalars[:, 0]),
-        g_error=(("run", "constraint"), scalars[:, 1 : 1 + nu]),
-        lam=(("run", "constraint"), scalars[:, 1 + nu :]),
-        t=(("run", "point"), arrays["t"]),
-        q=(("run", "point", "coordinate"), y[:, :, :m]),
-        p=(("run", "point", "coordinate"), y[:, :, m:]),
+        H_error=scalars[:, 0],
+        g_error=scalars[:, 1 : 1 + nu].rename(scalar="constraint"),
+        lam=scalars[:, 1 + nu :].rename(scalar="constraint"),
+        t=raw["t"],
+        q=y[:, :, :m].rename(state="dof"),
+        p=y[:, :, m:].rename(state="dof"),
     )
+    data = {name: v.variable for name, v in data.items()}
+    for v in data.values():
+        v.attrs, v.encoding = {}, {}
     schemes = np.array(attrs["schemes"], dtype=object)[coords["scheme"]]
     levels = {"scheme": schemes}
     for key in attrs["grid"]:
         values = [c[key] for c in attrs["combos"]]
         levels[key] = np.asarray(values)[coords["combo"]]
     levels["h"] = coords["h"]
-    index = pd.MultiIndex.from_arrays(list(levels.values()), names=list(levels))
-    mcoords = xr.Coordinates.from_pandas_multiindex(index, "run")
-    ds = xr.Dataset(data, coords=mcoords)
+    index = RunIndex(pd.MultiIndex.from_arrays(list(levels.values()), names=list(levels)), "run")
+    ds = xr.Dataset(data, coords=xr.Coordinates.from_xindex(index))
     status = np.asarray(g["counts"].get_orthogonal_selection((slice(0, R), 0)))
+    names = attrs.get("coordinates")
     ds = ds.assign_coords(
         hash=("run", np.array([f"{int(x):016x}" for x in coords["hash"]], dtype=object)),
         n=("run", coords["n"]),
         N=("run", coords["N"]),
         combo=("run", coords["combo"]),
         status=("run", status),
+        dof=[str(c) for c in names] if isinstance(names, list) and len(names) == m else [f"x{i}" for i in range(m)],
+        constraint=np.arange(nu),
     )
     ds.attrs.update({k: attrs[k] for k in ("study", "shard_runs", "m", "nu")})
     ds.attrs.update(schemes=json.dumps(attrs["schemes"]), grid=json.dumps(attrs["grid"]))
@@ -692,9 +761,7 @@ def read_all(path: str, names: tuple[str, ...] = COORDS + DATA) -> tuple[dict, d
     MissingStoreError when a shard is not complete, a StoreError naming the array when a chunk is damaged."""
     import zarr
 
-    attrs = read_attrs(path)
-    if attrs is None:
-        raise MissingStoreError(f"{path}: no sharded store of format {FORMAT}")
+    attrs = require_format(path)
     R, sr = attrs["runs"], attrs["shard_runs"]
     g = zarr.open_group(path, mode="r")
     arrays = {}

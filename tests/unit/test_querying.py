@@ -115,3 +115,151 @@ def test_select_run_by_what_a_user_types(results):
         select_run(tree, method="dop853", h=0.1)
     with pytest.raises(RunNotFoundError, match=r"no run with h = 0.2 \(nearest 0.1\)"):
         select_run(tree, method="rattle", h=0.2)
+
+
+# --------------------------------------------------------------------------- a sweep: its one sharded store
+A1 = (0.1, 0.3, 0.5)
+SCHEMES = ("hbvm_k1_s1", "hbvm_k2_s2")
+HS = (0.1, 0.05)
+
+
+def _sweep_table():
+    """Runs in plan order (scheme, a1, h decreasing) of a problem with q = (x, y) and one constraint."""
+    from hbvm_workflow import shards
+
+    keys = [(s, c, h) for s in range(len(SCHEMES)) for c in range(len(A1)) for h in HS]
+    return shards.RunTable(
+        hash=np.arange(1, len(keys) + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15),
+        scheme=np.array([k[0] for k in keys], dtype=np.int16),
+        combo=np.array([k[1] for k in keys], dtype=np.int32),
+        h=np.array([k[2] for k in keys]),
+        n=np.full(len(keys), -1),
+        N=np.array([round(1 / k[2]) for k in keys]),
+        sample_every=np.array([round(0.5 / k[2]) for k in keys]),
+        schemes=list(SCHEMES),
+        combos=[{"a1": a} for a in A1],
+        grid=["a1"],
+        m=2,
+        nu=1,
+        shard_runs=5,
+    )
+
+
+def _oracle_y(R: int, S: int) -> np.ndarray:
+    """y[r, j, c] = 1000 r + 10 j + c: which run, point and column (q_x, q_y, p_x, p_y) a number was read from."""
+    r, j, c = np.meshgrid(np.arange(R), np.arange(S), np.arange(4), indexing="ij")
+    return 1000.0 * r + 10.0 * j + c
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> tuple[str, object]:
+    """results/sw/runs.zarr written as the solve step and its shard tasks write it, and the manifest naming it."""
+    from hbvm_workflow import shards
+
+    results = str(tmp_path_factory.mktemp("results"))
+    table = _sweep_table()
+    path = shards.shard_store(results, "sw")
+    shards.create(path, table, "sw", layout.tmp_dir(results, "sw"), coordinates=["x", "y"])
+    y = _oracle_y(table.runs, table.S)
+    for slot, (a, b) in enumerate(table.slots()):
+        counts = np.zeros((b - a, len(shards.COUNTS)), dtype=np.int64)
+        scalars = np.stack([1e-3 * np.arange(a, b), np.full(b - a, 2e-15), np.arange(a, b) + 0.5], axis=1)
+        rows = {"counts": counts, "scalars": scalars, "t": np.zeros((b - a, table.S)), "y": y[a:b]}
+        shards.write_shard(path, slot, a, rows, table.digest(a, b), {})
+    manifest = {"save": "summary", "store": "runs.zarr", "runs": table.runs}
+    Path(layout.manifest_path(results, "sw")).write_text(json.dumps(manifest))
+    return results, table
+
+
+def _row(table, scheme: str, a1: float, h: float) -> int:
+    """The store's row of a run, found by numpy in the table written."""
+    (r,) = np.flatnonzero((table.scheme == SCHEMES.index(scheme)) & (table.combo == A1.index(a1)) & (table.h == h))
+    return int(r)
+
+
+def test_a_sweep_is_queried_by_dof_name_with_item_as_a_trajectory_is(sweep):
+    results, table = sweep
+    ds = open_study("sw", results=results)
+    assert list(ds.dof.values) == ["x", "y"] and list(ds.constraint.values) == [0]
+    y = _oracle_y(table.runs, table.S)
+    np.testing.assert_array_equal(ds.q.sel(dof="y").values, y[:, :, 1])
+    np.testing.assert_array_equal(ds.p.sel(dof="x").values, y[:, :, 2])
+    r = _row(table, "hbvm_k2_s2", 0.3, 0.05)
+    one = ds.sel(scheme="hbvm_k2_s2", a1=0.3, h=0.05)
+    assert one.q.sel(dof="y").isel(point=1).item() == 1000 * r + 10 + 1
+    assert one.H_error.item() == 1e-3 * r and one.lam.sel(constraint=0).item() == r + 0.5
+    assert one.steps.item() == 0 and float(one.g_error.sel(constraint=0)) == 2e-15
+    # a grid value written otherwise (0.1 + 0.2 = 0.30000000000000004) is the one within a relative 1e-9
+    assert ds.sel(scheme="hbvm_k2_s2", a1=0.1 + 0.2, h=0.05).H_error.item() == 1e-3 * r
+    dask = open_study("sw", results=results, chunks={})  # the dask form: compute() where .item() is refused
+    assert float(dask.sel(scheme="hbvm_k2_s2", a1=0.3, h=0.05).H_error.compute()) == 1e-3 * r
+    assert dask.q.chunks is not None and list(dask.dof.values) == ["x", "y"]
+
+
+def test_a_sweep_selects_the_nearest_grid_value_and_step(sweep):
+    results, table = sweep
+    ds = open_study("sw", results=results)
+    block = ds.sel(a1=0.34, method="nearest")  # every run of a1 = 0.3, of both schemes and steps
+    np.testing.assert_array_equal(block.H_error.values, 1e-3 * np.flatnonzero(table.combo == 1))
+    assert block.a1.item() == 0.3
+    r = _row(table, "hbvm_k1_s1", 0.5, 0.05)
+    assert ds.sel(scheme="hbvm_k1_s1", a1=0.9, h=0.06, method="nearest").H_error.item() == 1e-3 * r
+    along_h = ds.sel(scheme="hbvm_k1_s1", a1=0.5)  # the runs of one grid value, along h: nearest there too
+    assert along_h.sel(h=0.07, method="nearest").H_error.item() == 1e-3 * r
+
+
+def test_a_value_not_on_the_grid_is_one_line_naming_the_nearest_values_there(sweep):
+    results, _ = sweep
+    ds = open_study("sw", results=results)
+    cases = [
+        (lambda: ds.sel(a1=0.4), r"^a1 = 0.4 is not on the grid: the nearest values there are 0.3 and 0.5 \("),
+        (lambda: ds.sel(a1=0.7), r"^a1 = 0.7 is not on the grid: the nearest values there are 0.5 \("),
+        (lambda: ds.sel(scheme="hbvm_k1_s1", a1=0.5).sel(h=0.07), r"^h = 0.07 is not on the grid: .* 0.05 and 0.1 "),
+        (lambda: ds.sel(a1=0.34, method="nearest", tolerance=0.01), r"^a1 = 0.34 is not on the grid: .*tolerance 0.01"),
+        (lambda: ds.sel(scheme="rattle"), r"^scheme = 'rattle' is not one of the runs' values: 'hbvm_k1_s1', "),
+    ]
+    for select, message in cases:
+        with pytest.raises(RunNotFoundError, match=message) as info:
+            select()
+        assert "\n" not in str(info.value) and isinstance(info.value, KeyError)
+
+
+PLAIN = """
+import json, sys, warnings
+import xarray as xr
+import zarr
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    ds = xr.open_zarr(sys.argv[1])
+    y = ds.y.values
+    dims = {name: list(ds[name].dims) for name in ds.variables}
+    coords = sorted(ds.coords)
+    hashes = [int(x) for x in ds.hash.values]
+    nodes = sorted(k for k, _ in zarr.open_group(sys.argv[1], mode="r", use_consolidated=False).members(max_depth=None))
+hbvm = sorted(m for m in sys.modules if m.startswith("hbvm"))
+print(json.dumps({"hbvm": hbvm, "warnings": [str(w.message) for w in caught], "y": y.tolist(), "dims": dims,
+                  "coords": coords, "hashes": hashes, "nodes": nodes, "names": ds.attrs["coordinates"]}))
+"""
+
+
+def test_plain_xarray_and_zarr_open_a_sweeps_store_without_hbvm(sweep):
+    """In a process that imports neither hbvm_core nor hbvm_workflow: xr.open_zarr reads every array by its dimension
+    names and the run coordinates, without a warning (no non-Zarr component, consolidated metadata); zarr-python
+    lists the store's nodes (the shard records are groups of their own) without one either."""
+    import subprocess
+    import sys
+
+    from hbvm_workflow import shards
+
+    results, table = sweep
+    path = shards.shard_store(results, "sw")
+    done = subprocess.run([sys.executable, "-c", PLAIN, path], capture_output=True, text=True, check=True)
+    out = json.loads(done.stdout)
+    assert out["hbvm"] == [] and out["warnings"] == [], out["warnings"]
+    np.testing.assert_array_equal(np.array(out["y"]), _oracle_y(table.runs, table.S))
+    assert out["dims"]["y"] == ["run", "point", "state"] and out["dims"]["counts"] == ["run", "count"]
+    assert out["dims"]["scalars"] == ["run", "scalar"] and out["dims"]["h"] == ["run"]
+    assert out["coords"] == sorted(shards.COORDS) and out["hashes"] == [int(x) for x in table.hash]
+    slots = [f"shards/{s}" for s in range(len(table.slots()))]
+    assert out["nodes"] == sorted([*shards.DATA, *shards.COORDS, "shards", *slots]) and out["names"] == ["x", "y"]

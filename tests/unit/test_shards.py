@@ -58,7 +58,7 @@ def test_a_store_of_10000_runs_is_read_by_grid_key_and_holds_few_files(tmp_path)
     shards.create(path, table, "x", str(tmp_path / ".tmp"))
     _write_all(path, table)
     ds = shards.open_shards(path)
-    assert ds.sizes["run"] == 10_000 and ds.H_error.chunks is not None  # lazily loaded
+    assert ds.sizes["run"] == 10_000 and not ds.H_error.variable._in_memory  # lazily loaded
     block = ds.sel(L=2.0, scheme="b")
     rows = np.flatnonzero((table.combo == 2) & (table.scheme == 1))
     assert block.sizes["h"] == rows.size and np.array_equal(block.H_error.values, rows)
@@ -66,8 +66,9 @@ def test_a_store_of_10000_runs_is_read_by_grid_key_and_holds_few_files(tmp_path)
     want = np.flatnonzero((table.combo == 7) & (table.scheme == 0) & (table.h == table.h[rows[0] + 5000 - 1]))
     assert float(one.H_error) == want[0] and str(one.hash.values) == f"{int(table.hash[want[0]]):016x}"
     files = sum(len(f) for _, _, f in os.walk(path))
-    # per data array one file per shard (4 shards), a file per coordinate, the metadata and the records
-    assert files == 4 * len(shards.DATA) + len(shards.COORDS) + 1 + len(shards.DATA) + len(shards.COORDS) + 4
+    # per data array one file per shard (4 shards), a file per coordinate, the metadata, the records' group and the
+    # records
+    assert files == 4 * len(shards.DATA) + len(shards.COORDS) + 1 + len(shards.DATA) + len(shards.COORDS) + 1 + 4
 
 
 def test_a_shard_without_its_record_is_not_complete(tmp_path):
@@ -331,6 +332,34 @@ def test_the_errors_against_the_h2_runs_match_a_hand_oracle(tmp_path):
         assert [r["status"] for r in csv.DictReader(fh)] == ["ok"] * 5 + ["partner failed"]
     ds = open_errors_at(str(out / "errors.zarr"))
     assert int(ds.status.sel(scheme="hbvm_k2_s2", h=0.025, theta_dot0=1.0)) == 2  # partner_failed
+
+
+def test_a_store_of_the_earlier_format_is_computed_anew_and_refused_by_the_readers(tmp_path):
+    """A store written before the records became Zarr groups (format hbvm-shards/1: ``shards/<slot>.json`` files
+    inside the store, arrays without dimension names) is never read as this format: the readers refuse it in one
+    line, the solve step makes a new store and computes every run again (none copied from it)."""
+    import json
+
+    study = _study(tmp_path)
+    os.makedirs(study.dir, exist_ok=True)
+    table, todo, _ = shards.prepare(study, False, _Log())
+    path = shards.shard_store(study.results, "sw")
+    for s in todo:
+        shards.write_shard(path, s.slot, s.start, _rows(table, s.start, s.stop), s.digest, {})
+    root = os.path.join(path, "zarr.json")
+    meta = json.load(open(root))
+    meta["attributes"]["format"] = "hbvm-shards/1"
+    json.dump(meta, open(root, "w"))
+    for slot, (a, b) in enumerate(table.slots()):  # its records, complete for its runs
+        json.dump({"format": "hbvm-shards/1", "digest": table.digest(a, b)}, open(f"{path}/shards/{slot}.json", "w"))
+    one_line = r"^\S+runs\.zarr: a sharded store of format hbvm-shards/1, written by an earlier version .*again[^\n]*$"
+    for read in (shards.open_shards, shards.read_all):
+        with pytest.raises(MissingStoreError, match=one_line):
+            read(path)
+    assert not shards.complete(path)
+    _, todo, counts = shards.prepare(study, False, _Log())
+    assert sum(s.compute.size for s in todo) == table.runs and counts == {"reused": 0, "copied": 0, "failed_reused": 0}
+    assert shards.read_attrs(path)["format"] == shards.FORMAT
 
 
 def test_save_is_summary_for_a_sweep_and_refuses_what_a_summary_cannot_hold(tmp_path):

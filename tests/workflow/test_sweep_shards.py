@@ -48,6 +48,20 @@ def test_a_sweep_is_one_sharded_store_read_by_grid_key_with_the_errors_of_its_tr
     one = ds.sel(scheme="hbvm_k2_s2", theta_dot0=1.9, h=0.05)
     assert int(one.steps) == 20 and int(one.status) == 0 and int(one.n_saved) == 21
     assert np.isclose(float(one.t.isel(point=20)), 1.0, rtol=0, atol=1e-14)  # 20 steps of 0.05, summed
+    # as a trajectory is queried: q by the problem's coordinate names, .item(), the nearest grid value
+    assert list(ds.dof.values) == ["x0", "x1"] and one.q.sel(dof="x0").isel(point=0).item() == 0.0  # x0(0) = 0
+    near = ds.sel(scheme="hbvm_k2_s2", theta_dot0=1.8, h=0.05, method="nearest")
+    assert near.H_error.item() == one.H_error.item() and near.hash.item() == one.hash.item()
+    # plain xarray, in a process without hbvm: the stored arrays by their dimension names, no warning
+    plain = (
+        "import sys, warnings, xarray as xr\n"
+        "warnings.simplefilter('error')\n"
+        "ds = xr.open_zarr(sys.argv[1])\n"
+        "assert not [m for m in sys.modules if m.startswith('hbvm')]\n"
+        "print(ds.y.dims, ds.y.shape, float(ds.counts.sel(count=0).max()))"
+    )
+    out = subprocess.run([sys.executable, "-c", plain, str(res / "sw" / "runs.zarr")], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.split() == ["('run',", "'point',", "'state')", "(12,", "41,", "4)", "0.0"]
 
     summary, traj = read_csv(res / "sw" / "errors.csv"), read_csv(res / "tr" / "errors.csv")
     assert list(summary[0]) == list(traj[0]) and len(summary) == len(traj) == 12
