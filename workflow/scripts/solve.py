@@ -143,7 +143,6 @@ def compute(
     stops = {} if stops is None else stops
     # facts of the whole job: one line each on stderr (and in each study's log)
     names = {j.study for j in todo} | {spec["study"] for spec in shards}
-    tell_studies(logs, names, f"computing on {where(dask_cfg, threads)}")
     if forks_local_workers(dask_cfg):
         t1 = time.perf_counter()
         # (the ensemble loops: each worker loads its own from the kernel cache; warming them here would cost a
@@ -160,6 +159,7 @@ def compute(
         )
     n_tasks = len(batches) + len(shards)
     workers, per_task = spread(dask_cfg, threads, n_tasks)
+    tell_studies(logs, names, f"computing on {where(dask_cfg, workers)}")
     for spec in shards:
         spec["threads"] = per_task
     for name in {spec["study"] for spec in shards}:
