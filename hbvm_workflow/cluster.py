@@ -119,6 +119,18 @@ def is_local(dask_cfg: dict | None) -> bool:
     return not (cfg.get("address") or cfg.get("scheduler_file")) and cfg.get("cluster", "local") == "local"
 
 
+def spread(dask_cfg: dict | None, threads: int, n_tasks: int) -> tuple[int, int]:
+    """(worker processes, numba threads per shard task) of a solve of ``n_tasks`` Dask tasks given the rule's
+    ``threads``: on a local cluster, ``dask.n_workers`` or one worker per task up to the threads, and the threads
+    shared among the workers, so that a study of fewer shards than cores still uses every core (the ensemble's
+    ``prange`` over a shard's runs); elsewhere (a scheduler, SLURM) one thread per worker process, as the
+    workers' environment (``THREAD_ENV``) sets."""
+    cfg = dask_cfg or {}
+    threads = max(1, int(threads))
+    workers = int(cfg.get("n_workers") or min(threads, max(1, int(n_tasks))))
+    return workers, (max(1, threads // workers) if is_local(cfg) else 1)
+
+
 def forks_local_workers(dask_cfg: dict | None) -> bool:
     """Whether the workers will be forked from this process (a local cluster with start_method fork)."""
     cfg = dask_cfg or {}

@@ -83,18 +83,6 @@ def remove_legacy_stores(study) -> int:
     return removed
 
 
-def spread(dask_cfg: dict, threads: int, n_tasks: int) -> tuple[int, int]:
-    """(worker processes, numba threads per shard task) of the solve: on a local cluster, ``dask.n_workers`` or
-    one worker per task up to the rule's threads, and the rule's threads shared among them, so that a study of
-    fewer shards than cores still uses every core (the ensemble's ``prange`` over a shard's runs); elsewhere
-    (a scheduler, SLURM) one thread per worker process, as the workers' environment sets."""
-    from hbvm_workflow.cluster import is_local
-
-    threads = max(1, int(threads))
-    workers = int(dask_cfg.get("n_workers") or min(threads, max(1, n_tasks)))
-    return workers, (max(1, threads // workers) if is_local(dask_cfg) else 1)
-
-
 def cut(todo: list, dask_cfg: dict, threads: int) -> list[list]:
     """The runs in batches sized for the workers planned (``hbvm_workflow.batching``): dask.n_workers or
     the rule's threads."""
@@ -130,7 +118,7 @@ def compute(
     from distributed import as_completed
 
     from hbvm_core.errors import BackendError
-    from hbvm_workflow.cluster import _problem_module, dask_client, forks_local_workers, ship_problem_module
+    from hbvm_workflow.cluster import _problem_module, dask_client, forks_local_workers, ship_problem_module, spread
     from hbvm_workflow.cluster import describe as where
     from hbvm_workflow.jobs import FILE_ONLY, Progress, plural, tell_studies
     from hbvm_workflow.shard_worker import cold_ensembles, solve_shard
