@@ -51,10 +51,17 @@ class Step:
     h: float
     n: object
     rows: list = field(default_factory=list)
+    _columns: dict = field(default_factory=dict, repr=False)
 
     @property
     def failed(self) -> list:
         return [r for r in self.rows if r["status"] != "ok"]
+
+    def column(self, name: str) -> np.ndarray:
+        """The rows' values of an errors.csv column as floats (NaN where missing), computed once."""
+        if name not in self._columns:
+            self._columns[name] = np.array([r.get(name) for r in self.rows], dtype=float)
+        return self._columns[name]
 
 
 @dataclass
@@ -66,16 +73,9 @@ class Section:
     rows: list[list[str]]
 
 
-def shown_columns(rows: list[dict]) -> list[tuple[str, str]]:
-    """The QUANTITIES with at least one finite value in ``rows``."""
-    return [(c, head) for c, head in QUANTITIES if any(math.isfinite(_num(r.get(c))) for r in rows)]
-
-
-def _num(v) -> float:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return math.nan
+def shown_columns(steps: list[Step]) -> list[tuple[str, str]]:
+    """The QUANTITIES with at least one finite value in the ``steps``."""
+    return [(c, head) for c, head in QUANTITIES if any(np.isfinite(step.column(c)).any() for step in steps)]
 
 
 def steps_of(study: Study, rows: list[dict]) -> dict[str, list[Step]]:
@@ -89,7 +89,7 @@ def steps_of(study: Study, rows: list[dict]) -> dict[str, list[Step]]:
 
 def statistics(step: Step, column: str) -> tuple[float, float, float]:
     """(min, median, max) of ``column`` over the finite values of the step's rows; NaNs where there is none."""
-    x = np.array([_num(r.get(column)) for r in step.rows], dtype=float)
+    x = step.column(column)
     x = x[np.isfinite(x)]
     if not x.size:
         return math.nan, math.nan, math.nan
@@ -156,7 +156,7 @@ def _extremes(step: Step, columns) -> list[tuple[str, dict]]:
         pick(0, "first")
         pick(len(step.rows) - 1, "last")
     for c, head in columns:
-        x = np.array([_num(r.get(c)) for r in step.rows], dtype=float)
+        x = step.column(c)
         if np.isfinite(x).any():
             pick(int(np.nanargmax(x)), f"max {head}")
     return [(", ".join(picked[i]), step.rows[i]) for i in order]
@@ -170,9 +170,9 @@ def grid_words(study: Study) -> str:
 def sections(study: Study, rows: list[dict]) -> tuple[list[Section], list[str]]:
     """The tables (per method: the distribution, then the extreme rows) and the failure notes."""
     label = study.row_label
-    columns = shown_columns(rows)
-    heads = [head for _, head in columns]
     steps = steps_of(study, rows)
+    columns = shown_columns([step for block in steps.values() for step in block])
+    heads = [head for _, head in columns]
     out, notes = [], []
     for sm in study.methods:
         block = steps.get(sm.label, [])
@@ -188,7 +188,7 @@ def sections(study: Study, rows: list[dict]) -> tuple[list[Section], list[str]]:
         extreme = []
         for step in block:
             for why, r in _extremes(step, columns):
-                cells = [_fmt(c, _num(r.get(c))) for c, _ in columns]
+                cells = [_fmt(c, float(np.nan if r.get(c) is None else r[c])) for c, _ in columns]
                 extreme.append([grid_cell(study, r), *_h_cells(step, label), why, r["status"], *cells])
         header = [grid_header(study), *_labels(label), "run", "status", *heads]
         out.append(Section(f"{sm.name}: first and last grid values, largest of each column", header, extreme))

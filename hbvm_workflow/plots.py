@@ -362,6 +362,23 @@ def _convergence_row(study: Study, ds, axes_row, panels, handles: dict, heading:
 
 #: a sweep figure draws markers up to this many grid values, lines alone beyond (no 10^4 markers)
 MARKED_POINTS = 50
+#: beyond this many grid values a sweep curve is drawn through the min and max of each of SWEEP_POINTS / 2 bins
+SWEEP_POINTS = 2000
+
+
+def min_max_bins(x: np.ndarray, y: np.ndarray, points: int = SWEEP_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    """(x, y) through the min and the max of y in each of points / 2 bins of consecutive values (the vertical
+    extent a line through every point has at that width: what the figure shows of it), NaN for a bin without a
+    number; (x, y) as given up to ``points`` values."""
+    if len(x) <= points:
+        return x, y
+    idx = np.linspace(0, len(x), points // 2 + 1).astype(int)[:-1]
+    with np.errstate(all="ignore"):
+        lo = np.fmin.reduceat(np.where(np.isnan(y), np.inf, y), idx)
+        hi = np.fmax.reduceat(np.where(np.isnan(y), -np.inf, y), idx)
+    lo[~np.isfinite(lo)] = np.nan
+    hi[~np.isfinite(hi)] = np.nan
+    return np.repeat(x[idx], 2), np.column_stack([lo, hi]).ravel()
 
 
 def sweep_panels(study: Study, ds) -> list[tuple[str, str]]:
@@ -385,7 +402,7 @@ def sweep_axis(ds, key: str) -> tuple[np.ndarray, np.ndarray, str]:
 
 
 def _sweep_curve(ax, x, y, style: dict, log: bool) -> tuple[object, bool]:
-    """One curve of a sweep panel (markers only up to MARKED_POINTS values, a max-envelope beyond MAX_POINTS);
+    """One curve of a sweep panel (markers only up to MARKED_POINTS values, ``min_max_bins`` beyond SWEEP_POINTS);
     (the line, whether it has exact zeros drawn at ZERO_FLOOR)."""
     y = np.asarray(y, dtype=float)
     zero = bool(log and np.any(y == 0))
@@ -393,7 +410,7 @@ def _sweep_curve(ax, x, y, style: dict, log: bool) -> tuple[object, bool]:
         y = _positive(y)
     if x.size > MARKED_POINTS:
         style = {**style, "marker": "none", "lw": 0.9}
-    (line,) = ax.plot(*envelope(x, y), **style)
+    (line,) = ax.plot(*min_max_bins(x, y), **style)
     return line, zero
 
 

@@ -610,9 +610,9 @@ def _compact_caption(study: Study) -> str:
     return f"{_describe(study)}; {grid_tables.grid_words(study)}"
 
 
-def compact_markdown(study: Study, rows: list[dict]) -> str:
-    """table.md of a sweep or a large grid (``grid_tables.sections``)."""
-    parts, notes = grid_tables.sections(study, rows)
+def compact_markdown(study: Study, rows: list[dict], parts: tuple | None = None) -> str:
+    """table.md of a sweep or a large grid (``parts``: ``grid_tables.sections``, computed here if not given)."""
+    parts, notes = parts or grid_tables.sections(study, rows)
     lines = [f"# {study.title}", "", _compact_caption(study), ""]
     for sec in parts:
         lines += [f"## {sec.heading}", "", "| " + " | ".join(sec.header) + " |", "|" + "---:|" * len(sec.header)]
@@ -623,9 +623,9 @@ def compact_markdown(study: Study, rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def compact_latex(study: Study, rows: list[dict]) -> str:
+def compact_latex(study: Study, rows: list[dict], parts: tuple | None = None) -> str:
     """table.tex of a sweep or a large grid: a booktabs tabular per section, the failures as comments."""
-    parts, notes = grid_tables.sections(study, rows)
+    parts, notes = parts or grid_tables.sections(study, rows)
     lines = [f"% {study.title}: {_tex(_compact_caption(study))}"]
     for sec in parts:
         width = len(sec.header)
@@ -638,11 +638,11 @@ def compact_latex(study: Study, rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def compact_html(study: Study, rows: list[dict]) -> str:
+def compact_html(study: Study, rows: list[dict], parts: tuple | None = None) -> str:
     """table.html of a sweep or a large grid."""
     from html import escape
 
-    parts, notes = grid_tables.sections(study, rows)
+    parts, notes = parts or grid_tables.sections(study, rows)
     out = [HTML_HEAD.format(title=escape(study.title)), f"<h2>{escape(study.title)}</h2>"]
     out.append(f"<p>{escape(_compact_caption(study))}</p>")
     for sec in parts:
@@ -736,9 +736,13 @@ def compute_errors(
 
 def write_tables(study: Study, rows: list[dict], out_md: str, out_tex: str, out_html: str | None = None) -> None:
     """table.md, table.tex (and table.html) of the rows, each written atomically."""
-    texts = [(out_md, markdown_table(study, rows)), (out_tex, latex_table(study, rows))]
-    if out_html:
-        texts.append((out_html, html_table(study, rows)))
+    if is_compact(study):  # the summary computed once for the three
+        parts = grid_tables.sections(study, rows)
+        texts = [(out_md, compact_markdown(study, rows, parts)), (out_tex, compact_latex(study, rows, parts))]
+        texts += [(out_html, compact_html(study, rows, parts))] if out_html else []
+    else:
+        texts = [(out_md, markdown_table(study, rows)), (out_tex, latex_table(study, rows))]
+        texts += [(out_html, html_table(study, rows))] if out_html else []
     for path, text in texts:
         with open(path + ".tmp", "w") as fh:
             fh.write(text)

@@ -243,3 +243,21 @@ def test_the_legend_says_which_step_sizes(no_reference, figure_without_reference
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert legend == [f"{sm.name}: h = 0.00625 solid, 0.1 dotted" for sm in study.methods]
     assert re.search("sw", fig.get_suptitle())
+
+
+def test_a_curve_of_10_4_values_goes_through_each_bins_min_and_max():
+    rng = np.random.default_rng(3)
+    x = np.linspace(0.0, 2.0, 10_000)
+    y = 10.0 ** rng.uniform(-14, -2, x.size)
+    y[2000:2010] = np.nan  # a bin without a number: a gap
+    y[5003] = np.nan  # a bin with one missing: its other values
+    xs, ys = plots.min_max_bins(x, y)
+    assert xs.size == ys.size == plots.SWEEP_POINTS  # 1000 bins of 10 values, a min and a max each
+    bins = y.reshape(1000, 10)
+    with np.errstate(all="ignore"), pytest.warns(RuntimeWarning):  # the all-NaN bin
+        want = np.column_stack([np.nanmin(bins, axis=1), np.nanmax(bins, axis=1)]).ravel()
+    assert np.array_equal(ys, want, equal_nan=True) and np.isnan(ys[400:402]).all()
+    assert np.array_equal(xs, np.repeat(x[::10], 2))
+    small = np.arange(5.0)
+    xs, ys = plots.min_max_bins(small, small)  # up to SWEEP_POINTS values: as given
+    assert xs is small and ys is small
