@@ -770,7 +770,7 @@ def rows_from_outputs(study: Study, csv_path: str, zarr_path: str) -> list[dict]
     labels = {str(x): i for i, x in enumerate(ds.scheme.values)}
     hs = {float(x): j for j, x in enumerate(ds.h.values)}
     flags = {flag: np.asarray(ds[flag].values, dtype=bool) for flag in ROUNDOFF.values()}  # read once, not per row
-    where = _grid_positions(study)
+    position = _grid_positions(study)
     rows = []
     for (study_method, inst, r), raw in zip(expected, found):
         if raw["method"] != study_method.label or float(raw["h"]) != r.h:
@@ -780,7 +780,7 @@ def rows_from_outputs(study: Study, csv_path: str, zarr_path: str) -> list[dict]
         row["status"], row["error"] = raw["status"], raw["error"]
         for key in NUMERIC:
             row[key] = float(raw[key]) if raw.get(key, "") != "" else math.nan
-        at = (labels[study_method.label], hs[r.h], *where(inst.values))
+        at = (labels[study_method.label], hs[r.h], *position(inst.values))
         for flag, values in flags.items():
             row[flag] = bool(values[at])
         rows.append(row)
