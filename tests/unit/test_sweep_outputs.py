@@ -261,3 +261,18 @@ def test_a_curve_of_10_4_values_goes_through_each_bins_min_and_max():
     small = np.arange(5.0)
     xs, ys = plots.min_max_bins(small, small)  # up to SWEEP_POINTS values: as given
     assert xs is small and ys is small
+
+
+@pytest.mark.parametrize("values, compact", [(3, False), (25, True)])
+def test_a_convergence_study_with_more_than_24_combinations_has_the_summary(values, compact):
+    grid = {"theta_dot0": [0.5 + 0.01 * i for i in range(values)]}
+    cfg = {"problem": "planar_pendulum", "grid": grid, "methods": [{"k": 1, "s": 1}], "t_end": 1, "h": [0.1]}
+    study = expand_study("c", {**cfg, "errors": {"reference": "exact", "norm": 1, "sample": "all"}})
+    text = markdown_table(study, [])
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    if compact:
+        assert headings == ["## HBVM(1,1): distribution over the grid"] + [
+            "## HBVM(1,1): first and last grid values, largest of each column"
+        ]
+    else:
+        assert headings == [f"## HBVM(1,1), theta_dot0={v}" for v in grid["theta_dot0"]]
