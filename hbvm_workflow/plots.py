@@ -360,35 +360,116 @@ def _convergence_row(study: Study, ds, axes_row, panels, handles: dict, heading:
         ax.grid(True, which="both", alpha=0.3)
 
 
+#: a sweep figure draws markers up to this many grid values, lines alone beyond (no 10^4 markers)
+MARKED_POINTS = 50
+#: beyond this many grid values a sweep curve is drawn through the min and max of each of SWEEP_POINTS / 2 bins
+SWEEP_POINTS = 2000
+
+
+def min_max_bins(x: np.ndarray, y: np.ndarray, points: int = SWEEP_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    """(x, y) through the min and the max of y in each of points / 2 bins of consecutive values (the vertical
+    extent a line through every point has at that width: what the figure shows of it), NaN for a bin without a
+    number; (x, y) as given up to ``points`` values."""
+    if len(x) <= points:
+        return x, y
+    idx = np.linspace(0, len(x), points // 2 + 1).astype(int)[:-1]
+    with np.errstate(all="ignore"):
+        lo = np.fmin.reduceat(np.where(np.isnan(y), np.inf, y), idx)
+        hi = np.fmax.reduceat(np.where(np.isnan(y), -np.inf, y), idx)
+    lo[~np.isfinite(lo)] = np.nan
+    hi[~np.isfinite(hi)] = np.nan
+    return np.repeat(x[idx], 2), np.column_stack([lo, hi]).ravel()
+
+
+def sweep_panels(study: Study, ds) -> list[tuple[str, str]]:
+    """(variable, title) of the sweep figure's panels: the error constant where there is a reference (some e_s),
+    the mean iterations per step, e_H, and e_g for a constrained problem."""
+    panels = [("e_s", "error constant e_s / h^p")] if np.isfinite(ds["e_s"].values).any() else []
+    panels += [("mean_iterations", "mean iterations per step"), ("e_H", "energy error max |H − H0|")]
+    return panels + ([("e_g", "constraint error max |g|")] if study.dims[1] else [])
+
+
+def sweep_axis(ds, key: str) -> tuple[np.ndarray, np.ndarray, str]:
+    """(x, order, label): the grid values in increasing order (``order``: their positions along the grid), or
+    the positions themselves for values that are not numbers."""
+    raw = ds[key].values
+    try:
+        x = np.asarray(raw, dtype=float)
+    except (TypeError, ValueError):
+        return np.arange(raw.size, dtype=float), np.arange(raw.size), f"{key} (position in the grid)"
+    order = np.argsort(x, kind="stable")
+    return x[order], order, key
+
+
+def _sweep_curve(ax, x, y, style: dict, log: bool) -> tuple[object, bool]:
+    """One curve of a sweep panel (markers only up to MARKED_POINTS values, ``min_max_bins`` beyond SWEEP_POINTS);
+    (the line, whether it has exact zeros drawn at ZERO_FLOOR)."""
+    y = np.asarray(y, dtype=float)
+    zero = bool(log and np.any(y == 0))
+    if log:
+        y = _positive(y)
+    if x.size > MARKED_POINTS:
+        style = {**style, "marker": "none", "lw": 0.9}
+    (line,) = ax.plot(*min_max_bins(x, y), **style)
+    return line, zero
+
+
+def _finite_rows(values: np.ndarray) -> list[int]:
+    """The step-size indices (rows of a (h, value) array) with any finite number."""
+    return [j for j in range(values.shape[0]) if np.isfinite(values[j]).any()]
+
+
 def sweep_plot(study: Study, ds, png: str, pdf: str):
-    """A one-key grid study (kind sweep): per method against the grid value, the error constant
-    e_s / h^p at the finest step (p: the method's reference order of e_s, ``reference_order``, else 2) and the
-    mean iterations per step at each step size (the finest solid, the coarsest dotted)."""
+    """A one-key grid study (kind sweep): per method against the grid value (``sweep_panels``): the error
+    constant e_s / h^p at the finest step (p: the method's reference order of e_s, ``reference_order``, else 2),
+    where there is a reference; the mean iterations per step, e_H and e_g (log) at the finest step size (solid)
+    and the coarsest (dotted). Never blank: with ``reference: none`` the other panels are drawn. Returns the
+    figure."""
     (key,) = study.grid
-    values = np.asarray(ds[key].values, dtype=float)
-    fig, axes = _figure(1, 2, size=(8.0, 3.6))
-    ax_c, ax_it = axes[0]
+    x, order, xlabel = sweep_axis(ds, key)
+    panels = sweep_panels(study, ds)
+    ncols = 2 if len(panels) == 4 else len(panels)
+    fig, axes = _figure(math.ceil(len(panels) / ncols), ncols, size=(4.0 * ncols, 3.2))
+    flat = list(axes.flat)
+    zeros = [False] * len(panels)
     handles = []
     for i in range(ds.sizes["scheme"]):
         sub = ds.isel(scheme=i)
-        p = reference_order(study, study.methods[i], "e_s")[0] or 2.0
-        style = method_style(i)
         h = sub.h.values
-        ok = [j for j in range(h.size) if np.isfinite(sub.e_s.values[j]).any()]
-        if not ok:
-            continue
-        fine, coarse = ok[-1], ok[0]
-        c = sub.e_s.values[fine] / h[fine] ** p
-        (line,) = ax_c.semilogy(values, _positive(c), **style)
-        handles.append((line, f"{sub.name.values} (C = e_s / h^{p:g}, h = {h[fine]:.4g})"))
-        ax_it.plot(values, sub.mean_iterations.values[fine], **style)
-        if coarse != fine:
-            ax_it.plot(values, sub.mean_iterations.values[coarse], **{**style, "ls": ":", "alpha": 0.6})
-    ax_c.set_title("error constant e_s / h^p", fontsize=10)
-    ax_it.set_title(f"mean iterations per step (h = {ds.h.values[0]:.4g} dotted)", fontsize=10)
-    for ax in (ax_c, ax_it):
-        ax.set_xlabel(key)
+        style = method_style(i)
+        words, line = [], None
+        for k, (ax, (var, _)) in enumerate(zip(flat, panels)):
+            values = np.asarray(sub[var].values, dtype=float)[:, order]
+            ok = _finite_rows(values)
+            if not ok:
+                continue
+            fine, coarse = ok[-1], ok[0]
+            if var == "e_s":
+                p = reference_order(study, study.methods[i], "e_s")[0] or 2.0
+                line, _ = _sweep_curve(ax, x, values[fine] / h[fine] ** p, style, log=True)
+                words.append(f"C = e_s / h^{p:g} at h = {h[fine]:.4g}")
+                continue
+            log = var != "mean_iterations"
+            line, zero = _sweep_curve(ax, x, values[fine], style, log)
+            zeros[k] |= zero
+            if coarse != fine:
+                _, zero = _sweep_curve(ax, x, values[coarse], {**style, "ls": ":", "alpha": 0.6}, log)
+                zeros[k] |= zero
+                steps = f"h = {h[fine]:.4g} solid, {h[coarse]:.4g} dotted"
+            else:
+                steps = f"h = {h[fine]:.4g}"
+            if steps not in words:
+                words.append(steps)
+        if line is not None:
+            handles.append((line, f"{sub.name.values}: {'; '.join(words)}"))
+    for ax, (var, title), zero in zip(flat, panels, zeros):
+        if var != "mean_iterations":
+            ax.set_yscale("log")
+        ax.set_title(title + (f" (0 at {ZERO_FLOOR:g})" if zero else ""), fontsize=10)
+        ax.set_xlabel(xlabel)
         ax.grid(True, which="both", alpha=0.3)
+    for ax in flat[len(panels) :]:
+        ax.remove()
     if handles:
         fig.legend(*zip(*handles), loc="lower center", ncol=1, fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0))
     fig.suptitle(_suptitle(study), fontsize=10)

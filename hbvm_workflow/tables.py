@@ -20,7 +20,9 @@ import os
 
 import numpy as np
 
+from . import grid_tables
 from .csv_table import write_rows
+from .grid_tables import is_compact
 from .layout import COLUMNS, EXTRA, TIMINGS, manifest_of_store  # noqa: F401  (re-exported)
 from .storage import MissingStoreError, ResultsMismatchError  # noqa: F401  (MissingStoreError re-exported)
 from .study import Study
@@ -519,7 +521,10 @@ def _blocks(study: Study, rows: list[dict]):
 
 def markdown_table(study: Study, rows: list[dict]) -> str:
     """table.md: per method a block of rows (n and h, or h; e_s, rate(e_s), e_lambda, rate(e_lambda), e_H, e_g,
-    e_hc, rate(e_hc)), and a last row FITTED: each error's fitted order and its h range in its rate column."""
+    e_hc, rate(e_hc)), and a last row FITTED: each error's fitted order and its h range in its rate column.
+    A sweep or a large grid: the compact summary (``grid_tables.sections``)."""
+    if is_compact(study):
+        return compact_markdown(study, rows)
     label = study.row_label
     labels = _labels(label)
     lines = [f"# {study.title}", "", _describe(study), ""]
@@ -543,7 +548,9 @@ def _tex(s: str) -> str:
 
 
 def latex_table(study: Study, rows: list[dict]) -> str:
-    """table.tex: one booktabs tabular, a block per method."""
+    """table.tex: one booktabs tabular, a block per method (a sweep or a large grid: ``grid_tables.sections``)."""
+    if is_compact(study):
+        return compact_latex(study, rows)
     label = study.row_label
     rate = ["rate($e_s$)", r"rate($e_\lambda$)", r"rate($e_{hc}$)"]
     head = [f"${c}$" for c in _labels(label)] + ["$e_s$", rate[0], r"$e_\lambda$", rate[1], "$e_H$", "$e_g$"]
@@ -567,17 +574,24 @@ def latex_table(study: Study, rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+#: the head of table.html, up to <body> (``title``: escaped)
+HTML_HEAD = (
+    "<!DOCTYPE html><html><head><meta charset='utf-8'><title>{title}</title>"
+    "<style>table{{border-collapse:collapse;margin-bottom:1em}}td,th{{padding:2px 8px;text-align:right;"
+    "border-bottom:1px solid #ddd;font-family:monospace}}</style></head><body>"
+)
+
+
 def html_table(study: Study, rows: list[dict]) -> str:
-    """table.html (for the Snakemake report): the Markdown layout as HTML tables."""
+    """table.html (for the Snakemake report): the Markdown layout as HTML tables (a sweep or a large grid:
+    ``grid_tables.sections``)."""
     from html import escape
 
     label = study.row_label
-    parts = [
-        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>" + escape(study.title) + "</title>",
-        "<style>table{border-collapse:collapse;margin-bottom:1em}td,th{padding:2px 8px;text-align:right;"
-        "border-bottom:1px solid #ddd;font-family:monospace}</style></head><body>",
-        f"<h2>{escape(study.title)}</h2><p>{escape(_describe(study))}</p>",
-    ]
+    if is_compact(study):
+        return compact_html(study, rows)
+    parts = [HTML_HEAD.format(title=escape(study.title))]
+    parts.append(f"<h2>{escape(study.title)}</h2><p>{escape(_describe(study))}</p>")
     for _, heading, block in _blocks(study, rows):
         parts.append(f"<h3>{escape(heading)}</h3><table><tr>")
         parts += [f"<th>{escape(c)}</th>" for c in _labels(label) + HEAD]
@@ -590,6 +604,57 @@ def html_table(study: Study, rows: list[dict]) -> str:
         parts.append("</table>")
     parts.append("</body></html>\n")
     return "".join(parts)
+
+
+def _compact_caption(study: Study) -> str:
+    return f"{_describe(study)}; {grid_tables.grid_words(study)}"
+
+
+def compact_markdown(study: Study, rows: list[dict], parts: tuple | None = None) -> str:
+    """table.md of a sweep or a large grid (``parts``: ``grid_tables.sections``, computed here if not given)."""
+    parts, notes = parts or grid_tables.sections(study, rows)
+    lines = [f"# {study.title}", "", _compact_caption(study), ""]
+    for sec in parts:
+        lines += [f"## {sec.heading}", "", "| " + " | ".join(sec.header) + " |", "|" + "---:|" * len(sec.header)]
+        lines += ["| " + " | ".join(cells) + " |" for cells in sec.rows]
+        lines.append("")
+    if notes:
+        lines += ["Failures:", "", *(f"- {n}" for n in notes), ""]
+    return "\n".join(lines)
+
+
+def compact_latex(study: Study, rows: list[dict], parts: tuple | None = None) -> str:
+    """table.tex of a sweep or a large grid: a booktabs tabular per section, the failures as comments."""
+    parts, notes = parts or grid_tables.sections(study, rows)
+    lines = [f"% {study.title}: {_tex(_compact_caption(study))}"]
+    for sec in parts:
+        width = len(sec.header)
+        lines += [r"\begin{tabular}{" + "r" * width + "}", r"\toprule"]
+        lines.append(rf"\multicolumn{{{width}}}{{l}}{{{_tex(sec.heading)}}} \\")
+        lines += [" & ".join(_tex(c) for c in sec.header) + r" \\", r"\midrule"]
+        lines += [" & ".join(_tex(c) for c in cells) + r" \\" for cells in sec.rows]
+        lines += [r"\bottomrule", r"\end{tabular}", ""]
+    lines += [f"% {_tex(n)}" for n in notes]
+    return "\n".join(lines) + "\n"
+
+
+def compact_html(study: Study, rows: list[dict], parts: tuple | None = None) -> str:
+    """table.html of a sweep or a large grid."""
+    from html import escape
+
+    parts, notes = parts or grid_tables.sections(study, rows)
+    out = [HTML_HEAD.format(title=escape(study.title)), f"<h2>{escape(study.title)}</h2>"]
+    out.append(f"<p>{escape(_compact_caption(study))}</p>")
+    for sec in parts:
+        out.append(f"<h3>{escape(sec.heading)}</h3><table><tr>")
+        out += [f"<th>{escape(c)}</th>" for c in sec.header]
+        out.append("</tr>")
+        out += ["<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>" for cells in sec.rows]
+        out.append("</table>")
+    if notes:
+        out.append("<p>Failures:</p><ul>" + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>")
+    out.append("</body></html>\n")
+    return "".join(out)
 
 
 def refresh_manifest(study: Study, runs: list[str]) -> None:
@@ -671,9 +736,13 @@ def compute_errors(
 
 def write_tables(study: Study, rows: list[dict], out_md: str, out_tex: str, out_html: str | None = None) -> None:
     """table.md, table.tex (and table.html) of the rows, each written atomically."""
-    texts = [(out_md, markdown_table(study, rows)), (out_tex, latex_table(study, rows))]
-    if out_html:
-        texts.append((out_html, html_table(study, rows)))
+    if is_compact(study):  # the summary computed once for the three
+        parts = grid_tables.sections(study, rows)
+        texts = [(out_md, compact_markdown(study, rows, parts)), (out_tex, compact_latex(study, rows, parts))]
+        texts += [(out_html, compact_html(study, rows, parts))] if out_html else []
+    else:
+        texts = [(out_md, markdown_table(study, rows)), (out_tex, latex_table(study, rows))]
+        texts += [(out_html, html_table(study, rows))] if out_html else []
     for path, text in texts:
         with open(path + ".tmp", "w") as fh:
             fh.write(text)
@@ -686,20 +755,22 @@ def rows_from_outputs(study: Study, csv_path: str, zarr_path: str) -> list[dict]
     same order), the round-off flags from errors.zarr. ValueError if the files are not the study's rows."""
     from .storage import open_errors_at
 
-    expected = [
-        (study_method, inst, r)
-        for study_method in study.methods
-        for inst in study.instances or [study.instance_of("")]
-        for r in study_method.rows
-        if r.combo == inst.key
-    ]
+    instances = study.instances or [study.instance_of("")]
+    expected = []
+    for study_method in study.methods:
+        by_combo: dict[str, list] = {}
+        for r in study_method.rows:
+            by_combo.setdefault(r.combo, []).append(r)
+        expected += [(study_method, inst, r) for inst in instances for r in by_combo.get(inst.key, ())]
     with open(csv_path, newline="") as fh:
         found = list(csv.DictReader(fh))
     if len(found) != len(expected):
         raise ResultsMismatchError(f"{csv_path}: {len(found)} rows, the study has {len(expected)}")
     ds = open_errors_at(zarr_path)
-    labels = [str(x) for x in ds.scheme.values]
-    hs = [float(x) for x in ds.h.values]
+    labels = {str(x): i for i, x in enumerate(ds.scheme.values)}
+    hs = {float(x): j for j, x in enumerate(ds.h.values)}
+    flags = {flag: np.asarray(ds[flag].values, dtype=bool) for flag in ROUNDOFF.values()}  # read once, not per row
+    position = _grid_positions(study)
     rows = []
     for (study_method, inst, r), raw in zip(expected, found):
         if raw["method"] != study_method.label or float(raw["h"]) != r.h:
@@ -709,9 +780,20 @@ def rows_from_outputs(study: Study, csv_path: str, zarr_path: str) -> list[dict]
         row["status"], row["error"] = raw["status"], raw["error"]
         for key in NUMERIC:
             row[key] = float(raw[key]) if raw.get(key, "") != "" else math.nan
-        grid_at = (values.index(inst.values[k]) for k, values in study.grid.items())
-        at = (labels.index(study_method.label), hs.index(r.h), *grid_at)
-        for flag in ROUNDOFF.values():
-            row[flag] = bool(ds[flag].values[at])
+        at = (labels[study_method.label], hs[r.h], *position(inst.values))
+        for flag, values in flags.items():
+            row[flag] = bool(values[at])
         rows.append(row)
     return rows
+
+
+def _grid_positions(study: Study):
+    """values -> the position of a combination's values along each grid key, by a lookup per key (a list's
+    ``index`` per row is quadratic in the grid's size)."""
+    lookups = []
+    for key, values in study.grid.items():
+        try:
+            lookups.append((key, values, {v: i for i, v in reversed(list(enumerate(values)))}))
+        except TypeError:  # unhashable values (lists): found by index
+            lookups.append((key, values, None))
+    return lambda combo: tuple(values.index(combo[k]) if d is None else d[combo[k]] for k, values, d in lookups)

@@ -1,7 +1,8 @@
 # Parameter sweeps: a study with `kind: sweep` and a one-key `grid` is solved and
-# aggregated like a convergence study (errors.csv with the grid column, the tables
-# per combination), its figure the error constant and the iteration count against
-# the grid value (hbvm_workflow.plots.sweep_plot). By default (`save: summary`) its
+# aggregated like a convergence study (errors.csv with the grid column and a row per
+# run), its tables a summary over the grid (hbvm_workflow.grid_tables), its figure the
+# error constant, the iteration count, e_H and e_g against the grid value
+# (hbvm_workflow.plots.sweep_plot). By default (`save: summary`) its
 # runs are solved by shards, one Dask task each, into one sharded store
 # (hbvm_workflow.shards: results/<study>/runs.zarr) and aggregated in the same job, rule solve_summary.
 #
