@@ -36,6 +36,12 @@ def own_structure_key(problem: Problem) -> tuple:
     return (callbacks, problem.m, problem.nu, problem.M is None, len(tuple(k.params)))
 
 
+def _loop_key(problem: Problem) -> tuple:
+    """``own_structure_key`` without the mass-matrix form: a block with M != I runs instances with M = I (L = I)."""
+    key = own_structure_key(problem)
+    return key if len(key) == 1 else key[:3] + key[4:]
+
+
 def _groups(slots: np.ndarray) -> list[tuple[int, np.ndarray]]:
     """(slot, the positions holding it) for each distinct slot, in O(n log n)."""
     order = np.argsort(slots, kind="stable")
@@ -59,32 +65,35 @@ class Instances:
                 instances.append(pb)
                 first_run.append(i)
             slot[i] = seen[id(pb)]
-        if len({own_structure_key(pb) for pb in instances}) > 1:
+        if len({_loop_key(pb) for pb in instances}) > 1:
             instances = [family_of(pb).form() if family_of(pb) is not None else pb for pb in instances]
         self.instances, self.first_run = instances, first_run
         self.inverse = np.zeros(R, dtype=np.int64) if len(problem_list) == 1 else slot
-        self.first = instances[0]
+        # the loop of an instance with M != I where there is one: it runs the instances with M = I too (L = I)
+        self.first = next((pb for pb in instances if pb.M is not None), instances[0])
 
     def check(self, runner) -> None:
         """Every instance shares the first's compiled loop (ProblemError naming the first that differs), and its
         compiled callbacks agree with its numpy ones at its own params; then the per-run rows."""
         from .kernels.runner import check_callbacks, cholesky_factor
 
-        first = self.first
-        ref = own_structure_key(first)
-        what = ("compiled callbacks", "m", "nu", "mass-matrix form (M = I or not)", "number of params")
+        head, first = self.instances[0], self.first
+        ref = _loop_key(head)
+        what = ("compiled callbacks", "m", "nu", "number of params")
         for i, pb in zip(self.first_run, self.instances):
-            mine = own_structure_key(pb)
+            mine = _loop_key(pb)
             if mine != ref:
                 diff = "compiled callbacks" if len(mine) == 1 else next(w for w, a, b in zip(what, mine, ref) if a != b)
                 raise ProblemError(
-                    f"problems[{i}] ({pb.name}) differs from problems[0] ({first.name}) in its {diff}: "
+                    f"problems[{i}] ({pb.name}) differs from problems[0] ({head.name}) in its {diff}: "
                     "an ensemble runs one problem structure"
                 )
             if pb is not first:
                 check_callbacks(pb, runner.module, np.array(pb.kernels.params, dtype=float).reshape(-1))
         self.params = self._rows([np.array(pb.kernels.params, dtype=float).reshape(-1) for pb in self.instances])
-        self.L = self._rows([cholesky_factor(pb) for pb in self.instances])
+        identity = np.eye(first.m)
+        L = [identity if pb.M is None and first.M is not None else cholesky_factor(pb) for pb in self.instances]
+        self.L = self._rows(L)
         self.q0 = self._rows([pb.q0 for pb in self.instances])
         self.p0 = self._rows([pb.p0 for pb in self.instances])
 
