@@ -1,13 +1,15 @@
 """Ensembles: a block of runs of one problem structure and one method integrated by one compiled call.
 
-``integrate_ensemble`` groups R runs that share a compiled loop (the same compiled callbacks, m, nu and
-mass-matrix form, the same method and solver) and differ in their params (``Kernels.params`` of each
-run's problem instance), initial data, h and number of steps N. The block call is
+``integrate_ensemble`` groups R runs that share a compiled loop (the same compiled callbacks, m, nu, the
+same method and solver) and differ in their params (``Kernels.params``), M, initial data, h and number of
+steps N. The runs are a list of problem instances, or one parametric problem with its keywords as arrays
+over the runs (``ensemble_runs.py``: the per-run rows and numpy callbacks of both). The block call is
 ``kernels/ensemble.py``'s ``run_block`` on the CPU (backend "numba": numba's ``prange`` over the runs,
-each run by the template's own ``run_chunk``) or ``hbvm_core.kernels.cuda.run_block_cuda`` on a GPU
-(backend "cuda"); both take and give the dicts named by ``ensemble.BLOCK_INPUTS`` / ``BLOCK_OUTPUTS``.
-H_error and g_error are computed here, on the host, from the saved points with the problems' numpy
-callbacks (docs/method.md 1: H, g), grouped by problem instance, so they do not depend on the backend.
+each run by the template's own ``run_chunk``; runs of one params row in lockstep blocks, ``kernels/lanes.py``)
+or ``hbvm_core.kernels.cuda.run_block_cuda`` on a GPU (backend "cuda"); both take and give the dicts named by
+``ensemble.BLOCK_INPUTS`` / ``BLOCK_OUTPUTS``. ``backend_note`` says which road the runs took and why (``road``).
+H_error and g_error are computed here, on the host, from the saved points with the numpy callbacks at each
+run's params (docs/method.md 1: H, g), so they do not depend on the backend.
 """
 
 from __future__ import annotations
