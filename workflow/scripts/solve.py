@@ -302,12 +302,43 @@ def write_shard_manifest(study, table, summary: dict, path: str) -> dict:
         "reused": summary["reused"],
         "failed": sum(s["failed"] or 0 for s in entry["shards"]),
     }
+    if manifest["failed"]:  # the report at exit names the first and counts them by reason (hbvm_workflow.outcome)
+        manifest["failed_runs"], manifest["failed_reasons"] = failed_of_shards(study, entry)
     tmp = path + ".tmp"
     with open(tmp, "w") as fh:
         json.dump(manifest, fh, indent=1)
         fh.write("\n")
     os.replace(tmp, path)
     return manifest
+
+
+#: how many failed runs of a sharded study its manifest names (all are counted, by reason)
+NAMED_FAILED = 10
+
+
+def failed_of_shards(study, entry: dict) -> tuple[list[str], dict[str, int]]:
+    """(the ids of the first ``NAMED_FAILED`` failed runs, {reason: how many}) of a sharded study: the status column
+    of ``counts`` of each shard whose record counts failed runs (``entry``: ``shards.manifest_entry``)."""
+    import numpy as np
+
+    from hbvm_workflow.ensemble_errors import STATUS_WORDS
+    from hbvm_workflow.runs import PlannedJobs
+    from hbvm_workflow.shards import COUNTS, read_rows
+
+    store = os.path.join(study.dir, entry["store"])
+    rows, codes = [], []
+    for shard in entry["shards"]:
+        if shard["failed"]:
+            status = read_rows(store, "counts", np.arange(shard["start"], shard["stop"]))[:, COUNTS.index("status")]
+            bad = np.flatnonzero(status != 0)
+            rows += (bad + shard["start"]).tolist()
+            codes += status[bad].tolist()
+    reasons: dict[str, int] = {}
+    for code in codes:
+        word = STATUS_WORDS.get(int(code), f"status {int(code)}")
+        reasons[word] = reasons.get(word, 0) + 1
+    ids = (study.jobs.ids() if isinstance(study.jobs, PlannedJobs) else list(study.jobs)) if rows else []
+    return [ids[i] for i in rows[:NAMED_FAILED]], reasons
 
 
 def write_runs_marker(study) -> None:
