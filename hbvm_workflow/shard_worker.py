@@ -8,13 +8,16 @@ before a local cluster starts its workers.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import platform
 import time
 from typing import Any
 
 import numpy as np
 
+from .layout import shard_record
 from .shards import COUNTS, read_rows, remove_record, row_backends, run_lengths, write_shard
 from .storage import StoreError
 
@@ -52,6 +55,24 @@ def loop_key(problem) -> tuple:
 
 
 def solve_shard(spec: dict) -> dict:
+    """``compute_shard``, where an OSError of the host (a full disk, a quota, a read-only or lost file system) is not
+    raised but returned, as {"slot", "host", "oserror": {"errno", "message"}}: the task does not fail, so Dask
+    neither retries it nor logs it, and the solve step says it once for the whole study
+    (``describe_oserrors``). The shard keeps no record: the next solve computes it again."""
+    from hbvm_core.errors import HBVMError
+
+    try:
+        return compute_shard(spec)
+    except OSError as exc:
+        if isinstance(exc, HBVMError):  # a store that is missing or damaged: the solve step's own errors
+            raise
+        with contextlib.suppress(OSError):  # a record's temporary that the full disk cut short
+            os.remove(f"{shard_record(spec['store'], spec['slot'])}.{os.getpid()}.tmp")
+        message = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
+        return {"slot": spec["slot"], "host": platform.node(), "oserror": {"errno": exc.errno, "message": message}}
+
+
+def compute_shard(spec: dict) -> dict:
     """Compute one shard into the study's sharded store (on a Dask worker): copy the rows of ``sources``,
     integrate the rows of ``compute`` by ``hbvm_core.integrate_ensemble`` (one call per method: the runs of a
     method share its compiled loop), write the shard's rows of every data array, then its record. Returns

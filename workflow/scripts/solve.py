@@ -8,6 +8,7 @@ the worker. Each study logs to its own file
 (logs/<study>/solve.log) and gets its own manifest results/<study>/solve.json.
 """
 
+import errno
 import json
 import logging
 import os
@@ -108,10 +109,12 @@ def compute(
     threads: int,
     shards: list | None = None,
     stops: dict | None = None,
+    refused: dict | None = None,
 ) -> list[str]:
     """Every run of ``todo`` and every shard of ``shards`` (``hbvm_workflow.shards.shard_spec``: one Dask task
     each) on one cluster; results into ``summaries``; returns the runs and shards that raised. ``stops`` receives,
-    per study, the one line of a shard that found no GPU where the study demands one (``backend: cuda``)."""
+    per study, the one line of a shard that found no GPU where the study demands one (``backend: cuda``); ``refused``
+    per study, the one line of its shards that the file system refused (``describe_oserrors``)."""
     from distributed import as_completed
 
     from hbvm_core.errors import BackendError
@@ -126,6 +129,8 @@ def compute(
 
     shards = shards or []
     stops = {} if stops is None else stops
+    refused = {} if refused is None else refused
+    unwritten: dict[str, list[dict]] = {}  # per study, its shards that the file system refused (solve_shard)
     # facts of the whole job: one line each on stderr (and in each study's log)
     names = {j.study for j in todo} | {spec["study"] for spec in shards}
     tell_studies(logs, names, f"computing on {where(dask_cfg, threads)}")
@@ -213,6 +218,13 @@ def compute(
                     log.error(f"shard {spec['slot']}: ERROR {type(exc).__name__}: {exc}", extra=FILE_ONLY)
                     progress.update(failed=True)
                     continue
+                if "oserror" in res:  # the host's file system refused the shard: said once for the study, below
+                    unwritten.setdefault(name, []).append(res)
+                    log.error(
+                        f"shard {res['slot']} on {res['host']}: ERROR {res['oserror']['message']}", extra=FILE_ONLY
+                    )
+                    progress.update(failed=True)
+                    continue
                 summaries[name].setdefault("shards", []).append(res)
                 note = f"; {res['note']}" if res.get("note") else ""
                 log.info(
@@ -246,7 +258,43 @@ def compute(
     for name, study in studies.items():
         for p in clean_temporaries(study.dir):
             logs[name].info(f"removed the temporary {p} of a lost worker")
+    for name, results in unwritten.items():
+        refused[name] = describe_oserrors(studies[name], results, sum(s["study"] == name for s in shards))
     return errors
+
+
+#: the errno values of a full disk (or quota), as ``hbvm_workflow.worker.DiskFull`` takes them
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def describe_oserrors(study, refused: list[dict], tried: int) -> str:
+    """One line for the shards of ``study`` that the file system refused (``solve_shard``'s "oserror" results,
+    ``tried`` shards computed in all): a full disk in the words of ``worker.DiskFull`` (what is free, where, and
+    that the same command completes once space is freed), any other error with its first message."""
+    import shutil
+
+    from hbvm_workflow.jobs import plural
+    from hbvm_workflow.layout import shard_store
+
+    store = shard_store(study.results, study.name)
+    slots = sorted(r["slot"] for r in refused)
+    which = ", ".join(map(str, slots[:5])) + (", ..." if len(slots) > 5 else "")
+    hosts = ", ".join(sorted({r["host"] for r in refused}))
+    head = f"study {study.name}: {len(slots)} of {plural(tried, 'shard')} ({'shards' if len(slots) > 1 else 'shard'} {which}; on {hosts})"
+    if all(r["oserror"]["errno"] in NO_SPACE for r in refused):
+        try:
+            free = f"{shutil.disk_usage(study.dir).free / 1e6:.3g} MB free"
+        except OSError:
+            free = "free space unknown"
+        return (
+            f"{head}: no space left on the device while writing {store} ({free} in {study.dir}); their runs were "
+            "not kept, every other shard was: free space, then run the same command again"
+        )
+    first = next(r for r in refused if r["oserror"]["errno"] not in NO_SPACE)["oserror"]
+    return (
+        f"{head} could not be written to {store}: [Errno {first['errno']}] {first['message']}; their runs were "
+        "not kept, every other shard was: run the same command again once the file system is writable"
+    )
 
 
 def write_manifest(study, summary: dict, path: str) -> dict:
@@ -364,7 +412,33 @@ def main(smk) -> None:
 
     names = list(smk.params.studies)
     with one_line_errors(smk.log), job_locks(smk.config, names):
-        solve(smk, names)
+        try:
+            solve(smk, names)
+        except OSError as exc:  # a full disk here (a store created, a manifest): one line, as the shards' own
+            said = no_space(exc, smk.config.get("results", "results"))
+            if said is exc:
+                raise
+            raise said from None
+
+
+def no_space(exc: OSError, results: str) -> BaseException:
+    """An HBVMError of one line for a full disk (``NO_SPACE``) met by the solve process itself; any other error
+    as it is."""
+    import shutil
+
+    from hbvm_core.errors import HBVMError
+
+    if isinstance(exc, HBVMError) or exc.errno not in NO_SPACE:
+        return exc
+    try:
+        free = f"{shutil.disk_usage(results).free / 1e6:.3g} MB free"
+    except OSError:
+        free = "free space unknown"
+    where = exc.filename or results
+    return HBVMError(
+        f"no space left on the device while writing {where} ({free} in {results}); nothing of it was kept: free "
+        "space, then run the same command again"
+    )
 
 
 def solve(smk, names: list) -> None:
@@ -402,12 +476,15 @@ def solve(smk, names: list) -> None:
         todo += pending
     dask_cfg = config.get("dask") or {}
     stops: dict = {}
-    errors = compute(todo, studies, logs, summaries, dask_cfg, smk.threads, specs, stops) if todo or specs else []
-    if errors or stops:  # one line (the solve step's log has every run's): no traceback on the terminal
+    refused: dict = {}
+    errors = (
+        compute(todo, studies, logs, summaries, dask_cfg, smk.threads, specs, stops, refused) if todo or specs else []
+    )
+    if errors or stops or refused:  # one line (the solve step's log has every run's): no traceback on the terminal
         from hbvm_core.errors import BackendError, HBVMError
 
         raised = [f"{len(errors)} run(s) raised: " + "; ".join(errors)] if errors else []
-        raise (BackendError if stops else HBVMError)("; ".join([*stops.values(), *raised]))
+        raise (BackendError if stops else HBVMError)("; ".join([*stops.values(), *refused.values(), *raised]))
 
     for name, study in studies.items():
         if name in tables:
