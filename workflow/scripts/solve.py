@@ -280,7 +280,8 @@ def describe_oserrors(study, refused: list[dict], tried: int) -> str:
     slots = sorted(r["slot"] for r in refused)
     which = ", ".join(map(str, slots[:5])) + (", ..." if len(slots) > 5 else "")
     hosts = ", ".join(sorted({r["host"] for r in refused}))
-    head = f"study {study.name}: {len(slots)} of {plural(tried, 'shard')} ({'shards' if len(slots) > 1 else 'shard'} {which}; on {hosts})"
+    shard = "shards" if len(slots) > 1 else "shard"
+    head = f"study {study.name}: {len(slots)} of {plural(tried, 'shard')} ({shard} {which}; on {hosts})"
     if all(r["oserror"]["errno"] in NO_SPACE for r in refused):
         try:
             free = f"{shutil.disk_usage(study.dir).free / 1e6:.3g} MB free"
