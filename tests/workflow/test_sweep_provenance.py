@@ -54,6 +54,12 @@ def test_each_run_of_a_sweep_names_the_host_and_worker_of_its_shards_record(tmp_
         assert row["host"] and row["host"] == rec["host"], (row, rec)
         assert row["worker"].startswith(("tcp://", "tls://")) and row["worker"] == rec["worker"], (row, rec)
     before = _where(res)
+    # the solve step's last line: how many workers computed the shards, and on which host
+    done = [line for line in (tmp_path / "logs" / "sw" / "solve.log").read_text().splitlines() if " done in " in line]
+    workers = {rec["worker"] for rec in records}
+    host = records[0]["host"]
+    count = f"{len(workers)} Dask worker{'s' if len(workers) > 1 else ''}"
+    assert done[-1].endswith(f"; {count} took part, on 1 host: {host} ({len(workers)})"), done
 
     # a grid value added: a new store, the four runs copied into it by workers of a new cluster
     write_config(tmp_path, {"sw": SWEEP | {"grid": {"theta_dot0": [1.0, 1.5, 1.9]}}}, select=["sw"])

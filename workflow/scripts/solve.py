@@ -110,11 +110,13 @@ def compute(
     shards: list | None = None,
     stops: dict | None = None,
     refused: dict | None = None,
+    ran: dict | None = None,
 ) -> list[str]:
     """Every run of ``todo`` and every shard of ``shards`` (``hbvm_workflow.shards.shard_spec``: one Dask task
     each) on one cluster; results into ``summaries``; returns the runs and shards that raised. ``stops`` receives,
     per study, the one line of a shard that found no GPU where the study demands one (``backend: cuda``); ``refused``
-    per study, the one line of its shards that the file system refused (``describe_oserrors``)."""
+    per study, the one line of its shards that the file system refused (``describe_oserrors``); ``ran`` the Dask
+    workers that computed runs or shards, address -> host."""
     from distributed import as_completed
 
     from hbvm_core.errors import BackendError
@@ -130,6 +132,7 @@ def compute(
     shards = shards or []
     stops = {} if stops is None else stops
     refused = {} if refused is None else refused
+    ran = {} if ran is None else ran
     unwritten: dict[str, list[dict]] = {}  # per study, its shards that the file system refused (solve_shard)
     # facts of the whole job: one line each on stderr (and in each study's log)
     names = {j.study for j in todo} | {spec["study"] for spec in shards}
@@ -160,7 +163,9 @@ def compute(
     n_tasks = len(batches) + len(shards)
     runs_total = len(todo) + sum(spec["stop"] - spec["start"] for spec in shards)
     with (
-        dask_client(dask_cfg, threads=min(threads, n_tasks), tasks=n_tasks) as client,
+        dask_client(
+            dask_cfg, threads=min(threads, n_tasks), tasks=n_tasks, tell=lambda line: tell_studies(logs, names, line)
+        ) as client,
         Progress(runs_total) as progress,
     ):
         if not forks_local_workers(dask_cfg):  # forked workers inherit our sys.path
@@ -226,6 +231,8 @@ def compute(
                     progress.update(failed=True)
                     continue
                 summaries[name].setdefault("shards", []).append(res)
+                if res.get("worker"):
+                    ran[res["worker"]] = res.get("host") or ""
                 note = f"; {res['note']}" if res.get("note") else ""
                 log.info(
                     f"shard {res['slot']}: {res['computed']} integrated, {res['copied']} copied, {res['failed']} "
@@ -249,11 +256,14 @@ def compute(
                     log.error(f"{done} {job.id}: ERROR {res['raised']}", extra=FILE_ONLY)
                     progress.update(failed=True)
                     continue
+                if res.get("worker"):
+                    ran.setdefault(res["worker"], "")
                 summary = {k: res.get(k) for k in ("status", "steps", "wall_s", "mean_iterations", "error")}
                 summaries[job.study][job.id] = summary | {"computed": True}
                 # the per-run line goes to the study's log only: the progress line counts it on stderr
                 log.info(f"{done} {job.id}: {describe(res)}", extra=FILE_ONLY)
                 progress.update(failed=res.get("status") != "ok")
+        hosts_of(client, ran)
     # every run has finished: what is left is a lost worker's partial store
     for name, study in studies.items():
         for p in clean_temporaries(study.dir):
@@ -261,6 +271,36 @@ def compute(
     for name, results in unwritten.items():
         refused[name] = describe_oserrors(studies[name], results, sum(s["study"] == name for s in shards))
     return errors
+
+
+def hosts_of(client, ran: dict) -> None:
+    """Fill in the host of each worker of ``ran`` (address -> host) that has none: asked of the workers still there,
+    else the address's host."""
+    import platform
+    from urllib.parse import urlsplit
+
+    unknown = [a for a, host in ran.items() if not host]
+    found = {}
+    if unknown:
+        try:
+            found = client.run(platform.node, workers=unknown, on_error="ignore")
+        except Exception:  # noqa: BLE001 - a worker gone: its address says where it was
+            found = {}
+    for address in unknown:
+        ran[address] = found.get(address) or urlsplit(address).hostname or address
+
+
+def took_part(ran: dict) -> str:
+    """'N Dask workers took part, on host (k), ...': how many workers computed runs, and on which hosts."""
+    from collections import Counter
+
+    from hbvm_workflow.jobs import plural
+
+    if not ran:
+        return "no Dask worker took part (nothing computed)"
+    per_host = Counter(ran.values())
+    hosts = ", ".join(f"{host} ({n})" for host, n in sorted(per_host.items()))
+    return f"{plural(len(ran), 'Dask worker')} took part, on {plural(len(per_host), 'host')}: {hosts}"
 
 
 #: the errno values of a full disk (or quota), as ``hbvm_workflow.worker.DiskFull`` takes them
@@ -478,9 +518,12 @@ def solve(smk, names: list) -> None:
     dask_cfg = config.get("dask") or {}
     stops: dict = {}
     refused: dict = {}
+    ran: dict = {}  # the Dask workers that computed something: address -> host
+    computing = bool(todo or specs)
     errors = (
-        compute(todo, studies, logs, summaries, dask_cfg, smk.threads, specs, stops, refused) if todo or specs else []
+        compute(todo, studies, logs, summaries, dask_cfg, smk.threads, specs, stops, refused, ran) if computing else []
     )
+    workers = f"; {took_part(ran)}" if computing else ""
     if errors or stops or refused:  # one line (the solve step's log has every run's): no traceback on the terminal
         from hbvm_core.errors import BackendError, HBVMError
 
@@ -491,10 +534,12 @@ def solve(smk, names: list) -> None:
         if name in tables:
             m = write_shard_manifest(study, tables[name], summaries[name], manifests[name])
             write_runs_marker(study)
-            ran = sorted({r["backend"] for r in summaries[name].get("shards", []) if r["computed"]})
+            backends = sorted({r["backend"] for r in summaries[name].get("shards", []) if r["computed"]})
             logs[name].info(
                 f"done in {time.perf_counter() - t0:.1f} s: {m['computed']} computed, {m['copied']} copied, "
-                f"{m['reused']} reused, {m['failed']} failed" + (f" (on {', '.join(ran)})" if ran else "")
+                f"{m['reused']} reused, {m['failed']} failed"
+                + (f" (on {', '.join(backends)})" if backends else "")
+                + workers
             )
             if name in aggregates:  # its numbers, here: no job of their own (hbvm_workflow.summary_job)
                 out = aggregates[name]
@@ -505,7 +550,7 @@ def solve(smk, names: list) -> None:
         write_runs_marker(study)
         logs[name].info(
             f"done in {time.perf_counter() - t0:.1f} s: {len(m['computed'])} computed, "
-            f"{len(m['jobs']) - len(m['computed'])} reused, {len(m['failed'])} failed"
+            f"{len(m['jobs']) - len(m['computed'])} reused, {len(m['failed'])} failed{workers}"
         )
 
 
