@@ -36,6 +36,7 @@ import numpy as np
 
 from .errors import ConfigError, keywords_checked
 from .problem import Problem
+from .problems.family import Family, attach
 
 #: the keys of a ``problem:`` mapping (the required ones first)
 KEYS = ("name", "coordinates", "potential", "q0", "p0", "params", "mass", "constraints", "period", "exact")
@@ -444,7 +445,7 @@ class Model:
             d2g=f"{mod.__name__}:d2g_kernel" if nu else None,
             params=tuple(float(x) for x in c),
         )
-        return Problem(
+        problem = Problem(
             name=self.name,
             q0=q0,
             p0=p0,
@@ -461,6 +462,52 @@ class Model:
             identity=self.identity,
             coordinates=tuple(self.coordinates),
         )
+        return attach(problem, self.family(values, problem))
+
+    def family(self, values: dict[str, float], problem: Problem) -> Family:
+        """The problem's instances as arrays over runs (``integrate_ensemble(problem, ..., params={...})``): the
+        params rows are the parameters in order, so the callbacks take a row per point; q0, p0 and M come from
+        ``initial`` run by run (microseconds each: nothing is built per run)."""
+        mod, names, m = self.module, self.param_names, len(self.q)
+        form = self.mass[0]
+
+        def per_point(f: Callable) -> Callable:
+            # the generated code reads c[j]: a row per point [n, P] is read as its columns (K.T), one row as is
+            return lambda *args: f(*args[:-1], args[-1].T if np.ndim(args[-1]) == 2 else args[-1])
+
+        def rows(v: dict[str, np.ndarray]) -> tuple:
+            K = np.stack([np.asarray(v[k], dtype=float) for k in names], axis=1) if names else np.zeros((1, 0))
+            R = K.shape[0]
+            q0, p0 = np.empty((R, m)), np.empty((R, m))
+            mass = np.empty((R, m)) if form != "full" else None
+            with np.errstate(all="ignore"):
+                for r in range(R):
+                    try:
+                        qr, pr, mr, _ = mod.initial(K[r])
+                    except (ArithmeticError, ValueError) as exc:
+                        raise ConfigError(f"problem {self.name!r} (run {r}): q0, p0 or mass: {exc}") from None
+                    q0[r], p0[r] = qr, pr
+                    if mass is not None:
+                        mass[r] = mr if form == "diagonal" else mr[0]
+            finite = np.isfinite(q0).all(axis=1) & np.isfinite(p0).all(axis=1)
+            if mass is not None:
+                finite &= np.isfinite(mass).all(axis=1)
+            if not finite.all():
+                r = int(np.flatnonzero(~finite)[0])
+                at = {k: float(K[r, j]) for j, k in enumerate(names)}
+                raise ConfigError(f"problem {self.name!r} (run {r}): q0, p0 or mass not finite at {at}")
+            if form == "full":
+                raise ConfigError(
+                    f"params: problem {self.name!r} has a full mass matrix, which runs given as arrays do not "
+                    "take: give a list of problems"
+                )
+            return K, q0, p0, (None if np.all(mass == 1.0) else mass)
+
+        callbacks = [per_point(getattr(mod, key)) for key in ("U", "grad_U", "g", "G", "d2g")]
+        return Family(
+            self.name, dict(values), {k: () for k in names}, rows, *callbacks,
+            build=self.problem, form=lambda: problem,
+        )  # fmt: skip
 
 
 def _bind(f: Callable, c: np.ndarray) -> Callable:

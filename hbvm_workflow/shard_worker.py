@@ -55,6 +55,51 @@ def _problem(p: dict):
     return _PROBLEMS[key]
 
 
+class Structures:
+    """A shard's grid combinations by problem entry (the config's problem and the names of its params): ``group``
+    maps a combination to its group; ``runs`` gives ``integrate_ensemble``'s problems and params of a group's runs.
+    One problem is built per group where it has a Family (``hbvm_core.problems.family``: the built-in factories and
+    formula problems, whose structure does not depend on the values) that takes the combinations' params as arrays;
+    otherwise (a factory of the user's) one per combination."""
+
+    def __init__(self, problems: dict):
+        self.problems = {int(c): p for c, p in problems.items()}
+        self.group: dict[int, int] = {}
+        self.members: list[list[int]] = []
+        ids: dict[str, int] = {}
+        for c, p in self.problems.items():
+            key = json.dumps([p["problem"], sorted(p["params"])], sort_keys=True, default=repr)
+            g = ids.setdefault(key, len(ids))
+            if g == len(self.members):
+                self.members.append([])
+            self.members[g].append(c)
+            self.group[c] = g
+        self._first: dict[int, Any] = {}
+
+    def first(self, g: int):
+        """The problem of the group's first combination (built once, checked against the plan)."""
+        if g not in self._first:
+            self._first[g] = _problem(self.problems[self.members[g][0]])
+        return self._first[g]
+
+    def runs(self, g: int, combos: np.ndarray) -> tuple:
+        """(problems, params) of the runs of group ``g`` whose combinations are ``combos``."""
+        from hbvm_core.problems.family import family_of
+
+        problem = self.first(g)
+        family = family_of(problem)
+        members = self.members[g]
+        keys = set(self.problems[members[0]]["params"])
+        if family is None or len(members) == 1 or not keys <= set(family.shapes):
+            return [_problem(self.problems[c]) for c in combos.tolist()], None
+        order = {c: j for j, c in enumerate(members)}
+        at = np.array([order[c] for c in combos.tolist()], dtype=np.int64)
+        params = {
+            k: np.asarray([self.problems[c]["params"][k] for c in members], dtype=float)[at] for k in sorted(keys)
+        }
+        return problem, params
+
+
 def loop_key(problem) -> tuple:
     """What decides the compiled loop of a problem (``hbvm_core.ensemble.structure_key``): runs with one key and
     one method share an ensemble call."""
@@ -122,12 +167,10 @@ def compute_shard(spec: dict) -> dict:
             arr[src["dst"]] = read_rows(src["store"], name, src["src"])
     compute = np.asarray(spec["compute"], dtype=np.int64)
     backends, notes = set(), set()
-    # one call per method and compiled loop (a grid value may build a problem of other compiled callbacks, e.g. a
-    # factory's published problem at its defaults)
-    built = {int(c): _problem(p) for c, p in spec["problems"].items()}  # once per grid combination, not per run
-    loop = {c: loop_key(pb) for c, pb in built.items()}
-    keys = sorted(set(loop.values()), key=repr)
-    group_of = np.array([keys.index(loop[int(c)]) for c in spec["combo"][compute]], dtype=np.int64)
+    # one call per method and problem structure: a problem built once per structure, the grid combinations'
+    # params given to it as arrays over the runs (its Family); a structure without one, a problem per combination
+    groups = Structures(spec["problems"])
+    group_of = np.array([groups.group[int(c)] for c in spec["combo"][compute]], dtype=np.int64)
     scheme_of = spec["scheme"][compute].astype(np.int64)
     for i, g in sorted(set(zip(scheme_of.tolist(), group_of.tolist()))):
         rows = compute[(scheme_of == i) & (group_of == g)]
@@ -135,7 +178,7 @@ def compute_shard(spec: dict) -> dict:
         if meth["module"]:
             load_method_modules([meth["module"]])
         method = method_from_entry(meth["entry"])
-        problems = [built[c] for c in spec["combo"][rows].tolist()]
+        problems, params = groups.runs(g, spec["combo"][rows])
         res = _on_this_host(
             spec,
             integrate_ensemble,
@@ -143,6 +186,7 @@ def compute_shard(spec: dict) -> dict:
             method,
             spec["h"][rows],
             spec["N"][rows],
+            params=params,
             sample_every=spec["sample_every"][rows],
             compensated=spec["compensated"],
             backend=backend,
@@ -258,7 +302,8 @@ def warm_up(specs: list[dict], processes: int = 1) -> int:
         compute = np.asarray(spec["compute"], dtype=np.int64)
         for i, c in set(zip(spec["scheme"][compute].tolist(), spec["combo"][compute].tolist())):
             problem = spec["problems"][c]
-            pkey = json.dumps([problem["problem"], problem["params"]], sort_keys=True, default=repr)
+            # one problem built per problem entry and params names, not per grid value (``Structures``)
+            pkey = json.dumps([problem["problem"], sorted(problem["params"])], sort_keys=True, default=repr)
             if pkey not in loops:
                 try:
                     loops[pkey] = loop_key(_problem(problem))

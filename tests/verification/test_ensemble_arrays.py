@@ -228,3 +228,59 @@ def test_backend_note_names_lockstep_and_the_rest():
         "lockstep: 16 of 19 runs (one params row, blocks of 16 lanes); per-run block: 3 of 19 runs "
         f"(different params: 3 params rows, each shared by fewer than {lanes.MIN_GROUP} runs)"
     )
+
+
+# --------------------------------------------------------------------------- a formula problem's runs as arrays
+#: the double pendulum of docs/problems.md: M = diag(m1, m1, m2, m2) (not I), two constraints, l1 in q0 and g
+DOUBLE = {
+    "name": "double_pendulum_arrays",
+    "coordinates": ["x1", "y1", "x2", "y2"],
+    "params": {"m1": 1.0, "m2": 2.0, "l1": 1.0, "l2": 0.7, "grav": 9.81},
+    "mass": ["m1", "m1", "m2", "m2"],
+    "potential": "grav*(m1*y1 + m2*y2)",
+    "constraints": ["x1**2 + y1**2 - l1**2", "(x2 - x1)**2 + (y2 - y1)**2 - l2**2"],
+    "q0": ["l1", 0, "l1 + l2", 0],
+    "p0": [0, 0, 0, 0],
+}
+
+
+def test_a_formula_problems_rows_are_its_instances():
+    """The family of a formula problem gives each run's params row, q0, p0 and diagonal of M as the instance built
+    at those values does (both from the same expressions: exact equality of plain evaluations is not asserted;
+    they agree to round-off)."""
+    from hbvm_core.expressions import factory
+
+    build = factory(DOUBLE)
+    family = family_of(build())
+    values = {"l1": np.array([0.5, 1.0, 1.5]), "m2": np.array([2.0, 3.0, 0.5])}
+    K, q0, p0, mass = family.rows(family.broadcast(values, 3))
+    for r in range(3):
+        pb = build(l1=float(values["l1"][r]), m2=float(values["m2"][r]))
+        np.testing.assert_allclose(K[r], pb.kernels.params, rtol=4 * EPS)
+        np.testing.assert_allclose(q0[r], pb.q0, rtol=4 * EPS)
+        np.testing.assert_allclose(p0[r], pb.p0, atol=0)
+        np.testing.assert_allclose(np.diag(mass[r]), pb.M, rtol=4 * EPS)  # Problem keeps M as a matrix
+    # by hand: q0 = (l1, 0, l1 + l2, 0), M = diag(m1, m1, m2, m2)
+    np.testing.assert_allclose(q0[:, 2], values["l1"] + 0.7, rtol=4 * EPS)
+    np.testing.assert_allclose(mass[:, 3], values["m2"], rtol=0)
+
+
+@pytest.mark.slow
+def test_a_formula_problem_with_a_mass_matrix_runs_as_arrays():
+    """A grid over l1 (q0 and g) and m2 (M) given as arrays agrees with the same runs given as a list of problems,
+    and conserves H and g to round-off (a loop compiled for this problem)."""
+    from hbvm_core.expressions import factory
+
+    build = factory(DOUBLE)
+    l1 = np.linspace(0.6, 1.4, 12)
+    m2 = np.linspace(1.0, 3.0, 12)
+    method, N = hc.HBVM(4, 2), 60
+    arrays = hc.integrate_ensemble(build(), method, 0.01, N, params={"l1": l1, "m2": m2}, sample_every=10)
+    listed = hc.integrate_ensemble([build(l1=a, m2=b) for a, b in zip(l1, m2)], method, 0.01, N, sample_every=10)
+    assert np.all(arrays.status == OK)
+    for key in ("q", "p", "lam"):
+        assert_close(getattr(arrays, key), getattr(listed, key), N, key)
+    # H ~ 9.81 * 3 * 1.4 = 40 at most; the fixed point stops at round-off: 1e3 eps of that over 60 steps is generous
+    assert arrays.H_error.max() <= 1e3 * EPS * 40
+    assert arrays.g_error.max() <= 1e3 * EPS * 4
+    assert "M != I" in arrays.backend_note
