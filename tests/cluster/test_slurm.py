@@ -332,7 +332,7 @@ def test_dask_workers_run_as_slurm_jobs_on_both_compute_hosts(tmp_path, lab, loc
     assert len(jobs) == cap, watch.report()
     for j in jobs.values():
         assert "RUNNING" in j["states"], watch.report()
-        assert (j["cpus"], j["mem"], j["time"]) == ("1", "477M", "10:00")  # 500 MB = 477 MiB; walltime
+        assert (j["cpus"], j["mem"], j["time"]) == ("1", "476M", "10:00")  # 476.8 MiB, rounded down
     # closed at the end: none is still queued or running
     final = {j["id"]: j["state"] for j in squeue_jobs(lab, "-j", ",".join(jobs))}
     assert set(final.values()) <= {"CANCELLED", "COMPLETED"}, final

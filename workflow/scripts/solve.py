@@ -258,6 +258,35 @@ def compute(
     return errors
 
 
+def choose_cluster(config: dict, studies: dict, specs: list, todo: list, logs: dict) -> dict:
+    """The ``dask:`` section of this solve: the config's, or for the shards of one summary study that spreads
+    (config ``spread``: ``hbvm_workflow.cluster.spreads``) a SLURMCluster sized from the study and the partition
+    (``spread_cluster``); with ``spread`` on, the study's log says which and why, in one line."""
+    from hbvm_workflow.cluster import SPREAD_AFTER_S, spread_cluster, study_spreads
+    from hbvm_workflow.jobs import plural
+    from hbvm_workflow.runs import work_seconds
+
+    dask_cfg = config.get("dask") or {}
+    names = {spec["study"] for spec in specs}
+    if not config.get("spread") or todo or len(names) != 1:
+        return dask_cfg
+    name = names.pop()
+    study, log = studies[name], logs[name]
+    work = work_seconds(study.jobs)
+    if not study_spreads(config, study, work):
+        after = float(dask_cfg.get("spread_after", SPREAD_AFTER_S))
+        log.info(
+            f"one job: {plural(len(specs), 'shard task')} of {work:.0f} s estimated work for the whole study "
+            f"(spread over SLURM: above dask.spread_after = {after:g} s, more than one shard, and no cluster "
+            "or n_workers in dask:)"
+        )
+        return dask_cfg
+    pending = sum(spec["stop"] - spec["start"] for spec in specs)
+    cfg, why = spread_cluster(dask_cfg, len(specs), work * pending / max(1, len(study.jobs)))
+    log.info(why)
+    return cfg
+
+
 def write_manifest(study, summary: dict, path: str) -> dict:
     """results/<study>/solve.json: every run, its status and, for a stored run, its file signature
     (size and mtime: a store changed afterwards is found at the next parse without opening it)."""
@@ -378,7 +407,7 @@ def solve(smk, names: list) -> None:
             continue
         pending, summaries[name] = reuse(study, retry_failed, logs[name])
         todo += pending
-    dask_cfg = config.get("dask") or {}
+    dask_cfg = choose_cluster(config, studies, specs, todo, logs)
     stops: dict = {}
     errors = compute(todo, studies, logs, summaries, dask_cfg, smk.threads, specs, stops) if todo or specs else []
     if errors or stops:  # one line (the solve step's log has every run's): no traceback on the terminal
