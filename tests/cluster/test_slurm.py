@@ -19,6 +19,8 @@ some), without loading the 2-core CI machine.
   SLURM jobs (dask-jobqueue's SLURMCluster), on both compute hosts, as many as the pending runs need up to
   ``dask.jobs``, and cancels them at the end; worker jobs that SLURM holds back are reported after
   ``dask.worker_timeout`` with their squeue state, and cancelled.
+- a ``save: summary`` sweep above ``dask.spread_after`` through the profile alone: its one-CPU solve job submits
+  Dask worker jobs of half a node, sized from the study and the partition; its shards run on both compute hosts.
 
 Each test reads from the run stores which host computed each run and asserts two distinct compute hosts.
 errors.csv is compared byte for byte, the whole file: every host is this machine, with the same code and
