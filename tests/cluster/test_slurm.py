@@ -475,7 +475,7 @@ def test_the_worker_job_script_is_on_loopback_and_runs_this_python(tmp_path, mon
         assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
     for line in ("#SBATCH -p short", "#SBATCH -A proj", "#SBATCH --cpus-per-task=2", "#SBATCH -t 01:00:00"):
         assert line in script
-    assert "#SBATCH --qos=low" in script and "#SBATCH --mem=2G" in script
+    assert "#SBATCH --qos=low" in script and "#SBATCH --mem=1907M" in script  # 2e9 B = 1907.3 MiB, down
     assert script.index("module load x") < script.index("export OMP_NUM_THREADS=1") < script.index(sys.executable)
     assert "export HBVM_X='a b'" in script and f"export PYTHONPATH={tmp_path}" in script
     loopback = r"--host 127\.0\.0\.1 --dashboard-address 127\.0\.0\.1:0$"

@@ -78,3 +78,51 @@ def test_the_nodes_of_a_partition_from_sinfo_rows():
     assert nodes_of(rows, "big") == Nodes("big", 1, 64, 256000)
     with pytest.raises(HBVMError, match="sinfo lists no node of partition gpu"):
         nodes_of(rows, "gpu")
+
+
+def test_the_solve_step_chooses_the_cluster_of_a_summary_study_and_says_why(tmp_path, monkeypatch, caplog):
+    """workflow/scripts/solve.py ``choose_cluster``: the config's dask section below dask.spread_after (one line
+    saying so), a SLURMCluster on this node's interface above it (sinfo, the interface and the time left faked)."""
+    import importlib.util
+    import logging
+    from pathlib import Path
+
+    from hbvm_workflow import cluster
+    from hbvm_workflow.config import load_studies
+    from hbvm_workflow.runs import work_seconds
+
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+        monkeypatch.setenv(var, "1")  # the script sets them at import: restored after the test
+    script = Path(__file__).resolve().parents[2] / "workflow" / "scripts" / "solve.py"
+    spec = importlib.util.spec_from_file_location("hbvm_solve_spread_test", script)
+    solve = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(solve)
+
+    sweep = {"kind": "sweep", "problem": "planar_pendulum", "grid": {"theta_dot0": [1.0, 1.5]}, "t_end": 1}
+    sweep |= {"methods": [{"k": 1, "s": 1}], "h": [0.1, 0.05], "errors": {"reference": "exact"}, "shard_runs": 1}
+    study = load_studies({"results": str(tmp_path), "studies": {"sw": sweep}, "select": ["sw"]})["sw"]
+    work = work_seconds(study.jobs)
+    specs = [{"study": "sw", "start": i, "stop": i + 1} for i in range(4)]
+    log = logging.getLogger("hbvm.test.spread")
+    caplog.set_level(logging.INFO, logger=log.name)
+
+    below = {"spread": True, "dask": {"spread_after": 2 * work}}
+    assert solve.choose_cluster(below, {"sw": study}, specs, [], {"sw": log}) == below["dask"]
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == ["one job"]
+    assert "4 shard tasks" in caplog.records[0].getMessage()
+    caplog.clear()
+    assert solve.choose_cluster({"dask": {}}, {"sw": study}, specs, [], {"sw": log}) == {}  # spread off: no line
+    fixed = {"spread": True, "dask": {"spread_after": 0.001, "n_workers": 2}}  # the user's cluster: no line
+    assert solve.choose_cluster(fixed, {"sw": study}, specs, [], {"sw": log}) == fixed["dask"]
+    assert not caplog.records
+
+    monkeypatch.setattr(cluster, "partition_nodes", lambda queue: LAB)
+    monkeypatch.setattr(cluster, "node_interface", lambda: "lab0")
+    monkeypatch.setattr(cluster, "job_time_left", lambda: "6:30")
+    above = {"spread": True, "dask": {"spread_after": work / 2}}
+    cfg = solve.choose_cluster(above, {"sw": study}, specs, [], {"sw": log})
+    # work of a few ms: one worker wanted, one job of half a lab node (2 cores, 3000 MiB), ending with this job
+    assert (cfg["cluster"], cfg["jobs"], cfg["cores"], cfg["memory"]) == ("slurm", 1, 2, "3000MiB")
+    assert (cfg["interface"], cfg["walltime"], cfg["queue"], cfg["spread_after"]) == ("lab0", "6:30", "lab", work / 2)
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith("spread over SLURM: 4 shard tasks") and line.endswith("; scheduler on lab0")

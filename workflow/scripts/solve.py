@@ -262,14 +262,14 @@ def choose_cluster(config: dict, studies: dict, specs: list, todo: list, logs: d
     """The ``dask:`` section of this solve: the config's, or for the shards of one summary study that spreads
     (config ``spread``: ``hbvm_workflow.cluster.spreads``) a SLURMCluster sized from the study and the partition
     (``spread_cluster``); with ``spread`` on, the study's log says which and why, in one line."""
-    from hbvm_workflow.cluster import SPREAD_AFTER_S, spread_cluster, study_spreads
+    from hbvm_workflow.cluster import SPREAD_AFTER_S, is_local, spread_cluster, study_spreads
     from hbvm_workflow.jobs import plural
     from hbvm_workflow.runs import work_seconds
 
     dask_cfg = config.get("dask") or {}
     names = {spec["study"] for spec in specs}
-    if not config.get("spread") or todo or len(names) != 1:
-        return dask_cfg
+    if not config.get("spread") or todo or len(names) != 1 or not is_local(dask_cfg) or dask_cfg.get("n_workers"):
+        return dask_cfg  # (a cluster the config chose: the "computing on" line names it)
     name = names.pop()
     study, log = studies[name], logs[name]
     work = work_seconds(study.jobs)
@@ -277,8 +277,7 @@ def choose_cluster(config: dict, studies: dict, specs: list, todo: list, logs: d
         after = float(dask_cfg.get("spread_after", SPREAD_AFTER_S))
         log.info(
             f"one job: {plural(len(specs), 'shard task')} of {work:.0f} s estimated work for the whole study "
-            f"(spread over SLURM: above dask.spread_after = {after:g} s, more than one shard, and no cluster "
-            "or n_workers in dask:)"
+            f"(spread over SLURM: above dask.spread_after = {after:g} s and more than one shard)"
         )
         return dask_cfg
     pending = sum(spec["stop"] - spec["start"] for spec in specs)
