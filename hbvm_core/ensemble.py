@@ -1,13 +1,15 @@
 """Ensembles: a block of runs of one problem structure and one method integrated by one compiled call.
 
-``integrate_ensemble`` groups R runs that share a compiled loop (the same compiled callbacks, m, nu and
-mass-matrix form, the same method and solver) and differ in their params (``Kernels.params`` of each
-run's problem instance), initial data, h and number of steps N. The block call is
+``integrate_ensemble`` groups R runs that share a compiled loop (the same compiled callbacks, m, nu, the
+same method and solver) and differ in their params (``Kernels.params``), M, initial data, h and number of
+steps N. The runs are a list of problem instances, or one parametric problem with its keywords as arrays
+over the runs (``ensemble_runs.py``: the per-run rows and numpy callbacks of both). The block call is
 ``kernels/ensemble.py``'s ``run_block`` on the CPU (backend "numba": numba's ``prange`` over the runs,
-each run by the template's own ``run_chunk``) or ``hbvm_core.kernels.cuda.run_block_cuda`` on a GPU
-(backend "cuda"); both take and give the dicts named by ``ensemble.BLOCK_INPUTS`` / ``BLOCK_OUTPUTS``.
-H_error and g_error are computed here, on the host, from the saved points with the problems' numpy
-callbacks (docs/method.md 1: H, g), grouped by problem instance, so they do not depend on the backend.
+each run by the template's own ``run_chunk``; runs of one params row in lockstep blocks, ``kernels/lanes.py``)
+or ``hbvm_core.kernels.cuda.run_block_cuda`` on a GPU (backend "cuda"); both take and give the dicts named by
+``ensemble.BLOCK_INPUTS`` / ``BLOCK_OUTPUTS``. ``backend_note`` says which road the runs took and why (``road``).
+H_error and g_error are computed here, on the host, from the saved points with the numpy callbacks at each
+run's params (docs/method.md 1: H, g), so they do not depend on the backend.
 """
 
 from __future__ import annotations
@@ -17,6 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .ensemble_runs import Instances as _Instances
+from .ensemble_runs import Rows as _Rows
+from .ensemble_runs import check_start
+from .ensemble_runs import errors as _errors
+from .ensemble_runs import start_multipliers as _start_multipliers
+from .ensemble_runs import structure_key as structure_key  # re-exported: the workflow groups runs by it
 from .errors import BackendError, ConfigError, ProblemError
 from .kernels.rules import DIVERGED, NO_CONVERGENCE, NON_FINITE_STATE, OK, SINGULAR
 from .problem import Problem
@@ -88,6 +96,7 @@ def integrate_ensemble(
     h,
     N,
     *,
+    params: dict | None = None,
     q0=None,
     p0=None,
     sample_every=None,
@@ -101,14 +110,20 @@ def integrate_ensemble(
     ----------
     problems : Problem or sequence of R Problems
         All of one structure (same compiled callbacks, m, nu, mass-matrix form); each run takes the
-        params (``Kernels.params``) and mass matrix of its own.
+        params (``Kernels.params``) and mass matrix of its own. Instances of one parametric factory
+        (``hbvm_core.problems.parametric``) are one structure, the published problem at its defaults included.
     method : Method
         One with a compiled loop: HBVM (constant multiplier, fixed point or blended), PolynomialHBVM, RATTLE.
     h : float or array [R]
     N : int or int array [R]
         Steps of each run.
+    params : dict, optional
+        With one problem of a parametric factory: the factory's keywords per run, each a number or an array [R]
+        (tethered_satellites' masses: [R, 3]); the others keep the problem's values. Nothing is built per run:
+        the params rows, q0, p0 and M come from the factory's ``Family`` as arrays.
     q0, p0 : array [R, m] (or [m]), optional
-        Initial data; default each problem's own.
+        Initial data; default each run's own. Checked against the constraints (|g(q0)| and the hidden
+        constraint, ``problem.CONSISTENCY_TOL``), naming the first run that fails.
     sample_every : int or int array [R], optional
         Points kept at steps n with n % sample_every == 0, and the last (n = N); default N.
     compensated : bool
@@ -122,10 +137,11 @@ def integrate_ensemble(
     Raises
     ------
     ConfigError
-        For a method without a compiled loop, a bad backend, h, N or sample_every, or per-run arguments
-        of different lengths.
+        For a method without a compiled loop, a bad backend, h, N, sample_every or params, or per-run
+        arguments of different lengths.
     ProblemError
-        For problems of different structure (names the first run that differs) or without compiled callbacks.
+        For problems of different structure (names the first run that differs), without compiled callbacks,
+        or initial data off the constraints (names the first such run).
     BackendError
         backend="cuda" where no GPU (or no numba-cuda) is usable.
     """
@@ -133,19 +149,23 @@ def integrate_ensemble(
         raise ConfigError(f"backend = {backend!r}: expected one of {', '.join(BACKENDS)}")
     if backend == "cuda":
         require_gpu()  # before any CPU loop is built: a demanded GPU that is missing fails at once
-    runs, problem_list = _problems(problems)
-    sizes = {"problems": runs}
+    sizes: dict[str, int] = {}
+    if params is None:
+        problem_list = _problems(problems)
+        sizes["problems"] = len(problem_list)
+    else:
+        family = _family(problems, params)
+        values = family.arrays(params, sizes)
     h_arr = _per_run("h", h, float, sizes)
     n_arr = _per_run("N", N, np.int64, sizes)
     q_arr = _per_run_rows("q0", q0, sizes)
     p_arr = _per_run_rows("p0", p0, sizes)
     every = None if sample_every is None else _per_run("sample_every", sample_every, np.int64, sizes)
     R = _broadcast_length(sizes)
-    first = problem_list[0]
-    index = np.zeros(R, dtype=np.int64) if len(problem_list) == 1 else np.arange(R)
-    instances, inverse, first_run = _instances(problem_list, index)
+    runs = _Instances(problem_list, R) if params is None else _Rows(family, family.broadcast(values, R))
+    first = runs.first
     runner = _runner(method, first)
-    _check_structure(instances, first_run, runner)
+    runs.check(runner)
     m, nu = first.m, first.nu
     h_arr = np.broadcast_to(h_arr, (R,)).astype(float)
     n_arr = np.broadcast_to(n_arr, (R,)).astype(np.int64)
@@ -157,25 +177,27 @@ def integrate_ensemble(
     every = np.maximum(n_arr, 1) if every is None else np.broadcast_to(every, (R,)).astype(np.int64)
     if np.any(every < 1):
         raise ConfigError(f"sample_every = {int(every.min())}: expected a positive integer")
-    q_start = _start(q_arr, "q0", instances, inverse, R, m)
-    p_start = _start(p_arr, "p0", instances, inverse, R, m)
+    q_start = _start(q_arr, "q0", runs.q0, R, m)
+    p_start = _start(p_arr, "p0", runs.p0, R, m)
+    if nu and (q_arr is not None or p_arr is not None or params is not None):
+        check_start(runs, q_start, p_start)
     inputs = {
         "q0": q_start,
         "p0": p_start,
         "h": np.ascontiguousarray(h_arr),
         "N": np.ascontiguousarray(n_arr),
         "sample_every": np.ascontiguousarray(every),
-        "params": _rows([np.array(pb.kernels.params, dtype=float).reshape(-1) for pb in instances], inverse),
-        "lam0": _start_multipliers(runner, instances, inverse, q_start, p_start, nu),
-        "L": _rows([_cholesky(pb) for pb in instances], inverse),
+        "params": runs.params,
+        "lam0": _start_multipliers(runner, runs, q_start, p_start, nu),
+        "L": runs.L,
         "compensated": bool(compensated),
         "gamma_rows": runner.guess_rows(method),
     }
     from .kernels.ensemble import shared_arguments
 
     inputs["shared"] = shared_arguments(runner, first)
-    out, used, note = _run(runner, inputs, backend, threads, first)
-    H_error, g_error = _errors(instances, inverse, out, nu)
+    out, used, note = _run(runner, inputs, backend, threads, first, method)
+    H_error, g_error = _errors(runs, out, nu)
     return EnsembleResult(
         **{key: out[key] for key in ("status", "fail_step", "steps", "iterations", "max_iterations", "n_saved")},
         t=out["t"], q=out["q"], p=out["p"], lam=out["lam"], H_error=H_error, g_error=g_error,
@@ -184,16 +206,33 @@ def integrate_ensemble(
 
 
 # --------------------------------------------------------------------------- the inputs
-def _problems(problems) -> tuple[int, list[Problem]]:
+def _problems(problems) -> list[Problem]:
     if isinstance(problems, Problem):
-        return 1, [problems]
+        return [problems]
     problem_list = list(problems)
     if not problem_list:
         raise ConfigError("problems: expected a Problem or a non-empty sequence of Problems")
     for i, pb in enumerate(problem_list):
         if not isinstance(pb, Problem):
             raise ConfigError(f"problems[{i}] = {pb!r}: expected a hbvm_core.Problem")
-    return len(problem_list), problem_list
+    return problem_list
+
+
+def _family(problem, params):
+    """The Family of the one problem that ``params`` varies (ConfigError naming what is wrong)."""
+    from .problems.family import family_of
+
+    if not isinstance(problem, Problem):
+        raise ConfigError("params: give one Problem (an instance of a parametric factory), not a sequence of them")
+    if not isinstance(params, dict) or not params:
+        raise ConfigError(f"params = {params!r}: expected a non-empty dict of parameter name -> values per run")
+    family = family_of(problem)
+    if family is None:
+        raise ConfigError(
+            f"params: {problem.name} was not built by a parametric factory (hbvm_core.problems.parametric), "
+            "so it has no params by name: give a list of problems"
+        )
+    return family
 
 
 def _per_run(key: str, value, dtype, sizes: dict) -> np.ndarray:
@@ -237,23 +276,6 @@ def _broadcast_length(sizes: dict) -> int:
     return long[0][1] if long else 1
 
 
-def _instances(problem_list: list[Problem], index: np.ndarray) -> tuple[list[Problem], np.ndarray, list[int]]:
-    """The distinct problem objects, per run which of them it is (grouped by identity), and each one's first run."""
-    seen: dict[int, int] = {}
-    instances: list[Problem] = []
-    first_run: list[int] = []
-    slot = np.empty(len(problem_list), dtype=np.int64)
-    for i, pb in enumerate(problem_list):
-        if id(pb) not in seen:
-            seen[id(pb)] = len(instances)
-            instances.append(pb)
-            first_run.append(i)
-        slot[i] = seen[id(pb)]
-    if len(problem_list) == 1:
-        return instances, np.zeros(index.shape[0], dtype=np.int64), first_run
-    return instances, slot[index], first_run
-
-
 def _runner(method, problem: Problem):
     runner_of = getattr(method, "compiled_runner", None)
     runner = runner_of(problem) if runner_of is not None else None
@@ -267,86 +289,30 @@ def _runner(method, problem: Problem):
     return runner
 
 
-def structure_key(problem: Problem) -> tuple:
-    """What runs of one ensemble block must share (hashable): the compiled callbacks, m, nu, whether M = I and
-    the number of params; ``(None,)`` for a problem without compiled callbacks. Group runs by it before calling
-    ``integrate_ensemble`` (a parametric factory at its defaults returns the published problem, whose
-    callbacks differ: ``hbvm_core.problems.parametric``)."""
-    k = problem.kernels
-    if k is None:
-        return (None,)
-    callbacks = tuple(getattr(k, name) for name in ("grad_U", "G", "g", "d2g"))
-    return (callbacks, problem.m, problem.nu, problem.M is None, len(tuple(k.params)))
-
-
-def _check_structure(instances: list[Problem], first_run: list[int], runner) -> None:
-    """Every instance must share the first's compiled loop (ProblemError naming the first that differs), and its
-    compiled callbacks must agree with its numpy ones at its own params (``runner.check_callbacks``)."""
-    from .kernels.runner import check_callbacks
-
-    first = instances[0]
-    ref = structure_key(first)
-    what = ("compiled callbacks", "m", "nu", "mass-matrix form (M = I or not)", "number of params")
-    for i, pb in zip(first_run, instances):
-        mine = structure_key(pb)
-        if mine != ref:
-            diff = "compiled callbacks" if len(mine) == 1 else next(w for w, a, b in zip(what, mine, ref) if a != b)
-            raise ProblemError(
-                f"problems[{i}] ({pb.name}) differs from problems[0] ({first.name}) in its {diff}: "
-                "an ensemble runs one problem structure"
-            )
-        if pb is not first:
-            check_callbacks(pb, runner.module, np.array(pb.kernels.params, dtype=float).reshape(-1))
-
-
-def _start(override, key: str, instances: list[Problem], inverse: np.ndarray, R: int, m: int) -> np.ndarray:
+def _start(override, key: str, default: np.ndarray, R: int, m: int) -> np.ndarray:
     if override is None:
-        return _rows([getattr(pb, key) for pb in instances], inverse)
+        return default
     if override.shape[-1] != m:
         raise ConfigError(f"{key}: rows of {override.shape[-1]} entries, the problem has m = {m}")
     return np.ascontiguousarray(np.broadcast_to(override, (R, m)), dtype=float)
 
 
-def _rows(values: list[np.ndarray], inverse: np.ndarray) -> np.ndarray:
-    """Per-run rows from per-instance values."""
-    return np.ascontiguousarray(np.stack(values)[inverse])
-
-
-def _cholesky(pb: Problem) -> np.ndarray:
-    from .kernels.runner import cholesky_factor
-
-    return cholesky_factor(pb)
-
-
-def _start_multipliers(runner, instances, inverse, q0, p0, nu: int) -> np.ndarray:
-    """lam0 of each run: lambda(q0, p0) for the blended solver with d2g (as ``blended.initial_multiplier``), else 0."""
-    from .kernels.runner import SOLVER_CODES
-
-    lam0 = np.zeros((q0.shape[0], nu))
-    if nu == 0 or getattr(runner, "solver", None) != SOLVER_CODES["blended"]:
-        return lam0
-    for slot, pb in enumerate(instances):
-        rows = np.flatnonzero(inverse == slot)
-        if pb.d2g is not None and rows.size:
-            lam0[rows] = pb.multiplier(q0[rows], p0[rows])
-    return lam0
-
-
 # --------------------------------------------------------------------------- the block call
-def _run(runner, inputs: dict, backend: str, threads: int | None, problem: Problem) -> tuple[dict, str, str]:
+def _run(runner, inputs: dict, backend: str, threads: int | None, problem: Problem, method) -> tuple[dict, str, str]:
+    """(outputs, backend used, backend_note: why not the GPU for "auto", and the road each run took)."""
     R = inputs["h"].shape[0]
     note = ""
     if backend == "auto" and R < GPU_MIN_RUNS:
         note = f"backend auto: ran on numba; {R} runs, fewer than the GPU's least block of {GPU_MIN_RUNS}"
     elif backend in ("cuda", "auto"):
         try:
-            return _run_cuda(runner, inputs), "cuda", ""
+            return _run_cuda(runner, inputs), "cuda", f"per-run block on the GPU: all {R} runs (a thread each)"
         except BackendError as exc:
             if backend == "cuda":
                 raise
             note = f"backend auto: ran on numba; {exc}"
-    out, lanes_note = _run_numba(runner, inputs, threads, problem)
-    return out, "numba", "; ".join(filter(None, (note, lanes_note)))
+    out, road = _run_numba(runner, inputs, threads, problem, method)
+    return out, "numba", "; ".join(filter(None, (note, road)))
 
 
 def require_gpu() -> None:
@@ -367,10 +333,10 @@ def _run_cuda(runner, inputs: dict) -> dict:
     return run_block_cuda(runner, inputs)
 
 
-def _run_numba(runner, inputs: dict, threads: int | None, problem: Problem) -> tuple[dict, str]:
+def _run_numba(runner, inputs: dict, threads: int | None, problem: Problem, method) -> tuple[dict, str]:
     """The block on the CPU: runs that share params in lockstep blocks where the loop has a lockstep form
     (``kernels/lanes.py``), the others (and every run of other loops) by the per-run block. Returns the
-    outputs and a note ('' unless a lockstep block could not be compiled: then every run went run by run)."""
+    outputs and the road each run took, with the reason where it was not lockstep (``road``)."""
     import numba
 
     from .kernels.ensemble import run_block_numba
@@ -384,19 +350,68 @@ def _run_numba(runner, inputs: dict, threads: int | None, problem: Problem) -> t
         from .kernels.lanes import LockstepUnavailable
 
         lockstep = lane_groups(runner, inputs)
-        note = ""
+        refused = lockstep_refusal(runner, inputs["q0"].shape[1], inputs["lam0"].shape[1], method)
         with numba.parallel_chunksize(1):  # runs (lockstep blocks) handed out one at a time: unequal N balance
             try:
                 out = _run_lockstep(runner, problem, inputs, lockstep) if lockstep else None
             except LockstepUnavailable as exc:
-                out, note = None, f"no lockstep block ({exc}): ran run by run"
+                out, lockstep, refused = None, [], f"no lockstep block: its module failed ({exc})"
             if out is None:
                 out = run_block_numba(runner, inputs)
     finally:
         numba.set_num_threads(previous)
     # no registry.note_compiled here: its marker says that run_chunk's per-run signature is cached, which
     # compiling run_block (run_chunk on views of the block's rows) does not
-    return out, note
+    return out, road(inputs["params"], lockstep, refused)
+
+
+def lockstep_refusal(runner, m: int, nu: int, method=None) -> str | None:
+    """Why no run of this loop goes in lockstep (the condition of ``lanes.applies`` that fails, or HBVM_LANES=0),
+    as a phrase; None where runs sharing a params row can."""
+    import os
+
+    from .kernels import lanes
+    from .kernels.runner import SOLVER_CODES, CompiledRunner
+
+    if os.environ.get("HBVM_LANES", "1") == "0":
+        return "HBVM_LANES=0 turns lockstep off"
+    if type(runner) is not CompiledRunner:
+        name = getattr(method, "name", type(method).__name__) if method is not None else type(runner).__name__
+        return f"method {name}: lockstep takes HBVM with the constant multiplier only"
+    if runner.solver != SOLVER_CODES["fixed-point"]:
+        return "the blended solver: lockstep takes the fixed-point solver only"
+    if runner.L.size:
+        return "M != I: lockstep takes M = I only"
+    k, s = runner.tab[0].shape
+    if k * s * m * (nu + 1) > lanes.LANE_WORK_MAX:
+        return f"k s m (nu + 1) = {k * s * m * (nu + 1)}, above lockstep's {lanes.LANE_WORK_MAX}"
+    return None if lanes.applies(runner, m, nu) else "no lockstep form for this loop"
+
+
+def road(params: np.ndarray, groups: list[np.ndarray], refused: str | None) -> str:
+    """The road the runs took, for ``backend_note``: how many in lockstep blocks (and of how many params rows),
+    how many by the per-run block and why (``refused``, else: their params rows are shared by too few runs)."""
+    from .kernels.lanes import LANES, MIN_GROUP
+
+    R = params.shape[0]
+    locked = int(sum(g.size for g in groups))
+    parts = []
+    if locked:
+        rows = "one params row" if len(groups) == 1 else f"{len(groups)} params rows"
+        parts.append(f"lockstep: {locked} of {R} runs ({rows}, blocks of {LANES} lanes)")
+    if locked < R:
+        if refused is None:
+            rest = np.ones(R, dtype=bool)
+            if groups:
+                rest[np.concatenate(groups)] = False
+            distinct = np.unique(params[rest], axis=0).shape[0] if params.shape[1] else 1
+            refused = (
+                f"different params: {distinct} params rows, each shared by fewer than {MIN_GROUP} runs"
+                if distinct > 1
+                else f"fewer than {MIN_GROUP} runs of one params row"
+            )
+        parts.append(f"per-run block: {R - locked} of {R} runs ({refused})")
+    return "; ".join(parts)
 
 
 def lane_groups(runner, inputs: dict) -> list[np.ndarray]:
@@ -450,39 +465,3 @@ def _run_lockstep(runner, problem: Problem, inputs: dict, groups: list[np.ndarra
             else:
                 out[key][rows] = value
     return out
-
-
-# --------------------------------------------------------------------------- what the summary holds
-def _errors(instances, inverse, out: dict, nu: int) -> tuple[np.ndarray, np.ndarray]:
-    """max over the saved points of |H - H(q0, p0)| and of |g_i(q)|, by the numpy callbacks per instance."""
-    q, p, n_saved = out["q"], out["p"], out["n_saved"]
-    R, S = q.shape[0], q.shape[1]
-    H_error = np.full(R, np.nan)
-    g_error = np.full((R, nu), np.nan)
-    valid = np.arange(S)[None, :] < n_saved[:, None]
-    for slot, pb in enumerate(instances):
-        rows = np.flatnonzero(inverse == slot)
-        if not rows.size:
-            continue
-        mask = valid[rows]
-        qs, ps = q[rows][mask], p[rows][mask]
-        with np.errstate(all="ignore"):
-            H = np.full(mask.shape, np.nan)
-            H[mask] = _finite_rows(pb.hamiltonian, qs, ps)
-            dH = np.where(mask, np.abs(H - H[:, :1]), -np.inf)
-            H_error[rows] = np.max(dH, axis=1)
-            if nu:
-                g = np.full(mask.shape + (nu,), np.nan)
-                g[mask] = _finite_rows(lambda a, b, pb=pb: pb.constraint(a), qs, ps, nu)
-                g_error[rows] = np.max(np.where(mask[:, :, None], np.abs(g), -np.inf), axis=1)
-    return H_error, g_error
-
-
-def _finite_rows(f, q: np.ndarray, p: np.ndarray, width: int | None = None) -> np.ndarray:
-    """f at the rows of (q, p) that are finite; NaN at the others (a NaN initial state stays NaN)."""
-    shape = (q.shape[0],) if width is None else (q.shape[0], width)
-    result = np.full(shape, np.nan)
-    ok = np.all(np.isfinite(q), axis=1) & np.all(np.isfinite(p), axis=1)
-    if np.any(ok):
-        result[ok] = f(q[ok], p[ok])
-    return result

@@ -14,7 +14,8 @@
 - ``cluster: slurm``: a dask-jobqueue SLURMCluster: worker jobs of ``cores``
   single-threaded worker processes each (``memory``, ``walltime``, ``queue``,
   ``account``, ``job_extra_directives``, ``job_script_prologue``), as many as
-  the pending runs need up to ``jobs`` (default 8), cancelled on exit, TLS with
+  the pending runs need up to ``jobs`` (default 8), ``min_workers`` of them (default 1) joined within
+  ``worker_timeout`` (the jobs not started named in one line), cancelled on exit, TLS with
   temporary credentials (written for the worker jobs next to their logs). Every
   address is on ``scheduler_host`` (default 127.0.0.1: the workers must run on
   this node, as on a single-node test cluster); for workers on other nodes give
@@ -30,6 +31,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -48,6 +50,8 @@ SLURM_MAX_JOBS = 8
 LOOPBACK = "127.0.0.1"
 #: seconds to reach an existing scheduler (config dask.timeout)
 CONNECT_TIMEOUT = 10.0
+#: the Dask workers of a SLURMCluster that must have joined within dask.worker_timeout (config dask.min_workers)
+MIN_WORKERS = 1
 
 
 def describe(dask_cfg: dict | None, threads: int) -> str:
@@ -65,12 +69,15 @@ def describe(dask_cfg: dict | None, threads: int) -> str:
 
 
 @contextlib.contextmanager
-def dask_client(dask_cfg: dict | None, threads: int = 1, env: dict | None = None, tasks: int | None = None) -> Iterator:
+def dask_client(
+    dask_cfg: dict | None, threads: int = 1, env: dict | None = None, tasks: int | None = None, tell=None
+) -> Iterator:
     """A connected ``distributed.Client`` (closed, with any cluster it started, on exit).
 
     ``threads``: the Snakemake rule's threads, the default number of local workers.
     ``env``: extra environment variables for the workers it starts (e.g. PYTHONPATH).
     ``tasks``: the number of runs to compute; a SLURMCluster starts as many worker jobs as they need.
+    ``tell``: receives the one line naming worker jobs of a SLURMCluster not started by ``worker_timeout``.
     """
     from distributed import Client
 
@@ -103,12 +110,14 @@ def dask_client(dask_cfg: dict | None, threads: int = 1, env: dict | None = None
             cluster = _slurm_cluster(cfg, env, tasks if tasks is not None else threads, security)
         try:
             client = Client(cluster, timeout=timeout, security=security)
+            timer = None
             try:
                 client.register_plugin(QuietClose())
-                if cluster_type == "slurm":
-                    _wait_for_workers(client, cluster, cfg)
+                timer = _wait_for_workers(client, cluster, cfg, tell) if cluster_type == "slurm" else None
                 yield client
             finally:
+                if timer is not None:
+                    timer.cancel()
                 client.close()
         finally:
             cluster.close()
@@ -333,26 +342,94 @@ def slurm_security(kw: dict, security) -> dict:
     return {"security": security, "protocol": "tls://", "shared_temp_directory": folder}
 
 
-def _wait_for_workers(client, cluster, cfg: dict) -> None:
-    """Wait (``worker_timeout`` s, default 600) until one worker job has joined; else say where they are."""
-    timeout = float(cfg.get("worker_timeout", 600))
+def squeue_states(ids: list[str]) -> dict[str, str]:
+    """{job id: "STATE REASON"} of SLURM jobs as ``squeue`` gives them (a job it no longer lists: none); where
+    squeue cannot be run, {"": what went wrong}."""
+    if not ids:
+        return {}
     try:
-        client.wait_for_workers(1, timeout=timeout)
+        out = subprocess.run(
+            ["squeue", "-h", "-j", ",".join(ids), "-o", "%i %T %r"], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return {"": f"squeue: {exc}"}
+    states = {}
+    for line in out.stdout.splitlines():
+        job, _, state = line.strip().partition(" ")
+        if job:
+            states[job] = state.strip()
+    if not states and out.returncode and out.stderr.strip():
+        states[""] = f"squeue: {out.stderr.strip().splitlines()[0]}"
+    return states
+
+
+def job_started(name: str, workers: list[str]) -> bool:
+    """Whether a worker job (its name in the SLURMCluster) has a worker among the scheduler's ``workers`` (names:
+    the job's own, or ``<job>-<i>`` for a job of several worker processes)."""
+    return any(w == name or w.startswith(f"{name}-") for w in workers)
+
+
+def worker_shortfall(
+    jobs: dict[str, str], workers: list[str], per_job: int, min_workers: int, states: dict[str, str], timeout: float
+) -> tuple[str | None, bool]:
+    """(one line naming the worker jobs that have not started, with their squeue state and reason, or None when all
+    have; whether the run stops). ``jobs``: name -> SLURM job id; ``workers``: the names of the workers that have
+    joined. The run goes on when at least ``min_workers`` have joined (or every worker the jobs would give, when
+    that is fewer)."""
+    waiting = [name for name in jobs if not job_started(name, workers)]
+    if not waiting:
+        return None, False
+    need = max(1, min(int(min_workers), len(jobs) * int(per_job)))
+    joined = len(workers)
+    named = "; ".join(f"{jobs[n]} {states.get(jobs[n]) or 'not in squeue'}" for n in waiting)
+    if states.get(""):
+        named += f"; {states['']}"
+    line = (
+        f"dask.cluster = 'slurm': {len(waiting)} of {len(jobs)} worker jobs not started within "
+        f"dask.worker_timeout = {timeout:g} s ({named}); {joined} Dask worker(s) joined"
+    )
+    if joined < need:
+        return f"{line}, dask.min_workers = {min_workers}: stopping", True
+    return f"{line}: going on with them (dask.min_workers = {min_workers})", False
+
+
+def _wait_for_workers(client, cluster, cfg: dict, tell=None):
+    """Wait (``worker_timeout`` s, default 600) until ``min_workers`` (default 1) workers have joined, else stop
+    with one line naming the worker jobs that have not started (``worker_shortfall``). Once they have, the run
+    goes on; jobs still not started when the timeout has passed are named then, in one line to ``tell``, by a
+    timer returned (None: every job started already)."""
+    import threading
+
+    timeout = float(cfg.get("worker_timeout", 600))
+    min_workers = int(cfg.get("min_workers", MIN_WORKERS))
+    per_job = int(cfg.get("processes") or cfg.get("cores") or SLURM_DEFAULTS["cores"])
+    t0 = time.monotonic()
+    jobs = {str(name): str(getattr(job, "job_id", None) or name) for name, job in cluster.workers.items()}
+    logs = f"logs in {cfg.get('log_directory', SLURM_DEFAULTS['log_directory'])}"
+
+    def shortfall() -> tuple[str | None, bool]:
+        names = [str(w.get("name")) for w in client.scheduler_info(n_workers=-1)["workers"].values()]
+        waiting = [jobs[n] for n in jobs if not job_started(n, names)]
+        return worker_shortfall(jobs, names, per_job, min_workers, squeue_states(waiting), timeout)
+
+    try:
+        client.wait_for_workers(max(1, min(min_workers, len(jobs) * per_job)), timeout=timeout)
     except TimeoutError:
-        ids = [str(getattr(job, "job_id", None) or name) for name, job in cluster.workers.items()]
-        state = ""
-        try:
-            out = subprocess.run(
-                ["squeue", "-h", "-j", ",".join(ids), "-o", "%i %T %r"], capture_output=True, text=True, timeout=30
-            )
-            state = "; ".join(out.stdout.split("\n")).strip("; ") or out.stderr.strip()
-        except (OSError, subprocess.SubprocessError) as exc:
-            state = f"squeue: {exc}"
-        raise HBVMError(
-            f"dask.cluster = 'slurm': no Dask worker joined within dask.worker_timeout = {timeout:g} s "
-            f"(worker jobs {', '.join(ids) or 'none'}: {state or 'not in squeue'}; "
-            f"logs in {cfg.get('log_directory', SLURM_DEFAULTS['log_directory'])})"
-        ) from None
+        line, _ = shortfall()
+        raise HBVMError(f"{line}; {logs}") from None
+    if shortfall()[0] is None:
+        return None
+
+    def check() -> None:
+        with contextlib.suppress(Exception):  # the run may be over, the client closed
+            line, _ = shortfall()
+            if line and tell is not None:
+                tell(f"{line}; {logs}")
+
+    timer = threading.Timer(max(0.0, timeout - (time.monotonic() - t0)), check)
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 def rule_resources(config: dict, rule: str, **defaults) -> dict:

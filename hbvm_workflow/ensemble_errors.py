@@ -56,9 +56,11 @@ def sample_mask(n_saved: np.ndarray, N: np.ndarray, se: np.ndarray, S: int, samp
 
 def summary_columns(study: Study, timings: dict | None = None, workers: int = 1) -> dict[str, np.ndarray]:
     """The columns of errors.csv of a sharded study (COLUMNS + EXTRA + the grid keys) as arrays, one per row in
-    plan order, and the round-off flags and ``wall_s`` of errors.zarr. ``timings``: filled with the columns of
-    timings.csv but ``backend``, ``worker`` and ``host``: one per run (h/2 partners included), plan order.
+    plan order, and the round-off flags, ``wall_s`` and ``host`` of errors.zarr. ``timings``: filled with the
+    columns of timings.csv but ``backend`` (``host`` and ``worker``: the shards' records'): one per run (h/2
+    partners included), plan order.
     ``workers``: processes for the instances' reference ODE solves."""
+    from .shard_worker import row_provenance
     from .shards import DATA, read_all, run_table
     from .tables import ORDER_OF_RATE
 
@@ -87,6 +89,7 @@ def summary_columns(study: Study, timings: dict | None = None, workers: int = 1)
         mean_it = np.where(ok, iterations / np.maximum(steps_done, 1), np.nan)
     words = _errors(status, fail_step)
     wall = _wall(path, table)
+    where = row_provenance(path, np.arange(table.runs))  # the host and Dask worker of each run (its shard's record)
     methods = study.methods
     labels = np.array([sm.label for sm in methods], dtype=object)
     names = np.array([sm.name for sm in methods], dtype=object)
@@ -101,6 +104,7 @@ def summary_columns(study: Study, timings: dict | None = None, workers: int = 1)
             wall_s=wall,
             status=np.where(ok, "ok", "failed").astype(object),
             **{key: values[table.combo] for key, values in grid_values.items()},
+            **where,
         )
     # the rows: their runs' numbers; a row whose h/2 partner failed has no e_s (tables.study_rows' rule)
     R = run.size
@@ -145,6 +149,7 @@ def summary_columns(study: Study, timings: dict | None = None, workers: int = 1)
     for key, values in grid_values.items():
         cols[key] = values[combo]
     cols["wall_s"] = wall[at]
+    cols["host"] = where["host"][at]  # errors.zarr's: the host of the row's run
     cols.update(zip(INDEX_COLUMNS, (scheme, combo, n)))  # errors.zarr's indices (n -1: none)
     return cols
 
@@ -317,6 +322,7 @@ def summary_dataset(study: Study, cols: dict[str, np.ndarray]):
     n = cols["n_value"]  # -1: none
     nval[idx] = n
     host = np.full(shape, "", dtype=object)
+    host[idx] = cols["host"]
     by_h: dict[float, set] = {}  # h -> its row labels n (None: none)
     for j, v in np.unique(np.stack([h_index, n]), axis=1).T.tolist():
         by_h.setdefault(hs[j], set()).add(None if v < 0 else v)
@@ -349,7 +355,7 @@ def compute_summary_errors(study: Study, out_zarr: str, out_csv: str, out_timing
     def errors_zarr(cols: dict) -> None:
         write_dataset(summary_dataset(study, cols), out_zarr, tmp_dir=tmp_dir(study.results, study.name))
 
-    dataset_columns = (*NUMERIC, "wall_s", *ROUNDOFF.values(), "h", "status", "e_g_constraint") + INDEX_COLUMNS
+    dataset_columns = (*NUMERIC, "wall_s", *ROUNDOFF.values(), "h", "status", "e_g_constraint", "host") + INDEX_COLUMNS
     with beside(_load_xarray, errors_zarr, parallel=workers > 1) as send:
         timing: dict = {}
         cols = summary_columns(study, timing, workers)
@@ -357,10 +363,6 @@ def compute_summary_errors(study: Study, out_zarr: str, out_csv: str, out_timing
         grid = tuple(study.grid)
         write_columns(cols, out_csv, COLUMNS + EXTRA + grid, workers)  # its rows' text in two processes
         R = len(timing["h"])
-        timing.update(
-            backend=row_backends(shard_store(study.results, study.name), np.arange(R)),  # per run: its record's
-            worker=np.full(R, "", dtype=object),
-            host=np.full(R, "", dtype=object),
-        )
+        timing["backend"] = row_backends(shard_store(study.results, study.name), np.arange(R))  # its record's
         write_columns(timing, out_timings, TIMINGS + grid)
     return [{"status": s} for s in cols["status"]]

@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import sys
+from dataclasses import dataclass, field
 
 from .layout import manifest_path
 
@@ -29,27 +30,58 @@ def workflow_failed() -> None:
     _FAILED["workflow"] = True
 
 
-def failed_runs(results: str, studies) -> dict[str, list[str]]:
-    """{study: the ids of its failed runs} of the studies' manifests (a study not solved yet: none)."""
+@dataclass(frozen=True)
+class Failed:
+    """The failed runs of one study: how many, the ids of the first ones, and {reason: how many} where known."""
+
+    count: int
+    runs: list[str] = field(default_factory=list)
+    reasons: dict[str, int] = field(default_factory=dict)
+
+
+def _failed_of(manifest: dict) -> Failed:
+    """A manifest's failed runs: a list of ids (a study of run stores), or a count with the first ids and the
+    reasons (a ``save: summary`` study)."""
+    failed = manifest.get("failed") or []
+    if isinstance(failed, int) and not isinstance(failed, bool):
+        runs = [str(r) for r in manifest.get("failed_runs") or []]
+        reasons = manifest.get("failed_reasons") or {}
+        reasons = {str(k): int(v) for k, v in reasons.items()} if isinstance(reasons, dict) else {}
+        return Failed(failed, runs, reasons)
+    runs = [str(r) for r in failed]
+    return Failed(len(runs), runs)
+
+
+def failed_runs(results: str, studies) -> dict[str, Failed]:
+    """{study: its failed runs} of the studies' manifests (a study not solved yet, or a manifest that cannot be
+    read: none)."""
     out = {}
     for name in studies:
         try:
             with open(manifest_path(results, name)) as fh:
-                failed = list(json.load(fh).get("failed") or [])
-        except (OSError, ValueError, AttributeError):
-            failed = []
-        if failed:
+                failed = _failed_of(json.load(fh))
+        except (OSError, ValueError, AttributeError, TypeError):
+            continue
+        if failed.count:
             out[name] = failed
     return out
 
 
-def last_line(failed: dict[str, list[str]], strict: set[str]) -> str:
-    """'failed runs: N (...)': by study, the first runs named; what strict does with them."""
-    total = sum(len(v) for v in failed.values())
+def _named(name: str, f: Failed) -> str:
+    """'study: id, id, id, ...' (and the reasons, where the manifest counts them)."""
+    shown = f.runs[:3]
+    text = f"{name}: {', '.join(shown)}{', ...' if f.count > len(shown) else ''}" if shown else f"{name}: {f.count}"
+    if f.reasons:
+        text += f" [{', '.join(f'{n} x {why}' for why, n in sorted(f.reasons.items(), key=lambda kv: -kv[1]))}]"
+    return text
+
+
+def last_line(failed: dict[str, Failed], strict: set[str]) -> str:
+    """'failed runs: N (...)': by study, the first runs named (and why, for a sharded study); what strict does."""
+    total = sum(f.count for f in failed.values())
     if not total:
         return "failed runs: 0"
-    parts = [f"{name}: {', '.join(runs[:3])}{', ...' if len(runs) > 3 else ''}" for name, runs in failed.items()]
-    line = f"failed runs: {total} ({'; '.join(parts)})"
+    line = f"failed runs: {total} ({'; '.join(_named(name, f) for name, f in failed.items())})"
     if failed.keys() & strict:
         return f"{line}; strict: exit status {STRICT_STATUS}"
     return f"{line}, reported in errors.csv (strict=true makes them an error)"

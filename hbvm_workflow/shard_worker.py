@@ -8,14 +8,26 @@ before a local cluster starts its workers.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import platform
 import time
 from typing import Any
 
 import numpy as np
 
-from .shards import COUNTS, read_rows, remove_record, row_backends, run_lengths, write_shard
+from .layout import shard_record
+from .shards import (
+    COUNTS,
+    read_attrs,
+    read_record,
+    read_rows,
+    remove_record,
+    row_backends,
+    run_lengths,
+    write_shard,
+)
 from .storage import StoreError
 
 _PROBLEMS: dict[str, Any] = {}
@@ -52,10 +64,29 @@ def loop_key(problem) -> tuple:
 
 
 def solve_shard(spec: dict) -> dict:
+    """``compute_shard``, where an OSError of the host (a full disk, a quota, a read-only or lost file system) is not
+    raised but returned, as {"slot", "host", "oserror": {"errno", "message"}}: the task does not fail, so Dask
+    neither retries it nor logs it, and the solve step says it once for the whole study
+    (``describe_oserrors``). The shard keeps no record: the next solve computes it again."""
+    from hbvm_core.errors import HBVMError
+
+    try:
+        return compute_shard(spec)
+    except OSError as exc:
+        if isinstance(exc, HBVMError):  # a store that is missing or damaged: the solve step's own errors
+            raise
+        with contextlib.suppress(OSError):  # a record's temporary that the full disk cut short
+            os.remove(f"{shard_record(spec['store'], spec['slot'])}.{os.getpid()}.tmp")
+        message = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
+        return {"slot": spec["slot"], "host": platform.node(), "oserror": {"errno": exc.errno, "message": message}}
+
+
+def compute_shard(spec: dict) -> dict:
     """Compute one shard into the study's sharded store (on a Dask worker): copy the rows of ``sources``,
     integrate the rows of ``compute`` by ``hbvm_core.integrate_ensemble`` (one call per method: the runs of a
     method share its compiled loop), write the shard's rows of every data array, then its record. Returns
-    {"slot", "computed", "copied", "failed", "wall_s", "backend", "note", "host"}.
+    {"slot", "computed", "copied", "failed", "wall_s", "backend", "note", "host", "worker", "hosts", "workers"}
+    ("hosts", "workers": where each run was computed, as run lengths; a copied run's from its source).
 
     The backend is chosen here, on the host that runs the shard (the study's key ``backend``): "cuda" demands the
     GPU (a BackendError naming the study and the key where this host has none), "auto" takes it where one is
@@ -75,8 +106,11 @@ def solve_shard(spec: dict) -> dict:
     # the backend of each run; a copied one's from its source, read before this shard's record (with retry_failed
     # a source) is removed
     ran = np.full(n, "", dtype=object)
+    where = {key: np.full(n, "", dtype=object) for key in PROVENANCE}  # the host and Dask worker of each run
     for src in spec["sources"]:
         ran[src["dst"]] = row_backends(src["store"], src["src"])
+        for key, values in row_provenance(src["store"], src["src"]).items():
+            where[key][src["dst"]] = values
     remove_record(store, slot)  # from here until the record is written again the shard is incomplete
     counts = np.full((n, len(COUNTS)), -1, dtype=np.int64)
     scalars = np.full((n, 1 + 2 * nu), np.nan)
@@ -129,6 +163,8 @@ def solve_shard(spec: dict) -> dict:
         y[rows, :k, :m] = res.q
         y[rows, :k, m:] = res.p
     wall = time.perf_counter() - t0
+    host, worker = platform.node(), _worker_address()
+    where["host"][compute], where["worker"][compute] = host, worker
     result = {
         "slot": slot,
         "computed": int(compute.size),
@@ -138,10 +174,60 @@ def solve_shard(spec: dict) -> dict:
         "backend": ",".join(sorted(backends)) or "copied",
         "backends": run_lengths(ran),
         "note": "; ".join(sorted(notes)),
-        "host": platform.node(),
+        "host": host,
+        "worker": worker,
+        **{f"{key}s": run_lengths(values) for key, values in where.items()},  # hosts, workers: per run
     }
     write_shard(store, slot, a, out, spec["digest"], result)
     return result
+
+
+#: what a shard's record says of where each of its runs was computed, as run lengths (``<key>s``)
+PROVENANCE = ("host", "worker")
+
+
+def _worker_address() -> str:
+    """The address of the Dask worker running this task, "" outside a worker."""
+    try:
+        from distributed import get_worker
+
+        return str(get_worker().address)
+    except (ImportError, ValueError):
+        return ""
+
+
+def record_provenance(record: dict | None, n: int) -> dict[str, np.ndarray]:
+    """{"host", "worker"}: where each of a shard's ``n`` runs was computed, from its record (``hosts`` and
+    ``workers``: run lengths; a copied run's are its source's); a record without them (written before they were
+    kept): its one ``host`` for every run where it copied none, else ""."""
+    record = record or {}
+    out = {}
+    for key in PROVENANCE:
+        values = np.full(n, "", dtype=object)
+        pairs = record.get(f"{key}s")
+        if pairs and sum(c for _, c in pairs) == n:
+            values[:] = np.repeat(np.array([v for v, _ in pairs], dtype=object), [c for _, c in pairs])
+        elif record.get(key) and not record.get("copied"):
+            values[:] = record[key]
+        out[key] = values
+    return out
+
+
+def row_provenance(store: str, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """{"host", "worker"}: where each of the runs ``rows`` of a sharded store was computed (its shard's record)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    out = {key: np.full(rows.size, "", dtype=object) for key in PROVENANCE}
+    attrs = read_attrs(store)
+    if attrs is None or not rows.size:
+        return out
+    sr, R = attrs["shard_runs"], attrs["runs"]
+    slot_of = rows // sr
+    for slot in np.unique(slot_of).tolist():
+        mine, start = slot_of == slot, slot * sr
+        found = record_provenance(read_record(store, slot), min(sr, R - start))
+        for key in PROVENANCE:
+            out[key][mine] = found[key][rows[mine] - start]
+    return out
 
 
 def _on_this_host(spec: dict, f, *args, **kwargs):

@@ -452,11 +452,47 @@ def test_workers_that_never_start_are_reported_and_cancelled(tmp_path, lab):
     """Worker jobs held back by SLURM: the solve step's client fails after dask.worker_timeout, naming their state."""
     proc = lab.run(lab.head, sys.executable, "-c", HELD_BACK, cwd=tmp_path, timeout=120)
     msg = proc.stdout.strip()
-    assert "no Dask worker joined within dask.worker_timeout = 3 s" in msg, proc.stdout + proc.stderr
+    assert "2 of 2 worker jobs not started within dask.worker_timeout = 3 s" in msg, proc.stdout + proc.stderr
+    assert "0 Dask worker(s) joined, dask.min_workers = 1: stopping" in msg and "\n" not in msg, msg
     ids = re.findall(r"(\d+) PENDING BeginTime", msg)
     assert len(ids) == 2, msg  # two pending runs: two worker jobs
     states = {j["id"]: j["state"] for j in squeue_jobs(lab, "-j", ",".join(ids))}
     assert states == dict.fromkeys(ids, "CANCELLED"), states  # closed: the held jobs are gone too
+
+
+#: run on the head: two worker jobs that only one compute host may run, one at a time (--exclusive): one starts,
+#: the other waits (PENDING Resources); argv: the host, dask.min_workers
+ONE_AT_A_TIME = """
+import sys, time
+from hbvm_core.errors import HBVMError
+from hbvm_workflow.cluster import dask_client
+node, need = sys.argv[1], int(sys.argv[2])
+cfg = {"cluster": "slurm", "memory": "200MB", "job_extra_directives": [f"--nodelist={node}", "--exclusive"],
+       "worker_timeout": 30, "min_workers": need}
+told = []
+try:
+    with dask_client(cfg, tasks=2, tell=told.append) as client:
+        time.sleep(35)  # past the timeout: the job not started is named
+        print("went on with", len(client.scheduler_info(n_workers=-1)["workers"]), "worker(s)")
+        print("told:", *told)
+except HBVMError as exc:
+    print("stopped:", exc)
+"""
+
+
+@needs_slurm
+def test_a_worker_job_that_cannot_start_is_named_and_min_workers_decides(tmp_path, lab):
+    """Two worker jobs, room for one: the other is named in one line with its squeue state; with min_workers 1 the
+    client goes on with one worker, with min_workers 2 it stops."""
+    node = lab.compute[0]
+    proc = lab.run(lab.head, sys.executable, "-c", ONE_AT_A_TIME, node, "1", cwd=tmp_path, timeout=150)
+    out = proc.stdout
+    assert "went on with 1 worker(s)" in out, out + proc.stderr
+    told = [line for line in out.splitlines() if line.startswith("told:")]
+    assert len(told) == 1 and "1 of 2 worker jobs not started within dask.worker_timeout = 30 s" in told[0], out
+    assert re.search(r"\(\d+ PENDING \w+\); 1 Dask worker\(s\) joined: going on", told[0]), told[0]
+    proc = lab.run(lab.head, sys.executable, "-c", ONE_AT_A_TIME, node, "2", cwd=tmp_path, timeout=150)
+    assert "stopped: " in proc.stdout and "dask.min_workers = 2: stopping" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_the_worker_job_script_is_on_loopback_and_runs_this_python(tmp_path, monkeypatch):

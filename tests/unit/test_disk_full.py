@@ -9,10 +9,12 @@ then, anywhere, by an OSError(ENOSPC) injected into the zip writer halfway throu
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
 
 from hbvm_core import HBVM, get_problem
@@ -111,3 +113,82 @@ def test_an_injected_enospc_mid_write_keeps_nothing(tmp_path, planar, monkeypatc
     monkeypatch.undo()
     assert run_to_store(store, planar, HBVM(1, 1), H, T_END, attrs=ATTRS, chunk=CHUNK)["status"] == "ok"
     assert store_status(store, "x") == "complete"
+
+
+# --------------------------------------------------------------------------- a shard of a save: summary study
+SWEEP = {
+    "kind": "sweep",
+    "problem": "planar_pendulum",
+    "grid": {"theta_dot0": [0.5, 1.0, 1.5]},
+    "methods": [{"k": 1, "s": 1}],
+    "t_end": 1,
+    "h": [0.1, 0.05],
+    "errors": {"reference": "exact", "norm": "inf", "sample": 0.5},
+    "shard_runs": 2,
+}
+
+
+@pytest.fixture
+def solve_script(monkeypatch):
+    """workflow/scripts/solve.py as a module."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "workflow" / "scripts" / "solve.py"
+    spec = importlib.util.spec_from_file_location("hbvm_solve_script", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    return module
+
+
+def test_a_shard_the_file_system_refuses_is_returned_as_data_and_said_once_for_the_study(
+    tmp_path, monkeypatch, solve_script
+):
+    """ENOSPC while a shard is written: the task returns the error instead of raising (so Dask neither retries nor
+    logs it), the shard keeps no record and no temporary; the solve step's line for the study names the shards, the
+    store and the free space, in one line. Another OSError (read-only) is named with its own message."""
+    import platform
+
+    from hbvm_workflow import shard_worker, shards
+    from hbvm_workflow.layout import shard_record
+    from hbvm_workflow.study import expand_study
+
+    study = expand_study("sw", SWEEP, results=str(tmp_path / "results"))
+    os.makedirs(study.dir, exist_ok=True)
+    table, todo, _ = shards.prepare(study, False, logging.getLogger("test"))
+    assert [s.slot for s in todo] == [0, 1, 2]
+    path = shards.shard_store(study.results, "sw")
+    spec = shards.shard_spec(study, table, todo[0]) | {"compute": [], "sources": []}  # nothing to integrate
+    record = shard_record(path, 0)
+    n, nu = 2, table.nu
+    rows = {"counts": np.zeros((n, 6), np.int64), "scalars": np.zeros((n, 1 + 2 * nu)), "t": np.zeros((n, table.S))}
+    shards.write_shard(path, 0, 0, rows | {"y": np.zeros((n, table.S, 2 * table.m))}, "earlier", {})
+    assert os.path.exists(record)  # an earlier record: removed before the shard is written
+    write = shards.write_shard
+
+    def full_disk(store, slot, start, arrays, digest, rec):  # the record's temporary cut short by the full disk
+        with open(f"{shard_record(store, slot)}.{os.getpid()}.tmp", "w") as fh:
+            fh.write("{")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.path.join(store, "y", "c", "0"))
+
+    monkeypatch.setattr(shard_worker, "write_shard", full_disk)
+    res = shard_worker.solve_shard(spec)
+    assert res == {
+        "slot": 0,
+        "host": platform.node(),
+        "oserror": {"errno": errno.ENOSPC, "message": f"No space left on device: {path}/y/c/0"},
+    }
+    assert not os.path.exists(record) and not os.listdir(os.path.dirname(record))
+    monkeypatch.setattr(shard_worker, "write_shard", write)
+
+    refused = [res, res | {"slot": 2}]
+    line = solve_script.describe_oserrors(study, refused, 3)
+    head = f"study sw: 2 of 3 shards (shards 0, 2; on {platform.node()}): no space left on the device while writing "
+    assert "\n" not in line and line.startswith(f"{head}{path} (") and f" MB free in {study.dir});" in line
+    assert line.endswith("free space, then run the same command again")
+    read_only = {"slot": 1, "host": "b", "oserror": {"errno": errno.EROFS, "message": "Read-only file system"}}
+    line = solve_script.describe_oserrors(study, [res, read_only], 3)
+    assert line.startswith(f"study sw: 2 of 3 shards (shards 0, 1; on b, {platform.node()}) could not be written to")
+    assert "[Errno 30] Read-only file system" in line and "\n" not in line

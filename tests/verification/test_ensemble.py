@@ -56,7 +56,11 @@ def test_against_per_run_loop(name):
     method = METHODS[name]
     runs, h, N, every = grid()
     result = hc.integrate_ensemble(runs, method, h, N, sample_every=every)
-    assert result.backend == "numba" and result.backend_note == ""
+    # two params rows of two runs each: no lockstep block; the note says so, and why, in one line
+    why = {"hbvm-fixed-point": "different params: 2 params rows", "hbvm-blended": "the blended solver"}
+    assert result.backend == "numba" and "\n" not in result.backend_note
+    assert result.backend_note.startswith("per-run block: 4 of 4 runs (")
+    assert why.get(name, "lockstep takes HBVM with the constant multiplier only") in result.backend_note
     assert np.all(result.status == OK) and np.all(result.fail_step == -1)
     np.testing.assert_array_equal(result.steps, N)
     for r, pb in enumerate(runs):
@@ -160,12 +164,14 @@ def test_problems_of_different_structure():
 
 
 def test_structure_key_groups_the_runs():
-    """Instances of one parametric factory share a key; the published problem (the defaults) does not."""
+    """Instances of one parametric factory share a key, the published problem (the defaults) included; another
+    factory's do not."""
     from hbvm_core.ensemble import structure_key
 
     a, b, published = conical_pendulum(length=1.5), conical_pendulum(length=2.0, gravity=2.0), conical_pendulum()
     assert structure_key(a) == structure_key(b) and hash(structure_key(a)) == hash(structure_key(b))
-    assert structure_key(published) != structure_key(a)
+    assert structure_key(published) == structure_key(a)
+    assert structure_key(tethered_satellites()) != structure_key(a)
 
 
 def test_mismatched_lengths():
@@ -214,7 +220,10 @@ def test_auto_keeps_a_small_block_on_the_cpu(monkeypatch):
     res = hc.integrate_ensemble(pb, hc.HBVM(2, 2), np.full(3, 0.1), 3, backend="auto")
     assert res.backend == "numba" and np.all(res.status == OK)
     least = ens.GPU_MIN_RUNS
-    assert res.backend_note == f"backend auto: ran on numba; 3 runs, fewer than the GPU's least block of {least}"
+    assert res.backend_note == (
+        f"backend auto: ran on numba; 3 runs, fewer than the GPU's least block of {least}; "
+        "per-run block: 3 of 3 runs (fewer than 8 runs of one params row)"
+    )
     monkeypatch.setattr(ens, "GPU_MIN_RUNS", 3)  # at the threshold the GPU is tried
     with pytest.raises(AssertionError, match="asked for the GPU"):
         hc.integrate_ensemble(pb, hc.HBVM(2, 2), np.full(3, 0.1), 3, backend="auto")

@@ -49,7 +49,8 @@ def test_lockstep_against_per_run_loop(monkeypatch):
     R = 2 * (2 * lanes.MIN_GROUP + 5)
     runs, h, N, every = block(R, 1)
     result = hc.integrate_ensemble(runs, METHOD, h, N, sample_every=every)
-    assert np.all(result.status == OK) and result.backend_note == ""  # in lockstep: no fallback said
+    assert np.all(result.status == OK)
+    assert result.backend_note.startswith(f"lockstep: {R} of {R + 2} runs (2 params rows")  # the lone two: per run
     monkeypatch.setenv("HBVM_LANES", "0")
     ref = hc.integrate_ensemble(runs, METHOD, h, N, sample_every=every)
     for key in ("steps", "iterations", "max_iterations", "n_saved"):
@@ -82,7 +83,7 @@ def test_lockstep_failures_stay_in_their_lane(monkeypatch):
     inputs = {"params": np.zeros((R, 1)), "h": h, "N": N, "q0": q0, "lam0": np.zeros((R, 1))}
     assert [g.size for g in lane_groups(METHOD.compiled_runner(pb), inputs)] == [R]
     lock = hc.integrate_ensemble(pb, METHOD, h, N, q0=q0, sample_every=3)
-    assert lock.backend_note == ""
+    assert lock.backend_note.startswith(f"lockstep: {R} of {R} runs (one params row")
     monkeypatch.setenv("HBVM_LANES", "0")
     ref = hc.integrate_ensemble(pb, METHOD, h, N, q0=q0, sample_every=3)
     assert lock.status[3] != OK and lock.status[7] != OK and np.sum(lock.status != OK) == 2
@@ -139,7 +140,7 @@ def test_lockstep_three_constraints(monkeypatch):
     lock = hc.integrate_ensemble(pb, method, h, N, sample_every=4)
     monkeypatch.setenv("HBVM_LANES", "0")
     ref = hc.integrate_ensemble(pb, method, h, N, sample_every=4)
-    assert np.all(lock.status == OK) and lock.backend_note == ""  # in lockstep: no fallback said
+    assert np.all(lock.status == OK) and lock.backend_note.startswith("lockstep: ")  # no fallback said
     for key in ("status", "fail_step", "steps", "iterations", "max_iterations", "n_saved"):
         np.testing.assert_array_equal(getattr(lock, key), getattr(ref, key), err_msg=key)
     for key in ("t", "q", "p", "lam"):
@@ -169,7 +170,7 @@ def test_callbacks_that_fail_on_the_lanes_run_run_by_run(monkeypatch):
     assert "no lockstep block" in result.backend_note and np.all(result.status == OK)
     monkeypatch.setenv("HBVM_LANES", "0")
     ref = hc.integrate_ensemble(pb, METHOD, h, 30)
-    assert ref.backend_note == ""
+    assert "HBVM_LANES=0" in ref.backend_note
     np.testing.assert_array_equal(result.iterations, ref.iterations)
     assert_close(result.q, ref.q, 30, "q")
 
@@ -194,7 +195,7 @@ def test_lockstep_with_callbacks_that_cannot_be_imported(monkeypatch):
     R = lanes.MIN_GROUP + 3
     h = published.period / 50 * (1.0 + 0.01 * np.arange(R) / R)
     lock = hc.integrate_ensemble(pb, method, h, 25, sample_every=5)
-    assert np.all(lock.status == OK) and lock.backend_note == ""  # in lockstep: no fallback said
+    assert np.all(lock.status == OK) and lock.backend_note.startswith("lockstep: ")  # no fallback said
     module = lanes.lane_module(pb, method.compiled_runner(pb))  # the one the call used (looked up, not made)
     assert getattr(module, "__file__", None) is None  # bound in memory: no file in the kernel cache
     monkeypatch.setenv("HBVM_LANES", "0")

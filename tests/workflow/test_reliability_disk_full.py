@@ -9,13 +9,14 @@ no temporary left. Once the space is back, the same command completes and every 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 
 import pytest
-from _reliability import env, final_stores, snakemake, start, temporaries, wait_until, write_config
+from _reliability import csv_dicts, env, final_stores, snakemake, start, temporaries, wait_until, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -76,6 +77,50 @@ def test_a_disk_that_fills_during_the_solve_step(tmp_path, small_results):
     done = snakemake(tmp_path, "--cores", "1")
     assert done.returncode == 0, done.stdout[-4000:]
     assert len(final_stores(tmp_path, NAME)) == 1 and not temporaries(tmp_path, NAME)
+    cmd = [sys.executable, "-m", "hbvm_workflow", "verify", "results"]
+    verify = subprocess.run(cmd, cwd=tmp_path, env=env(), capture_output=True, text=True)
+    assert verify.returncode == 0, verify.stdout
+
+
+#: 900 runs of 51 or 101 saved points in 18 shards of 50: a store of about 2.9 MB, which 1.5 MB cannot hold
+SWEEP = {
+    "kind": "sweep",
+    "problem": "planar_pendulum",
+    "grid": {"theta_dot0": [round(1.0 + 0.001 * i, 3) for i in range(450)]},
+    "methods": [{"k": 1, "s": 1}],
+    "t_end": 5,
+    "h": [0.1, 0.05],
+    "errors": {"reference": "exact", "norm": 1, "sample": "all"},
+    "shard_runs": 50,
+}
+
+
+def test_a_disk_that_fills_during_a_sweep_ends_it_with_one_line_and_the_same_command_completes(tmp_path, small_results):
+    """A save: summary sweep on a disk with 1.5 MB free: one line for the study (no Dask traceback, no OSError per
+    shard), the shards that fit are kept; once the space is back the same command computes only the others."""
+    write_config(tmp_path, {"sw": SWEEP}, select=["sw"])
+    filler = small_results / "filler"
+    with open(filler, "wb") as fh:  # another process holds all but 1.5 MB
+        fh.write(b"\0" * (shutil.disk_usage(small_results).free - 1_500_000))
+    run = snakemake(tmp_path, "--cores", "2")
+    out = run.stdout
+    assert run.returncode == 1, out[-4000:]
+    assert "Traceback" not in out and "Compute Failed" not in out and "Errno 28" not in out, out[-4000:]
+    lines = [line for line in out.splitlines() if "no space left on the device" in line]
+    assert len(lines) == 1 and lines[0].startswith("hbvm: study sw: "), out[-4000:]
+    assert lines[0].endswith("free space, then run the same command again") and " MB free in " in lines[0]
+    records = small_results / "sw" / "runs.zarr" / "shards"
+    kept = len(list(records.glob("*.json")))  # the shards written whole before the disk filled
+    refused = int(lines[0].split("study sw: ")[1].split(" of 18 shards")[0])
+    assert kept + refused == 18 and refused > 0, lines[0]
+
+    filler.unlink()  # the space is back: the same command completes, computing only the refused shards
+    done = snakemake(tmp_path, "--cores", "2")
+    assert done.returncode == 0, done.stdout[-4000:]
+    manifest = json.loads((small_results / "sw" / "solve.json").read_text())
+    assert (manifest["computed"], manifest["reused"]) == (50 * refused, 50 * kept)
+    rows = csv_dicts(small_results / "sw" / "errors.csv")
+    assert len(rows) == 900 and {r["status"] for r in rows} == {"ok"}
     cmd = [sys.executable, "-m", "hbvm_workflow", "verify", "results"]
     verify = subprocess.run(cmd, cwd=tmp_path, env=env(), capture_output=True, text=True)
     assert verify.returncode == 0, verify.stdout

@@ -52,3 +52,19 @@ def test_a_failed_run_is_counted_on_the_last_line_and_strict_makes_it_an_error(t
     assert study_key.returncode == 1 and last_line(study_key) == f"{FAILED_LINE}; strict: exit status 1"
     fine_only = snakemake(tmp_path, "--cores", "1", "--config", "strict=true", "select=[fine]")
     assert fine_only.returncode == 0 and last_line(fine_only) == "failed runs: 0", fine_only.stdout[-2000:]
+
+
+def test_a_sweeps_diverging_runs_are_counted_named_and_explained_on_the_last_line(tmp_path):
+    """A save: summary sweep whose h = 5 runs do not converge (as above: HBVM(1,1) fails at step 0), one per grid
+    value and shard: exit 0, no traceback, and the last line names the two runs, why, and counts them."""
+    sweep = FAILING | {"kind": "sweep", "grid": {"theta_dot0": [1.0, 1.9]}, "shard_runs": 2}
+    del sweep["backend"]
+    write_config(tmp_path, {"sw": sweep}, select=["sw"])
+    run = snakemake(tmp_path, "--cores", "2")
+    assert run.returncode == 0 and "Traceback" not in run.stdout, run.stdout[-3000:]
+    named = "hbvm_k1_s1/theta_dot0=1.0/h=5.0, hbvm_k1_s1/theta_dot0=1.9/h=5.0"
+    line = f"failed runs: 2 (sw: {named} [2 x no convergence])"
+    assert last_line(run) == f"{line}, reported in errors.csv (strict=true makes them an error)"
+    strict = snakemake(tmp_path, "--cores", "1", "--config", "strict=true")  # nothing to do: still counted
+    assert strict.returncode == 1 and "Traceback" not in strict.stdout, strict.stdout[-3000:]
+    assert last_line(strict) == f"{line}; strict: exit status 1"

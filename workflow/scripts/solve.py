@@ -8,6 +8,7 @@ the worker. Each study logs to its own file
 (logs/<study>/solve.log) and gets its own manifest results/<study>/solve.json.
 """
 
+import errno
 import json
 import logging
 import os
@@ -111,10 +112,14 @@ def compute(
     threads: int,
     shards: list | None = None,
     stops: dict | None = None,
+    refused: dict | None = None,
+    ran: dict | None = None,
 ) -> list[str]:
     """Every run of ``todo`` and every shard of ``shards`` (``hbvm_workflow.shards.shard_spec``: one Dask task
     each) on one cluster; results into ``summaries``; returns the runs and shards that raised. ``stops`` receives,
-    per study, the one line of a shard that found no GPU where the study demands one (``backend: cuda``)."""
+    per study, the one line of a shard that found no GPU where the study demands one (``backend: cuda``); ``refused``
+    per study, the one line of its shards that the file system refused (``describe_oserrors``); ``ran`` the Dask
+    workers that computed runs or shards, address -> host."""
     from distributed import as_completed
 
     from hbvm_core.errors import BackendError
@@ -129,6 +134,9 @@ def compute(
 
     shards = shards or []
     stops = {} if stops is None else stops
+    refused = {} if refused is None else refused
+    ran = {} if ran is None else ran
+    unwritten: dict[str, list[dict]] = {}  # per study, its shards that the file system refused (solve_shard)
     # facts of the whole job: one line each on stderr (and in each study's log)
     names = {j.study for j in todo} | {spec["study"] for spec in shards}
     if forks_local_workers(dask_cfg):
@@ -164,7 +172,13 @@ def compute(
     total = {name: sum(j.study == name for j in todo) for name in studies}
     runs_total = len(todo) + sum(spec["stop"] - spec["start"] for spec in shards)
     with (
-        dask_client(dask_cfg, threads=workers, tasks=n_tasks, env={"NUMBA_NUM_THREADS": str(per_task)}) as client,
+        dask_client(
+            dask_cfg,
+            threads=workers,
+            tasks=n_tasks,
+            env={"NUMBA_NUM_THREADS": str(per_task)},
+            tell=lambda line: tell_studies(logs, names, line),
+        ) as client,
         Progress(runs_total) as progress,
     ):
         if not forks_local_workers(dask_cfg):  # forked workers inherit our sys.path
@@ -222,7 +236,16 @@ def compute(
                     log.error(f"shard {spec['slot']}: ERROR {type(exc).__name__}: {exc}", extra=FILE_ONLY)
                     progress.update(failed=True)
                     continue
+                if "oserror" in res:  # the host's file system refused the shard: said once for the study, below
+                    unwritten.setdefault(name, []).append(res)
+                    log.error(
+                        f"shard {res['slot']} on {res['host']}: ERROR {res['oserror']['message']}", extra=FILE_ONLY
+                    )
+                    progress.update(failed=True)
+                    continue
                 summaries[name].setdefault("shards", []).append(res)
+                if res.get("worker"):
+                    ran[res["worker"]] = res.get("host") or ""
                 note = f"; {res['note']}" if res.get("note") else ""
                 log.info(
                     f"shard {res['slot']}: {res['computed']} integrated, {res['copied']} copied, {res['failed']} "
@@ -246,15 +269,20 @@ def compute(
                     log.error(f"{done} {job.id}: ERROR {res['raised']}", extra=FILE_ONLY)
                     progress.update(failed=True)
                     continue
+                if res.get("worker"):
+                    ran.setdefault(res["worker"], "")
                 summary = {k: res.get(k) for k in ("status", "steps", "wall_s", "mean_iterations", "error")}
                 summaries[job.study][job.id] = summary | {"computed": True}
                 # the per-run line goes to the study's log only: the progress line counts it on stderr
                 log.info(f"{done} {job.id}: {describe(res)}", extra=FILE_ONLY)
                 progress.update(failed=res.get("status") != "ok")
+        hosts_of(client, ran)
     # every run has finished: what is left is a lost worker's partial store
     for name, study in studies.items():
         for p in clean_temporaries(study.dir):
             logs[name].info(f"removed the temporary {p} of a lost worker")
+    for name, results in unwritten.items():
+        refused[name] = describe_oserrors(studies[name], results, sum(s["study"] == name for s in shards))
     return errors
 
 
@@ -284,6 +312,71 @@ def choose_cluster(config: dict, studies: dict, specs: list, todo: list, logs: d
     cfg, why = spread_cluster(dask_cfg, len(specs), work * pending / max(1, len(study.jobs)))
     log.info(why)
     return cfg
+
+
+def hosts_of(client, ran: dict) -> None:
+    """Fill in the host of each worker of ``ran`` (address -> host) that has none: asked of the workers still there,
+    else the address's host."""
+    import platform
+    from urllib.parse import urlsplit
+
+    unknown = [a for a, host in ran.items() if not host]
+    found = {}
+    if unknown:
+        try:
+            found = client.run(platform.node, workers=unknown, on_error="ignore")
+        except Exception:  # noqa: BLE001 - a worker gone: its address says where it was
+            found = {}
+    for address in unknown:
+        ran[address] = found.get(address) or urlsplit(address).hostname or address
+
+
+def took_part(ran: dict) -> str:
+    """'N Dask workers took part, on host (k), ...': how many workers computed runs, and on which hosts."""
+    from collections import Counter
+
+    from hbvm_workflow.jobs import plural
+
+    if not ran:
+        return "no Dask worker took part (nothing computed)"
+    per_host = Counter(ran.values())
+    hosts = ", ".join(f"{host} ({n})" for host, n in sorted(per_host.items()))
+    return f"{plural(len(ran), 'Dask worker')} took part, on {plural(len(per_host), 'host')}: {hosts}"
+
+
+#: the errno values of a full disk (or quota), as ``hbvm_workflow.worker.DiskFull`` takes them
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def describe_oserrors(study, refused: list[dict], tried: int) -> str:
+    """One line for the shards of ``study`` that the file system refused (``solve_shard``'s "oserror" results,
+    ``tried`` shards computed in all): a full disk in the words of ``worker.DiskFull`` (what is free, where, and
+    that the same command completes once space is freed), any other error with its first message."""
+    import shutil
+
+    from hbvm_workflow.jobs import plural
+    from hbvm_workflow.layout import shard_store
+
+    store = shard_store(study.results, study.name)
+    slots = sorted(r["slot"] for r in refused)
+    which = ", ".join(map(str, slots[:5])) + (", ..." if len(slots) > 5 else "")
+    hosts = ", ".join(sorted({r["host"] for r in refused}))
+    shard = "shards" if len(slots) > 1 else "shard"
+    head = f"study {study.name}: {len(slots)} of {plural(tried, 'shard')} ({shard} {which}; on {hosts})"
+    if all(r["oserror"]["errno"] in NO_SPACE for r in refused):
+        try:
+            free = f"{shutil.disk_usage(study.dir).free / 1e6:.3g} MB free"
+        except OSError:
+            free = "free space unknown"
+        return (
+            f"{head}: no space left on the device while writing {store} ({free} in {study.dir}); their runs were "
+            "not kept, every other shard was: free space, then run the same command again"
+        )
+    first = next(r for r in refused if r["oserror"]["errno"] not in NO_SPACE)["oserror"]
+    return (
+        f"{head} could not be written to {store}: [Errno {first['errno']}] {first['message']}; their runs were "
+        "not kept, every other shard was: run the same command again once the file system is writable"
+    )
 
 
 def write_manifest(study, summary: dict, path: str) -> dict:
@@ -339,12 +432,43 @@ def write_shard_manifest(study, table, summary: dict, path: str) -> dict:
         "reused": summary["reused"],
         "failed": sum(s["failed"] or 0 for s in entry["shards"]),
     }
+    if manifest["failed"]:  # the report at exit names the first and counts them by reason (hbvm_workflow.outcome)
+        manifest["failed_runs"], manifest["failed_reasons"] = failed_of_shards(study, entry)
     tmp = path + ".tmp"
     with open(tmp, "w") as fh:
         json.dump(manifest, fh, indent=1)
         fh.write("\n")
     os.replace(tmp, path)
     return manifest
+
+
+#: how many failed runs of a sharded study its manifest names (all are counted, by reason)
+NAMED_FAILED = 10
+
+
+def failed_of_shards(study, entry: dict) -> tuple[list[str], dict[str, int]]:
+    """(the ids of the first ``NAMED_FAILED`` failed runs, {reason: how many}) of a sharded study: the status column
+    of ``counts`` of each shard whose record counts failed runs (``entry``: ``shards.manifest_entry``)."""
+    import numpy as np
+
+    from hbvm_workflow.ensemble_errors import STATUS_WORDS
+    from hbvm_workflow.runs import PlannedJobs
+    from hbvm_workflow.shards import COUNTS, read_rows
+
+    store = os.path.join(study.dir, entry["store"])
+    rows, codes = [], []
+    for shard in entry["shards"]:
+        if shard["failed"]:
+            status = read_rows(store, "counts", np.arange(shard["start"], shard["stop"]))[:, COUNTS.index("status")]
+            bad = np.flatnonzero(status != 0)
+            rows += (bad + shard["start"]).tolist()
+            codes += status[bad].tolist()
+    reasons: dict[str, int] = {}
+    for code in codes:
+        word = STATUS_WORDS.get(int(code), f"status {int(code)}")
+        reasons[word] = reasons.get(word, 0) + 1
+    ids = (study.jobs.ids() if isinstance(study.jobs, PlannedJobs) else list(study.jobs)) if rows else []
+    return [ids[i] for i in rows[:NAMED_FAILED]], reasons
 
 
 def write_runs_marker(study) -> None:
@@ -370,7 +494,33 @@ def main(smk) -> None:
 
     names = list(smk.params.studies)
     with one_line_errors(smk.log), job_locks(smk.config, names):
-        solve(smk, names)
+        try:
+            solve(smk, names)
+        except OSError as exc:  # a full disk here (a store created, a manifest): one line, as the shards' own
+            said = no_space(exc, smk.config.get("results", "results"))
+            if said is exc:
+                raise
+            raise said from None
+
+
+def no_space(exc: OSError, results: str) -> BaseException:
+    """An HBVMError of one line for a full disk (``NO_SPACE``) met by the solve process itself; any other error
+    as it is."""
+    import shutil
+
+    from hbvm_core.errors import HBVMError
+
+    if isinstance(exc, HBVMError) or exc.errno not in NO_SPACE:
+        return exc
+    try:
+        free = f"{shutil.disk_usage(results).free / 1e6:.3g} MB free"
+    except OSError:
+        free = "free space unknown"
+    where = exc.filename or results
+    return HBVMError(
+        f"no space left on the device while writing {where} ({free} in {results}); nothing of it was kept: free "
+        "space, then run the same command again"
+    )
 
 
 def solve(smk, names: list) -> None:
@@ -408,21 +558,29 @@ def solve(smk, names: list) -> None:
         todo += pending
     dask_cfg = choose_cluster(config, studies, specs, todo, logs)
     stops: dict = {}
-    errors = compute(todo, studies, logs, summaries, dask_cfg, smk.threads, specs, stops) if todo or specs else []
-    if errors or stops:  # one line (the solve step's log has every run's): no traceback on the terminal
+    refused: dict = {}
+    ran: dict = {}  # the Dask workers that computed something: address -> host
+    computing = bool(todo or specs)
+    errors = (
+        compute(todo, studies, logs, summaries, dask_cfg, smk.threads, specs, stops, refused, ran) if computing else []
+    )
+    workers = f"; {took_part(ran)}" if computing else ""
+    if errors or stops or refused:  # one line (the solve step's log has every run's): no traceback on the terminal
         from hbvm_core.errors import BackendError, HBVMError
 
         raised = [f"{len(errors)} run(s) raised: " + "; ".join(errors)] if errors else []
-        raise (BackendError if stops else HBVMError)("; ".join([*stops.values(), *raised]))
+        raise (BackendError if stops else HBVMError)("; ".join([*stops.values(), *refused.values(), *raised]))
 
     for name, study in studies.items():
         if name in tables:
             m = write_shard_manifest(study, tables[name], summaries[name], manifests[name])
             write_runs_marker(study)
-            ran = sorted({r["backend"] for r in summaries[name].get("shards", []) if r["computed"]})
+            backends = sorted({r["backend"] for r in summaries[name].get("shards", []) if r["computed"]})
             logs[name].info(
                 f"done in {time.perf_counter() - t0:.1f} s: {m['computed']} computed, {m['copied']} copied, "
-                f"{m['reused']} reused, {m['failed']} failed" + (f" (on {', '.join(ran)})" if ran else "")
+                f"{m['reused']} reused, {m['failed']} failed"
+                + (f" (on {', '.join(backends)})" if backends else "")
+                + workers
             )
             if name in aggregates:  # its numbers, here: no job of their own (hbvm_workflow.summary_job)
                 out = aggregates[name]
@@ -433,7 +591,7 @@ def solve(smk, names: list) -> None:
         write_runs_marker(study)
         logs[name].info(
             f"done in {time.perf_counter() - t0:.1f} s: {len(m['computed'])} computed, "
-            f"{len(m['jobs']) - len(m['computed'])} reused, {len(m['failed'])} failed"
+            f"{len(m['jobs']) - len(m['computed'])} reused, {len(m['failed'])} failed{workers}"
         )
 
 
