@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from hbvm_core.errors import ConfigError, HBVMError
 
@@ -281,6 +282,7 @@ def slurm_options(cfg: dict, env: dict | None = None) -> dict:
     kw.setdefault("processes", kw["cores"])  # single-threaded workers: one per core
     if kw["cores"] % kw["processes"]:
         raise ConfigError(f"dask.processes = {kw['processes']!r}: must divide dask.cores = {kw['cores']!r}")
+    kw["job_mem"] = slurm_mem(kw["memory"])  # whole MiB, never above dask.memory (dask-jobqueue rounds up)
     kw["python"] = cfg.get("python") or sys.executable
     if cfg.get("interface"):
         kw["interface"] = cfg["interface"]
@@ -489,3 +491,171 @@ def ship_problem_module(client, problem_entry: str) -> str | None:
         plugin.name = f"hbvm-problem-{top}"  # one plugin per module (UploadFile's own name is shared)
     client.register_plugin(plugin)
     return path
+
+
+# --------------------------------------------------------------------------- spreading a study over nodes
+#: core-seconds of estimated work (hbvm_workflow.runs.work_seconds) above which a summary study spreads (config
+#: ``spread``, set by the SLURM profile; dask.spread_after)
+SPREAD_AFTER_S = 3600.0
+#: a worker job's memory below which the partition's node memory is taken as not configured (RealMemory=1)
+MIN_JOB_MEM_MB = 256
+#: network interfaces never taken for the scheduler (containers, virtual bridges)
+VIRTUAL_IFACES = ("docker", "virbr", "veth", "br-", "cni", "flannel", "cali", "vxlan", "tun", "tap")
+
+
+@dataclass(frozen=True)
+class Nodes:
+    """The compute nodes of a SLURM partition as ``sinfo`` reports them: the smallest node's CPUs and memory."""
+
+    partition: str
+    count: int
+    cpus: int
+    mem_mb: int
+
+
+def spreads(config: dict, work_s: float, n_tasks: int) -> bool:
+    """Whether a summary study's solve starts Dask worker jobs on other nodes (``spread_plan``): the config's
+    ``spread`` is on (the SLURM profile sets it), the user chose no cluster (``dask.address``,
+    ``scheduler_file``, ``cluster: slurm``, ``n_workers``), the study has more than one shard task, and its
+    estimated work exceeds ``dask.spread_after`` core-seconds. From the study alone: the parse (the solve job's
+    threads) and the solve job decide alike."""
+    dask = config.get("dask") or {}
+    if not config.get("spread") or not is_local(dask) or dask.get("n_workers"):
+        return False
+    return int(n_tasks) > 1 and float(work_s) > float(dask.get("spread_after", SPREAD_AFTER_S))
+
+
+def spread_plan(cfg: dict, n_tasks: int, work_s: float, nodes: Nodes) -> tuple[dict, str]:
+    """(the ``dask:`` section of a SLURMCluster for ``n_tasks`` shard tasks of ``work_s`` estimated seconds on
+    the partition's ``nodes``, one line saying what it chose and why). What the user fixed (dask.cores,
+    processes, memory, jobs, queue) stays. A worker job takes half a node's CPUs and their share of its memory,
+    floored to a MiB, so that one fits beside the solve job on its node; worker processes: one per task, per
+    WORK_PER_WORKER_S of work, at most every core of the partition (``runs.workers_for``)."""
+    from .runs import workers_for
+
+    cores = int(cfg.get("cores") or max(1, nodes.cpus // 2))
+    if cores > nodes.cpus:
+        raise ConfigError(f"dask.cores = {cores}: the nodes of partition {nodes.partition} have {nodes.cpus} CPUs")
+    processes = int(cfg.get("processes") or cores)
+    workers = workers_for(n_tasks, work_s, nodes.count * nodes.cpus)
+    # at most as many as the nodes hold beside the solve job (its core): a job more would wait to the end
+    fit = max(1, nodes.count * (nodes.cpus // cores) - (1 if nodes.cpus % cores == 0 else 0))
+    jobs = int(cfg.get("jobs") or min(fit, math.ceil(workers / processes)))
+    mem_mb = nodes.mem_mb * cores // nodes.cpus
+    if not cfg.get("memory") and mem_mb < MIN_JOB_MEM_MB:
+        raise ConfigError(
+            f"partition {nodes.partition}: its nodes report {nodes.mem_mb} MB of memory ({mem_mb} MB for a worker "
+            f"job of {cores} cores); give dask.memory"
+        )
+    memory = cfg.get("memory") or f"{mem_mb}MiB"
+    out = {**cfg, "cluster": "slurm", "cores": cores, "processes": processes, "memory": memory, "jobs": jobs}
+    out.setdefault("queue", nodes.partition)
+    fixed = [f"dask.{k}" for k in ("cores", "processes", "memory", "jobs") if cfg.get(k)]
+    after = float(cfg.get("spread_after", SPREAD_AFTER_S))
+    why = (
+        f"spread over SLURM: {n_tasks} shard tasks of {work_s:.0f} s estimated work (> dask.spread_after = "
+        f"{after:g} s) on {jobs} worker jobs of {cores} cores, {processes} processes, --mem={slurm_mem(memory)}: "
+        f"{workers} workers wanted (one per task and per {_per_worker_s():g} s of work, at most the CPUs of "
+        f"partition {nodes.partition}: {nodes.count} nodes of {nodes.cpus} CPUs, {nodes.mem_mb} MB), half a node "
+        f"a job, at most {fit} jobs beside this one" + (f"; fixed by the config: {', '.join(fixed)}" if fixed else "")
+    )
+    return out, why
+
+
+def _per_worker_s() -> float:
+    from .runs import WORK_PER_WORKER_S
+
+    return WORK_PER_WORKER_S
+
+
+def slurm_mem(memory: str | int) -> str:
+    """sbatch --mem for ``memory`` (dask's notation, e.g. 1500MB): whole MiB, rounded down, never above what was
+    asked (dask-jobqueue itself rounds up to whole GiB from 1 GiB on: 1500MB became 2G, more than a node had
+    left beside the solve job)."""
+    from dask.utils import parse_bytes
+
+    return f"{max(1, parse_bytes(memory) // 2**20)}M"
+
+
+def partition_nodes(partition: str | None = None) -> Nodes:
+    """The nodes of ``partition`` (default: this job's, ``SLURM_JOB_PARTITION``, else the cluster's default) from
+    ``sinfo``; HBVMError (one line) where sinfo fails or lists none."""
+    partition = partition or os.environ.get("SLURM_JOB_PARTITION") or None
+    try:
+        out = subprocess.run(
+            ["sinfo", "-h", "-N", "-o", "%P %N %c %m"], capture_output=True, text=True, timeout=30, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise HBVMError(
+            f"spread: cannot read the SLURM nodes (sinfo: {exc}); set spread: false or dask.cluster"
+        ) from None
+    rows = [line.split() for line in out.splitlines() if len(line.split()) == 4]
+    return nodes_of(rows, partition)
+
+
+def nodes_of(rows: list[list[str]], partition: str | None) -> Nodes:
+    """``Nodes`` from ``sinfo -N -o '%P %N %c %m'`` rows (partition, node, CPUs, MB; the default partition marked
+    with ``*``): the smallest node of ``partition`` (None: the default one)."""
+    mine = [r for r in rows if (r[0].rstrip("*") == partition if partition else r[0].endswith("*"))]
+    if not mine:
+        raise HBVMError(f"spread: sinfo lists no node of partition {partition or '(the default)'}")
+    cpus = min(int(r[2].rstrip("+")) for r in mine)
+    mem = min(int(r[3].rstrip("+")) for r in mine)
+    return Nodes(mine[0][0].rstrip("*"), len({r[1] for r in mine}), cpus, mem)
+
+
+def node_interface() -> str | None:
+    """This node's network interface for a scheduler that workers on other nodes reach: the first (InfiniBand
+    first, then by name) that is up and has an IPv4 address other than loopback, no container or virtual
+    bridge; None where there is none."""
+    import socket
+
+    import psutil
+
+    stats = psutil.net_if_stats()
+    found = []
+    for name, addrs in psutil.net_if_addrs().items():
+        up = name in stats and stats[name].isup
+        ipv4 = [a.address for a in addrs if a.family == socket.AF_INET and not _is_loopback(a.address)]
+        if up and ipv4 and not name.startswith(VIRTUAL_IFACES):
+            found.append(name)
+    return min(found, key=lambda n: (not n.startswith("ib"), n)) if found else None
+
+
+def job_time_left() -> str | None:
+    """The time left of this SLURM job (``squeue -o %L``: [days-]hours:minutes:seconds), the worker jobs' walltime
+    (they end with it); None outside a job or without a limit."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return None
+    try:
+        out = subprocess.run(["squeue", "-h", "-j", job, "-o", "%L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    left = out.stdout.strip()
+    return left if out.returncode == 0 and left and left[0].isdigit() else None
+
+
+def spread_cluster(cfg: dict, n_tasks: int, work_s: float) -> tuple[dict, str]:
+    """``spread_plan`` on this cluster: the partition's nodes from sinfo, the scheduler on this node's interface
+    (unless dask.interface or scheduler_host), the worker jobs ending with this job (unless dask.walltime)."""
+    nodes = partition_nodes(cfg.get("queue"))
+    out, why = spread_plan(cfg, n_tasks, work_s, nodes)
+    if not out.get("interface") and not out.get("scheduler_host"):
+        iface = node_interface()
+        if iface is None:
+            raise HBVMError(
+                "spread: this node has no network interface for workers on other nodes; give dask.interface"
+            )
+        out["interface"] = iface
+    if not out.get("walltime") and (left := job_time_left()):
+        out["walltime"] = left
+    return out, f"{why}; scheduler on {out.get('interface') or out['scheduler_host']}"
+
+
+def study_spreads(config: dict, study, work_s: float) -> bool:
+    """``spreads`` for a study of the plan: a ``save: summary`` study, its shard tasks (``shard_runs`` runs each)
+    and its estimated work ``work_s``."""
+    if study.cfg.get("save") != "summary":
+        return False
+    return spreads(config, work_s, -(-len(study.jobs) // int(study.cfg.get("shard_runs") or 10_000)))

@@ -19,6 +19,8 @@ some), without loading the 2-core CI machine.
   SLURM jobs (dask-jobqueue's SLURMCluster), on both compute hosts, as many as the pending runs need up to
   ``dask.jobs``, and cancels them at the end; worker jobs that SLURM holds back are reported after
   ``dask.worker_timeout`` with their squeue state, and cancelled.
+- a ``save: summary`` sweep above ``dask.spread_after`` through the profile alone: its one-CPU solve job submits
+  Dask worker jobs of half a node, sized from the study and the partition; its shards run on both compute hosts.
 
 Each test reads from the run stores which host computed each run and asserts two distinct compute hosts.
 errors.csv is compared byte for byte, the whole file: every host is this machine, with the same code and
@@ -332,7 +334,7 @@ def test_dask_workers_run_as_slurm_jobs_on_both_compute_hosts(tmp_path, lab, loc
     assert len(jobs) == cap, watch.report()
     for j in jobs.values():
         assert "RUNNING" in j["states"], watch.report()
-        assert (j["cpus"], j["mem"], j["time"]) == ("1", "477M", "10:00")  # 500 MB = 477 MiB; walltime
+        assert (j["cpus"], j["mem"], j["time"]) == ("1", "476M", "10:00")  # 476.8 MiB, rounded down
     # closed at the end: none is still queued or running
     final = {j["id"]: j["state"] for j in squeue_jobs(lab, "-j", ",".join(jobs))}
     assert set(final.values()) <= {"CANCELLED", "COMPLETED"}, final
@@ -355,6 +357,81 @@ def test_dask_workers_run_as_slurm_jobs_on_both_compute_hosts(tmp_path, lab, loc
     manifest = json.loads((tmp_path / "results" / "tiny" / "solve.json").read_text())
     assert len(manifest["computed"]) == RUNS
     assert_same_errors(tmp_path / "results" / "tiny" / "errors.csv", local_errors["tiny"])
+
+
+#: a save: summary sweep of 16 runs in 8 shards of 2 whose estimated work (17 s: 4 workers wanted, 2 worker jobs of
+#: half a lab node) is above its dask.spread_after; each shard takes a few seconds, so that both jobs' workers get some
+SWEEP = {
+    "kind": "sweep",
+    "problem": "planar_pendulum",
+    "grid": {"theta_dot0": [1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7]},
+    "methods": [{"k": 1, "s": 1}],
+    "t_end": 7000,
+    "h": [0.01, 0.005],
+    "errors": {"reference": "exact", "norm": 1, "sample": 1000},
+    "shard_runs": 2,
+}
+
+
+@needs_slurm
+def test_the_shipped_profile_spreads_a_large_summary_study_over_both_compute_hosts(tmp_path, lab, record_property):
+    """snakemake --workflow-profile workflow/profiles/slurm on a save: summary sweep above dask.spread_after: its
+    one solve job asks for one CPU and submits Dask worker jobs of half a node (dask-jobqueue), sized from the
+    study and the partition; its shards land on both compute hosts (their records say where), the solve log says
+    what it chose in one line, and the errors are the local run's."""
+    from hbvm_workflow.layout import shard_store
+    from hbvm_workflow.shards import read_record
+
+    config = {"select": ["sw"], "resources": RESOURCES, "dask": {"spread_after": 1}}
+    local = tmp_path / "local"
+    write_config(local, {"sw": SWEEP}, select=["sw"])
+    snakemake_here(local, "--cores", "2")
+    spread = tmp_path / "spread"
+    write_config(spread, {"sw": SWEEP}, **config)
+    watch = SqueueWatch(lab)
+    watch.start()
+    t0 = time.monotonic()
+    try:
+        snakemake_on(lab, spread, "--workflow-profile", str(PROFILE), "--slurm-init-seconds-before-status-checks", "1")
+        wall = time.monotonic() - t0
+        time.sleep(1.0)  # one more poll: the cancelled worker jobs' final state
+    finally:
+        watch.stop()
+        watch.cancel_leftovers()
+    record(watch, spread, record_property, f"squeue during a spread sweep through the profile ({wall:.0f} s):")
+
+    jobs = watch.jobs()
+    solve = [j for j in jobs.values() if j["comment"].startswith("rule_solve_summary")]
+    assert len(solve) == 1 and solve[0]["cpus"] == "1", watch.report()  # the solve job: one CPU, no local cluster
+    workers = [j for j in jobs.values() if j["name"] == "dask-worker"]
+    # 8 runs of 7*10^5 and 8 of 1.4*10^6 steps: 17 s estimated, one worker per 5 s: 4, 2 per job of half a node
+    assert len(workers) == 2, watch.report()
+    node_mb = int(lab.run(lab.head, "sinfo", "-h", "-N", "-o", "%m", timeout=20).stdout.split()[0])
+    for j in workers:
+        assert "RUNNING" in j["states"] and j["cpus"] == "2", watch.report()
+        mem = int(j["mem"][:-1]) * (1024 if j["mem"].endswith("G") else 1)  # squeue: 3150M, or 3G for 3072M
+        assert mem == node_mb // 2, (j, node_mb)  # half the node's memory, rounded down: fits beside the solve job
+    log = (spread / "logs" / "sw" / "solve.log").read_text()
+    chose = [line for line in log.splitlines() if "spread over SLURM" in line]
+    assert len(chose) == 1 and "8 shard tasks" in chose[0] and "2 worker jobs of 2 cores" in chose[0], log
+    assert "scheduler on lab0" in chose[0], chose  # this node's interface, found, not loopback
+
+    store = shard_store(str(spread / "results"), "sw")
+    hosts = [read_record(store, slot)["host"] for slot in range(8)]
+    assert set(hosts) == set(lab.compute), (hosts, watch.report())  # both compute hosts computed shards
+    record_property("shard_hosts", hosts)
+    ours, theirs = (read_csv_rows(d / "results" / "sw" / "errors.csv") for d in (spread, local))
+    assert len(ours) == len(theirs) == 16 and all(r["status"] == "ok" for r in ours)
+    for a, b in zip(ours, theirs, strict=True):  # the same loop on the same machine: round-off at most
+        for key in ("e_s", "e_H", "e_g"):
+            x, y = float(a[key]), float(b[key])
+            # eps per step over 1.4*10^6 steps (x10): 3.1e-9 relative; e_g may be round-off itself: 1e-14 absolute
+            assert abs(x - y) <= 10 * 2.2e-16 * 1.4e6 * abs(y) + 1e-14, (key, a, b)
+
+
+def read_csv_rows(path: Path) -> list[dict]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
 
 
 #: run on the head: a SLURMCluster whose worker jobs SLURM holds back (--begin in an hour)
@@ -434,7 +511,7 @@ def test_the_worker_job_script_is_on_loopback_and_runs_this_python(tmp_path, mon
         assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
     for line in ("#SBATCH -p short", "#SBATCH -A proj", "#SBATCH --cpus-per-task=2", "#SBATCH -t 01:00:00"):
         assert line in script
-    assert "#SBATCH --qos=low" in script and "#SBATCH --mem=2G" in script
+    assert "#SBATCH --qos=low" in script and "#SBATCH --mem=1907M" in script  # 2e9 B = 1907.3 MiB, down
     assert script.index("module load x") < script.index("export OMP_NUM_THREADS=1") < script.index(sys.executable)
     assert "export HBVM_X='a b'" in script and f"export PYTHONPATH={tmp_path}" in script
     loopback = r"--host 127\.0\.0\.1 --dashboard-address 127\.0\.0\.1:0$"

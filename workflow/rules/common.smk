@@ -17,6 +17,7 @@ from snakemake.logging import logger
 
 from hbvm_core.errors import ConfigError
 from hbvm_workflow import layout
+from hbvm_workflow.cluster import study_spreads
 from hbvm_workflow.config import load_studies
 from hbvm_workflow.kinds import KINDS as STUDY_KINDS
 from hbvm_workflow.plan import planned_studies, write_plan
@@ -132,7 +133,10 @@ def study_solve_threads(wildcards):
 
 @functools.cache  # once per study: Snakemake asks for a job's threads more than once
 def study_threads(name):
-    """study_solve_threads of the study ``name``."""
+    """study_solve_threads of the study ``name``: one for a study that spreads (its Dask workers are SLURM jobs of
+    their own; hbvm_workflow.cluster.spreads)."""
+    if study_spreads(config, STUDIES[name], study_work(name)):
+        return 1
     if config.get("solve_per_study"):
         return solve_threads([name])
     default = default_studies()

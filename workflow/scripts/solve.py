@@ -286,6 +286,34 @@ def compute(
     return errors
 
 
+def choose_cluster(config: dict, studies: dict, specs: list, todo: list, logs: dict) -> dict:
+    """The ``dask:`` section of this solve: the config's, or for the shards of one summary study that spreads
+    (config ``spread``: ``hbvm_workflow.cluster.spreads``) a SLURMCluster sized from the study and the partition
+    (``spread_cluster``); with ``spread`` on, the study's log says which and why, in one line."""
+    from hbvm_workflow.cluster import SPREAD_AFTER_S, is_local, spread_cluster, study_spreads
+    from hbvm_workflow.jobs import plural
+    from hbvm_workflow.runs import work_seconds
+
+    dask_cfg = config.get("dask") or {}
+    names = {spec["study"] for spec in specs}
+    if not config.get("spread") or todo or len(names) != 1 or not is_local(dask_cfg) or dask_cfg.get("n_workers"):
+        return dask_cfg  # (a cluster the config chose: the "computing on" line names it)
+    name = names.pop()
+    study, log = studies[name], logs[name]
+    work = work_seconds(study.jobs)
+    if not study_spreads(config, study, work):
+        after = float(dask_cfg.get("spread_after", SPREAD_AFTER_S))
+        log.info(
+            f"one job: {plural(len(specs), 'shard task')} of {work:.0f} s estimated work for the whole study "
+            f"(spread over SLURM: above dask.spread_after = {after:g} s and more than one shard)"
+        )
+        return dask_cfg
+    pending = sum(spec["stop"] - spec["start"] for spec in specs)
+    cfg, why = spread_cluster(dask_cfg, len(specs), work * pending / max(1, len(study.jobs)))
+    log.info(why)
+    return cfg
+
+
 def hosts_of(client, ran: dict) -> None:
     """Fill in the host of each worker of ``ran`` (address -> host) that has none: asked of the workers still there,
     else the address's host."""
@@ -528,7 +556,7 @@ def solve(smk, names: list) -> None:
             continue
         pending, summaries[name] = reuse(study, retry_failed, logs[name])
         todo += pending
-    dask_cfg = config.get("dask") or {}
+    dask_cfg = choose_cluster(config, studies, specs, todo, logs)
     stops: dict = {}
     refused: dict = {}
     ran: dict = {}  # the Dask workers that computed something: address -> host
