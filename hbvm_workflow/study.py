@@ -173,12 +173,18 @@ class Study:
     instances: list = field(default_factory=list)
     #: ((id, size) of jobs, runs_digest) once computed
     _digest: Any = field(default=None, repr=False, compare=False)
+    #: ((id, size) of instances, {key: Instance}) once asked (``instance_of``)
+    _by_key: Any = field(default=None, repr=False, compare=False)
 
     def instance_of(self, combo: str) -> Instance:
-        """The Instance of a grid combination (a Row's or Job's ``combo``)."""
-        for inst in self.instances:
-            if inst.key == combo:
-                return inst
+        """The Instance of a grid combination (a Row's or Job's ``combo``); a dict lookup, built once per list of
+        instances (a plot or table asks once per row)."""
+        key = (id(self.instances), len(self.instances))
+        if self._by_key is None or self._by_key[0] != key:
+            self._by_key = (key, {inst.key: inst for inst in self.instances})
+        inst = self._by_key[1].get(combo)
+        if inst is not None:
+            return inst
         if not combo:  # a Study made by hand, without instances
             return Instance("", {}, dict(self.params), self.built_problem, "", self.t_end, self.period)
         from .storage import RunNotFoundError
@@ -328,6 +334,7 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
     cfg = _study_entry(where, cfg)
     grid = _grid(where, cfg)
     instances = []
+    keys: set[str] = set()  # the combinations' names (a set: the parse stays linear in grid values)
     for values in _combinations(grid):
         params = {**cfg["params"], **values}
         what = f"{where}[{combo_name(values)}]" if values else where
@@ -335,8 +342,9 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
         t_end = _interval(what, cfg, problem)
         reference, convention = _convention(what, cfg, problem)
         inst = Instance(combo_name(values), values, params, problem, "", t_end, problem.period, where=what)
-        if any(i.key == inst.key for i in instances):
+        if inst.key in keys:
             raise ConfigError(f"{where}.grid: two combinations get the same name {inst.key!r}; give distinct values")
+        keys.add(inst.key)
         instances.append(inst)
     problem, t_end = instances[0].problem, instances[0].t_end
     study = Study(
