@@ -43,6 +43,7 @@ from hbvm_core.methods import method_label  # noqa: F401  (re-exported)
 from hbvm_core.problems import problem_name
 
 from .collector import paused
+from .grids import grid_values
 from .kinds import KINDS
 from .layout import (  # noqa: F401
     COLUMNS,
@@ -535,7 +536,8 @@ def _method(where: str, raw, cfg: dict, earlier: list[StudyMethod], problems=())
 
 
 def _grid(where: str, cfg: dict) -> dict:
-    """The study's ``grid`` (key -> list of values), checked: keys are keywords of the factory not in ``params``."""
+    """The study's ``grid`` (key -> list of values, a range expanded: ``grids.grid_values``), checked: keys are
+    keywords of the factory not in ``params``."""
     import inspect
 
     from hbvm_core.problems import resolve_factory
@@ -574,8 +576,7 @@ def _grid(where: str, cfg: dict) -> dict:
                     f"{where}.grid.{key}: not a keyword of problem {_name(cfg)!r} "
                     f"(its keywords: {', '.join(ps) or 'none'})"
                 )
-        if not isinstance(values, list) or not values:
-            raise ConfigError(f"{where}.grid.{key} = {values!r}: expected a non-empty list of values")
+        grid[key] = grid_values(f"{where}.grid.{key}", values)  # a list, or a range's values (grids.py)
     return grid
 
 
