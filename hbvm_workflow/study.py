@@ -334,19 +334,7 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
     where = f"studies.{name}"
     cfg = _study_entry(where, cfg)
     grid = _grid(where, cfg)
-    instances = []
-    keys: set[str] = set()  # the combinations' names (a set: the parse stays linear in grid values)
-    for values in _combinations(grid):
-        params = {**cfg["params"], **values}
-        what = f"{where}[{combo_name(values)}]" if values else where
-        problem = build_problem(what, cfg["problem"], params, cfg.get("check_derivatives", True))
-        t_end = _interval(what, cfg, problem)
-        reference, convention = _convention(what, cfg, problem)
-        inst = Instance(combo_name(values), values, params, problem, "", t_end, problem.period, where=what)
-        if inst.key in keys:
-            raise ConfigError(f"{where}.grid: two combinations get the same name {inst.key!r}; give distinct values")
-        keys.add(inst.key)
-        instances.append(inst)
+    instances, representatives, (reference, convention) = _instances(where, cfg, grid)
     problem, t_end = instances[0].problem, instances[0].t_end
     study = Study(
         name=name,
@@ -371,19 +359,19 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
     )
     if not isinstance(cfg["methods"], list) or not cfg["methods"]:
         raise ConfigError(f"{where}.methods: expected a non-empty list of method entries")
-    from hbvm_core.fingerprint import method_fingerprint
+    from hbvm_core.fingerprint import method_fingerprint, sources_snapshot
 
     # a summary study's runs as columns (``_run_columns``); the others a Job and a Row each (``_add_runs``); the
     # collector paused: 10^5 to 10^6 objects that all stay
     columnar = cfg.get("save") == "summary"
     groups: list[dict] = []
-    with paused():
+    with paused(), sources_snapshot():  # the instances share their modules: their files read once
         if columnar:  # identified first: a sharded store records no identity to snap to
             for inst in instances:
                 _identify(study, inst, [])
         for i, raw in enumerate(cfg["methods"]):
             where_i = f"{where}.methods[{i}]"
-            study_method = _method(where_i, raw, cfg, study.methods, [inst.problem for inst in instances])
+            study_method = _method(where_i, raw, cfg, study.methods, representatives)
             numerics = method_fingerprint(study_method.entry)  # once per method: the instances share it
             rows: dict[str, list] = {key: [] for key in ROW_FIELDS}
             for inst in instances:
@@ -403,6 +391,71 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
         for inst in instances:
             _identify(study, inst, by_combo.get(inst.key, []))
     return study
+
+
+def _instances(where: str, cfg: dict, grid: dict) -> tuple[list[Instance], list, tuple[str, Any]]:
+    """(an Instance per combination of ``grid``, a problem per code of them, (reference, ErrorConvention)).
+
+    Planned per code, not per value: each instance's problem is built with its checks deferred
+    (``hbvm_core.problem.deferred_validation``); of the instances of one code (``fingerprint.code_key``: the same
+    callbacks, differing only in values) the first is validated in full (shapes, derivatives, the convention's
+    needs) and the initial data of all are checked at once (``inconsistent_instance``), naming the first bad one.
+    """
+    from hbvm_core.fingerprint import code_key
+    from hbvm_core.problem import deferred_validation, inconsistent_instance
+
+    entry, check = cfg["problem"], cfg.get("check_derivatives", True)
+    instances: list[Instance] = []
+    keys: set[str] = set()  # the combinations' names (a set: the parse stays linear in grid values)
+    codes: dict[tuple, list[Instance]] = {}
+    factory = None
+    with deferred_validation():
+        for values in _combinations(grid):
+            params = {**cfg["params"], **values}
+            what = f"{where}[{combo_name(values)}]" if values else where
+            problem = build_problem(what, entry, params, check, factory)
+            if factory is None:  # the first built resolved and checked the factory; the others call it
+                from hbvm_core.problems import resolve_factory
+
+                factory = resolve_factory(entry)
+            inst = Instance(combo_name(values), values, params, problem, "", _interval(what, cfg, problem),
+                            problem.period, where=what)  # fmt: skip
+            if inst.key in keys:
+                raise ConfigError(
+                    f"{where}.grid: two combinations get the same name {inst.key!r}; give distinct values"
+                )
+            keys.add(inst.key)
+            instances.append(inst)
+            codes.setdefault(code_key(problem), []).append(inst)
+    for group in codes.values():
+        first = group[0]
+        _validate(first.where, entry, first.problem, check)
+        bad = inconsistent_instance([inst.problem for inst in group])
+        if bad is not None:
+            i, why = bad
+            raise ConfigError(f"{_problem_what(group[i].where, entry)}: {why}")
+        conventions = _convention(first.where, cfg, first.problem)
+    return instances, [group[0].problem for group in codes.values()], conventions
+
+
+def _validate(where: str, problem_entry, problem, check_derivatives: bool) -> None:
+    """``problem.validate()`` (built with its checks deferred), its ProblemError one line as ``build_problem``'s."""
+    from hbvm_core.checks import derivative_checks
+
+    if not problem.check:
+        return
+    try:
+        with derivative_checks(check_derivatives):
+            problem.validate()
+    except (ProblemError, NonFiniteError) as exc:
+        raise ConfigError(f"{_problem_what(where, problem_entry)}: {exc}") from None
+
+
+def _problem_what(where: str, problem_entry) -> str:
+    """The study's problem entry as messages name it: ``studies.s[L=0.5].problem = 'conical_pendulum'``."""
+    if isinstance(problem_entry, str):
+        return f"{where}.problem = {problem_entry!r}"
+    return f"{where}.problem {problem_entry.get('name')!r}"
 
 
 def _identify(study: Study, inst: Instance, jobs: list) -> None:
@@ -714,37 +767,35 @@ def _run_columns(
     return {"fields": fields, "runs": {"h": hs, "run": names, "store": [""] * runs, "hash": hashes_at(proto, hs)}}
 
 
-def build_problem(where: str, problem_entry: str, params: dict, check_derivatives: bool = True):
+def build_problem(where: str, problem_entry: str, params: dict, check_derivatives: bool = True, factory=None):
     """The study's problem from ``problem_entry`` (the config's ``problem``) and ``params``; ConfigError with one
     line naming the study, the problem entry and the exception when the module fails to import, the params do
     not fit the factory's signature (bad params), or the factory raises (its own error, reported as such,
     whatever its type).
-    ``check_derivatives``: the study's key; False skips ``hbvm_core.checks.check_derivatives``."""
+    ``check_derivatives``: the study's key; False skips ``hbvm_core.checks.check_derivatives``. ``factory``: the
+    entry's factory, resolved and its signature checked with these params' keys already (a grid's instances)."""
     import inspect
 
     from hbvm_core import Problem
     from hbvm_core.checks import derivative_checks
     from hbvm_core.problems import resolve_factory
 
-    what = (
-        f"{where}.problem = {problem_entry!r}"
-        if isinstance(problem_entry, str)
-        else f"{where}.problem {problem_entry.get('name')!r}"
-    )
-    try:
-        factory = resolve_factory(problem_entry)
-    except ConfigError as exc:
-        raise ConfigError(f"{where}.{exc}") from None
-    except Exception as exc:  # the module raised while importing (SyntaxError, NameError, ...)
-        raise ConfigError(
-            f"{what}: importing {problem_entry.partition(':')[0]!r} raised {type(exc).__name__}: {exc}"
-        ) from None
-    try:
-        inspect.signature(factory).bind(**params)
-    except TypeError as exc:  # the factory's call signature does not take these params
-        raise ConfigError(f"{where}.params = {params!r}: {exc}") from None
-    except ValueError:  # no signature to check (a builtin): the call tells
-        pass
+    what = _problem_what(where, problem_entry)
+    if factory is None:
+        try:
+            factory = resolve_factory(problem_entry)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}.{exc}") from None
+        except Exception as exc:  # the module raised while importing (SyntaxError, NameError, ...)
+            raise ConfigError(
+                f"{what}: importing {problem_entry.partition(':')[0]!r} raised {type(exc).__name__}: {exc}"
+            ) from None
+        try:
+            inspect.signature(factory).bind(**params)
+        except TypeError as exc:  # the factory's call signature does not take these params
+            raise ConfigError(f"{where}.params = {params!r}: {exc}") from None
+        except ValueError:  # no signature to check (a builtin): the call tells
+            pass
     try:
         with derivative_checks(check_derivatives):
             problem = factory(**params)
