@@ -365,8 +365,20 @@ class PlannedJobs(_BuiltOnDemand, Mapping):
 
     def longest(self) -> list[Job]:
         """Per group the Job of its run of the most steps (the first of them): a run's stored bytes grow with its
-        steps at one ``save_every``, so it is the group's largest (what the limits check)."""
-        return [self._run(g, int(self._steps(g).argmax())) for g in self._groups if g["runs"]["h"]]
+        steps at one ``save_every``, so it is the group's largest (what the limits check). Of groups whose longest
+        runs have the same steps and ``save_every`` (a grid's instances), only the first: they store as much."""
+        out, seen = [], set()
+        for g in self._groups:
+            hs, t_end = g["runs"]["h"], g["fields"]["t_end"]
+            if not hs:
+                continue
+            steps = [round(t_end / h) for h in hs]  # as _steps (half to even, as numpy's rint)
+            i = steps.index(max(steps))
+            key = (steps[i], g["fields"]["save_every"])
+            if key not in seen:
+                seen.add(key)
+                out.append(self._run(g, i))
+        return out
 
     def columns(self) -> dict:
         """Per run, in order: id, label, combo, h, steps (``number_of_steps``, vectorised) and hash."""

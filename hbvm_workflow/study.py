@@ -415,9 +415,7 @@ def _instances(where: str, cfg: dict, grid: dict) -> tuple[list[Instance], list,
             what = f"{where}[{combo_name(values)}]" if values else where
             problem = build_problem(what, entry, params, check, factory)
             if factory is None:  # the first built resolved and checked the factory; the others call it
-                from hbvm_core.problems import resolve_factory
-
-                factory = resolve_factory(entry)
+                factory = _instance_factory(entry)
             inst = Instance(combo_name(values), values, params, problem, "", _interval(what, cfg, problem),
                             problem.period, where=what)  # fmt: skip
             if inst.key in keys:
@@ -436,6 +434,17 @@ def _instances(where: str, cfg: dict, grid: dict) -> tuple[list[Instance], list,
             raise ConfigError(f"{_problem_what(group[i].where, entry)}: {why}")
         conventions = _convention(first.where, cfg, first.problem)
     return instances, [group[0].problem for group in codes.values()], conventions
+
+
+def _instance_factory(problem_entry):
+    """The factory of ``problem_entry`` (a mapping of expressions: its model's ``problem``, the mapping read once)."""
+    if isinstance(problem_entry, dict):
+        from hbvm_core.expressions import model_from_mapping
+
+        return model_from_mapping(problem_entry).problem
+    from hbvm_core.problems import resolve_factory
+
+    return resolve_factory(problem_entry)
 
 
 def _validate(where: str, problem_entry, problem, check_derivatives: bool) -> None:
