@@ -334,7 +334,8 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
     where = f"studies.{name}"
     cfg = _study_entry(where, cfg)
     grid = _grid(where, cfg)
-    instances, representatives, (reference, convention) = _instances(where, cfg, grid)
+    with paused():  # 10^5 instances, their problems and arrays: objects that all stay
+        instances, representatives, (reference, convention) = _instances(where, cfg, grid)
     problem, t_end = instances[0].problem, instances[0].t_end
     study = Study(
         name=name,
