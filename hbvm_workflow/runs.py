@@ -141,10 +141,15 @@ class Job:
     def step_rate(self) -> tuple[int, float]:
         """(the method's work units per step, ``Method.work_units``: HBVM's quadrature nodes; the seconds per unit
         of its cost model, ``Method.STEP_SECONDS``: compiled for a built-in problem unless ``backend: numpy``)."""
-        _, units, (compiled_s, numpy_s) = _method_cost(self.method)
-        ours = isinstance(self.problem, dict) or self.problem in BUILTIN  # expressions: compiled kernels too
-        compiled = compiled_s is not None and self.backend != "numpy" and ours
-        return units, compiled_s if compiled else numpy_s
+        return step_rate(self.method, self.problem, self.backend)
+
+
+def step_rate(method: dict, problem: str | dict, backend: str) -> tuple[int, float]:
+    """``Job.step_rate`` of a job of this method entry, problem entry and backend."""
+    _, units, (compiled_s, numpy_s) = _method_cost(method)
+    ours = isinstance(problem, dict) or problem in BUILTIN  # expressions: compiled kernels too
+    compiled = compiled_s is not None and backend != "numpy" and ours
+    return units, compiled_s if compiled else numpy_s
 
 
 def run_hash(text: str) -> str:
@@ -361,7 +366,16 @@ class PlannedJobs(_BuiltOnDemand, Mapping):
 
     def work_seconds(self) -> float:
         """``work_seconds`` of the jobs, per group (its runs share method, problem and backend)."""
-        return sum(_group_seconds(self._run(g), len(g["runs"]["h"]), int(self._steps(g).sum())) for g in self._groups)
+        total, rates = 0.0, {}  # the rate once per method, problem and backend objects (a grid's groups share them)
+        for g in self._groups:
+            f, hs = g["fields"], g["runs"]["h"]
+            key = (id(f["method"]), id(f["problem"]), f["backend"])
+            if key not in rates:
+                rates[key] = step_rate(f["method"], f["problem"], f["backend"])
+            units, seconds = rates[key]
+            steps = sum(round(f["t_end"] / h) for h in hs)  # as _steps (half to even, as numpy's rint)
+            total += len(hs) * RUN_OVERHEAD_S + steps * units * seconds  # as _group_seconds
+        return total
 
     def longest(self) -> list[Job]:
         """Per group the Job of its run of the most steps (the first of them): a run's stored bytes grow with its
