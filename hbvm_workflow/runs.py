@@ -318,12 +318,21 @@ class PlannedJobs(_BuiltOnDemand, Mapping):
     ``Job`` objects only when first looked up: the parse and the jobs of a sweep read its runs as columns (``ids``,
     ``hashes``, ``columns``, ``work_seconds``, ``longest``)."""
 
-    def __init__(self, groups: list[dict]):
+    def __init__(self, groups: list[dict], fill=None):
         self._groups = groups
         self._len = sum(len(g["runs"]["h"]) for g in groups)
+        #: group -> its problem_probe, for groups planned with it None (a sweep's parse: computed when first read)
+        self._fill = fill
+
+    def _filled(self, group: dict) -> dict:
+        """The group with its ``problem_probe`` (``fill``, once)."""
+        fields = group["fields"]
+        if fields.get("problem_probe") is None and self._fill is not None:
+            fields["problem_probe"] = self._fill(group)
+        return group
 
     def _build(self) -> dict:
-        return {job.id: job for job in _jobs_of({"job_groups": self._groups})}
+        return {job.id: job for job in _jobs_of({"job_groups": self.groups})}
 
     def __len__(self) -> int:
         return self._len
@@ -332,7 +341,7 @@ class PlannedJobs(_BuiltOnDemand, Mapping):
     def groups(self) -> list[dict]:
         """The groups as the plan records them (``job_groups``): per method and instance its fields, its runs'
         columns (``RUN_FIELDS`` and hash)."""
-        return self._groups
+        return [self._filled(g) for g in self._groups]
 
     def _ids(self, group: dict) -> list[str]:
         f = group["fields"]
@@ -354,7 +363,7 @@ class PlannedJobs(_BuiltOnDemand, Mapping):
     def _run(self, group: dict, i: int = 0) -> Job:
         """The Job of run ``i`` of a group."""
         runs = group["runs"]
-        job = Job(**group["fields"], **{f: runs[f][i] for f in RUN_FIELDS})
+        job = Job(**self._filled(group)["fields"], **{f: runs[f][i] for f in RUN_FIELDS})
         job._hash = runs["hash"][i]
         return job
 

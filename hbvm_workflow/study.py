@@ -76,6 +76,26 @@ REFERENCES = ("exact", "reference", "self", "none")
 MAX_CHUNK = 2**22
 
 
+class _Probe:
+    """``Instance.probe``: the text as set, or, set to None (a summary study's parse), the problem's probe computed
+    when first read (the plan, a shard's task): a dry run or a rerun with nothing to do never evaluates it."""
+
+    def __get__(self, inst, owner=None) -> str:
+        if inst is None:
+            return ""  # the field's default
+        text = inst.__dict__.get("_probe")
+        if text is None:
+            from hbvm_core.fingerprint import problem_probe
+
+            probe = problem_probe(inst.problem)
+            text = inst.__dict__["_probe"] = json.dumps(probe, sort_keys=True)
+            inst._checked = (inst.structure, probe)  # the problem agrees with its own values
+        return text
+
+    def __set__(self, inst, text: str | None) -> None:
+        inst.__dict__["_probe"] = "" if isinstance(text, _Probe) else text  # the descriptor: the field's default
+
+
 @dataclass
 class Instance:
     """One problem instance of a study: a combination of its ``grid`` values (the only one, key "", without
@@ -94,7 +114,7 @@ class Instance:
     t_end: float
     period: float | None
     structure: str = ""
-    probe: str = field(default="", repr=False)
+    probe: str = field(default=_Probe(), repr=False)  # type: ignore[assignment]  # a lazy text (``_Probe``)
     #: what builds the problem when ``built`` is None: the config's problem, its check_derivatives and the
     #: study's key in messages
     problem_entry: Any = field(default=None, repr=False, compare=False)
@@ -102,6 +122,11 @@ class Instance:
     where: str = field(default="", repr=False, compare=False)
     #: (structure, probe) once ``problem`` is known to be the planned identity (``checked``)
     _checked: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def probe_pending(self) -> bool:
+        """True while ``probe`` is still to be computed (when first read)."""
+        return self.__dict__.get("_probe") is None
 
     def checked(self) -> tuple[str, dict] | None:
         """The planned identity (structure, probe values), after checking once that ``problem`` (as built in this
@@ -384,7 +409,7 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
                 study_method.rows = PlannedRows(rows)
             study.methods.append(study_method)
         if columnar:
-            study.jobs = PlannedJobs(groups)
+            study.jobs = PlannedJobs(groups, fill=functools.partial(_group_probe, study))
             return study
         by_combo: dict[str, list] = {}
         for job in study.jobs.values():
@@ -471,17 +496,25 @@ def _problem_what(where: str, problem_entry) -> str:
 def _identify(study: Study, inst: Instance, jobs: list) -> None:
     """The instance's problem identity, snapped to what the stores of its runs (``jobs``) record
     (``hbvm_core.fingerprint.problem_identity``), set on the instance and its jobs."""
-    from hbvm_core.fingerprint import problem_identity, problem_structure
+    from hbvm_core.fingerprint import problem_fingerprint, problem_identity, problem_structure
 
     structure = problem_structure(inst.problem)
-    recorded = () if study.cfg.get("save") == "summary" else _recorded(jobs)  # a sharded store records no identity
-    fingerprint, probe = problem_identity(inst.problem, recorded, structure)
+    if study.cfg.get("save") == "summary":  # a sharded store records no identity: problem_identity with no records
+        inst.fingerprint, inst.structure = problem_fingerprint(inst.problem), structure
+        inst.probe = None  # computed when first read (``_Probe``)
+        return
+    fingerprint, probe = problem_identity(inst.problem, _recorded(jobs), structure)
     inst.fingerprint, inst.structure = fingerprint, structure
     inst.probe = json.dumps(probe, sort_keys=True)
     inst._checked = (structure, probe)  # the problem agrees with it (problem_identity)
     for job in jobs:
         job.problem_fingerprint, job.problem_structure, job.problem_probe = fingerprint, inst.structure, inst.probe
         job._hash = None  # the fingerprint is hashed; the steps (h, t_end) stay
+
+
+def _group_probe(study: Study, group: dict) -> str:
+    """The probe of the instance of a group of ``PlannedJobs`` (planned without it: ``_run_columns``)."""
+    return study.instance_of(group["fields"]["combo"]).probe
 
 
 def _recorded(jobs):
@@ -747,7 +780,8 @@ def _run_columns(
     run: a sweep plans 10^5 to 10^6 of them. The rows' runs come first, in row order; then, for ``errors.reference:
     self``, the h/2 partners that are no row's run (with halvings: the last row's)."""
     fixed = _fixed_fields(study, study_method, inst, numerics)
-    identity = dict(problem_fingerprint=inst.fingerprint, problem_structure=inst.structure, problem_probe=inst.probe)
+    probe = None if inst.probe_pending else inst.probe  # None: filled when the group is first read (PlannedJobs)
+    identity = dict(problem_fingerprint=inst.fingerprint, problem_structure=inst.structure, problem_probe=probe)
     proto = Job(h=0.0, **fixed, **identity)  # every field of the group's runs but h, run and store
     prefix = f"{study_method.label}/{inst.key}/" if inst.key else f"{study_method.label}/"  # Job.id
     ns, row_hs, hs, names, partners = [], [], [], [], []

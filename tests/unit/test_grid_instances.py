@@ -98,3 +98,19 @@ def wrong_gradient(length: float = 1.0) -> hc.Problem:
         G=good.G,
         params={"length": length},
     )
+
+
+def test_a_sweeps_parse_leaves_the_probes_to_the_plan_which_records_each_instances_own():
+    import json
+
+    from hbvm_core.fingerprint import problem_probe
+
+    planned = expand_study("s", study(grid={"length": [0.6, 0.9, 1.3]}))
+    assert all(inst.probe_pending for inst in planned.instances)  # a dry run never evaluates them
+    groups = planned.jobs.groups  # what the plan records, and a worker checks its problem against
+    for group, length in zip(groups, [0.6, 0.9, 1.3]):
+        own = problem_probe(drifting_pendulum(length))  # built again here: the oracle
+        assert json.loads(group["fields"]["problem_probe"]) == own
+    assert [json.loads(inst.probe) for inst in planned.instances] == [
+        json.loads(g["fields"]["problem_probe"]) for g in groups
+    ]
