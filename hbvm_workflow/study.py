@@ -28,6 +28,7 @@ are a ConfigError.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import itertools
@@ -427,6 +428,7 @@ def _instances(where: str, cfg: dict, grid: dict) -> tuple[list[Instance], list,
     callbacks, differing only in values) the first is validated in full (shapes, derivatives, the convention's
     needs) and the initial data of all are checked at once (``inconsistent_instance``), naming the first bad one.
     """
+    from hbvm_core.checks import derivative_checks
     from hbvm_core.fingerprint import code_key
     from hbvm_core.problem import deferred_validation, inconsistent_instance
 
@@ -435,7 +437,7 @@ def _instances(where: str, cfg: dict, grid: dict) -> tuple[list[Instance], list,
     keys: set[str] = set()  # the combinations' names (a set: the parse stays linear in grid values)
     codes: dict[tuple, list[Instance]] = {}
     factory = None
-    with deferred_validation():
+    with deferred_validation(), derivative_checks(check):
         for values in _combinations(grid):
             params = {**cfg["params"], **values}
             what = f"{where}[{combo_name(values)}]" if values else where
@@ -824,7 +826,7 @@ def build_problem(where: str, problem_entry: str, params: dict, check_derivative
     from hbvm_core.checks import derivative_checks
     from hbvm_core.problems import resolve_factory
 
-    what = _problem_what(where, problem_entry)
+    what, given = _problem_what(where, problem_entry), factory
     if factory is None:
         try:
             factory = resolve_factory(problem_entry)
@@ -841,7 +843,8 @@ def build_problem(where: str, problem_entry: str, params: dict, check_derivative
         except ValueError:  # no signature to check (a builtin): the call tells
             pass
     try:
-        with derivative_checks(check_derivatives):
+        # a given factory: a grid's instance, built inside _instances' derivative_checks (one block for them all)
+        with derivative_checks(check_derivatives) if given is None else contextlib.nullcontext():
             problem = factory(**params)
     except (ProblemError, NonFiniteError) as exc:  # a user problem that cannot be integrated
         raise ConfigError(f"{what}: {exc}") from None
