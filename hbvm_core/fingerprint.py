@@ -30,6 +30,8 @@ the last place apart. Nothing here hashes such values bit for bit:
 from __future__ import annotations
 
 import ast
+import contextlib
+import contextvars
 import functools
 import hashlib
 import importlib.util
@@ -59,7 +61,7 @@ PROBE_RTOL = 1e-10
 #: the significant digits of the values in a minted identity (its name only; agreement uses PROBE_RTOL)
 MINT_DIGITS = 6
 _CALLBACKS = ("U", "grad_U", "g", "G", "d2g", "exact")
-_STRUCTURE, _PROBE = "_hbvm_structure", "_hbvm_probe"
+_STRUCTURE, _PROBE, _CODE = "_hbvm_structure", "_hbvm_probe", "_hbvm_code"
 
 
 # --------------------------------------------------------------------------- sources
@@ -185,11 +187,29 @@ def module_closure(modules: Iterable[str]) -> dict[str, str]:
     problem instances share their modules."""
     key = tuple(sorted(set(modules)))
     hit = _CLOSURES.get(key)
-    if hit is not None and all(_read(path) == data for path, data in hit[1]):
-        return dict(hit[0])
-    seen, files = _closure(key)
-    _CLOSURES[key] = (seen, files)
-    return dict(seen)
+    snapshot = _SNAPSHOT.get()
+    if hit is not None and snapshot is not None and key in snapshot:
+        return dict(hit[0])  # read already in this snapshot
+    if hit is None or not all(_read(path) == data for path, data in hit[1]):
+        hit = _CLOSURES[key] = _closure(key)
+    if snapshot is not None:
+        snapshot.add(key)
+    return dict(hit[0])
+
+
+#: the sets of modules whose files ``module_closure`` has read within the current ``sources_snapshot``
+_SNAPSHOT: contextvars.ContextVar[set | None] = contextvars.ContextVar("hbvm_sources_snapshot", default=None)
+
+
+@contextlib.contextmanager
+def sources_snapshot():
+    """Within the block, ``module_closure`` reads each set of modules' files once (the sources as they were when
+    first asked): a study's grid instances share their modules, and one parse sees one version of them."""
+    token = _SNAPSHOT.set(set())
+    try:
+        yield
+    finally:
+        _SNAPSHOT.reset(token)
 
 
 #: module_closure's results: modules -> (the closure, (path, bytes) of every file it read)
@@ -253,22 +273,66 @@ def problem_structure(problem) -> str:
     cached = problem.__dict__.get(_STRUCTURE)
     if cached is not None:
         return cached
-    what: dict = {"name": problem.name, "params": problem.params, "sizes": [problem.m, problem.nu]}
-    identity = getattr(problem, "identity", None)
-    if identity is not None:
-        what["identity"] = str(identity)
-    else:
-        callbacks = {key: getattr(problem, key, None) for key in _CALLBACKS}
-        kernels = problem.kernels
-        for key in ("grad_U", "G", "g"):
-            callbacks[f"kernels.{key}"] = getattr(kernels, key, None) if kernels is not None else None
-        what["callbacks"] = {k: None if f is None else _qualname(f) for k, f in callbacks.items()}
-        modules = {_defining_module(f) for f in callbacks.values() if f is not None} - {None}
-        what["sources"] = module_closure(modules)
-    text = json.dumps(what, sort_keys=True, default=repr)
+    what = {
+        "name": json.dumps(problem.name, default=repr),
+        "params": json.dumps(problem.params, sort_keys=True, default=repr),
+        "sizes": json.dumps([problem.m, problem.nu]),
+    }
+    snapshot = _SNAPSHOT.get()
+    code = code_key(problem) if snapshot is not None else None
+    parts = _CODE_PARTS.get(code) if code is not None and code in snapshot else None
+    if parts is None:
+        parts = _code_parts(problem)
+        if code is not None:  # the instances of one code share them within the snapshot of the sources
+            _CODE_PARTS[code] = parts
+            snapshot.add(code)
+    what |= parts
+    # the sorted JSON of the whole record, written from its parts' (each sorted JSON, as json.dumps nests them)
+    text = "{" + ", ".join(f"{json.dumps(k)}: {v}" for k, v in sorted(what.items())) + "}"
     value = hashlib.sha256(b"hbvm-problem-structure/2\n" + text.encode()).hexdigest()[:16]
     problem.__dict__[_STRUCTURE] = value
     return value
+
+
+#: code_key -> the structure's parts of that code (``_code_parts``), valid within a ``sources_snapshot``
+_CODE_PARTS: dict[tuple, dict[str, str]] = {}
+
+
+def _code_parts(problem) -> dict[str, str]:
+    """The parts of ``problem_structure`` that its code determines (its identity, or its callbacks and the
+    sources they are defined in), each as sorted JSON."""
+    identity = getattr(problem, "identity", None)
+    if identity is not None:
+        return {"identity": json.dumps(str(identity))}
+    callbacks = {key: getattr(problem, key, None) for key in _CALLBACKS}
+    kernels = problem.kernels
+    for key in ("grad_U", "G", "g"):
+        callbacks[f"kernels.{key}"] = getattr(kernels, key, None) if kernels is not None else None
+    named = {k: None if f is None else _qualname(f) for k, f in callbacks.items()}
+    modules = {_defining_module(f) for f in callbacks.values() if f is not None} - {None}
+    return {
+        "callbacks": json.dumps(named, sort_keys=True, default=repr),
+        "sources": json.dumps(module_closure(modules), sort_keys=True, default=repr),
+    }
+
+
+def code_key(problem) -> tuple:
+    """What a problem's code is, not its values: its name, sizes, mass form, identity, the optional features it
+    has, and each callback's (and compiled callback's) defining module and name. Instances of one factory with
+    one key differ only in values (a study checks the callbacks of one of them, ``hbvm_workflow.study``)."""
+    cached = problem.__dict__.get(_CODE)
+    if cached is not None:
+        return cached
+    mass = "identity" if problem.M is None else "diagonal" if problem._diag is not None else "full"
+    callbacks = {key: getattr(problem, key, None) for key in _CALLBACKS}
+    kernels = problem.kernels
+    for key in ("grad_U", "G", "g", "d2g"):
+        callbacks[f"kernels.{key}"] = getattr(kernels, key, None) if kernels is not None else None
+    named = tuple((k, None if f is None else (_defining_module(f), _qualname(f))) for k, f in callbacks.items())
+    identity = getattr(problem, "identity", None)
+    key = (problem.name, problem.m, problem.nu, mass, problem.period is None, identity, named, type(kernels))
+    problem.__dict__[_CODE] = key
+    return key
 
 
 def _record(value) -> dict | str | None:
@@ -276,15 +340,16 @@ def _record(value) -> dict | str | None:
     if value is None or isinstance(value, str):
         return value
     arr = np.asarray(value, dtype=float)
-    data = [x if math.isfinite(x) else repr(x) for x in arr.reshape(-1).tolist()]
+    data = arr.reshape(-1).tolist()
+    if not np.isfinite(arr).all():
+        data = [x if math.isfinite(x) else repr(x) for x in data]
     return {"shape": list(arr.shape), "data": data}
 
 
 def _call(f, *args):
     """f(*args) as a float array, or the name of what it raised (a probe never fails on a callback)."""
     try:
-        with np.errstate(all="ignore"):
-            return np.asarray(f(*args), dtype=float)
+        return np.asarray(f(*args), dtype=float)  # within problem_probe's np.errstate(all="ignore")
     except Exception as exc:  # noqa: BLE001 - the record says so instead
         return f"raised {type(exc).__name__}"
 
@@ -294,8 +359,30 @@ def problem_probe(problem) -> dict:
     cached = problem.__dict__.get(_PROBE)
     if cached is not None:
         return cached
-    Q = probe_points(problem.q0)
-    V = probe_points(problem.p0)[::-1]
+    with np.errstate(all="ignore"):
+        out = _probe(problem)
+    problem.__dict__[_PROBE] = out
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _directions(m: int, n: int = 3) -> np.ndarray:
+    """The directions of ``probes.probe_points`` from q0, shape (n, m): computed as there, once per size."""
+    return np.array([np.cos(0.7 * (j + 1) * np.arange(1, m + 1) + j) for j in range(n)], dtype=float)
+
+
+def _points(q0: np.ndarray) -> np.ndarray:
+    """``probes.probe_points(q0)``, the same values, with the directions computed once per size."""
+    m = q0.size
+    if not m:
+        return probe_points(q0)
+    scale = 1e-2 * (1.0 + float(np.max(np.abs(q0))))
+    return np.concatenate([q0[None, :], q0 + scale * _directions(m)])
+
+
+def _probe(problem) -> dict:
+    Q = _points(problem.q0)
+    V = _points(problem.p0)[::-1]
     out = {
         "q0": _record(problem.q0),
         "p0": _record(problem.p0),
@@ -317,12 +404,10 @@ def problem_probe(problem) -> dict:
             py = getattr(f, "py_func", f)
             buf = np.zeros(shape or (len(Q), problem.nu))
             try:
-                with np.errstate(all="ignore"):
-                    py(Q, buf, params)
+                py(Q, buf, params)
                 out[f"kernels.{key}"] = _record(buf)
             except Exception as exc:  # noqa: BLE001
                 out[f"kernels.{key}"] = f"raised {type(exc).__name__}"
-    problem.__dict__[_PROBE] = out
     return out
 
 

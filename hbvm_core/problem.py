@@ -17,7 +17,9 @@ built-in problems live in ``hbvm_core.problems``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import contextvars
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +34,21 @@ Array = np.ndarray
 
 #: Tolerance (relative to the size of the data) for consistent initial values.
 CONSISTENCY_TOL = 1e-10
+#: G^T M^-1 G at q0 with a larger condition number counts as singular
+MAX_CONDITION = 1e12
+_DEFERRED: contextvars.ContextVar[bool] = contextvars.ContextVar("hbvm_deferred_validation", default=False)
+
+
+@contextlib.contextmanager
+def deferred_validation():
+    """Within the block, problems built skip ``validate()`` (and the vectorisation check of g): whoever builds
+    many instances of one structure (a study's grid) validates one of them and checks the initial data of all
+    at once (``inconsistent_instance``)."""
+    token = _DEFERRED.set(True)
+    try:
+        yield
+    finally:
+        _DEFERRED.reset(token)
 
 
 @keywords_checked  # a misspelt keyword: one line with a did-you-mean (KeywordError), not a TypeError
@@ -129,7 +146,7 @@ class Problem:
         if self.M is not None:
             self._set_mass(m)
         self.nu = 0 if self.g is None else self._probe_nu()
-        if self.check:
+        if self.check and not _DEFERRED.get():
             self.validate()
 
     def __repr__(self) -> str:
@@ -222,7 +239,8 @@ class Problem:
 
     # --- callbacks on single states and trajectories ---------------------------------
     def _probe_nu(self) -> int:
-        check_vectorised(self, keys=("g",))
+        if not _DEFERRED.get():
+            check_vectorised(self, keys=("g",))
         gq = np.asarray(self.g(self.q0[None, :]))
         if gq.ndim != 2 or gq.shape[0] != 1:
             raise ProblemError(f"{self.name}: g(Q) must return shape (n, nu), got {gq.shape} for n = 1")
@@ -341,7 +359,7 @@ class Problem:
             )
         Gq = self.G(q)[0]
         A = Gq.T @ self.minv(Gq)
-        if np.linalg.cond(A) > 1e12:
+        if np.linalg.cond(A) > MAX_CONDITION:
             raise ProblemError(f"{self.name}: G^T M^-1 G is singular at q0 (condition {np.linalg.cond(A):.3e})")
 
     def check_finite(self, Q: Array, n: int | None = None, t: float = 0.0) -> None:
@@ -359,3 +377,58 @@ class Problem:
                 val = f()
             if not np.all(np.isfinite(val)):
                 raise NonFiniteError(f"{self.name}: callback {key} returned non-finite values{where}")
+
+
+def inconsistent_instance(problems: Sequence[Problem]) -> tuple[int, str] | None:
+    """The first of ``problems`` (instances of one structure: the same m and nu) whose initial data ``validate``
+    would refuse -- q0, p0, g(q0) or G(q0) not finite, |g(q0)| or the hidden constraint |G(q0)^T M^-1 p0| above
+    ``CONSISTENCY_TOL`` times their scale, G^T M^-1 G singular at q0 -- as (index, the one-line reason), or None.
+    One call of g and of G per problem (each at its own parameters); the checks vectorised over all of them."""
+    if not problems:
+        return None
+    first = problems[0]
+    m, nu = first.m, first.nu
+    q0, p0 = np.stack([pb.q0 for pb in problems]), np.stack([pb.p0 for pb in problems])
+    bad = ~(np.isfinite(q0).all(1) & np.isfinite(p0).all(1))
+    if bad.any():
+        i = int(np.argmax(bad))
+        return i, f"{problems[i].name}: q0 or p0 is not finite"
+    if nu == 0:
+        return None
+    with np.errstate(all="ignore"):
+        g = np.stack([np.asarray(pb.g(pb.q0[None, :]), dtype=float).reshape(nu) for pb in problems])
+        G = np.stack([np.asarray(pb.G(pb.q0[None, :]), dtype=float).reshape(m, nu) for pb in problems])
+        for key, val in (("g", g), ("G", G)):
+            finite = np.isfinite(val.reshape(len(problems), -1)).all(1)
+            if not finite.all():
+                i = int(np.argmin(finite))
+                return i, f"{problems[i].name}: callback {key} returned non-finite values at q0"
+        # M^-1 p0 and M^-1 G per problem: identity, diagonal (a division) or full (the Cholesky factor)
+        v, MG = p0.copy(), G.copy()
+        for i, pb in enumerate(problems):
+            if pb._chol is not None:
+                v[i], MG[i] = pb.minv(p0[i]), pb.minv(G[i])
+        scale = 1.0 + np.abs(q0).max(1) + np.abs(p0).max(1)
+        hidden = np.einsum("rmk,rm->rk", G, v)
+        A = np.einsum("rmi,rmj->rij", G, MG)
+        g_bad = np.abs(g).max(1) > CONSISTENCY_TOL * scale
+        h_bad = np.abs(hidden).max(1) > CONSISTENCY_TOL * scale * (1.0 + np.abs(G).max((1, 2)))
+        c_bad = ~(np.linalg.cond(A) <= MAX_CONDITION)
+    for i in range(len(problems)):  # the first bad problem, for the first reason validate gives
+        if not (g_bad[i] or h_bad[i] or c_bad[i]):
+            continue
+        name = problems[i].name
+        if g_bad[i]:
+            k = int(np.argmax(np.abs(g[i])))
+            return i, (
+                f"{name}: inconsistent initial data, |g(q0)| = {abs(g[i, k]):.3e} (expected 0): constraint {k} (of "
+                f"{nu}, counted from 0) has g_{k}(q0) = {g[i, k]:.3e}"
+            )
+        if h_bad[i]:
+            k = int(np.argmax(np.abs(hidden[i])))
+            return i, (
+                f"{name}: inconsistent initial data, hidden constraint |G(q0)^T M^-1 p0| = {abs(hidden[i, k]):.3e} "
+                f"(expected 0): constraint {k} (of {nu}, counted from 0) has (G^T M^-1 p0)_{k} = {hidden[i, k]:.3e}"
+            )
+        return i, f"{name}: G^T M^-1 G is singular at q0 (condition {np.linalg.cond(A[i]):.3e})"
+    return None

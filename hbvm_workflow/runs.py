@@ -141,10 +141,15 @@ class Job:
     def step_rate(self) -> tuple[int, float]:
         """(the method's work units per step, ``Method.work_units``: HBVM's quadrature nodes; the seconds per unit
         of its cost model, ``Method.STEP_SECONDS``: compiled for a built-in problem unless ``backend: numpy``)."""
-        _, units, (compiled_s, numpy_s) = _method_cost(self.method)
-        ours = isinstance(self.problem, dict) or self.problem in BUILTIN  # expressions: compiled kernels too
-        compiled = compiled_s is not None and self.backend != "numpy" and ours
-        return units, compiled_s if compiled else numpy_s
+        return step_rate(self.method, self.problem, self.backend)
+
+
+def step_rate(method: dict, problem: str | dict, backend: str) -> tuple[int, float]:
+    """``Job.step_rate`` of a job of this method entry, problem entry and backend."""
+    _, units, (compiled_s, numpy_s) = _method_cost(method)
+    ours = isinstance(problem, dict) or problem in BUILTIN  # expressions: compiled kernels too
+    compiled = compiled_s is not None and backend != "numpy" and ours
+    return units, compiled_s if compiled else numpy_s
 
 
 def run_hash(text: str) -> str:
@@ -313,12 +318,21 @@ class PlannedJobs(_BuiltOnDemand, Mapping):
     ``Job`` objects only when first looked up: the parse and the jobs of a sweep read its runs as columns (``ids``,
     ``hashes``, ``columns``, ``work_seconds``, ``longest``)."""
 
-    def __init__(self, groups: list[dict]):
+    def __init__(self, groups: list[dict], fill=None):
         self._groups = groups
         self._len = sum(len(g["runs"]["h"]) for g in groups)
+        #: group -> its problem_probe, for groups planned with it None (a sweep's parse: computed when first read)
+        self._fill = fill
+
+    def _filled(self, group: dict) -> dict:
+        """The group with its ``problem_probe`` (``fill``, once)."""
+        fields = group["fields"]
+        if fields.get("problem_probe") is None and self._fill is not None:
+            fields["problem_probe"] = self._fill(group)
+        return group
 
     def _build(self) -> dict:
-        return {job.id: job for job in _jobs_of({"job_groups": self._groups})}
+        return {job.id: job for job in _jobs_of({"job_groups": self.groups})}
 
     def __len__(self) -> int:
         return self._len
@@ -327,7 +341,7 @@ class PlannedJobs(_BuiltOnDemand, Mapping):
     def groups(self) -> list[dict]:
         """The groups as the plan records them (``job_groups``): per method and instance its fields, its runs'
         columns (``RUN_FIELDS`` and hash)."""
-        return self._groups
+        return [self._filled(g) for g in self._groups]
 
     def _ids(self, group: dict) -> list[str]:
         f = group["fields"]
@@ -349,7 +363,7 @@ class PlannedJobs(_BuiltOnDemand, Mapping):
     def _run(self, group: dict, i: int = 0) -> Job:
         """The Job of run ``i`` of a group."""
         runs = group["runs"]
-        job = Job(**group["fields"], **{f: runs[f][i] for f in RUN_FIELDS})
+        job = Job(**self._filled(group)["fields"], **{f: runs[f][i] for f in RUN_FIELDS})
         job._hash = runs["hash"][i]
         return job
 
@@ -361,12 +375,33 @@ class PlannedJobs(_BuiltOnDemand, Mapping):
 
     def work_seconds(self) -> float:
         """``work_seconds`` of the jobs, per group (its runs share method, problem and backend)."""
-        return sum(_group_seconds(self._run(g), len(g["runs"]["h"]), int(self._steps(g).sum())) for g in self._groups)
+        total, rates = 0.0, {}  # the rate once per method, problem and backend objects (a grid's groups share them)
+        for g in self._groups:
+            f, hs = g["fields"], g["runs"]["h"]
+            key = (id(f["method"]), id(f["problem"]), f["backend"])
+            if key not in rates:
+                rates[key] = step_rate(f["method"], f["problem"], f["backend"])
+            units, seconds = rates[key]
+            steps = sum(round(f["t_end"] / h) for h in hs)  # as _steps (half to even, as numpy's rint)
+            total += len(hs) * RUN_OVERHEAD_S + steps * units * seconds  # as _group_seconds
+        return total
 
     def longest(self) -> list[Job]:
         """Per group the Job of its run of the most steps (the first of them): a run's stored bytes grow with its
-        steps at one ``save_every``, so it is the group's largest (what the limits check)."""
-        return [self._run(g, int(self._steps(g).argmax())) for g in self._groups if g["runs"]["h"]]
+        steps at one ``save_every``, so it is the group's largest (what the limits check). Of groups whose longest
+        runs have the same steps and ``save_every`` (a grid's instances), only the first: they store as much."""
+        out, seen = [], set()
+        for g in self._groups:
+            hs, t_end = g["runs"]["h"], g["fields"]["t_end"]
+            if not hs:
+                continue
+            steps = [round(t_end / h) for h in hs]  # as _steps (half to even, as numpy's rint)
+            i = steps.index(max(steps))
+            key = (steps[i], g["fields"]["save_every"])
+            if key not in seen:
+                seen.add(key)
+                out.append(self._run(g, i))
+        return out
 
     def columns(self) -> dict:
         """Per run, in order: id, label, combo, h, steps (``number_of_steps``, vectorised) and hash."""

@@ -28,6 +28,7 @@ are a ConfigError.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import itertools
@@ -43,6 +44,7 @@ from hbvm_core.methods import method_label  # noqa: F401  (re-exported)
 from hbvm_core.problems import problem_name
 
 from .collector import paused
+from .grids import grid_values
 from .kinds import KINDS
 from .layout import (  # noqa: F401
     COLUMNS,
@@ -75,6 +77,26 @@ REFERENCES = ("exact", "reference", "self", "none")
 MAX_CHUNK = 2**22
 
 
+class _Probe:
+    """``Instance.probe``: the text as set, or, set to None (a summary study's parse), the problem's probe computed
+    when first read (the plan, a shard's task): a dry run or a rerun with nothing to do never evaluates it."""
+
+    def __get__(self, inst, owner=None) -> str:
+        if inst is None:
+            return ""  # the field's default
+        text = inst.__dict__.get("_probe")
+        if text is None:
+            from hbvm_core.fingerprint import problem_probe
+
+            probe = problem_probe(inst.problem)
+            text = inst.__dict__["_probe"] = json.dumps(probe, sort_keys=True)
+            inst._checked = (inst.structure, probe)  # the problem agrees with its own values
+        return text
+
+    def __set__(self, inst, text: str | None) -> None:
+        inst.__dict__["_probe"] = "" if isinstance(text, _Probe) else text  # the descriptor: the field's default
+
+
 @dataclass
 class Instance:
     """One problem instance of a study: a combination of its ``grid`` values (the only one, key "", without
@@ -93,7 +115,7 @@ class Instance:
     t_end: float
     period: float | None
     structure: str = ""
-    probe: str = field(default="", repr=False)
+    probe: str = field(default=_Probe(), repr=False)  # type: ignore[assignment]  # a lazy text (``_Probe``)
     #: what builds the problem when ``built`` is None: the config's problem, its check_derivatives and the
     #: study's key in messages
     problem_entry: Any = field(default=None, repr=False, compare=False)
@@ -101,6 +123,11 @@ class Instance:
     where: str = field(default="", repr=False, compare=False)
     #: (structure, probe) once ``problem`` is known to be the planned identity (``checked``)
     _checked: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def probe_pending(self) -> bool:
+        """True while ``probe`` is still to be computed (when first read)."""
+        return self.__dict__.get("_probe") is None
 
     def checked(self) -> tuple[str, dict] | None:
         """The planned identity (structure, probe values), after checking once that ``problem`` (as built in this
@@ -173,12 +200,18 @@ class Study:
     instances: list = field(default_factory=list)
     #: ((id, size) of jobs, runs_digest) once computed
     _digest: Any = field(default=None, repr=False, compare=False)
+    #: ((id, size) of instances, {key: Instance}) once asked (``instance_of``)
+    _by_key: Any = field(default=None, repr=False, compare=False)
 
     def instance_of(self, combo: str) -> Instance:
-        """The Instance of a grid combination (a Row's or Job's ``combo``)."""
-        for inst in self.instances:
-            if inst.key == combo:
-                return inst
+        """The Instance of a grid combination (a Row's or Job's ``combo``); a dict lookup, built once per list of
+        instances (a plot or table asks once per row)."""
+        key = (id(self.instances), len(self.instances))
+        if self._by_key is None or self._by_key[0] != key:
+            self._by_key = (key, {inst.key: inst for inst in self.instances})
+        inst = self._by_key[1].get(combo)
+        if inst is not None:
+            return inst
         if not combo:  # a Study made by hand, without instances
             return Instance("", {}, dict(self.params), self.built_problem, "", self.t_end, self.period)
         from .storage import RunNotFoundError
@@ -327,17 +360,8 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
     where = f"studies.{name}"
     cfg = _study_entry(where, cfg)
     grid = _grid(where, cfg)
-    instances = []
-    for values in _combinations(grid):
-        params = {**cfg["params"], **values}
-        what = f"{where}[{combo_name(values)}]" if values else where
-        problem = build_problem(what, cfg["problem"], params, cfg.get("check_derivatives", True))
-        t_end = _interval(what, cfg, problem)
-        reference, convention = _convention(what, cfg, problem)
-        inst = Instance(combo_name(values), values, params, problem, "", t_end, problem.period, where=what)
-        if any(i.key == inst.key for i in instances):
-            raise ConfigError(f"{where}.grid: two combinations get the same name {inst.key!r}; give distinct values")
-        instances.append(inst)
+    with paused():  # 10^5 instances, their problems and arrays: objects that all stay
+        instances, representatives, (reference, convention) = _instances(where, cfg, grid)
     problem, t_end = instances[0].problem, instances[0].t_end
     study = Study(
         name=name,
@@ -362,19 +386,19 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
     )
     if not isinstance(cfg["methods"], list) or not cfg["methods"]:
         raise ConfigError(f"{where}.methods: expected a non-empty list of method entries")
-    from hbvm_core.fingerprint import method_fingerprint
+    from hbvm_core.fingerprint import method_fingerprint, sources_snapshot
 
     # a summary study's runs as columns (``_run_columns``); the others a Job and a Row each (``_add_runs``); the
     # collector paused: 10^5 to 10^6 objects that all stay
     columnar = cfg.get("save") == "summary"
     groups: list[dict] = []
-    with paused():
+    with paused(), sources_snapshot():  # the instances share their modules: their files read once
         if columnar:  # identified first: a sharded store records no identity to snap to
             for inst in instances:
                 _identify(study, inst, [])
         for i, raw in enumerate(cfg["methods"]):
             where_i = f"{where}.methods[{i}]"
-            study_method = _method(where_i, raw, cfg, study.methods, [inst.problem for inst in instances])
+            study_method = _method(where_i, raw, cfg, study.methods, representatives)
             numerics = method_fingerprint(study_method.entry)  # once per method: the instances share it
             rows: dict[str, list] = {key: [] for key in ROW_FIELDS}
             for inst in instances:
@@ -386,7 +410,7 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
                 study_method.rows = PlannedRows(rows)
             study.methods.append(study_method)
         if columnar:
-            study.jobs = PlannedJobs(groups)
+            study.jobs = PlannedJobs(groups, fill=functools.partial(_group_probe, study))
             return study
         by_combo: dict[str, list] = {}
         for job in study.jobs.values():
@@ -396,20 +420,103 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
     return study
 
 
+def _instances(where: str, cfg: dict, grid: dict) -> tuple[list[Instance], list, tuple[str, Any]]:
+    """(an Instance per combination of ``grid``, a problem per code of them, (reference, ErrorConvention)).
+
+    Planned per code, not per value: each instance's problem is built with its checks deferred
+    (``hbvm_core.problem.deferred_validation``); of the instances of one code (``fingerprint.code_key``: the same
+    callbacks, differing only in values) the first is validated in full (shapes, derivatives, the convention's
+    needs) and the initial data of all are checked at once (``inconsistent_instance``), naming the first bad one.
+    """
+    from hbvm_core.checks import derivative_checks
+    from hbvm_core.fingerprint import code_key
+    from hbvm_core.problem import deferred_validation, inconsistent_instance
+
+    entry, check = cfg["problem"], cfg.get("check_derivatives", True)
+    instances: list[Instance] = []
+    keys: set[str] = set()  # the combinations' names (a set: the parse stays linear in grid values)
+    codes: dict[tuple, list[Instance]] = {}
+    factory = None
+    with deferred_validation(), derivative_checks(check):
+        for values in _combinations(grid):
+            params = {**cfg["params"], **values}
+            what = f"{where}[{combo_name(values)}]" if values else where
+            problem = build_problem(what, entry, params, check, factory)
+            if factory is None:  # the first built resolved and checked the factory; the others call it
+                factory = _instance_factory(entry)
+            inst = Instance(combo_name(values), values, params, problem, "", _interval(what, cfg, problem),
+                            problem.period, where=what)  # fmt: skip
+            if inst.key in keys:
+                raise ConfigError(
+                    f"{where}.grid: two combinations get the same name {inst.key!r}; give distinct values"
+                )
+            keys.add(inst.key)
+            instances.append(inst)
+            codes.setdefault(code_key(problem), []).append(inst)
+    for group in codes.values():
+        first = group[0]
+        _validate(first.where, entry, first.problem, check)
+        bad = inconsistent_instance([inst.problem for inst in group])
+        if bad is not None:
+            i, why = bad
+            raise ConfigError(f"{_problem_what(group[i].where, entry)}: {why}")
+        conventions = _convention(first.where, cfg, first.problem)
+    return instances, [group[0].problem for group in codes.values()], conventions
+
+
+def _instance_factory(problem_entry):
+    """The factory of ``problem_entry`` (a mapping of expressions: its model's ``problem``, the mapping read once)."""
+    if isinstance(problem_entry, dict):
+        from hbvm_core.expressions import model_from_mapping
+
+        return model_from_mapping(problem_entry).problem
+    from hbvm_core.problems import resolve_factory
+
+    return resolve_factory(problem_entry)
+
+
+def _validate(where: str, problem_entry, problem, check_derivatives: bool) -> None:
+    """``problem.validate()`` (built with its checks deferred), its ProblemError one line as ``build_problem``'s."""
+    from hbvm_core.checks import derivative_checks
+
+    if not problem.check:
+        return
+    try:
+        with derivative_checks(check_derivatives):
+            problem.validate()
+    except (ProblemError, NonFiniteError) as exc:
+        raise ConfigError(f"{_problem_what(where, problem_entry)}: {exc}") from None
+
+
+def _problem_what(where: str, problem_entry) -> str:
+    """The study's problem entry as messages name it: ``studies.s[L=0.5].problem = 'conical_pendulum'``."""
+    if isinstance(problem_entry, str):
+        return f"{where}.problem = {problem_entry!r}"
+    return f"{where}.problem {problem_entry.get('name')!r}"
+
+
 def _identify(study: Study, inst: Instance, jobs: list) -> None:
     """The instance's problem identity, snapped to what the stores of its runs (``jobs``) record
     (``hbvm_core.fingerprint.problem_identity``), set on the instance and its jobs."""
-    from hbvm_core.fingerprint import problem_identity, problem_structure
+    from hbvm_core.fingerprint import problem_fingerprint, problem_identity, problem_structure
 
     structure = problem_structure(inst.problem)
-    recorded = () if study.cfg.get("save") == "summary" else _recorded(jobs)  # a sharded store records no identity
-    fingerprint, probe = problem_identity(inst.problem, recorded, structure)
+    if study.cfg.get("save") == "summary":  # a sharded store records no identity: problem_identity with no records
+        inst.fingerprint, inst.structure = problem_fingerprint(inst.problem), structure
+        inst.probe = None  # computed when first read (``_Probe``)
+        return
+    fingerprint, probe = problem_identity(inst.problem, _recorded(jobs), structure)
     inst.fingerprint, inst.structure = fingerprint, structure
     inst.probe = json.dumps(probe, sort_keys=True)
     inst._checked = (structure, probe)  # the problem agrees with it (problem_identity)
     for job in jobs:
         job.problem_fingerprint, job.problem_structure, job.problem_probe = fingerprint, inst.structure, inst.probe
         job._hash = None  # the fingerprint is hashed; the steps (h, t_end) stay
+
+
+def _group_probe(study: Study, group: dict) -> str:
+    """The probe of the instance of a group of ``PlannedJobs`` (planned without it: ``_run_columns``)."""
+    return study.instance_of(group["fields"]["combo"]).probe
 
 
 def _recorded(jobs):
@@ -527,7 +634,8 @@ def _method(where: str, raw, cfg: dict, earlier: list[StudyMethod], problems=())
 
 
 def _grid(where: str, cfg: dict) -> dict:
-    """The study's ``grid`` (key -> list of values), checked: keys are keywords of the factory not in ``params``."""
+    """The study's ``grid`` (key -> list of values, a range expanded: ``grids.grid_values``), checked: keys are
+    keywords of the factory not in ``params``."""
     import inspect
 
     from hbvm_core.problems import resolve_factory
@@ -566,8 +674,7 @@ def _grid(where: str, cfg: dict) -> dict:
                     f"{where}.grid.{key}: not a keyword of problem {_name(cfg)!r} "
                     f"(its keywords: {', '.join(ps) or 'none'})"
                 )
-        if not isinstance(values, list) or not values:
-            raise ConfigError(f"{where}.grid.{key} = {values!r}: expected a non-empty list of values")
+        grid[key] = grid_values(f"{where}.grid.{key}", values)  # a list, or a range's values (grids.py)
     return grid
 
 
@@ -675,7 +782,8 @@ def _run_columns(
     run: a sweep plans 10^5 to 10^6 of them. The rows' runs come first, in row order; then, for ``errors.reference:
     self``, the h/2 partners that are no row's run (with halvings: the last row's)."""
     fixed = _fixed_fields(study, study_method, inst, numerics)
-    identity = dict(problem_fingerprint=inst.fingerprint, problem_structure=inst.structure, problem_probe=inst.probe)
+    probe = None if inst.probe_pending else inst.probe  # None: filled when the group is first read (PlannedJobs)
+    identity = dict(problem_fingerprint=inst.fingerprint, problem_structure=inst.structure, problem_probe=probe)
     proto = Job(h=0.0, **fixed, **identity)  # every field of the group's runs but h, run and store
     prefix = f"{study_method.label}/{inst.key}/" if inst.key else f"{study_method.label}/"  # Job.id
     ns, row_hs, hs, names, partners = [], [], [], [], []
@@ -705,39 +813,38 @@ def _run_columns(
     return {"fields": fields, "runs": {"h": hs, "run": names, "store": [""] * runs, "hash": hashes_at(proto, hs)}}
 
 
-def build_problem(where: str, problem_entry: str, params: dict, check_derivatives: bool = True):
+def build_problem(where: str, problem_entry: str, params: dict, check_derivatives: bool = True, factory=None):
     """The study's problem from ``problem_entry`` (the config's ``problem``) and ``params``; ConfigError with one
     line naming the study, the problem entry and the exception when the module fails to import, the params do
     not fit the factory's signature (bad params), or the factory raises (its own error, reported as such,
     whatever its type).
-    ``check_derivatives``: the study's key; False skips ``hbvm_core.checks.check_derivatives``."""
+    ``check_derivatives``: the study's key; False skips ``hbvm_core.checks.check_derivatives``. ``factory``: the
+    entry's factory, resolved and its signature checked with these params' keys already (a grid's instances)."""
     import inspect
 
     from hbvm_core import Problem
     from hbvm_core.checks import derivative_checks
     from hbvm_core.problems import resolve_factory
 
-    what = (
-        f"{where}.problem = {problem_entry!r}"
-        if isinstance(problem_entry, str)
-        else f"{where}.problem {problem_entry.get('name')!r}"
-    )
+    what, given = _problem_what(where, problem_entry), factory
+    if factory is None:
+        try:
+            factory = resolve_factory(problem_entry)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}.{exc}") from None
+        except Exception as exc:  # the module raised while importing (SyntaxError, NameError, ...)
+            raise ConfigError(
+                f"{what}: importing {problem_entry.partition(':')[0]!r} raised {type(exc).__name__}: {exc}"
+            ) from None
+        try:
+            inspect.signature(factory).bind(**params)
+        except TypeError as exc:  # the factory's call signature does not take these params
+            raise ConfigError(f"{where}.params = {params!r}: {exc}") from None
+        except ValueError:  # no signature to check (a builtin): the call tells
+            pass
     try:
-        factory = resolve_factory(problem_entry)
-    except ConfigError as exc:
-        raise ConfigError(f"{where}.{exc}") from None
-    except Exception as exc:  # the module raised while importing (SyntaxError, NameError, ...)
-        raise ConfigError(
-            f"{what}: importing {problem_entry.partition(':')[0]!r} raised {type(exc).__name__}: {exc}"
-        ) from None
-    try:
-        inspect.signature(factory).bind(**params)
-    except TypeError as exc:  # the factory's call signature does not take these params
-        raise ConfigError(f"{where}.params = {params!r}: {exc}") from None
-    except ValueError:  # no signature to check (a builtin): the call tells
-        pass
-    try:
-        with derivative_checks(check_derivatives):
+        # a given factory: a grid's instance, built inside _instances' derivative_checks (one block for them all)
+        with derivative_checks(check_derivatives) if given is None else contextlib.nullcontext():
             problem = factory(**params)
     except (ProblemError, NonFiniteError) as exc:  # a user problem that cannot be integrated
         raise ConfigError(f"{what}: {exc}") from None
