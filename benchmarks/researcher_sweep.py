@@ -61,11 +61,9 @@ def sweep_config(values: int, steps: int) -> dict:
     return {"studies": {"mine": study}, "select": ["mine"]}
 
 
-def grid_values(values: int) -> list | dict:
-    """The grid's values: a ``linspace`` range where the config takes one, else the list a user would write."""
-    import numpy as np
-
-    return [float(v) for v in np.linspace(LOW, HIGH, values)]
+def grid_values(values: int) -> dict:
+    """The grid's values as a user writes them: a ``linspace`` range of the config (numpy's values)."""
+    return {"linspace": [LOW, HIGH, values]}
 
 
 def kernel_seconds(values: int, steps: int, cores: int) -> float:
@@ -80,7 +78,7 @@ def kernel_seconds(values: int, steps: int, cores: int) -> float:
     method = hc.HBVM(4, 2)
     hc.integrate_ensemble(problem, method, H, 2, params={"l1": np.full(16, 1.0)}, threads=cores)
     t0 = time.perf_counter()
-    l1 = np.asarray(grid_values(values), dtype=float)
+    l1 = np.linspace(LOW, HIGH, values)  # the config's range: numpy's values
     hc.integrate_ensemble(problem, method, H, steps, params={"l1": l1}, sample_every=SAMPLE_EVERY, threads=cores)
     return time.perf_counter() - t0
 

@@ -298,9 +298,10 @@ def summary_dataset(study: Study, cols: dict[str, np.ndarray]):
     hs = distinct[::-1].tolist()  # the step sizes decreasing
     h_index = distinct.size - 1 - inverse.reshape(-1)
     at = [cols["scheme_index"], h_index]
-    for key, values in study.grid.items():
-        index = np.array([values.index(inst.values[key]) for inst in instances])
-        at.append(index[cols["combo_index"]])
+    position = study.grid_positions()
+    index = np.array([position(inst.values) for inst in instances], dtype=np.int64).reshape(len(instances), -1)
+    for j in range(len(study.grid)):
+        at.append(index[:, j][cols["combo_index"]])
     shape = (len(study.methods), len(hs), *(len(v) for v in study.grid.values()))
     idx = tuple(at)
     data = {}

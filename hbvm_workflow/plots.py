@@ -288,9 +288,9 @@ def _combinations(study: Study, ds) -> list:
     """[(heading, the (scheme, h) dataset)] per grid combination; [("", ds)] without a grid."""
     if not study.grid:
         return [("", ds)]
-    out = []
+    out, position = [], study.grid_positions()
     for inst in study.instances:
-        at = {key: study.grid[key].index(v) for key, v in inst.values.items()}
+        at = dict(zip(study.grid, position(inst.values)))
         out.append((_combo_label(inst.key), ds.isel(at)))
     return out
 

@@ -35,7 +35,7 @@ import itertools
 import json
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -202,6 +202,17 @@ class Study:
     _digest: Any = field(default=None, repr=False, compare=False)
     #: ((id, size) of instances, {key: Instance}) once asked (``instance_of``)
     _by_key: Any = field(default=None, repr=False, compare=False)
+
+    def grid_positions(self) -> Callable[[dict], tuple[int, ...]]:
+        """values -> the position of a combination's values along each grid key (a row's or an Instance's
+        ``values``), by a lookup per key: a list's ``index`` per row is quadratic in the grid's size."""
+        lookups = []
+        for key, values in self.grid.items():
+            try:
+                lookups.append((key, values, {v: i for i, v in reversed(list(enumerate(values)))}))
+            except TypeError:  # unhashable values (lists): found by index
+                lookups.append((key, values, None))
+        return lambda combo: tuple(values.index(combo[k]) if d is None else d[combo[k]] for k, values, d in lookups)
 
     def instance_of(self, combo: str) -> Instance:
         """The Instance of a grid combination (a Row's or Job's ``combo``); a dict lookup, built once per list of

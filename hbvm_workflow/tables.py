@@ -299,8 +299,9 @@ def errors_dataset(study: Study, rows: list[dict]):
     status = np.full(shape, -1, dtype="i1")
     nval = np.full(shape, -1, dtype="i8")
     host = np.full(shape, "", dtype=object)
+    position = study.grid_positions()
     for row in rows:
-        at = (mi[row["method"]], hi[row["h"]], *(values.index(row[key]) for key, values in grid.items()))
+        at = (mi[row["method"]], hi[row["h"]], *position(row))
         for c in data:
             v = row.get(c)
             data[c][at] = np.nan if v is None else float(v)
@@ -315,7 +316,7 @@ def errors_dataset(study: Study, rows: list[dict]):
     each = np.full((*shape, study.dims[1]), np.nan)
     for row in rows:
         if row.get("e_g_constraint") is not None:
-            at = (mi[row["method"]], hi[row["h"]], *(values.index(row[key]) for key, values in grid.items()))
+            at = (mi[row["method"]], hi[row["h"]], *position(row))
             each[at] = row["e_g_constraint"]
     return dense_errors_dataset(study, hs, data, flags, status, host, nval, by_h, each)
 
@@ -770,7 +771,7 @@ def rows_from_outputs(study: Study, csv_path: str, zarr_path: str) -> list[dict]
     labels = {str(x): i for i, x in enumerate(ds.scheme.values)}
     hs = {float(x): j for j, x in enumerate(ds.h.values)}
     flags = {flag: np.asarray(ds[flag].values, dtype=bool) for flag in ROUNDOFF.values()}  # read once, not per row
-    position = _grid_positions(study)
+    position = study.grid_positions()
     rows = []
     for (study_method, inst, r), raw in zip(expected, found):
         if raw["method"] != study_method.label or float(raw["h"]) != r.h:
@@ -785,15 +786,3 @@ def rows_from_outputs(study: Study, csv_path: str, zarr_path: str) -> list[dict]
             row[flag] = bool(values[at])
         rows.append(row)
     return rows
-
-
-def _grid_positions(study: Study):
-    """values -> the position of a combination's values along each grid key, by a lookup per key (a list's
-    ``index`` per row is quadratic in the grid's size)."""
-    lookups = []
-    for key, values in study.grid.items():
-        try:
-            lookups.append((key, values, {v: i for i, v in reversed(list(enumerate(values)))}))
-        except TypeError:  # unhashable values (lists): found by index
-            lookups.append((key, values, None))
-    return lambda combo: tuple(values.index(combo[k]) if d is None else d[combo[k]] for k, values, d in lookups)
