@@ -165,7 +165,7 @@ def test_a_shard_the_file_system_refuses_is_returned_as_data_and_said_once_for_t
     n, nu = 2, table.nu
     rows = {"counts": np.zeros((n, 6), np.int64), "scalars": np.zeros((n, 1 + 2 * nu)), "t": np.zeros((n, table.S))}
     shards.write_shard(path, 0, 0, rows | {"y": np.zeros((n, table.S, 2 * table.m))}, "earlier", {})
-    assert os.path.exists(record)  # an earlier record: removed before the shard is written
+    assert shards.read_record(path, 0) is not None  # an earlier record: emptied before the shard is written
     write = shards.write_shard
 
     def full_disk(store, slot, start, arrays, digest, rec):  # the record's temporary cut short by the full disk
@@ -180,7 +180,8 @@ def test_a_shard_the_file_system_refuses_is_returned_as_data_and_said_once_for_t
         "host": platform.node(),
         "oserror": {"errno": errno.ENOSPC, "message": f"No space left on device: {path}/y/c/0"},
     }
-    assert not os.path.exists(record) and not os.listdir(os.path.dirname(record))
+    # no record (the shard's group without attributes) and no temporary left beside it
+    assert shards.read_record(path, 0) is None and os.listdir(os.path.dirname(record)) == ["zarr.json"]
     monkeypatch.setattr(shard_worker, "write_shard", write)
 
     refused = [res, res | {"slot": 2}]
