@@ -55,6 +55,12 @@ def _problem(p: dict):
     return _PROBLEMS[key]
 
 
+def entry_key(p: dict) -> str:
+    """The problem entry of a shard spec's grid combination: the config's problem and the names of its params.
+    Its combinations share a problem structure where the problem has a Family (``Structures``)."""
+    return json.dumps([p["problem"], sorted(p["params"])], sort_keys=True, default=repr)
+
+
 class Structures:
     """A shard's grid combinations by problem entry (the config's problem and the names of its params): ``group``
     maps a combination to its group; ``runs`` gives ``integrate_ensemble``'s problems and params of a group's runs.
@@ -68,8 +74,7 @@ class Structures:
         self.members: list[list[int]] = []
         ids: dict[str, int] = {}
         for c, p in self.problems.items():
-            key = json.dumps([p["problem"], sorted(p["params"])], sort_keys=True, default=repr)
-            g = ids.setdefault(key, len(ids))
+            g = ids.setdefault(entry_key(p), len(ids))
             if g == len(self.members):
                 self.members.append([])
             self.members[g].append(c)
@@ -302,8 +307,7 @@ def warm_up(specs: list[dict], processes: int = 1) -> int:
         compute = np.asarray(spec["compute"], dtype=np.int64)
         for i, c in set(zip(spec["scheme"][compute].tolist(), spec["combo"][compute].tolist())):
             problem = spec["problems"][c]
-            # one problem built per problem entry and params names, not per grid value (``Structures``)
-            pkey = json.dumps([problem["problem"], sorted(problem["params"])], sort_keys=True, default=repr)
+            pkey = entry_key(problem)  # one problem built per problem entry, not per grid value
             if pkey not in loops:
                 try:
                     loops[pkey] = loop_key(_problem(problem))
@@ -348,8 +352,13 @@ def cold_ensembles(specs: list[dict]) -> bool:
         pairs = np.unique(np.stack([spec["scheme"][compute], spec["combo"][compute]]), axis=1)  # (method, combo)
         for i, c in pairs.T.tolist():
             try:
+                # one problem built per problem entry (``entry_key``), not per grid value
+                first = (json.dumps(spec["methods"][i]["entry"], sort_keys=True), entry_key(spec["problems"][c]))
+                if first in seen:
+                    continue
+                seen.add(first)
                 problem = _problem(spec["problems"][c])
-                key = (json.dumps(spec["methods"][i]["entry"], sort_keys=True), loop_key(problem))
+                key = (first[0], loop_key(problem))
                 if key in seen:
                     continue
                 seen.add(key)
