@@ -217,6 +217,24 @@ def test_the_check_finds_an_overlap_and_a_clipped_title():
     assert any(p.startswith("outside the figure") and "title far too long" in p for p in found), found
 
 
+def test_the_check_finds_a_legend_over_data_a_stray_note_and_small_text():
+    """A legend drawn over a curve's points, a panel's note reaching past its frame and 6 pt text are found."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(4, 3))
+    ax = fig.add_subplot()
+    ax.plot(np.linspace(0, 1, 50), np.full(50, 0.9), label="a curve near the top")
+    ax.set_ylim(0, 1)
+    ax.legend(loc="upper right")
+    ax.text(0.95, 0.1, "a note running past the frame", transform=ax.transAxes)
+    fig.text(0.0, 0.0, "tiny", fontsize=6)
+    found = problems(fig)
+    assert any(p.startswith("legend over data") for p in found), found
+    assert any(p.startswith("outside its panel") and "a note running" in p for p in found), found
+    assert any(p == "6.0 pt printed: 'tiny'" for p in found), found
+    assert any(p.startswith("3.0 pt printed") for p in problems(fig, printed_width=2.0)), "scaled to print"
+
+
 def test_convergence_figure_shows_what_is_conserved(tmp_path):
     """The convergence figure's e_H and e_g panels: per method its errors against h (the made-up 1e-16 (1 + i)
     of e_H), an exact zero as a mark on the axis floor (the bottom of the axes, at its h) and said in the title,
