@@ -444,6 +444,8 @@ def long_time_plot(panels: list[tuple[str, list]], png: str, pdf: str, width: fl
                     line, z = _loglog(ax, series["t"], series[key], color=f"C{i % 10}", label=job.name)
                     handles.setdefault(job.name, line)
                     zero |= z
+                if zero:
+                    printed.floor_room(ax)
                 note = f" ({printed.ZERO_NOTE})" if zero else ""
                 head = PLAIN[key] if len(panels) == 1 else f"{name}: {PLAIN[key]}"
                 printed.set_title(ax, head + note, panel_w)

@@ -69,7 +69,7 @@ def _plain_log_ticks(fig) -> None:
     for ax in fig.axes:
         box = ax.bbox  # before the layout: near enough to say how many labels fit
         for axis, scale, lim, room in (
-            (ax.xaxis, ax.get_xscale(), ax.get_xlim, box.width / fig.dpi / 0.45),  # a label is about 0.35 in wide
+            (ax.xaxis, ax.get_xscale(), ax.get_xlim, box.width / fig.dpi / 0.3),  # a label is about 0.25 in wide
             (ax.yaxis, ax.get_yscale(), ax.get_ylim, box.height / fig.dpi / 0.2),  # and 0.12 in high
         ):
             if scale != "log":
@@ -289,7 +289,8 @@ def _convergence_figure(study: Study, ds, W: float):
     fig.suptitle(title)
     subfigs = fig.subfigures(len(combos), 1, squeeze=False)[:, 0] if study.grid else [fig]
     legend: dict[tuple, tuple] = {}  # key -> (handle, label), methods first
-    for sub_fig, (heading, sub_ds) in zip(subfigs, combos):
+    instances = study.instances if study.grid else [study.instance_of("")]
+    for sub_fig, (heading, sub_ds), inst in zip(subfigs, combos, instances):
         if heading:
             sub_fig.suptitle(heading, fontsize=printed.STYLE["axes.titlesize"])
         axes = sub_fig.subplots(nrows, ncols, squeeze=False).ravel()
@@ -297,10 +298,46 @@ def _convergence_figure(study: Study, ds, W: float):
             sub_fig.delaxes(ax)  # an empty slot of the grid: nothing drawn
         for ax, panel in zip(axes, panels):
             _convergence_panel(study, sub_ds, ax, panel, groups, legend, W / ncols)
+            if panel[0] == "e_s":
+                _reference_band(ax, reference_floor(study, inst), legend)
     entries = sorted(legend.items(), key=lambda kv: kv[0])
     printed.legend_below(fig, [h for _, (h, _) in entries], [lab for _, (_, lab) in entries], W)
     _plain_log_ticks(fig)
     return fig
+
+
+#: the tighter DOP853 tolerance whose solution the reference (hbvm_core.references, rtol 1e-13) is compared with
+#: to estimate the reference's own error (scipy's tightest is 100 eps = 2.2e-14)
+TIGHT_RTOL = 2.5e-14
+
+
+def reference_floor(study: Study, inst) -> float | None:
+    """The accuracy of a numerical reference (DOP853 at rtol 1e-13, ``reference: reference`` on a problem without
+    a closed form): the largest difference, in the study's norm, between it and the solution at TIGHT_RTOL over
+    201 times of the instance ``inst``'s [0, t_end]; None for a closed form or no reference. e_s below it measures
+    the reference, not the method."""
+    from hbvm_core.metrics import vector_norm
+    from hbvm_core.references import reference_solution, resolved_kind
+
+    kind = getattr(study.convention, "reference_kind", "auto")
+    problem = inst.problem
+    if study.reference != "reference" or resolved_kind(problem, kind) != "ode":
+        return None
+    t = np.linspace(0.0, inst.t_end, 201)
+    q, p, _ = reference_solution(problem, t, kind)
+    q2, p2, _ = reference_solution(problem, t, kind, rtol=TIGHT_RTOL)
+    return float(np.max(vector_norm(np.concatenate([q - q2, p - p2], axis=1), _norm(study))))
+
+
+def _reference_band(ax, floor: float | None, legend: dict) -> None:
+    """The band below the reference's accuracy ``floor`` on an e_s panel, named in the legend."""
+    if floor is None:
+        return
+    lo, hi = ax.get_ylim()
+    if floor > lo:
+        band = ax.axhspan(lo, min(floor, hi), color="C1", alpha=0.15, lw=0, zorder=0)
+        legend.setdefault((3, 0.0, ""), (band, "reference floor (DOP853 at rtol 1e-13, estimated)"))
+    ax.set_ylim(lo, hi)
 
 
 def _digits(sub, panels) -> np.ndarray:
@@ -371,6 +408,8 @@ def _convergence_panel(study: Study, ds, ax, panel, groups, legend: dict, panel_
         c0 = 0.5 * min(float(np.min(e / h**p)) for h, e, *_ in curves)  # below every curve at every h
         line = _reference_line(ax, hh, c0 * hh**p, p, how, color)
         legend.setdefault((1, p, how, color), (line, line.get_label()))
+    if zero:
+        printed.floor_room(ax)
     ax.set_xlabel(H_LABEL)
     ax.set_ylabel(ylabel)
     printed.set_title(ax, title + (f" ({printed.ZERO_NOTE})" if zero else ""), panel_w)
@@ -511,6 +550,8 @@ def _time_panels(study: Study, panels: list[tuple[str, str]], curves, png: str, 
             handles.append(line)
             labels.append(line.get_label())
         for ax, (title, ylabel), zero in zip(axes, panels, zeros):
+            if zero:
+                printed.floor_room(ax)
             printed.set_title(ax, title + (f" ({printed.ZERO_NOTE})" if zero else ""), W)
             ax.set_ylabel(ylabel)
             ax.grid(True, alpha=0.3)

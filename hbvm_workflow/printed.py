@@ -176,6 +176,13 @@ def zero_marks(ax, x, y, **style) -> bool:
     return True
 
 
+def floor_room(ax) -> None:
+    """Room below a log axis's lowest value, so that its marks on the floor stand apart from every curve."""
+    lo, hi = ax.get_ylim()
+    if ax.get_yscale() == "log" and 0 < lo < hi:
+        ax.set_ylim(lo / 3.0, hi)
+
+
 def nonzero(y) -> np.ndarray:
     """y with its exact zeros (and negatives) as NaN: a log axis shows them as gaps, ``zero_marks`` on the floor."""
     y = np.asarray(y, dtype=float)

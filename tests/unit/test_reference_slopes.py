@@ -178,3 +178,28 @@ def test_no_slope_where_no_curve_has_a_rate(tmp_path):
     (slope,) = [line for line in ax.get_lines() if line.get_linestyle() == ":"]
     y = np.asarray(slope.get_ydata(), dtype=float)
     assert np.all(y < rattle.max()) and y.min() > 0.1 * rattle.min()  # under RATTLE's errors, not at round-off
+
+
+def test_the_reference_floor_is_drawn_where_errors_reach_it(tmp_path):
+    """A numerical reference (DOP853 at rtol 1e-13, modified_pendulum has no closed form) is accurate to about
+    1e-13 over [0, 2], not to round-off: its estimated floor lies in [1e-15, 1e-11] and, where the errors reach
+    below it, the e_s panel shades the band under it and the legend names it. A closed-form reference draws none."""
+    from hbvm_workflow.plots import reference_floor
+
+    errors = {"reference": "reference", "norm": "inf", "sample": "all"}
+    study = _study(
+        problem="modified_pendulum", methods=[{"k": 2, "s": 2}], t_end=2, h=[0.1, 0.01, 0.001], errors=errors
+    )
+    floor = reference_floor(study, study.instance_of(""))
+    assert 1e-15 <= floor <= 1e-11
+    ds = made_up_dataset(study, lambda e, sm: 6)  # 1e-6 .. 1e-18: down past the floor
+    fig = convergence_plot(study, ds, str(tmp_path / "f.png"), str(tmp_path / "f.pdf"))
+    ax = next(ax for ax in fig.axes if ax.get_title() == "solution error")
+    (band,) = ax.patches
+    top = band.get_path().transformed(band.get_transform()).get_extents().y1
+    assert top == pytest.approx(ax.transData.transform((1.0, floor))[1], abs=0.5)  # in pixels
+    assert "reference floor (DOP853 at rtol 1e-13, estimated)" in [t.get_text() for t in fig.legends[0].get_texts()]
+    exact = _study(h=[0.1, 0.01, 0.001])
+    assert reference_floor(exact, exact.instance_of("")) is None
+    fig = convergence_plot(exact, made_up_dataset(exact, lambda e, sm: 6), str(tmp_path / "g.png"), "/dev/null")
+    assert not any(ax.patches for ax in fig.axes)
