@@ -415,8 +415,9 @@ def _loglog(ax, t, y, color: str, label: str):
 
 
 def long_time_plot(panels: list[tuple[str, list]], png: str, pdf: str, width: float = WIDTHS[DEFAULT_WIDTH]):
-    """Per problem: |H - H0|, ||g||, hidden constraint against t, log-log, one line per method, at the printed
-    ``width`` (inches): three panels a row where they fit. Returns the figure."""
+    """Per problem: |H - H0|, ||g||, hidden constraint against t, log-log, one line per method (runs with the same
+    numbers one line, named by all: ``printed.identical_groups``), at the printed ``width`` (inches): three
+    panels a row where they fit. Returns the figure."""
     from .plots import MIN_PANEL_W, _plain_log_ticks
 
     ncols = min(len(SERIES), max(1, int(width // MIN_PANEL_W)))
@@ -437,12 +438,15 @@ def long_time_plot(panels: list[tuple[str, list]], png: str, pdf: str, width: fl
             axes = grid[p * per : (p + 1) * per].ravel()
             for ax in axes[len(SERIES) :]:
                 fig.delaxes(ax)
+            groups = printed.identical_groups([np.concatenate([s[k] for k, _ in SERIES]) for _, s in runs])
             for ax, (key, label) in zip(axes, SERIES):
                 zero = False
-                for job, series in runs:
-                    i = names.index(job.name)
-                    line, z = _loglog(ax, series["t"], series[key], color=f"C{i % 10}", label=job.name)
-                    handles.setdefault(job.name, line)
+                for group in groups:  # runs with the same numbers: one curve, named by all of them
+                    job, series = runs[group[0]]
+                    name_all = printed.joined_name([runs[j][0].name for j in group])
+                    color = f"C{names.index(job.name) % 10}"
+                    line, z = _loglog(ax, series["t"], series[key], color=color, label=name_all)
+                    handles.setdefault(name_all, line)
                     zero |= z
                 if zero:
                     printed.floor_room(ax)

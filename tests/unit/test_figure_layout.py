@@ -380,3 +380,24 @@ def test_real_figures_read_at_their_printed_size(figure, width, real, tmp_path):
     pdf = (tmp_path / "f.pdf").read_bytes()
     assert b"/FontFile2" in pdf and b"/Type3" not in pdf  # TrueType (fonttype 42) embedded, no Type 3 bitmaps
     assert (tmp_path / "f.png").stat().st_size > 10_000
+
+
+def test_identical_curves_are_one_entry_naming_them_all(real, tmp_path):
+    """HBVM(2,2), (4,2) and (6,2) on the planar pendulum (U and g of degree at most 2) agree to 8 digits wherever
+    above round-off: one curve, one legend entry "HBVM(2,2) = (4,2) = (6,2)"; RATTLE and DOP853 stay apart. The
+    long-time figure does the same for runs with the same series."""
+    study = real("mixed")
+    rows = study_rows(study)
+    by = {
+        name: np.array([[r[e] for e in ("e_s", "e_lambda", "e_hc")] for r in rows if r["name"] == name])
+        for name in ("HBVM(2,2)", "HBVM(4,2)", "HBVM(6,2)")
+    }
+    for name in ("HBVM(4,2)", "HBVM(6,2)"):  # the premise, from the rows themselves
+        np.testing.assert_allclose(by[name], by["HBVM(2,2)"], rtol=1e-8)
+    fig = plots.convergence_plot(study, errors_dataset(study, rows), f"{tmp_path}/f.png", f"{tmp_path}/f.pdf")
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend[:3] == ["HBVM(2,2) = (4,2) = (6,2)", "RATTLE", "DOP853(1e-08)"]
+    solution = next(ax for ax in fig.axes if ax.get_title() == "solution error")
+    assert len([line for line in solution.get_lines() if line.get_linestyle() != ":"]) == 3
+    fig = long_time(str(tmp_path), None)  # three runs of the same made-up series
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["HBVM(6,2) = RATTLE = DOP853-proj"]
