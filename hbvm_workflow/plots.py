@@ -531,6 +531,8 @@ def _time_panels(study: Study, panels: list[tuple[str, str]], curves, png: str, 
     """Stacked log-y panels against t (shared axis), one per (title, y label), one curve per run and so per grid
     combination: curves(traj) -> [(t, y), ...]; exact zeros are marks on the panel's floor. At the study's printed
     width, the legend below. Returns the figure."""
+    from matplotlib.lines import Line2D
+
     from . import printed
 
     W = printed.width(study)
@@ -543,11 +545,15 @@ def _time_panels(study: Study, panels: list[tuple[str, str]], curves, png: str, 
             color = f"C{k % 10}"
             for i, (ax, (t, y)) in enumerate(zip(axes, curves(traj))):
                 tt, yy = envelope(np.asarray(t), np.asarray(y, dtype=float), PANEL_POINTS)
-                gaps = dict(marker=".", ms=1.5) if np.any(yy == 0) else {}  # a point between two zeros stays seen
+                how = {"lw": 0.8}
+                if np.any(yy == 0):
+                    how.update(marker=".", ms=1.5)  # a point between two zeros stays seen
+                if _ulp_noise(yy):
+                    how.update(ls="none", marker=".", ms=1.5)  # round-off noise: points, not a block of lines
                 label = _run_label(study, r, job)
-                (line,) = ax.semilogy(tt, printed.nonzero(yy), lw=0.8, color=color, label=label, **gaps)
+                (line,) = ax.semilogy(tt, printed.nonzero(yy), color=color, label=label, **how)
                 zeros[i] |= printed.zero_marks(ax, tt, yy, color=color, marker="|", s=12, lw=0.6)
-            handles.append(line)
+            handles.append(Line2D([], [], color=color, lw=0.8))  # the run's colour, whatever its panels show
             labels.append(line.get_label())
         for ax, (title, ylabel), zero in zip(axes, panels, zeros):
             if zero:
@@ -561,6 +567,13 @@ def _time_panels(study: Study, panels: list[tuple[str, str]], curves, png: str, 
         _plain_log_ticks(fig)
         printed.save(fig, png, pdf)
     return fig
+
+
+def _ulp_noise(y: np.ndarray) -> bool:
+    """The series is round-off noise: below the round-off floor, on a few multiples of an ulp (at most 50 values)."""
+    y = np.asarray(y, dtype=float)
+    y = y[np.isfinite(y)]
+    return bool(y.size and y.max() <= roundoff_floor(1.0) and np.unique(y).size <= 50)
 
 
 def invariants_plot(study: Study, png: str, pdf: str):

@@ -190,4 +190,4 @@ def nonzero(y) -> np.ndarray:
 
 
 #: a panel's note when it has marks on its floor
-ZERO_NOTE = "marks on the floor: exactly 0"
+ZERO_NOTE = "zeros: marks on the floor"

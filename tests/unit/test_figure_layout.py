@@ -244,7 +244,7 @@ def test_convergence_figure_shows_what_is_conserved(tmp_path):
     ds["e_H"][0, 1] = 0.0  # HBVM(2,2) conserves H exactly at the second h
     fig = plots.convergence_plot(study, ds, f"{tmp_path}/f.png", f"{tmp_path}/f.pdf")
     titles = [ax.get_title().replace("\n", " ") for ax in fig.axes]
-    assert titles[3:] == ["energy error (marks on the floor: exactly 0)", "constraint error"]
+    assert titles[3:] == ["energy error (zeros: marks on the floor)", "constraint error"]
     for ax, var in zip(fig.axes[3:], ("e_H", "e_g")):
         curves = [line for line in ax.get_lines() if line.get_marker() not in ("None", "")]  # not the floor's
         for c, i in zip(curves, range(2), strict=True):
@@ -401,3 +401,23 @@ def test_identical_curves_are_one_entry_naming_them_all(real, tmp_path):
     assert len([line for line in solution.get_lines() if line.get_linestyle() != ":"]) == 3
     fig = long_time(str(tmp_path), None)  # three runs of the same made-up series
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["HBVM(6,2) = RATTLE = DOP853-proj"]
+
+
+def test_exact_zeros_are_marks_on_the_floor_not_values(real, tmp_path):
+    """Runs whose constraint |g_1| is exactly 0 at some steps (the premise, from the stores): its curve has a gap
+    at each zero and the data's own value elsewhere (no zero drawn as some small number), and the panel has marks
+    on the axes' bottom edge at those t and says so in its title."""
+    study = real("runs")
+    trajs = [traj for _, _, traj in plots._runs(study)]
+    g1 = [np.abs(traj.g()[:, 0]) for traj in trajs]
+    assert any(np.any(g == 0) for g in g1) and all(g.size <= plots.PANEL_POINTS for g in g1)  # no envelope
+    fig = plots.constraint_panels_plot(study, f"{tmp_path}/f.png", f"{tmp_path}/f.pdf")
+    ax = fig.axes[2]
+    assert ax.get_title().replace("\n", " ") == "constraint g_1 (zeros: marks on the floor)"
+    for line, g in zip(ax.get_lines(), g1, strict=True):
+        y = np.asarray(line.get_ydata(), dtype=float)
+        assert np.array_equal(np.isnan(y), g == 0) and np.array_equal(y[g > 0], g[g > 0])
+    at = np.concatenate([traj.t[g == 0] for traj, g in zip(trajs, g1)])
+    xy = np.concatenate([m.get_offset_transform().transform(m.get_offsets()) for m in ax.collections])
+    assert np.allclose(xy[:, 1], ax.transAxes.transform((0, 0))[1])  # on the floor
+    assert np.allclose(np.sort(xy[:, 0]), np.sort(ax.transData.transform(np.c_[at, np.ones_like(at)])[:, 0]))
