@@ -421,3 +421,20 @@ def test_exact_zeros_are_marks_on_the_floor_not_values(real, tmp_path):
     xy = np.concatenate([m.get_offset_transform().transform(m.get_offsets()) for m in ax.collections])
     assert np.allclose(xy[:, 1], ax.transAxes.transform((0, 0))[1])  # on the floor
     assert np.allclose(np.sort(xy[:, 0]), np.sort(ax.transData.transform(np.c_[at, np.ones_like(at)])[:, 0]))
+
+
+def test_the_figure_key_sets_the_printed_width(tmp_path):
+    """figure: {width: single | double | inches}: 3.5, 7 (the default) or the number; a bad value is a one-line
+    ConfigError naming the key."""
+    from hbvm_core.errors import ConfigError
+
+    def width(figure):
+        entry = {**REAL["runs"], **({"figure": figure} if figure is not None else {})}
+        (study,) = load_studies({"studies": {"w": entry}, "results": str(tmp_path)}).values()
+        return printed.width(study)
+
+    assert [width(None), width({"width": "single"}), width({"width": "double"}), width({"width": 5})] == [7, 3.5, 7, 5]
+    for bad in ({"width": "wide"}, {"width": 0}, {"height": 3}):
+        with pytest.raises(ConfigError, match=r"studies\.w\.figure") as err:
+            width(bad)
+        assert "\n" not in str(err.value)
