@@ -371,6 +371,7 @@ def _convergence_panel(study: Study, ds, ax, panel, groups, legend: dict, panel_
     var, rate, title, ylabel = panel
     with_rate = []  # (h, e, p, how, color) per curve with a rate
     zero = False
+    drawn = []  # (name, this panel's errors) per curve
     for group in groups:
         i = group[0]
         sub = ds.isel(scheme=i)
@@ -383,6 +384,7 @@ def _convergence_panel(study: Study, ds, ax, panel, groups, legend: dict, panel_
         zero |= printed.zero_marks(ax, h[ok], e[ok], color=style["color"], marker=style["marker"], s=10)
         name = printed.joined_name([str(ds.isel(scheme=j).name.values) for j in group])
         legend.setdefault((0, i), (line, name))
+        drawn.append((name, e))
         if rate is None:
             continue
         asym = ok & (e > 0) & _asymptotic(ds, sub, var, rate)
@@ -410,9 +412,12 @@ def _convergence_panel(study: Study, ds, ax, panel, groups, legend: dict, panel_
         legend.setdefault((1, p, how, color), (line, line.get_label()))
     if zero:
         printed.floor_room(ax)
+    # curves that coincide in this panel only (their markers nest): the title names them
+    same = [g for g in printed.identical_groups([d for _, d in drawn]) if len(g) > 1]
+    notes = [printed.joined_name([drawn[j][0] for j in g]) for g in same] + ([printed.ZERO_NOTE] if zero else [])
     ax.set_xlabel(H_LABEL)
     ax.set_ylabel(ylabel)
-    printed.set_title(ax, title + (f" ({printed.ZERO_NOTE})" if zero else ""), panel_w)
+    printed.set_title(ax, title + (f" ({'; '.join(notes)})" if notes else ""), panel_w)
     ax.grid(True, alpha=0.3)
 
 

@@ -438,3 +438,16 @@ def test_the_figure_key_sets_the_printed_width(tmp_path):
         with pytest.raises(ConfigError, match=r"studies\.w\.figure") as err:
             width(bad)
         assert "\n" not in str(err.value)
+
+
+def test_curves_that_coincide_in_one_panel_are_named_in_its_title(tmp_path):
+    """Two methods with the same e_lambda but different e_s: both drawn (nested markers), and the multiplier
+    panel's title names them as equal there; the solution panel's does not."""
+    study = expand_study("c", CONICAL)
+    ds = made_up_dataset(study, _orders)
+    ds["e_lambda"][1] = ds["e_lambda"][0]
+    fig = plots.convergence_plot(study, ds, f"{tmp_path}/f.png", f"{tmp_path}/f.pdf")
+    titles = {ax.get_title().replace("\n", " ").split(" (")[0]: ax.get_title().replace("\n", " ") for ax in fig.axes}
+    assert titles["multiplier error"] == "multiplier error (HBVM(2,2) = (1,1))"
+    assert titles["solution error"] == "solution error"
+    assert problems(fig) == []
