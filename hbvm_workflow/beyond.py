@@ -27,13 +27,14 @@ import numpy as np
 
 from hbvm_core.errors import ConfigError
 
-from . import layout
+from . import layout, printed
+from .printed import DEFAULT_WIDTH, WIDTHS
 from .storage import ResultsMismatchError
 from .study import Study
 
 #: e_s targets of the time-to-accuracy table
 TARGETS = (1e-6, 1e-10)
-#: floor for exact zeros on the log axes of the long-time figure (values at exact round-off 0)
+#: floor for exact zeros in the growth exponent's log (values at exact round-off 0)
 FLOOR = 1e-18
 #: the series' names in the Markdown tables (no '|' in a table cell)
 PLAIN = {"dH": "energy error H - H0", "g": "constraint g", "hc": "hidden constraint"}
@@ -237,58 +238,72 @@ TTA_COLUMNS = ["problem", "family", "target", "wall_s", "e_s", "run", "best_e_s"
 TIME_TO_ACCURACY_COLUMNS = ["problem", "target", "method", "label", "wall_s", "setting", "e_s"]
 
 
-def _figure(nrows: int, ncols: int, size: tuple[float, float]):
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(size[0] * ncols, size[1] * nrows + 0.5), layout="constrained")
-    return fig, fig.subplots(nrows, ncols, squeeze=False)
-
-
 def _style(fam: str, i: int) -> dict:
     marker = "s" if fam.startswith("DOP853") else ("^" if fam == "RATTLE" else "o")
     ls = "--" if fam.endswith("-proj") and "poly" not in fam else "-"
     return {"color": f"C{i % 10}", "marker": marker, "ls": ls, "ms": 4, "lw": 1.2}
 
 
-def _wall_label(repeats) -> str:
-    """The work-precision figure's y label: what a point's time is."""
+def _wall_note(repeats) -> str:
+    """The work-precision figure's note on what a point's time is."""
     if not repeats:
-        return "wall time per run [s]"
-    return f"wall time per run [s], best of {repeats}\n(time loop only, compile time excluded)"
+        return ""
+    return f"; wall time: the best of {repeats} repeats of the time loop, compile time excluded"
 
 
 def work_precision_plot(
-    panels: list[tuple[str, list[dict]]], png: str, pdf: str, targets=TARGETS, repeats: int | None = None
+    panels: list[tuple[str, list[dict]]],
+    png: str,
+    pdf: str,
+    targets=TARGETS,
+    repeats: int | None = None,
+    width: float = WIDTHS[DEFAULT_WIDTH],
 ):
     """One log-log panel per problem: wall time per run against e_s, one curve per family; ``repeats``: the
-    times are the best of that many timed repeats (``measure``), said on the axis. Returns the figure."""
+    times are the best of that many timed repeats (``measure``), said in the title. ``width``: the printed
+    width in inches (``printed.width``); the legend below the panels. Returns the figure."""
+    from .plots import _plain_log_ticks, panel_grid
+
     n = len(panels)
-    ncols = 2 if n > 1 else 1
+    nrows, ncols = panel_grid(n, width) if n > 1 else (1, 1)
+    ncols = min(ncols, 2)
     nrows = math.ceil(n / ncols)
-    fig, axes = _figure(nrows, ncols, (4.6, 3.6))
+    panel_w = width / ncols
     names: list[str] = []
     for _, rows in panels:
         names += [f for f in families(rows) if f not in names]
-    for ax, (title, rows) in zip(axes.flat, panels):
-        for fam in families(rows):
-            runs = sorted((r for r in rows if r["family"] == fam and _ok(r) and r["e_s"] > 0), key=lambda r: -r["e_s"])
-            if runs:
-                e = [r["e_s"] for r in runs]
-                w = [r["wall_s"] for r in runs]
-                ax.loglog(e, w, label=fam, **_style(fam, names.index(fam)))
-        for t in targets:
-            ax.axvline(t, color="0.6", lw=0.8, ls=":")
-        ax.invert_xaxis()
-        ax.set_xlabel(r"$e_s$ (max over samples, $\|\cdot\|_\infty$, vs reference)")
-        ax.set_ylabel(_wall_label(repeats), fontsize=9)
-        ax.set_title(title, fontsize=10)
-        ax.grid(True, which="both", alpha=0.3)
-    for ax in list(axes.flat)[n:]:
-        ax.set_visible(False)
-    axes.flat[0].legend(fontsize=7)
-    fig.suptitle("work precision: cost against accuracy\n(more accurate to the right)", fontsize=10)
-    fig.savefig(png, dpi=150)
-    fig.savefig(pdf)
+    title = printed.wrap(
+        "work precision: cost against accuracy (more accurate to the right)" + _wall_note(repeats),
+        width,
+        printed.STYLE["figure.titlesize"],
+    )
+    with printed.style():
+        fig = printed.new_figure(width, nrows * min(2.8, 0.8 * panel_w) + 0.3 * (title.count("\n") + 1) + 0.5)
+        axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+        for ax in axes[n:]:
+            fig.delaxes(ax)  # an empty slot: nothing drawn
+        handles: dict[str, object] = {}
+        for ax, (name, rows) in zip(axes, panels):
+            for fam in families(rows):
+                runs = sorted(
+                    (r for r in rows if r["family"] == fam and _ok(r) and r["e_s"] > 0), key=lambda r: -r["e_s"]
+                )
+                if runs:
+                    e = [r["e_s"] for r in runs]
+                    w = [r["wall_s"] for r in runs]
+                    (line,) = ax.loglog(e, w, label=fam, **_style(fam, names.index(fam)))
+                    handles.setdefault(fam, line)
+            for t in targets:
+                ax.axvline(t, color="0.6", lw=0.8, ls=":")
+            ax.invert_xaxis()
+            ax.set_xlabel(r"$e_s$ (max over samples, $\|\cdot\|_\infty$, vs reference)")
+            ax.set_ylabel("wall time per run [s]")
+            printed.set_title(ax, name, panel_w)
+            ax.grid(True, alpha=0.3)
+        fig.suptitle(title)
+        printed.legend_below(fig, list(handles.values()), list(handles), width)
+        _plain_log_ticks(fig)
+        printed.save(fig, png, pdf)
     return fig
 
 
@@ -386,38 +401,65 @@ def long_time_markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n" + note
 
 
-def _loglog(ax, t, y, color: str, label: str) -> None:
-    """The series (faint) and its running maximum (solid), the curve that shows drift or its absence."""
+def _loglog(ax, t, y, color: str, label: str):
+    """The series (faint) and its running maximum (solid), the curve that shows drift or its absence; exact
+    zeros of the running maximum as marks on the axis floor. Returns (the solid line, whether there are zeros)."""
     from .plots import envelope
 
     ok = t > 0
-    tt, yy = envelope(t[ok], np.maximum(y[ok], FLOOR))
-    ax.loglog(tt, yy, color=color, lw=0.5, alpha=0.3)
-    ax.loglog(tt, np.fmax.accumulate(yy), color=color, lw=1.3, label=label)
+    tt, yy = envelope(t[ok], np.where(np.isfinite(y[ok]), y[ok], 0.0))
+    top = np.fmax.accumulate(yy)
+    ax.loglog(tt, printed.nonzero(yy), color=color, lw=0.5, alpha=0.3)
+    (line,) = ax.loglog(tt, printed.nonzero(top), color=color, lw=1.3, label=label)
+    return line, printed.zero_marks(ax, tt, top, color=color, marker="|", s=12, lw=0.6)
 
 
-def long_time_plot(panels: list[tuple[str, list]], png: str, pdf: str):
-    """Rows: problems; columns: |H - H0|, ||g||, hidden constraint against t, log-log; one line per method.
-    Returns the figure."""
-    fig, axes = _figure(len(panels), len(SERIES), (3.6, 2.9))
+def long_time_plot(panels: list[tuple[str, list]], png: str, pdf: str, width: float = WIDTHS[DEFAULT_WIDTH]):
+    """Per problem: |H - H0|, ||g||, hidden constraint against t, log-log, one line per method (runs with the same
+    numbers one line, named by all: ``printed.identical_groups``), at the printed ``width`` (inches): three
+    panels a row where they fit. Returns the figure."""
+    from .plots import MIN_PANEL_W, _plain_log_ticks
+
+    ncols = min(len(SERIES), max(1, int(width // MIN_PANEL_W)))
+    per = math.ceil(len(SERIES) / ncols)  # rows per problem
+    panel_w = width / ncols
     names: list[str] = []
     for _, runs in panels:
         names += [job.name for job, _ in runs if job.name not in names]
-    for row, (title, runs) in zip(axes, panels):
-        for ax, (key, label) in zip(row, SERIES):
-            for job, series in runs:
-                i = names.index(job.name)
-                _loglog(ax, series["t"], series[key], color=f"C{i % 10}", label=job.name)
-            ax.set_title(f"{title}: {label}", fontsize=9)
-            ax.set_xlabel("t")
-            ax.grid(True, which="both", alpha=0.3)
-            ax.set_ylim(bottom=FLOOR * 10)
-    axes[0, 0].legend(fontsize=6)
-    fig.suptitle(
-        "long-time behaviour: running maximum (solid) and values (faint); 1e-17 and below: exact zeros", fontsize=10
-    )
-    fig.savefig(png, dpi=150)
-    fig.savefig(pdf)
+    title = "long-time behaviour: running maximum (solid) and values (faint)"
+    if len(panels) == 1:  # one problem: its name once, above the figure
+        title = f"{panels[0][0]}\n{title}"
+    title = printed.wrap(title, width, printed.STYLE["figure.titlesize"])
+    with printed.style():
+        fig = printed.new_figure(width, len(panels) * per * min(2.4, 0.85 * panel_w) + 0.3 * title.count("\n") + 0.8)
+        grid = fig.subplots(len(panels) * per, ncols, squeeze=False)
+        handles: dict[str, object] = {}
+        for p, (name, runs) in enumerate(panels):
+            axes = grid[p * per : (p + 1) * per].ravel()
+            for ax in axes[len(SERIES) :]:
+                fig.delaxes(ax)
+            groups = printed.identical_groups([np.concatenate([s[k] for k, _ in SERIES]) for _, s in runs])
+            for ax, (key, label) in zip(axes, SERIES):
+                zero = False
+                for group in groups:  # runs with the same numbers: one curve, named by all of them
+                    job, series = runs[group[0]]
+                    name_all = printed.joined_name([runs[j][0].name for j in group])
+                    color = f"C{names.index(job.name) % 10}"
+                    line, z = _loglog(ax, series["t"], series[key], color=color, label=name_all)
+                    handles.setdefault(name_all, line)
+                    zero |= z
+                if zero:
+                    printed.floor_room(ax)
+                note = f" ({printed.ZERO_NOTE})" if zero else ""
+                head = PLAIN[key] if len(panels) == 1 else f"{name}: {PLAIN[key]}"
+                printed.set_title(ax, head + note, panel_w)
+                ax.set_xlabel("t")
+                ax.set_ylabel(label)
+                ax.grid(True, alpha=0.3)
+        fig.suptitle(title)
+        printed.legend_below(fig, list(handles.values()), list(handles), width)
+        _plain_log_ticks(fig)
+        printed.save(fig, png, pdf)
     return fig
 
 
@@ -441,9 +483,10 @@ def study_figure(study: Study, png: str, pdf: str) -> None:
     """The study's figure, results/<study>/<study>.png (called by the aggregate rule after errors.csv is written)."""
     if study.kind == "work_precision":
         rows = work_precision_rows(study, layout.errors_csv(study.results, study.name))
-        work_precision_plot([(study.title, rows)], png, pdf, accuracy_targets(study), timing_repeats(study))
+        targets, repeats = accuracy_targets(study), timing_repeats(study)
+        work_precision_plot([(study.title, rows)], png, pdf, targets, repeats, printed.width(study))
     elif study.kind == "long_time":
-        long_time_plot([(study.title, list(long_time_runs(study)))], png, pdf)
+        long_time_plot([(study.title, list(long_time_runs(study)))], png, pdf, printed.width(study))
     else:
         raise ConfigError(f"study {study.name!r}: kind {study.kind!r} has no work-precision or long-time figure")
 
@@ -480,6 +523,11 @@ def write_time_to_accuracy(studies: list[Study], out_csv: str) -> int:
     return len(table)
 
 
+def _width(studies: list[Study]) -> float:
+    """The printed width of a summary figure: its first study's (``printed.width``)."""
+    return printed.width(studies[0]) if studies else WIDTHS[DEFAULT_WIDTH]
+
+
 def write_summary(kind: str, studies: list[Study], png: str, pdf: str, md: str, out_csv: str) -> None:
     """The figure and table over every study of ``kind`` (results/beyond/)."""
     if kind == "work_precision":
@@ -490,7 +538,7 @@ def write_summary(kind: str, studies: list[Study], png: str, pdf: str, md: str, 
             panels.append((st.problem, rows))
             table += time_to_accuracy(rows, targets)
         repeats = "/".join(str(n) for n in sorted({timing_repeats(st) for st in studies}))
-        work_precision_plot(panels, png, pdf, targets, repeats)
+        work_precision_plot(panels, png, pdf, targets, repeats, _width(studies))
         notes = "\n".join(f"- {st.name}: {_convention_note(st)}" for st in studies)
         text = f"# Work precision: time to accuracy\n\n{notes}\n\n" + time_to_accuracy_markdown(table, targets)
         write_text(text, md)
@@ -502,7 +550,7 @@ def write_summary(kind: str, studies: list[Study], png: str, pdf: str, md: str, 
             runs = list(long_time_runs(st))
             panels.append((st.problem, runs))
             table += long_time_table(st, runs)
-        long_time_plot(panels, png, pdf)
+        long_time_plot(panels, png, pdf, _width(studies))
         write_text("# Long-time drift\n\n" + long_time_markdown(table), md)
         write_csv(table, out_csv, LT_COLUMNS)
         return

@@ -37,41 +37,48 @@ def _figure(nrows: int, ncols: int = 1, size=(7.0, 2.2), sharex: bool = False):
     return fig, axes
 
 
-def _tick_label(x, _pos=None) -> str:
-    return f"{x:g}"
-
-
-def log_locator(lo: float, hi: float):
-    """A major-tick locator for a log axis over [lo, hi] with at least three ticks: decades where the
-    range holds three, else 1, 2, 5 times the decades, else every integer multiple."""
+def log_locator(lo: float, hi: float, room: int = 12):
+    """A major-tick locator for a log axis over [lo, hi] with at least three ticks and at most ``room`` (as
+    many labels as fit the axis): decades where the range holds three (every second or third decade on a long
+    range), else 1, 2, 5 times the decades, else every integer multiple; the finest that fits where none has
+    three."""
     from matplotlib.ticker import LogLocator
 
+    room = max(3, room)
     if not (np.isfinite(lo) and np.isfinite(hi) and 0 < lo < hi):
-        return LogLocator(base=10, numticks=8)
+        return LogLocator(base=10, numticks=min(8, room))
+    d0, d1 = math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1
+    fits = (1.0,)
     for subs in ((1.0,), (1.0, 2.0, 5.0), tuple(float(i) for i in range(1, 10))):
-        d0, d1 = math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1
-        ticks = [m * 10.0**d for d in range(d0, d1 + 1) for m in subs]
-        if sum(lo <= t <= hi for t in ticks) >= 3:
-            return LogLocator(base=10, subs=subs, numticks=12 if subs == (1.0,) else 40)
-    return LogLocator(base=10, subs=tuple(float(i) for i in range(1, 10)), numticks=40)
+        count = sum(lo <= m * 10.0**d <= hi for d in range(d0, d1 + 1) for m in subs)
+        if count >= 3 and (subs == (1.0,) or count <= room):
+            return LogLocator(base=10, subs=subs, numticks=room if subs == (1.0,) else 40)
+        if count <= room:
+            fits = subs
+    return LogLocator(base=10, subs=fits, numticks=40)
 
 
 def _plain_log_ticks(fig) -> None:
-    """At least three labelled ticks on every log axis, labelled plainly (0.05, 1e-06).
+    """At least three labelled ticks on every log axis: plainly from 0.001 to 1000, else as $10^{-6}$
+    (``printed.tick_label``; matplotlib's default labels only the decades: one label on an axis spanning less
+    than a decade)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
 
-    matplotlib's default log labels go through mathtext, which costs seconds per figure,
-    and label only the decades: one label on an axis spanning less than a decade.
-    """
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    from .printed import tick_label
 
     for ax in fig.axes:
-        for axis, scale, lim in ((ax.xaxis, ax.get_xscale(), ax.get_xlim), (ax.yaxis, ax.get_yscale(), ax.get_ylim)):
+        box = ax.bbox  # before the layout: near enough to say how many labels fit
+        for axis, scale, lim, room in (
+            (ax.xaxis, ax.get_xscale(), ax.get_xlim, box.width / fig.dpi / 0.3),  # a label is about 0.25 in wide
+            (ax.yaxis, ax.get_yscale(), ax.get_ylim, box.height / fig.dpi / 0.2),  # and 0.12 in high
+        ):
             if scale != "log":
                 continue
             lo, hi = sorted(lim())
-            axis.set_major_locator(log_locator(lo, hi))
-            axis.set_major_formatter(FuncFormatter(_tick_label))
-            axis.set_minor_locator(LogLocator(base=10, subs="auto", numticks=40))
+            axis.set_major_locator(log_locator(lo, hi, int(room)))
+            axis.set_major_formatter(FuncFormatter(tick_label))
+            few = 0 < lo < hi and hi / lo < 1e4  # minor ticks only where they are few enough to read
+            axis.set_minor_locator(LogLocator(base=10, subs="auto", numticks=40) if few else NullLocator())
             axis.set_minor_formatter(NullFormatter())
 
 
@@ -220,68 +227,128 @@ def _all_roundoff(ds, rate: str, flag: str) -> bool:
     return bool(pairs.any() and flags[pairs].all())
 
 
+#: the error panels of the convergence figure: (error, its rate, title, y label)
+RATE_PANELS = [
+    ("e_s", "rate_s", "solution error", r"$e_s$"),
+    ("e_lambda", "rate_lambda", "multiplier error", r"$e_\lambda$"),
+    ("e_hc", "rate_hc", "hidden constraint", r"$e_{hc}$"),
+]
+#: the conservation panels of the convergence figure: (error, no rate, title, y label); no reference slope
+CONSERVATION = [("e_H", None, "energy error", r"$e_H$"), ("e_g", None, "constraint error", r"$e_g$")]
+#: the smallest printed width (inches) of a panel, tick labels included: more panels than fit wrap to a new row
+MIN_PANEL_W = 1.7
+#: the x label of the convergence panels
+H_LABEL = "step size $h$"
+
+
+def panel_grid(n: int, width_in: float) -> tuple[int, int]:
+    """(rows, columns) for n panels at a printed width: as few rows as panels of MIN_PANEL_W allow, balanced."""
+    most = max(1, int(width_in // MIN_PANEL_W))
+    rows = math.ceil(n / most)
+    return rows, math.ceil(n / rows)
+
+
 def convergence_plot(study: Study, ds, png: str, pdf: str):
     """Log-log errors against h for each method, with dotted reference slopes C h^p, and what the method
-    conserves: e_H and e_g against h (no slope; e_g only for a constrained problem).
+    conserves: e_H and e_g against h (no slope; e_g only for a constrained problem), at the study's printed
+    width (``printed.width``).
 
-    Each method has its own colour, hollow marker and line style, so coinciding curves
-    stay visible; one legend below the panels covers every panel. Each curve's p is its own
-    method's (``reference_order``), labelled "order p (expected)" or "order p (declared)"; one
-    grey line where every curve of a panel has the same p. A panel whose every rate pair is at
-    the round-off floor says so instead of drawing the noise. Returns the figure.
+    Each method has its own colour, hollow marker and line style; methods whose errors agree to
+    ``printed.SAME_RTOL`` in every panel are one curve, named "HBVM(2,2) = (4,2)". One legend below the
+    panels names the curves, the reference slopes and the round-off floor. Each curve's p is its own method's
+    (``reference_order``), drawn only for a curve with a rate in the panel; one line per distinct p (grey when
+    several curves share it). A panel whose every rate pair is at the round-off floor is left out, and the
+    title says so. Exact zeros are marks on the axis floor. Returns the figure.
     """
-    panels = [("e_s", "rate_s", "solution error e_s"), ("e_lambda", "rate_lambda", "multiplier error e_λ")]
-    panels.append(("e_hc", "rate_hc", "hidden constraint e_hc"))
-    panels += CONSERVATION if study.dims[1] else CONSERVATION[:1]  # e_g: only with constraints
-    panels = [p for p in panels if np.isfinite(ds[p[0]].values).any()]
-    combos = _combinations(study, ds)  # a row of panels per grid combination
-    fig, axes = _figure(len(combos), max(1, len(panels)), size=(3.4 * max(1, len(panels)), 3.6))
-    handles: dict[str, object] = {}
-    for axes_row, (heading, sub_ds) in zip(axes, combos):
-        _convergence_row(study, sub_ds, axes_row, panels, handles, heading)
-    ncol = max(1, min(len(handles), 4))
-    rows = math.ceil(len(handles) / ncol) if handles else 0
-    if handles:
-        fig.legend(
-            [hl for hl, _ in handles.values()],
-            [name for _, name in handles.values()],
-            loc="lower center",
-            ncol=ncol,
-            fontsize=8,
-            frameon=False,
-            bbox_to_anchor=(0.5, 0.0),
-        )
-    fig.suptitle(_suptitle(study), fontsize=10)
-    save(fig, png, pdf, legend_rows=rows + 1 if rows else 0)
+    from . import printed
+
+    with printed.style():
+        fig = _convergence_figure(study, ds, printed.width(study))
+        printed.save(fig, png, pdf)
     return fig
 
 
-#: the conservation panels of the convergence figure: (error, no rate, title); no reference slope, exact zeros
-#: at ZERO_FLOOR
-CONSERVATION = [("e_H", None, "energy error e_H"), ("e_g", None, "constraint error e_g")]
+def _convergence_figure(study: Study, ds, W: float):
+    from . import printed
+
+    panels = RATE_PANELS + (CONSERVATION if study.dims[1] else CONSERVATION[:1])  # e_g: only with constraints
+    panels = [p for p in panels if np.isfinite(ds[p[0]].values).any()]
+    combos = _combinations(study, ds)  # a row of panels per grid combination
+    noise = [p for p in panels if p[1] and all(_all_roundoff(d, p[1], _flag(p[0])) for _, d in combos)]
+    panels = [p for p in panels if p not in noise]
+    groups = printed.identical_groups([_digits(ds.isel(scheme=i), panels) for i in range(ds.sizes["scheme"])])
+    nrows, ncols = panel_grid(max(1, len(panels)), W)
+    panel_h = min(2.2, 0.85 * W / ncols)
+    title = _suptitle(study)
+    if noise:
+        names = ", ".join(p[0] for p in noise)
+        title += f"\n{names}: every rate pair at the round-off floor (<= {ROUNDOFF_ULPS:g} eps x scale), not drawn"
+    title = printed.wrap(title, W, printed.STYLE["figure.titlesize"])
+    H = len(combos) * (nrows * panel_h + (0.2 if study.grid else 0.0)) + 0.2 * (title.count("\n") + 1) + 0.6
+    fig = printed.new_figure(W, H)
+    fig.suptitle(title)
+    subfigs = fig.subfigures(len(combos), 1, squeeze=False)[:, 0] if study.grid else [fig]
+    legend: dict[tuple, tuple] = {}  # key -> (handle, label), methods first
+    instances = study.instances if study.grid else [study.instance_of("")]
+    for sub_fig, (heading, sub_ds), inst in zip(subfigs, combos, instances):
+        if heading:
+            sub_fig.suptitle(heading, fontsize=printed.STYLE["axes.titlesize"])
+        axes = sub_fig.subplots(nrows, ncols, squeeze=False).ravel()
+        for ax in axes[len(panels) :]:
+            sub_fig.delaxes(ax)  # an empty slot of the grid: nothing drawn
+        for ax, panel in zip(axes, panels):
+            _convergence_panel(study, sub_ds, ax, panel, groups, legend, W / ncols)
+            if panel[0] == "e_s":
+                _reference_band(ax, reference_floor(study, inst), legend)
+    entries = sorted(legend.items(), key=lambda kv: kv[0])
+    printed.legend_below(fig, [h for _, (h, _) in entries], [lab for _, (_, lab) in entries], W)
+    _plain_log_ticks(fig)
+    return fig
 
 
-def _conservation_panel(ds, ax, var: str, title: str, handles: dict) -> None:
-    """e_H or e_g against h per method (log-log, exact zeros at ZERO_FLOOR, said in the title), with the round-off
-    floor (ROUNDOFF_ULPS eps) dashed and the y axis spanning at least 1e-17 .. 1e-11 around it."""
-    zero = False
-    for i, label in enumerate(ds.scheme.values):
-        sub = ds.isel(scheme=i)
-        h, e = sub.h.values, np.asarray(sub[var].values, dtype=float)
-        ok = np.isfinite(e)
-        if ok.any():
-            zero |= bool(np.any(e[ok] == 0))
-            (line,) = ax.loglog(h[ok], _positive(e[ok]), **method_style(i))
-            handles.setdefault(str(label), (line, str(sub.name.values)))
-    # the round-off floor of a quantity of size 1 (``metrics.roundoff_floor``), and at least the decades around it
-    floor = roundoff_floor(1.0)
-    ax.axhline(floor, color="0.5", ls="--", lw=0.8)
-    ax.text(0.02, floor * 1.5, f"{ROUNDOFF_ULPS:g} eps", transform=ax.get_yaxis_transform(), fontsize=7, color="0.4")
+#: the tighter DOP853 tolerance whose solution the reference (hbvm_core.references, rtol 1e-13) is compared with
+#: to estimate the reference's own error (scipy's tightest is 100 eps = 2.2e-14)
+TIGHT_RTOL = 2.5e-14
+
+
+def reference_floor(study: Study, inst) -> float | None:
+    """The accuracy of a numerical reference (DOP853 at rtol 1e-13, ``reference: reference`` on a problem without
+    a closed form): the largest difference, in the study's norm, between it and the solution at TIGHT_RTOL over
+    201 times of the instance ``inst``'s [0, t_end]; None for a closed form or no reference. e_s below it measures
+    the reference, not the method."""
+    from hbvm_core.metrics import vector_norm
+    from hbvm_core.references import reference_solution, resolved_kind
+
+    kind = getattr(study.convention, "reference_kind", "auto")
+    problem = inst.problem
+    if study.reference != "reference" or resolved_kind(problem, kind) != "ode":
+        return None
+    t = np.linspace(0.0, inst.t_end, 201)
+    q, p, _ = reference_solution(problem, t, kind)
+    q2, p2, _ = reference_solution(problem, t, kind, rtol=TIGHT_RTOL)
+    return float(np.max(vector_norm(np.concatenate([q - q2, p - p2], axis=1), _norm(study))))
+
+
+def _reference_band(ax, floor: float | None, legend: dict) -> None:
+    """The band below the reference's accuracy ``floor`` on an e_s panel, named in the legend."""
+    if floor is None:
+        return
     lo, hi = ax.get_ylim()
-    ax.set_ylim(min(lo, 1e-17), max(hi, 1e-11))
-    ax.set_xlabel("h")
-    ax.set_title(title + (f" (0 at {ZERO_FLOOR:g})" if zero else ""), fontsize=10)
-    ax.grid(True, which="both", alpha=0.3)
+    if floor > lo:
+        band = ax.axhspan(lo, min(floor, hi), color="C1", alpha=0.15, lw=0, zorder=0)
+        legend.setdefault((3, 0.0, ""), (band, "reference floor (DOP853 at rtol 1e-13, estimated)"))
+    ax.set_ylim(lo, hi)
+
+
+def _digits(sub, panels) -> np.ndarray:
+    """One method's errors in every panel as one array, those at the round-off floor (``roundoff_floor`` of
+    size 1) as -1: two methods are one curve when these agree (``printed.identical_groups``)."""
+    e = np.concatenate([np.ravel(np.asarray(sub[p[0]].values, dtype=float)) for p in panels])
+    return np.where(e <= roundoff_floor(1.0), -1.0, e)
+
+
+def _flag(var: str) -> str:
+    return f"roundoff_{var.removeprefix('e_')}"
 
 
 def _combinations(study: Study, ds) -> list:
@@ -295,69 +362,63 @@ def _combinations(study: Study, ds) -> list:
     return out
 
 
-def _convergence_row(study: Study, ds, axes_row, panels, handles: dict, heading: str) -> None:
-    """One row of convergence panels (one per error) for a (scheme, h) dataset; the panels' titles name
-    the grid combination ``heading`` in the first panel's y label where there is one."""
-    if heading:
-        axes_row[0].set_ylabel(heading, fontsize=9)
-    for ax, (var, rate, title) in zip(axes_row, panels):
+def _convergence_panel(study: Study, ds, ax, panel, groups, legend: dict, panel_w: float) -> None:
+    """One panel: the error ``var`` against h per group of identical methods (``printed.identical_groups``),
+    exact zeros on the floor; for a rate panel the reference slopes, for a conservation panel the round-off
+    floor (ROUNDOFF_ULPS eps of a quantity of size 1) dashed and the y axis at least 1e-17 .. 1e-11 around it."""
+    from . import printed
+
+    var, rate, title, ylabel = panel
+    with_rate = []  # (h, e, p, how, color) per curve with a rate
+    zero = False
+    drawn = []  # (name, this panel's errors) per curve
+    for group in groups:
+        i = group[0]
+        sub = ds.isel(scheme=i)
+        h, e = sub.h.values, np.asarray(sub[var].values, dtype=float)
+        ok = np.isfinite(e)
+        if not ok.any():
+            continue
+        style = printed.at_print_size(method_style(i))
+        (line,) = ax.loglog(h[ok], printed.nonzero(e[ok]), **style)
+        zero |= printed.zero_marks(ax, h[ok], e[ok], color=style["color"], marker=style["marker"], s=10)
+        name = printed.joined_name([str(ds.isel(scheme=j).name.values) for j in group])
+        legend.setdefault((0, i), (line, name))
+        drawn.append((name, e))
         if rate is None:
-            _conservation_panel(ds, ax, var, title, handles)
             continue
-        lines = []  # (h, e, slope, how, color) per method
-        flag = f"roundoff_{var.removeprefix('e_')}"
-        all_roundoff = _all_roundoff(ds, rate, flag)
-        if all_roundoff:
-            ax.set_xscale("log")
-            ax.set_yscale("log")
-            ax.loglog(ds.h.values, np.full(ds.sizes["h"], np.nan))
-            ax.text(
-                0.5,
-                0.5,
-                f"every pair of {var} at the round-off floor\n"
-                f"(<= {ROUNDOFF_ULPS:g} eps x its scale):\nno rate, nothing to plot",
-                transform=ax.transAxes,
-                ha="center",
-                va="center",
-                fontsize=9,
-                color="0.3",
-            )
-            ax.set_xlabel("h")
-            ax.set_title(title, fontsize=10)
-            ax.set_ylim(1e-17, 1e-12)
-            ax.yaxis.set_visible(False)  # no data on it
-            ax.set_xlim(float(np.nanmin(ds.h.values)) / 1.2, float(np.nanmax(ds.h.values)) * 1.2)
-            continue
-        for i, label in enumerate(ds.scheme.values):
-            sub = ds.isel(scheme=i)
-            h, e = sub.h.values, sub[var].values
-            ok = np.isfinite(e) & (e > 0)
-            if not ok.any():
-                continue
-            style = method_style(i)
-            (line,) = ax.loglog(h[ok], e[ok], **style)
-            handles.setdefault(str(label), (line, str(sub.name.values)))
-            asym = ok & _asymptotic(ds, sub, var, rate)
-            if not asym.any():
-                continue
-            p, how = reference_order(study, study.methods[i], var)
-            if p and p > 0:
-                lines.append((h[asym], e[asym], p, how, style["color"]))
-        slopes = {(p, how) for _, _, p, how, _ in lines}
-        if len(slopes) == 1 and len(lines) > 1:
-            p, how = slopes.pop()
-            hs = np.concatenate([ln[0] for ln in lines])
-            hh = np.array([hs.max(), hs.min()])
-            # below every curve at every h: C = 0.5 min over points of e / h^p
-            c = 0.5 * min(float(np.min(e / h**p)) for h, e, *_ in lines)
-            _reference_line(ax, hh, c * hh**p, p, how, "0.4")
-        else:
-            for h, e, p, how, color in lines:
-                hh = h[[0, -1]]
-                _reference_line(ax, hh, 0.5 * e[0] * (hh / h[0]) ** p, p, how, color)
-        ax.set_xlabel("h")
-        ax.set_title(title, fontsize=10)
-        ax.grid(True, which="both", alpha=0.3)
+        asym = ok & (e > 0) & _asymptotic(ds, sub, var, rate)
+        o = np.flatnonzero(ok)  # this curve's rows (a grid's combinations have h of their own)
+        a, rated = asym[o], np.isfinite(np.asarray(sub[rate].values, dtype=float))[o]
+        if not (a[1:] & a[:-1] & rated[1:]).any():
+            continue  # no rate in this panel: no slope
+        p, how = reference_order(study, study.methods[i], var)
+        if p and p > 0:
+            with_rate.append((h[asym], e[asym], p, how, style["color"]))
+    if rate is None:
+        floor = roundoff_floor(1.0)
+        line = ax.axhline(floor, color="0.5", ls="--", lw=0.8)
+        legend.setdefault((2, 0.0, ""), (line, f"{ROUNDOFF_ULPS:g} eps (round-off)"))
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(min(lo, 1e-17), max(hi, 1e-11))
+    for p in sorted({c[2] for c in with_rate}):
+        curves = [c for c in with_rate if c[2] == p]
+        how = "/".join(sorted({c[3] for c in curves}, reverse=True))
+        color = curves[0][4] if len(curves) == 1 else "0.4"
+        hs = np.concatenate([c[0] for c in curves])
+        hh = np.array([hs.max(), hs.min()])
+        c0 = 0.5 * min(float(np.min(e / h**p)) for h, e, *_ in curves)  # below every curve at every h
+        line = _reference_line(ax, hh, c0 * hh**p, p, how, color)
+        legend.setdefault((1, p, how, color), (line, line.get_label()))
+    if zero:
+        printed.floor_room(ax)
+    # curves that coincide in this panel only (their markers nest): the title names them
+    same = [g for g in printed.identical_groups([d for _, d in drawn]) if len(g) > 1]
+    notes = [printed.joined_name([drawn[j][0] for j in g]) for g in same] + ([printed.ZERO_NOTE] if zero else [])
+    ax.set_xlabel(H_LABEL)
+    ax.set_ylabel(ylabel)
+    printed.set_title(ax, title + (f" ({'; '.join(notes)})" if notes else ""), panel_w)
+    ax.grid(True, alpha=0.3)
 
 
 #: a sweep figure draws markers up to this many grid values, lines alone beyond (no 10^4 markers)
@@ -477,11 +538,11 @@ def sweep_plot(study: Study, ds, png: str, pdf: str):
     return fig
 
 
-def _reference_line(ax, h, y, p, how: str, color) -> None:
-    """A dotted line C h^p, labelled "order p (expected)" or "order p (declared)" (``reference_order``)."""
-    ax.loglog(h, y, ":", color=color, lw=1.2, alpha=0.9)
-    text = f"order {p:g} ({how})"
-    ax.annotate(text, (h[-1], y[-1]), fontsize=7, color=color, ha="left", va="top")
+def _reference_line(ax, h, y, p, how: str, color):
+    """A dotted line C h^p, labelled "order p (expected)" or "order p (declared)" (``reference_order``) for the
+    legend (a label on the line would cover data or other labels). Returns the line."""
+    (line,) = ax.loglog(h, y, ":", color=color, lw=1.2, alpha=0.9, label=f"order {p:g} ({how})")
+    return line
 
 
 # --------------------------------------------------------------------------- figures of single runs
@@ -523,45 +584,82 @@ def _norm(study: Study):
 
 def solution_error_plot(study: Study, png: str, pdf: str):
     """fig1: ||y_n - y(t_n)|| against t / T (or t): one curve per run, and so per grid combination, each
-    against its combination's period T. Returns the figure."""
+    against its combination's period T, at the study's printed width. Returns the figure."""
     from hbvm_core.metrics import vector_norm
 
-    fig, axes = _figure(1, size=(7.0, 3.6))
-    ax = axes[0][0]
-    periodic = all(inst.period for inst in study.instances or [study.instance_of("")])
-    for r, job, traj in _runs(study):
-        q, p, _ = _reference(study, traj, traj.t)
-        err = vector_norm(traj.y() - np.concatenate([q, p], axis=1), _norm(study))
-        x = traj.t / _period(study, r) if periodic else traj.t
-        ax.plot(*envelope(x, err), lw=1, label=_run_label(study, r, job))
-    ax.set_xlabel("t / T (periods)" if periodic else "t")
-    ax.set_ylabel(f"solution error, {_norm(study)}-norm")
-    ax.set_xlim(left=0)
-    ax.set_ylim(bottom=0)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title(_suptitle(study), fontsize=10)
-    save(fig, png, pdf)
-    return fig
+    from . import printed
 
-
-def _time_panels(study: Study, titles: list[str], curves, png: str, pdf: str):
-    """Stacked log-y panels against t (shared axis), one curve per run and so per grid combination:
-    curves(traj) -> [(t, y), ...]. Returns the figure."""
-    fig, axes = _figure(len(titles), size=(7.0, 1.8), sharex=True)
-    zeros = [False] * len(titles)
-    for r, job, traj in _runs(study):
-        for i, (ax, (t, y)) in enumerate(zip(axes[:, 0], curves(traj))):
-            zeros[i] |= bool(np.any(np.asarray(y) == 0))
-            ax.semilogy(*envelope(t, _positive(y), PANEL_POINTS), lw=0.8, label=_run_label(study, r, job))
-    for ax, title, zero in zip(axes[:, 0], titles, zeros):
-        ax.set_title(title + (f"  (exact zeros drawn at {ZERO_FLOOR:g})" if zero else ""), fontsize=9)
+    W = printed.width(study)
+    with printed.style():
+        fig = printed.new_figure(W, 0.45 * W + 0.6)
+        ax = fig.subplots()
+        periodic = all(inst.period for inst in study.instances or [study.instance_of("")])
+        handles, labels = [], []
+        for r, job, traj in _runs(study):
+            q, p, _ = _reference(study, traj, traj.t)
+            err = vector_norm(traj.y() - np.concatenate([q, p], axis=1), _norm(study))
+            x = traj.t / _period(study, r) if periodic else traj.t
+            (line,) = ax.plot(*envelope(x, err), lw=1, label=_run_label(study, r, job))
+            handles.append(line)
+            labels.append(line.get_label())
+        ax.set_xlabel("t / T (periods)" if periodic else "t")
+        ax.set_ylabel(f"solution error, {_norm(study)}-norm")
+        ax.set_xlim(left=0)
+        ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
-    axes[-1, 0].set_xlabel("t")
-    axes[0, 0].legend(fontsize=7)
-    fig.suptitle(_suptitle(study), fontsize=10)
-    save(fig, png, pdf)
+        printed.set_title(ax, _suptitle(study), W)
+        printed.legend_below(fig, handles, labels, W)
+        printed.save(fig, png, pdf)
     return fig
+
+
+def _time_panels(study: Study, panels: list[tuple[str, str]], curves, png: str, pdf: str):
+    """Stacked log-y panels against t (shared axis), one per (title, y label), one curve per run and so per grid
+    combination: curves(traj) -> [(t, y), ...]; exact zeros are marks on the panel's floor. At the study's printed
+    width, the legend below. Returns the figure."""
+    from matplotlib.lines import Line2D
+
+    from . import printed
+
+    W = printed.width(study)
+    with printed.style():
+        fig = printed.new_figure(W, len(panels) * (1.15 if W > 4 else 1.0) + 0.9)
+        axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+        zeros = [False] * len(panels)
+        handles, labels = [], []
+        for k, (r, job, traj) in enumerate(_runs(study)):
+            color = f"C{k % 10}"
+            for i, (ax, (t, y)) in enumerate(zip(axes, curves(traj))):
+                tt, yy = envelope(np.asarray(t), np.asarray(y, dtype=float), PANEL_POINTS)
+                how = {"lw": 0.8}
+                if np.any(yy == 0):
+                    how.update(marker=".", ms=1.5)  # a point between two zeros stays seen
+                if _ulp_noise(yy):
+                    how.update(ls="none", marker=".", ms=1.5)  # round-off noise: points, not a block of lines
+                label = _run_label(study, r, job)
+                (line,) = ax.semilogy(tt, printed.nonzero(yy), color=color, label=label, **how)
+                zeros[i] |= printed.zero_marks(ax, tt, yy, color=color, marker="|", s=12, lw=0.6)
+            handles.append(Line2D([], [], color=color, lw=0.8))  # the run's colour, whatever its panels show
+            labels.append(line.get_label())
+        for ax, (title, ylabel), zero in zip(axes, panels, zeros):
+            if zero:
+                printed.floor_room(ax)
+            printed.set_title(ax, title + (f" ({printed.ZERO_NOTE})" if zero else ""), W)
+            ax.set_ylabel(ylabel)
+            ax.grid(True, alpha=0.3)
+        axes[-1].set_xlabel("t")
+        fig.suptitle(printed.wrap(_suptitle(study), W, printed.STYLE["figure.titlesize"]))
+        printed.legend_below(fig, handles, labels, W)
+        _plain_log_ticks(fig)
+        printed.save(fig, png, pdf)
+    return fig
+
+
+def _ulp_noise(y: np.ndarray) -> bool:
+    """The series is round-off noise: below the round-off floor, on a few multiples of an ulp (at most 50 values)."""
+    y = np.asarray(y, dtype=float)
+    y = y[np.isfinite(y)]
+    return bool(y.size and y.max() <= roundoff_floor(1.0) and np.unique(y).size <= 50)
 
 
 def invariants_plot(study: Study, png: str, pdf: str):
@@ -578,9 +676,13 @@ def invariants_plot(study: Study, png: str, pdf: str):
             (traj.t, vector_norm(traj.g(), "inf")),
         ]
 
-    titles = ["multiplier error |λ_n − λ(t_n)|", "hidden constraint ‖G(q_n)ᵀ M⁻¹ p_n‖"]
-    titles += ["energy error |H(y_n) − H(y_0)|", "constraint error ‖g(q_n)‖∞"]
-    return _time_panels(study, titles, curves, png, pdf)
+    return _time_panels(
+        study,
+        [LAMBDA_PANEL, HIDDEN_PANEL, ENERGY_PANEL, ("constraint error", r"$\|g(q_n)\|_\infty$")],
+        curves,
+        png,
+        pdf,
+    )
 
 
 def constraint_panels_plot(study: Study, png: str, pdf: str):
@@ -595,9 +697,14 @@ def constraint_panels_plot(study: Study, png: str, pdf: str):
         out = [(traj.t[1:], vector_norm(traj.hidden()[1:], _hc_norm(study))), (traj.t[1:], traj.energy_error()[1:])]
         return out + [(traj.t, np.abs(g[:, i])) for i in range(nu)]
 
-    titles = ["hidden constraint ‖G(q_n)ᵀ M⁻¹ p_n‖", "energy error |H(y_n) − H(y_0)|"]
-    titles += [f"constraint |g_{i + 1}(q_n)|" for i in range(nu)]
-    return _time_panels(study, titles, curves, png, pdf)
+    panels = [HIDDEN_PANEL, ENERGY_PANEL] + [(f"constraint g_{i + 1}", f"$|g_{i + 1}(q_n)|$") for i in range(nu)]
+    return _time_panels(study, panels, curves, png, pdf)
+
+
+#: (title, y label) of the panels of fig2 and fig3
+LAMBDA_PANEL = ("multiplier error", r"$|\lambda_n - \lambda(t_n)|$")
+HIDDEN_PANEL = ("hidden constraint", r"$\|G(q_n)^T M^{-1} p_n\|$")
+ENERGY_PANEL = ("energy error", r"$|H(y_n) - H(y_0)|$")
 
 
 def _suptitle(study: Study) -> str:

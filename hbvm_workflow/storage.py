@@ -911,7 +911,8 @@ def select_run(
             continue
         cands.append(run)
     if not cands:
-        raise RunNotFoundError(f"no run with {asked}")
+        have = sorted({run.attrs.get("label", "") for run in tree.subtree if run is not tree and "h" in run.attrs})
+        raise RunNotFoundError(f"no run with {asked} (the study's methods: {', '.join(have) or 'none'})")
     if n is not None:
         chosen = [r for r in cands if r.name == f"n={n}"]
         if not chosen:
@@ -928,4 +929,7 @@ def select_run(
             f"{len(chosen)} runs match {asked}: {which}; name the method (label=, k=, s=), or pass the subtree of "
             "one grid combination"
         )
-    return chosen[0].to_dataset()
+    run = chosen[0].to_dataset()  # a node inherits the study's coordinates (h, scheme): only its own dims stay
+    return run.drop_dims(
+        [d for d in run.dims if not any(d in v.dims for v in run.variables.values() if v.dims != (d,))]
+    )

@@ -283,7 +283,7 @@ class Study:
 
 #: Study keys that change only how the numbers are shown (tables, figure) or checked, never the numbers: the
 #: workflow's rule aggregate does not rerun for them, rule render does.
-PRESENTATION_KEYS = ("title", "plot", "expected_rates", "accuracy_targets", "check_derivatives", "strict")
+PRESENTATION_KEYS = ("title", "plot", "figure", "expected_rates", "accuracy_targets", "check_derivatives", "strict")
 #: Study keys that choose where the runs are computed: they count in the run hashes where they change the numbers
 #: (a trajectory study's numpy or compiled loop; a change reruns what the hashes say, and what follows), never
 #: otherwise (a summary study's ensemble backend: provenance, recorded per run), and in no rule's params.

@@ -111,7 +111,9 @@ def test_select_run_by_what_a_user_types(results):
         select_run(tree, method="rattle")
     with pytest.raises(RunNotFoundError, match=r"no run n=5 with method='rattle' \(runs: n=0, n=1\)"):
         select_run(tree, method="rattle", n=5)
-    with pytest.raises(RunNotFoundError, match=r"no run with method='dop853'"):
+    with pytest.raises(
+        RunNotFoundError, match=r"no run with method='dop853' \(the study's methods: hbvm_k1_s1, hbvm_k2_s2, rattle\)"
+    ):
         select_run(tree, method="dop853", h=0.1)
     with pytest.raises(RunNotFoundError, match=r"no run with h = 0.2 \(nearest 0.1\)"):
         select_run(tree, method="rattle", h=0.2)
@@ -263,3 +265,20 @@ def test_plain_xarray_and_zarr_open_a_sweeps_store_without_hbvm(sweep):
     assert out["coords"] == sorted(shards.COORDS) and out["hashes"] == [int(x) for x in table.hash]
     slots = [f"shards/{s}" for s in range(len(table.slots()))]
     assert out["nodes"] == sorted([*shards.DATA, *shards.COORDS, "shards", *slots]) and out["names"] == ["x", "y"]
+
+
+def test_a_selected_run_keeps_only_its_own_dimensions():
+    """A run's node inherits the study's coordinates (errors.zarr's h and scheme at the root): the selected run
+    has only the dimensions of its own arrays."""
+    import xarray as xr
+
+    root = xr.Dataset(
+        coords={"h": [0.1, 0.05, 0.025], "scheme": ["a", "b"]}, data_vars={"e_s": (("scheme", "h"), np.ones((2, 3)))}
+    )
+    run = xr.Dataset(
+        {"q": (("t", "dof"), np.zeros((4, 2)))}, coords={"dof": ["x", "y"]}, attrs={"h": 0.1, "label": "a"}
+    )
+    tree = xr.DataTree.from_dict({"/": root, "/a/n=0": run})
+    assert set(tree["a/n=0"].to_dataset().dims) >= {"h", "scheme"}  # what the node inherits
+    got = select_run(tree, method="a", h=0.1)
+    assert dict(got.sizes) == {"t": 4, "dof": 2} and list(got.dof.values) == ["x", "y"]
