@@ -293,15 +293,20 @@ def _on_this_host(spec: dict, f, *args, **kwargs):
         ) from None
 
 
-def warm_up(specs: list[dict], processes: int = 1) -> int:
+def warm_up(specs: list[dict], processes: int = 1, tell=None) -> int:
     """Compile (or find in the kernel cache) the ensemble loop of each (method, problem structure) of ``specs`` by a
     one-step run in ``processes`` fresh processes (spawned: a process that ran a parallel loop must not fork
-    Dask's workers), so that the workers load the loops from the disk cache; returns how many. A failure is left
+    Dask's workers), so that the workers load the loops from the disk cache; returns how many. ``tell(studies,
+    line)``, where given, receives a line per loop compiled or loaded (``registry.LoopTime``). A failure is left
     to the shard tasks, which report it."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
+    from hbvm_core.methods import method_label
+    from hbvm_core.problems import problem_name
+
     distinct: dict[str, tuple] = {}
+    studies: dict[str, set] = {}
     loops: dict[str, tuple] = {}
     for spec in specs:
         compute = np.asarray(spec["compute"], dtype=np.int64)
@@ -315,20 +320,29 @@ def warm_up(specs: list[dict], processes: int = 1) -> int:
                     loops[pkey] = (pkey,)
             key = json.dumps([spec["methods"][i]["entry"], repr(loops[pkey])], sort_keys=True)
             distinct.setdefault(key, (spec["methods"][i], problem, float(spec["h"][0])))
+            studies.setdefault(key, set()).add(spec["study"])
     if not distinct:
         return 0
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=max(1, min(processes, len(distinct))), mp_context=ctx) as pool:
-        list(pool.map(_warm_one, distinct.values()))
+        times = list(pool.map(_warm_one, distinct.values()))
+    for key, (meth, problem, _), loops in zip(distinct, distinct.values(), times):
+        for loop in loops if tell is not None else ():
+            name = f"{problem_name(problem['problem'])}, {method_label(meth['entry'])}"
+            tell(studies[key], f"{name}: {loop.phrase()}")
     return len(distinct)
 
 
-def _warm_one(item: tuple) -> None:
+def _warm_one(item: tuple) -> list:
+    """One ensemble of ``MIN_GROUP`` one-step runs of (method, problem, h); returns the loops it compiled or loaded
+    (``registry.LoopTime``)."""
     from hbvm_core import integrate_ensemble
+    from hbvm_core.kernels import registry
     from hbvm_core.kernels.lanes import MIN_GROUP
     from hbvm_core.methods import load_method_modules, method_from_entry
 
     meth, problem, h = item
+    since = len(registry.LOOP_TIMES)
     try:
         if meth["module"]:
             load_method_modules([meth["module"]])
@@ -337,6 +351,7 @@ def _warm_one(item: tuple) -> None:
         integrate_ensemble([_problem(problem)], method_from_entry(meth["entry"]), runs, 1, backend="numba")
     except Exception:  # noqa: BLE001 - the shard task reports it
         pass
+    return registry.loop_times(since)
 
 
 def cold_ensembles(specs: list[dict]) -> bool:

@@ -187,7 +187,7 @@ def solve_job(job: Job | dict, problems: dict | None = None) -> dict:
     return {"id": job.id, "hash": job.hash, "store": job.store, "worker": attrs["worker"], **summary}
 
 
-def warm_up(jobs, processes: int = 1) -> int:
+def warm_up(jobs, processes: int = 1, tell=None) -> int:
     """One step of each distinct (problem, method, backend) of ``jobs`` in this process.
 
     Compiles (or loads from numba's cache) the kernels here, and imports what
@@ -195,14 +195,17 @@ def warm_up(jobs, processes: int = 1) -> int:
     them instead of each paying for them. With ``processes`` > 1, the compiled
     loops that are not in the disk cache yet (a first run: some 15 s each) are
     compiled first in that many processes side by side, and only loaded here.
+    ``tell(studies, line)``, where given, receives a line per loop compiled or
+    loaded (``registry.LoopTime``) for the studies of its jobs.
     Returns how many were run; a step that fails is left to the real run.
     """
     import zarr.api.asynchronous  # noqa: F401  (what the workers' solve_job imports: they inherit it too)
 
-    distinct = {}
+    distinct, studies = {}, {}
     for job in jobs:
         key = json.dumps([job.problem, job.params, job.method, job.backend, job.compensated], sort_keys=True)
         distinct.setdefault(key, job)
+        studies.setdefault(key, set()).add(job.study)
     cold = _uncached_loops(distinct.values()) if processes > 1 else []
     if len(cold) > 1:
         import multiprocessing
@@ -212,21 +215,34 @@ def warm_up(jobs, processes: int = 1) -> int:
 
         ctx = multiprocessing.get_context(default_start_method())
         with ProcessPoolExecutor(max_workers=min(processes, len(cold)), mp_context=ctx) as pool:
-            list(pool.map(_one_step, [job.as_dict() for job in cold]))
-    for job in distinct.values():
-        _one_step(job)
+            times = list(pool.map(_one_step, [job.as_dict() for job in cold]))
+        for job, loops in zip(cold, times):
+            _tell_loops(tell, {job.study}, job, loops, " (in a side process)")
+    for key, job in distinct.items():
+        _tell_loops(tell, studies[key], job, _one_step(job))
     return len(distinct)
 
 
-def _one_step(job: Job | dict) -> None:
-    """One step of the job's problem and method (compiles or loads its loop); a failure is left to the real run."""
+def _tell_loops(tell, studies: set, job: Job, loops: list, where: str = "") -> None:
+    """A line per loop of ``loops`` (``registry.LoopTime``): the job's problem and method, the loop, its seconds."""
+    from hbvm_core.problems import problem_name
+
+    for loop in loops if tell is not None else ():
+        tell(studies, f"{problem_name(job.problem)}, {job.label}: {loop.phrase()}{where}")
+
+
+def _one_step(job: Job | dict) -> list:
+    """One step of the job's problem and method (compiles or loads its loop); a failure is left to the real run.
+    Returns the loops it compiled or loaded (``registry.LoopTime``)."""
     from hbvm_core.checks import derivative_checks
     from hbvm_core.errors import HBVMError
     from hbvm_core.integrate import integrate
+    from hbvm_core.kernels import registry
     from hbvm_core.methods import method_from_entry
     from hbvm_core.problems import get_problem
 
     job = job if isinstance(job, Job) else Job(**job)
+    since = len(registry.LOOP_TIMES)
     try:
         with derivative_checks(False):  # checked when the study was expanded
             problem = get_problem(job.problem, **job.params)
@@ -235,6 +251,7 @@ def _one_step(job: Job | dict) -> None:
         )
     except (HBVMError, FloatingPointError):
         pass
+    return registry.loop_times(since)
 
 
 def _uncached_loops(jobs) -> list[Job]:

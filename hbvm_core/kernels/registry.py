@@ -28,6 +28,11 @@ loaded, ``note_compiled`` writes a marker file of ours next to it, keyed by the
 numba and Python versions and numba's cache directory: ``is_compiled`` reads
 it, so telling a cold loop from a cached one needs no numba internals.
 
+Every generated module's loops (``LOOPS``) time their compilation: the first call of ``run_chunk``,
+``run_block``, ``run_lanes`` (or the reference's ``rhs``, ``multiplier``) for a signature appends a
+``LoopTime`` to ``LOOP_TIMES`` -- the module, the loop, the seconds, and whether numba loaded it from its disk
+cache -- which the workflow reads and logs (``loop_times``).
+
 Cache directory: ``$HBVM_KERNEL_CACHE``, else ``~/.cache/hbvm/kernels``.
 """
 
@@ -44,7 +49,10 @@ import shutil
 import sys
 import tempfile
 import textwrap
+import threading
+import time
 import types
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, ProblemError
@@ -75,6 +83,76 @@ ENSEMBLE_TEMPLATES = ("hbvm", "polynomial", "rattle")
 _MODULES: dict[str, types.ModuleType] = {}
 _BY_KEY: dict[tuple, types.ModuleType] = {}  # (template, kernels, constants) -> module: skips the hashing
 _COMPILED: dict[object, object] = {}  # plain function marked by ``kernel`` -> its numba dispatcher
+#: a generated module's compiled loops (the others are pasted into them or are callbacks) -> what the log calls them
+LOOPS = {
+    "run_chunk": "per-run loop",
+    "run_block": "ensemble block",
+    "run_lanes": "lockstep block",
+    "rhs": "reference right-hand side",
+    "multiplier": "reference multiplier",
+}
+
+
+@dataclass(frozen=True)
+class LoopTime:
+    """One compilation (or load from numba's disk cache) of a generated module's loop, in this process."""
+
+    module: str  # the module's tag: ``<template>_<hash>`` (``lanes_<hash>`` for a lockstep block)
+    loop: str  # the function: a key of ``LOOPS``
+    seconds: float
+    cached: bool  # loaded from numba's disk cache, not compiled
+
+    @property
+    def template(self) -> str:
+        return self.module.split("_", 1)[0]
+
+    def phrase(self) -> str:
+        """``per-run loop of hbvm_1a2b...: compiled in 12.3 s`` (or ``loaded from the kernel cache in``)."""
+        how = "loaded from the kernel cache" if self.cached else "compiled"
+        return f"{LOOPS.get(self.loop, self.loop)} of {self.module}: {how} in {self.seconds:.1f} s"
+
+
+#: the loops compiled or loaded in this process, in order (``loop_times``)
+LOOP_TIMES: list[LoopTime] = []
+_DEPTH = threading.local()  # a loop compiled inside another's compilation is timed as part of the outer one
+
+
+def loop_times(since: int = 0) -> list[LoopTime]:
+    """The loops compiled or loaded in this process from the ``since``-th on (``len(LOOP_TIMES)`` before a
+    call marks where its own begin)."""
+    return LOOP_TIMES[since:]
+
+
+def _timed_loops(module: types.ModuleType) -> types.ModuleType:
+    """Wrap the ``compile`` of the module's loops (``LOOPS``) so that each compilation or cache load of a
+    signature is recorded in ``LOOP_TIMES``; a dispatcher that is not a CPU one is left as it is."""
+    from numba.core.registry import CPUDispatcher
+
+    tag = module.__name__.removeprefix("_hbvm_")
+    for name in LOOPS:
+        dispatcher = module.__dict__.get(name)
+        if type(dispatcher) is not CPUDispatcher or "compile" in dispatcher.__dict__:
+            continue
+        dispatcher.compile = _timed_compile(dispatcher, dispatcher.compile, tag, name)
+    return module
+
+
+def _timed_compile(dispatcher, compile_, tag: str, name: str):
+    def compile(sig):
+        outer = getattr(_DEPTH, "n", 0) == 0
+        hits, fresh = sum(dispatcher._cache_hits.values()), len(dispatcher.overloads)
+        _DEPTH.n = getattr(_DEPTH, "n", 0) + 1
+        t0 = time.perf_counter()
+        try:
+            return compile_(sig)
+        finally:
+            _DEPTH.n -= 1
+            seconds = time.perf_counter() - t0
+            if outer and len(dispatcher.overloads) > fresh:  # a new signature (not one compiled before)
+                cached = sum(dispatcher._cache_hits.values()) > hits
+                LOOP_TIMES.append(LoopTime(tag, name, seconds, cached))
+
+    return compile
 
 
 def compiled(f):
@@ -358,7 +436,7 @@ def import_generated(stem: str, name: str, text: str) -> types.ModuleType:
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[name] = module
     module_spec.loader.exec_module(module)
-    return module
+    return _timed_loops(module)
 
 
 def _in_memory(tag: str, source: str, functions: dict[str, object], constants: dict) -> types.ModuleType:
@@ -369,7 +447,7 @@ def _in_memory(tag: str, source: str, functions: dict[str, object], constants: d
         module.__dict__[f"{key}_original"] = f
         module.__dict__[key] = inline_copy(f)
     module.__dict__.update(constants)
-    return module
+    return _timed_loops(module)
 
 
 # --------------------------------------------------------------------------- what the disk cache holds

@@ -143,7 +143,10 @@ def compute(
         t1 = time.perf_counter()
         # (the ensemble loops: each worker loads its own from the kernel cache; warming them here would cost a
         # process start each, more than a load -- hbvm_workflow.shard_worker.warm_up does it for a cold cache)
-        n = warm_up(todo, processes=threads) + (warm_up_ensembles(shards, threads) if cold_ensembles(shards) else 0)
+        # a line per loop compiled or loaded: (problem, method), the loop, its seconds (registry.LoopTime)
+        loop_line = lambda studies, line: tell_studies(logs, studies, f"kernel: {line}")  # noqa: E731
+        n = warm_up(todo, processes=threads, tell=loop_line)
+        n += warm_up_ensembles(shards, threads, tell=loop_line) if cold_ensembles(shards) else 0
         dt = time.perf_counter() - t1
         pairs = plural(n, "(problem, method) pair")
         tell_studies(logs, names, f"kernels of {pairs} ready in {dt:.1f} s (the forked workers inherit)")
