@@ -12,6 +12,7 @@ import errno
 import json
 import logging
 import os
+import sys
 import time
 
 # One BLAS/OpenMP thread here and in the (forked) workers: the workers are the parallelism. Numba may use up to
@@ -19,7 +20,8 @@ import time
 # (``spread``); this process never runs a parallel loop, so its forked workers may start their own thread pools.
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
-os.environ["NUMBA_NUM_THREADS"] = str(max(1, int(getattr(globals().get("snakemake"), "threads", 1) or 1)))
+if "numba" not in sys.modules:  # (a test that runs this script in its own process: numba's config is read already)
+    os.environ["NUMBA_NUM_THREADS"] = str(max(1, int(getattr(globals().get("snakemake"), "threads", 1) or 1)))
 
 
 def describe(res: dict) -> str:
