@@ -65,7 +65,7 @@ import numpy as np
 
 from hbvm_core.errors import HBVMError
 
-FORMAT = "hbvm-trajectory/3"
+FORMAT = "hbvm-trajectory/4"
 #: the name of a study's folder of temporaries (layout.tmp_dir)
 TMP_DIR = ".tmp"
 FAILED = ".failed.json"
@@ -366,6 +366,8 @@ def damage(path: str, attrs: dict | None = None, reader=None) -> tuple[str | Non
 
     Checks the integrity record of the attrs: every recorded chunk file exists with its recorded size,
     and every array's metadata exists. A store without a record (written before checksums) is damaged.
+    A run store is then compared with its seal (``integrity.run_seal_problem``: every attribute, every array's
+    metadata, every zip entry's CRC-32): an edited attribute or coordinate is damage, named.
     """
     attrs = read_attrs(path) if attrs is None else attrs
     if attrs is None:
@@ -374,10 +376,11 @@ def damage(path: str, attrs: dict | None = None, reader=None) -> tuple[str | Non
         return None, "no integrity record (written by an older version; recompute it)"
     from . import zipstore
 
+    sealed = attrs.get("format") == FORMAT
     if reader is not None:
-        return reader.damage(attrs["chunks"])
+        return reader.damage(attrs["chunks"]) or (reader.seal_problem() if sealed else None)
     if zipstore.is_zip_store(path):
-        return zipstore.damage(path, attrs["chunks"])
+        return zipstore.damage(path, attrs["chunks"], sealed)
     for name, chunks in attrs["chunks"].items():
         folder = os.path.join(path, name)
         if not os.path.isfile(os.path.join(folder, "zarr.json")):

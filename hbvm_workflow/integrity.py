@@ -1,0 +1,125 @@
+"""The rule of what makes a store the run or shard it claims to be, beyond its chunks' checksums: a seal.
+
+A checksum (a chunk's CRC-32C, a zip entry's CRC-32) finds damage, not an edit: a tool that rewrites a store's
+``zarr.json`` or a coordinate writes valid checksums. So what a reader takes from a store besides checksummed
+data is sealed when it is written, and every reader, the solve step, the aggregation, ``list studies`` and
+``verify`` compare the store with its seal (``storage.damage`` for a run store, ``shards.store_problem`` and
+``shards.shard_problem`` for the sharded store):
+
+- a run store (one zip): its attributes record ``sealed``: a digest of each attribute, of each array's metadata
+  (the consolidated metadata xarray reads) and of the rest of the group document, the zip's CRC-32 of every
+  entry (the array documents zarr reads, every chunk), and a digest of the record itself (``seal_run``,
+  ``run_seal_problem``). An edited attribute, coordinate or chunk is named.
+- the sharded store: ``<store>/shards/store.json`` records a digest of every metadata document and coordinate
+  file, written when the store is created (``seal_files``, ``files_problem``); each shard's record names its
+  files with their sizes and digests.
+
+A store without its seal (written by an older version) is not trusted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+#: the attribute of a run store that holds its seal
+SEAL = "sealed"
+
+
+def digest(value) -> str:
+    """A digest of a JSON value (its canonical text: sorted keys, no spaces)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def file_digest(path: str) -> str:
+    """A digest of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------- a run store (one zip)
+def _rest(group: dict) -> dict:
+    """The group document without its attributes and its arrays' metadata."""
+    rest = {k: v for k, v in group.items() if k != "attributes"}
+    if isinstance(rest.get("consolidated_metadata"), dict):
+        rest["consolidated_metadata"] = {k: v for k, v in rest["consolidated_metadata"].items() if k != "metadata"}
+    return rest
+
+
+def _record(attrs: dict, arrays: dict, group: dict, entries: dict[str, int]) -> dict:
+    body = {
+        "attributes": {str(k): digest(v) for k, v in attrs.items() if k != SEAL},
+        "arrays": {str(k): digest(v) for k, v in arrays.items()},
+        "group": digest(_rest(group)),
+        "entries": dict(sorted(entries.items())),
+    }
+    return body | {"digest": digest(body)}
+
+
+def seal_run(group: dict, entries: dict[str, int]) -> dict:
+    """The group document ``group`` of a run store with its seal added to its attributes; ``entries``: the zip's
+    CRC-32 of every entry written before it (array documents, chunks)."""
+    attrs = group.get("attributes", {})
+    arrays = (group.get("consolidated_metadata") or {}).get("metadata") or {}
+    return group | {"attributes": attrs | {SEAL: _record(attrs, arrays, group, entries)}}
+
+
+def run_seal_problem(group: dict, entries: dict[str, int]) -> tuple[str | None, str] | None:
+    """(array or None, what) for the first thing of the run store's group document ``group`` and zip entries
+    (name -> CRC-32 from the zip's directory) that is not what was sealed; None when all of it is."""
+    attrs = group.get("attributes") or {}
+    rec = attrs.get(SEAL)
+    if not isinstance(rec, dict) or not all(isinstance(rec.get(k), dict) for k in ("attributes", "arrays", "entries")):
+        return None, "no seal of its metadata (written by an older version; recompute it)"
+    if rec.get("digest") != digest({k: v for k, v in rec.items() if k != "digest"}):
+        return None, f"attribute {SEAL} edited after the run was written"
+    kept = rec["attributes"]
+    for key in sorted((set(attrs) - {SEAL}) | set(kept)):
+        if key not in kept:
+            return None, f"attribute {key} added after the run was written"
+        if key not in attrs:
+            return None, f"attribute {key} removed after the run was written"
+        if digest(attrs[key]) != kept[key]:
+            return None, f"attribute {key} edited after the run was written"
+    arrays = (group.get("consolidated_metadata") or {}).get("metadata") or {}
+    for name in sorted(set(arrays) | set(rec["arrays"])):
+        if name not in arrays or digest(arrays[name]) != rec["arrays"].get(name):
+            return name, "metadata (consolidated in zarr.json) edited after the run was written"
+    if digest(_rest(group)) != rec.get("group"):
+        return None, "group metadata (zarr.json) edited after the run was written"
+    for entry in sorted(set(entries) | set(rec["entries"])):
+        if entry == "zarr.json":
+            continue
+        array, _, key = entry.partition("/")
+        what = "metadata (zarr.json)" if key == "zarr.json" else f"chunk {key}"
+        if entry not in rec["entries"]:
+            return array, f"{what} added after the run was written"
+        if entry not in entries:
+            return array, f"{what} missing"
+        if entries[entry] != rec["entries"][entry]:
+            return array, f"{what} rewritten after the run was written (CRC-32 {entries[entry]:08x}, sealed {rec['entries'][entry]:08x})"
+    return None
+
+
+# --------------------------------------------------------------------------- files of a folder store
+def seal_files(root: str, names: list[str]) -> dict[str, str]:
+    """{name: digest} of the files ``names`` (paths relative to ``root``, '/'-separated)."""
+    return {name: file_digest(os.path.join(root, *name.split("/"))) for name in sorted(names)}
+
+
+def files_problem(root: str, sealed: dict[str, str]) -> str | None:
+    """What is wrong with the files of ``root`` that ``sealed`` (``seal_files``) names, or None: a file missing
+    or not the one sealed."""
+    for name, want in sorted(sealed.items()):
+        try:
+            got = file_digest(os.path.join(root, *name.split("/")))
+        except OSError:
+            return f"{name} missing"
+        if got != want:
+            return f"{name} edited after it was written (digest {got}, sealed {want})"
+    return None
