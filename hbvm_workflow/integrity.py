@@ -102,7 +102,8 @@ def run_seal_problem(group: dict, entries: dict[str, int]) -> tuple[str | None, 
         if entry not in entries:
             return array, f"{what} missing"
         if entries[entry] != rec["entries"][entry]:
-            return array, f"{what} rewritten after the run was written (CRC-32 {entries[entry]:08x}, sealed {rec['entries'][entry]:08x})"
+            crcs = f"CRC-32 {entries[entry]:08x}, sealed {rec['entries'][entry]:08x}"
+            return array, f"{what} rewritten after the run was written ({crcs})"
     return None
 
 

@@ -239,6 +239,7 @@ def create(path: str, table: RunTable, study: str, tmp: str) -> None:
             if table.runs:
                 a[:] = values
         os.makedirs(os.path.join(work, SHARD_RECORDS), exist_ok=True)
+        seal_store(work)  # last: the metadata and coordinates as written
         os.rename(work, path)
     except BaseException:
         remove_path(work)
@@ -298,16 +299,136 @@ def shard_damage(store: str, slot: int, start: int, stop: int) -> tuple[str, str
     truncated one, a chunk failing its CRC-32C checksum), else None. Reads the shard (rows [start, stop))."""
     import zarr
 
+    found = shard_problem(store, slot, read_record(store, slot), deep=True)
+    if found is not None:
+        return found[0], f"{os.path.relpath(found[1], store)}: {found[2]}"
     g = zarr.open_group(store, mode="r")
     files = shard_files(store, slot)
     for name in DATA:
         if not os.path.exists(files[name]):
-            return name, "shard file missing"
+            continue  # never written (its record says so): the fill value
         try:
             g[name][start:stop]
         except Exception as exc:  # noqa: BLE001 - any decoding failure is damage, named
             return name, f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
     return None
+
+
+# --------------------------------------------------------------------------- the rule (integrity)
+#: the seal of a store's metadata documents and coordinate files (``seal_store``), in its records' folder
+SEAL = "store.json"
+
+
+def sealed_files(store: str) -> list[str]:
+    """The files of a store that ``seal_store`` seals: every metadata document (``zarr.json``: attributes, array
+    metadata) and every coordinate file, i.e. all but the data arrays' shard files and the records."""
+    out = []
+    for root, dirs, files in os.walk(store):
+        rel = os.path.relpath(root, store).replace(os.sep, "/")
+        top = rel.split("/")[0]
+        if rel == SHARD_RECORDS or (top in DATA and rel != top):
+            dirs[:] = []
+            continue
+        out += [f if rel == "." else f"{rel}/{f}" for f in files]
+    return sorted(out)
+
+
+def seal_store(store: str) -> None:
+    """Record a digest of each of the store's ``sealed_files`` in ``<store>/shards/store.json``."""
+    from .integrity import seal_files
+
+    with open(os.path.join(store, SHARD_RECORDS, SEAL), "w") as fh:
+        json.dump({"format": FORMAT, "files": seal_files(store, sealed_files(store))}, fh)
+
+
+def store_problems(store: str) -> list[tuple[str, str]]:
+    """(file, what) for each metadata document or coordinate file of the store that is not the one it was created
+    with (``seal_store``: edited, removed, added), or for a store without a seal."""
+    from .integrity import file_digest
+
+    try:
+        with open(os.path.join(store, SHARD_RECORDS, SEAL)) as fh:
+            sealed = json.load(fh)["files"]
+        assert isinstance(sealed, dict)
+    except (OSError, ValueError, KeyError, TypeError, AssertionError):
+        return [(f"{SHARD_RECORDS}/{SEAL}", "no seal of its metadata and coordinates (recompute it)")]
+    out = []
+    for name in sorted(set(sealed) | set(sealed_files(store))):
+        if name not in sealed:
+            out.append((name, "added after the store was created"))
+            continue
+        try:
+            got = file_digest(os.path.join(store, *name.split("/")))
+        except OSError:
+            out.append((name, "missing"))
+            continue
+        if got != sealed[name]:
+            out.append((name, "edited after the store was created"))
+    return out
+
+
+def store_problem(store: str) -> tuple[str, str] | None:
+    """The first of ``store_problems``, None when the store's metadata and coordinates are as sealed."""
+    found = store_problems(store)
+    return found[0] if found else None
+
+
+def require_sealed(store: str) -> None:
+    """StoreError naming the store and the file when ``store_problem`` finds one (the readers' check)."""
+    found = store_problem(store)
+    if found is not None:
+        raise StoreError(store, *_named(*found))
+
+
+def _named(file: str, what: str) -> tuple[str | None, str]:
+    """(array, what) of a ``store_problem``: the array a file belongs to, and the file within it."""
+    top, _, rest = file.partition("/")
+    if top in DATA + COORDS and rest:
+        return top, f"{rest}: {what}"
+    return None, f"{file}: {what}"
+
+
+def shard_file_record(store: str, slot: int) -> dict[str, list | None]:
+    """array -> [size, digest] of its file of shard ``slot`` (None: no file, every chunk the fill value): what a
+    shard's record says of its files."""
+    from .integrity import file_digest
+
+    out: dict[str, list | None] = {}
+    for name, path in shard_files(store, slot).items():
+        out[name] = [os.path.getsize(path), file_digest(path)] if os.path.exists(path) else None
+    return out
+
+
+def shard_problem(store: str, slot: int, record: dict | None, deep: bool = False) -> tuple[str, str, str] | None:
+    """(array, file, what) when a file of shard ``slot`` is not the one its ``record`` names: missing, of
+    another size, or with ``deep`` of another digest (rewritten); a record without its files is not trusted."""
+    from .integrity import file_digest
+
+    files = shard_files(store, slot)
+    kept = (record or {}).get("files")
+    if not isinstance(kept, dict) or set(kept) != set(DATA):
+        return DATA[0], files[DATA[0]], "its record names no files (recompute it)"
+    for name in DATA:
+        path, want = files[name], kept[name]
+        if want is None:
+            if os.path.exists(path):
+                return name, path, "shard file added after the shard was written"
+            continue
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            return name, path, "shard file missing"
+        if size != want[0]:
+            return name, path, f"shard file has {size} bytes, {want[0]} were written"
+        if deep and file_digest(path) != want[1]:
+            return name, path, "shard file changed after the shard was written (its digest differs)"
+    return None
+
+
+def shard_error(store: str, slot: int, found: tuple[str, str, str]) -> StoreError:
+    """The one-line error of a reader for shard ``slot``'s ``found`` (array, file, what)."""
+    array, path, what = found
+    return StoreError(store, array, f"shard {slot} ({os.path.relpath(path, store)}): {what}")
 
 
 def set_aside_shard(store: str, slot: int, study_dir: str) -> list[str]:
@@ -326,13 +447,15 @@ def set_aside_shard(store: str, slot: int, study_dir: str) -> list[str]:
 def complete(store: str) -> bool:
     """Every shard of the store has its record for its runs."""
     attrs = read_attrs(store)
-    if attrs is None:
+    if attrs is None or store_problem(store) is not None:
         return False
     hashes, se = _read_coord(store, "hash"), _read_coord(store, "sample_every")
     sr = attrs["shard_runs"]
     for slot, start in enumerate(range(0, attrs["runs"], sr)):
         rec = read_record(store, slot)
         if rec is None or rec.get("digest") != slot_digest(hashes[start : start + sr], se[start : start + sr]):
+            return False
+        if shard_problem(store, slot, rec) is not None:
             return False
     return True
 
@@ -368,13 +491,18 @@ def prepare(study, retry_failed: bool, log) -> tuple[RunTable, list[Shard], dict
     path = shard_store(study.results, study.name)
     prev = previous_shard_store(study.results, study.name)
     attrs = read_attrs(path)
-    if attrs is None or attrs.get("layout") != table.layout or not _hashes_equal(path, table):
+    edited = store_problem(path) if attrs is not None else None
+    if attrs is None or edited or attrs.get("layout") != table.layout or not _hashes_equal(path, table):
         if os.path.lexists(path):
             if os.path.lexists(prev):  # a relayout cut short before: keep the complete one of the two
                 remove_path(prev if complete(path) else path)
             if os.path.lexists(path):
                 os.rename(path, prev)
-                log.info(f"the study's runs changed: a new {os.path.basename(path)}, reusing the rows of the old one")
+                if edited:  # its metadata or a coordinate not as created: made again, the intact shards' runs copied
+                    log.warning(f"store {path}: {edited[0]}: {edited[1]}; made again, reusing the rows of its shards")
+                else:
+                    name = os.path.basename(path)
+                    log.info(f"the study's runs changed: a new {name}, reusing the rows of the old one")
         create(path, table, study.name, tmp_dir(study.results, study.name))
     source = _source_rows(prev, retry_failed) if os.path.lexists(prev) else {}
     shards, reused, failed = [], 0, 0
@@ -428,8 +556,8 @@ def _source_rows(store: str, retry_failed: bool) -> dict[int, int]:
     """(hash, sample_every) -> row of the runs of a store that lie in complete, intact shards (and did not fail, with
     ``retry_failed``): the rows a new store may copy."""
     attrs = read_attrs(store)
-    if attrs is None:
-        return {}
+    if attrs is None or any(f.split("/")[0] in DATA for f, _ in store_problems(store)):
+        return {}  # a data array's metadata edited: its rows cannot be trusted (an edited label or h can)
     try:
         hashes, se = _read_coord(store, "hash"), _read_coord(store, "sample_every")
     except Exception:  # noqa: BLE001 - a damaged old store: nothing to copy
@@ -519,7 +647,8 @@ def write_shard(store: str, slot: int, start: int, arrays: dict[str, np.ndarray]
     n = len(arrays["counts"])
     for name in DATA:
         g[name][start : start + n] = arrays[name]
-    _write_record(store, slot, {"format": FORMAT, "slot": slot, "digest": digest, "runs": n, **record})
+    files = shard_file_record(store, slot)  # what the readers check the shard's files by (``shard_problem``)
+    _write_record(store, slot, {"format": FORMAT, "slot": slot, "digest": digest, "runs": n, "files": files, **record})
 
 
 def run_lengths(values: np.ndarray) -> list[list]:
@@ -583,7 +712,10 @@ def manifest_entry(study, table: RunTable) -> dict:
         shards.append({"slot": slot, "start": a, "stop": b, "digest": rec.get("digest"),
                        "computed": rec.get("computed"), "failed": rec.get("failed"), "wall_s": rec.get("wall_s"),
                        "backend": rec.get("backend"), "stat": signatures(path, slot, group)})  # fmt: skip
-    return {"store": os.path.relpath(path, study.dir), "runs": table.runs, "shards": shards}
+    from .storage import file_signature
+
+    sealed = {name: file_signature(os.path.join(path, name)) for name in sealed_files(path)}
+    return {"store": os.path.relpath(path, study.dir), "runs": table.runs, "shards": shards, "sealed": sealed}
 
 
 def signatures(store: str, slot: int, group=None) -> dict[str, list[int] | None]:
@@ -606,7 +738,15 @@ def damaged_shards(manifest: dict, study_dir: str) -> list[tuple[str, str, str]]
         group = zarr.open_group(store, mode="r")  # once for every shard
     except Exception:  # noqa: BLE001 - each shard below says what is wrong
         group = None
+    from .storage import file_signature
+
     out = []
+    sealed = manifest.get("sealed")
+    if not isinstance(sealed, dict) or any(file_signature(os.path.join(store, n)) != v for n, v in sealed.items()):
+        found = store_problem(store)  # a metadata document or coordinate touched: compared with the store's seal
+        if found is not None:
+            array, what = _named(*found)
+            out.append(("metadata", store, f"array {array}: {what}" if array else what))
     for entry in manifest.get("shards", []):
         slot = entry["slot"]
         try:
@@ -630,7 +770,6 @@ def open_shards(path: str):
     ``n_saved``, ``H_error``, ``g_error`` [run, constraint], ``lam``, ``t`` [run, point], ``q``, ``p``
     [run, point, coordinate]) are dask arrays read on demand, every chunk checked against its CRC-32C.
     MissingStoreError when a shard is not complete (no record for its runs)."""
-    import dask.array as da
     import pandas as pd
     import xarray as xr
     import zarr
@@ -638,14 +777,16 @@ def open_shards(path: str):
     attrs = read_attrs(path)
     if attrs is None:
         raise MissingStoreError(f"{path}: no sharded store of format {FORMAT}")
+    require_sealed(path)  # its attributes, array metadata and coordinates as created
     R, m, nu = attrs["runs"], attrs["m"], attrs["nu"]
     g = zarr.open_group(path, mode="r")
     coords = {name: np.asarray(g[name][:R]) for name in COORDS}
     sr = attrs["shard_runs"]
+    records = [read_record(path, slot) for slot in range(-(-R // sr))]
     missing = [
         slot
         for slot, a in enumerate(range(0, R, sr))
-        if (read_record(path, slot) or {}).get("digest")
+        if (records[slot] or {}).get("digest")
         != slot_digest(coords["hash"][a : a + sr], coords["sample_every"][a : a + sr])
     ]
     if missing:
@@ -653,7 +794,11 @@ def open_shards(path: str):
             f"{path}: {len(missing)} of {-(-R // sr)} shards not complete (first: shard {missing[0]}); "
             "run the workflow again"
         )
-    arrays = {name: da.from_zarr(g[name])[:R] for name in DATA}
+    for slot, rec in enumerate(records):  # every file a shard wrote is there with its size (os.stat)
+        found = shard_problem(path, slot, rec)
+        if found is not None:
+            raise shard_error(path, slot, found)
+    arrays = {name: checked_dask(path, g[name], sr)[:R] for name in DATA}
     counts, scalars, y = arrays["counts"], arrays["scalars"], arrays["y"]
     data = {c: (("run",), counts[:, i]) for i, c in enumerate(COUNTS) if c != "status"}
     data.update(
@@ -673,7 +818,7 @@ def open_shards(path: str):
     index = pd.MultiIndex.from_arrays(list(levels.values()), names=list(levels))
     mcoords = xr.Coordinates.from_pandas_multiindex(index, "run")
     ds = xr.Dataset(data, coords=mcoords)
-    status = np.asarray(g["counts"].get_orthogonal_selection((slice(0, R), 0)))
+    status = np.asarray(arrays["counts"][:, 0].compute(scheduler="synchronous"))
     ds = ds.assign_coords(
         hash=("run", np.array([f"{int(x):016x}" for x in coords["hash"]], dtype=object)),
         n=("run", coords["n"]),
@@ -695,16 +840,65 @@ def read_all(path: str, names: tuple[str, ...] = COORDS + DATA) -> tuple[dict, d
     attrs = read_attrs(path)
     if attrs is None:
         raise MissingStoreError(f"{path}: no sharded store of format {FORMAT}")
+    require_sealed(path)  # its attributes, array metadata and coordinates as created
     R, sr = attrs["runs"], attrs["shard_runs"]
     g = zarr.open_group(path, mode="r")
-    arrays = {}
-    for name in dict.fromkeys(("hash", "sample_every", *names)):  # what completeness is checked by, first
-        try:
-            arrays[name] = np.asarray(g[name][:R])
-        except Exception as exc:  # noqa: BLE001 - a decoding failure names the array
-            raise StoreError(path, name, f"{type(exc).__name__}: {exc}".splitlines()[0][:200]) from None
+    first = ("hash", "sample_every")  # what completeness is checked by, first
+    arrays = {name: np.asarray(g[name][:R]) for name in first}
     for slot, a in enumerate(range(0, R, sr)):
         digest = slot_digest(arrays["hash"][a : a + sr], arrays["sample_every"][a : a + sr])
-        if (read_record(path, slot) or {}).get("digest") != digest:
+        rec = read_record(path, slot)
+        if (rec or {}).get("digest") != digest:
             raise MissingStoreError(f"{path}: shard {slot} is not complete; run the workflow again")
+        found = shard_problem(path, slot, rec, deep=True)  # every byte of its files as written
+        if found is not None:
+            raise shard_error(path, slot, found)
+    for name in dict.fromkeys(names):
+        if name not in arrays:
+            arrays[name] = _read_whole(path, g[name], R, sr)
     return attrs, arrays
+
+
+def _read_whole(store: str, array, R: int, sr: int) -> np.ndarray:
+    """Rows [0, R) of a data array or coordinate; a chunk that cannot be decoded raises a StoreError naming the
+    store, the array and (a data array) the shard and its file."""
+    try:
+        return np.asarray(array[:R])
+    except Exception as exc:  # noqa: BLE001 - a decoding failure: which shard, below
+        what = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+    name = array.basename
+    if name in DATA:
+        for slot, a in enumerate(range(0, R, sr)):
+            try:
+                array[a : min(a + sr, R)]
+            except Exception:  # noqa: BLE001 - this shard
+                file = shard_files(store, slot)[name]
+                raise shard_error(store, slot, (name, file, f"unreadable ({what})")) from None
+    raise StoreError(store, name, f"unreadable ({what})")
+
+
+class _CheckedArray:
+    """A zarr array for ``dask.array.from_array`` whose reads raise a StoreError naming the store, the array, the
+    shard and its file, instead of zarr's own error (a chunk failing its CRC-32C checksum)."""
+
+    def __init__(self, store: str, array, shard_runs: int):
+        self.store, self.array, self.sr = store, array, shard_runs
+        self.shape, self.dtype, self.ndim = array.shape, array.dtype, array.ndim
+
+    def __getitem__(self, key):
+        try:
+            return self.array[key]
+        except Exception as exc:  # noqa: BLE001 - named in one line
+            rows = key[0] if isinstance(key, tuple) else key
+            slot = (rows.start or 0) // self.sr if isinstance(rows, slice) else 0
+            what = f"unreadable ({type(exc).__name__}: {exc})".splitlines()[0][:300]
+            file = shard_files(self.store, slot)[self.array.basename]
+            raise shard_error(self.store, slot, (self.array.basename, file, what)) from None
+
+
+def checked_dask(store: str, array, shard_runs: int):
+    """A dask array of a data array of the store, in its inner chunks (each within one shard), whose reads name
+    the shard that fails (``_CheckedArray``)."""
+    import dask.array as da
+
+    return da.from_array(_CheckedArray(store, array, shard_runs), chunks=array.chunks, name=False, asarray=True)
