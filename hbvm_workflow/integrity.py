@@ -124,3 +124,54 @@ def files_problem(root: str, sealed: dict[str, str]) -> str | None:
         if got != want:
             return f"{name} edited after it was written (digest {got}, sealed {want})"
     return None
+
+
+# --------------------------------------------------------------------------- a folder store (errors.zarr)
+def _folder_files(root: str) -> list[str]:
+    """Every file of a folder store but its root ``zarr.json``, '/'-separated, sorted."""
+    out = []
+    for folder, _, files in os.walk(root):
+        rel = os.path.relpath(folder, root).replace(os.sep, "/")
+        out += [f if rel == "." else f"{rel}/{f}" for f in files]
+    return sorted(f for f in out if f != "zarr.json")
+
+
+def _group_digest(doc: dict) -> str:
+    attrs = {k: v for k, v in (doc.get("attributes") or {}).items() if k != SEAL}
+    return digest(doc | {"attributes": attrs})
+
+
+def seal_folder(root: str) -> None:
+    """Seal a finished folder store: its root attributes record a digest of every other file (array metadata,
+    chunks) and of the root document itself (``folder_seal_problem``)."""
+    path = os.path.join(root, "zarr.json")
+    with open(path) as fh:
+        doc = json.load(fh)
+    sealed = {"files": seal_files(root, _folder_files(root)), "group": _group_digest(doc)}
+    doc.setdefault("attributes", {})[SEAL] = sealed
+    with open(path, "w") as fh:
+        json.dump(doc, fh)
+
+
+def folder_seal_problem(root: str) -> tuple[str | None, str] | None:
+    """(array or None, what) for the first file of a folder store that is not as ``seal_folder`` sealed it."""
+    try:
+        with open(os.path.join(root, "zarr.json")) as fh:
+            doc = json.load(fh)
+        sealed = doc["attributes"][SEAL]
+        files = sealed["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, "no seal of its metadata (written by an older version; recompute it)"
+    if _group_digest(doc) != sealed.get("group"):
+        return None, "group metadata (zarr.json) edited after the store was written"
+    for name in sorted(set(files) | set(_folder_files(root))):
+        array, _, rest = name.partition("/")
+        if name not in files:
+            return array, f"{rest or name} added after the store was written"
+        try:
+            got = file_digest(os.path.join(root, *name.split("/")))
+        except OSError:
+            return array, f"{rest or name} missing"
+        if got != files[name]:
+            return array, f"{rest or name} changed after the store was written (its digest differs)"
+    return None

@@ -392,7 +392,9 @@ def damage(path: str, attrs: dict | None = None, reader=None) -> tuple[str | Non
                 return name, f"chunk {key} missing"
             if found != size:
                 return name, f"chunk {key} has {found} bytes, {size} were written"
-    return None
+    from .integrity import folder_seal_problem
+
+    return folder_seal_problem(path)
 
 
 class DamagedStoreError(StoreError):
@@ -797,8 +799,11 @@ DATASET_FORMAT = "hbvm-dataset/1"
 
 def write_dataset(ds, path: str, tmp_dir: str | None = None) -> None:
     """Write an xarray Dataset to a Zarr store atomically (a temporary in ``tmp_dir``, then rename),
-    every chunk checksummed, its chunk files recorded in the attrs (``damage``)."""
+    every chunk checksummed, its chunk files recorded in the attrs (``damage``), every file sealed
+    (``integrity.seal_folder``)."""
     import zarr
+
+    from .integrity import seal_folder
 
     tmp = new_temporary(tmp_dir or default_tmp_dir(path), path)
     try:
@@ -809,6 +814,7 @@ def write_dataset(ds, path: str, tmp_dir: str | None = None) -> None:
             record = chunk_record(tmp, list(group.array_keys()))
             group.attrs.update({"format": DATASET_FORMAT, "chunks": record})
             zarr.consolidate_metadata(tmp)
+        seal_folder(tmp)  # last: every byte as written
         publish(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

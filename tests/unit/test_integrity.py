@@ -165,11 +165,37 @@ def test_errors_dataset_is_checksummed_and_recorded(tmp_path):
         data[0] ^= 0xFF
         fh.seek(0)
         fh.write(data)
-    with pytest.raises(StoreError, match="errors.zarr: array e_s: unreadable"):
+    with pytest.raises(StoreError, match=r"errors.zarr: array e_s: c/0/0 changed after the store was written"):
         open_errors_at(path)
     os.remove(chunk)
     with pytest.raises(StoreError, match="errors.zarr: array e_s: chunk c/0/0 missing"):
         open_errors_at(path)
+
+
+@pytest.mark.parametrize("what", ["attribute", "coordinate", "coordinate units"])
+def test_an_edited_errors_dataset_is_refused_naming_it(tmp_path, what):
+    """An attribute or a coordinate rewritten through zarr (valid checksums) is found by the store's seal."""
+    import xarray as xr
+    import zarr
+
+    path = str(tmp_path / "errors.zarr")
+    ds = xr.Dataset({"e_s": (("scheme", "h"), np.ones((2, 3)))}, coords={"h": [0.1, 0.05, 0.025]})
+    write_dataset(ds.assign_attrs(study="s"), path)
+    if what == "attribute":
+        doc_path = os.path.join(path, "zarr.json")
+        doc = json.load(open(doc_path))
+        doc["attributes"]["study"] = "other"
+        json.dump(doc, open(doc_path, "w"))
+        match = r"errors.zarr: group metadata \(zarr.json\) edited"
+    elif what == "coordinate units":
+        zarr.open_group(path, mode="r+")["h"].attrs["units"] = "ms"
+        match = r"errors.zarr: array h: zarr.json changed after the store was written"
+    else:
+        zarr.open_group(path, mode="r+")["h"][:] = [1.0, 2.0, 3.0]
+        match = r"errors.zarr: array h: (chunk c/0 has \d+ bytes|c/0 changed after the store was written)"
+    with pytest.raises(StoreError, match=match) as err:
+        open_errors_at(path)
+    assert "\n" not in str(err.value)
 
 
 def test_verify_command(store, tmp_path):
