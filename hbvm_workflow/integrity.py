@@ -7,12 +7,15 @@ data is sealed when it is written, and every reader, the solve step, the aggrega
 ``shards.shard_problem`` for the sharded store):
 
 - a run store (one zip): its attributes record ``sealed``: a digest of each attribute, of each array's metadata
-  (the consolidated metadata xarray reads) and of the rest of the group document, the zip's CRC-32 of every
-  entry (the array documents zarr reads, every chunk), and a digest of the record itself (``seal_run``,
-  ``run_seal_problem``). An edited attribute, coordinate or chunk is named.
+  (the consolidated metadata xarray reads) and of the rest of the group document, and the zip's CRC-32 of every
+  entry (the array documents zarr reads, every chunk); the zip's comment holds a digest of the group document's
+  bytes, record included (``seal_run``, ``comment``, ``run_seal_problem``). An edited attribute, array metadata
+  or chunk is named.
 - the sharded store: ``<store>/shards/store.json`` records a digest of every metadata document and coordinate
-  file, written when the store is created (``seal_files``, ``files_problem``); each shard's record names its
-  files with their sizes and digests.
+  file, written when the store is created (``seal_files``); each shard's record names its files with their sizes
+  and digests.
+- a folder store (a study's errors.zarr): its attributes record a digest of every other file and of the root
+  document (``seal_folder``, ``folder_seal_problem``).
 
 A store without its seal (written by an older version) is not trusted.
 """
@@ -52,32 +55,70 @@ def _rest(group: dict) -> dict:
 
 
 def _record(attrs: dict, arrays: dict, group: dict, entries: dict[str, int]) -> dict:
-    body = {
+    return {
         "attributes": {str(k): digest(v) for k, v in attrs.items() if k != SEAL},
         "arrays": {str(k): digest(v) for k, v in arrays.items()},
         "group": digest(_rest(group)),
         "entries": dict(sorted(entries.items())),
     }
-    return body | {"digest": digest(body)}
+
+
+def comment(document: bytes) -> bytes:
+    """The zip comment that seals a run store's group document (its bytes as written): a digest of them."""
+    return b"hbvm-seal " + hashlib.sha256(document).hexdigest()[:32].encode()
 
 
 def seal_run(group: dict, entries: dict[str, int]) -> dict:
-    """The group document ``group`` of a run store with its seal added to its attributes; ``entries``: the zip's
-    CRC-32 of every entry written before it (array documents, chunks)."""
+    """The group document ``group`` of a run store with its seal record added to its attributes; ``entries``: the
+    zip's CRC-32 of every entry written before it (array documents, chunks). The document's bytes are then sealed
+    by the zip's comment (``comment``)."""
     attrs = group.get("attributes", {})
     arrays = (group.get("consolidated_metadata") or {}).get("metadata") or {}
     return group | {"attributes": attrs | {SEAL: _record(attrs, arrays, group, entries)}}
 
 
-def run_seal_problem(group: dict, entries: dict[str, int]) -> tuple[str | None, str] | None:
-    """(array or None, what) for the first thing of the run store's group document ``group`` and zip entries
-    (name -> CRC-32 from the zip's directory) that is not what was sealed; None when all of it is."""
+def run_seal_problem(
+    group: dict, entries: dict[str, int], document: bytes, zip_comment: bytes
+) -> tuple[str | None, str] | None:
+    """(array or None, what) for the first thing of a run store that is not what was sealed, None when all of it
+    is: ``group`` its group document (``document``: its bytes), ``entries`` name -> CRC-32 from the zip's directory,
+    ``zip_comment`` the zip's comment.
+
+    One digest of the document's bytes decides (no JSON is written again); only a store that fails it is
+    compared part by part, to name what was edited."""
     attrs = group.get("attributes") or {}
     rec = attrs.get(SEAL)
     if not isinstance(rec, dict) or not all(isinstance(rec.get(k), dict) for k in ("attributes", "arrays", "entries")):
         return None, "no seal of its metadata (written by an older version; recompute it)"
-    if rec.get("digest") != digest({k: v for k, v in rec.items() if k != "digest"}):
-        return None, f"attribute {SEAL} edited after the run was written"
+    sealed = zip_comment == comment(document)
+    found = None if sealed else _named_edit(group, attrs, rec)
+    return found or _entry_problem(entries, rec["entries"]) or (None if sealed else _UNSEALED)
+
+
+#: a group document whose parts all match the record, but not the zip's comment: the record itself was changed,
+#: or the zip rewritten by a tool (that drops the comment)
+_UNSEALED = None, "zarr.json or the zip's comment (its seal) changed after the run was written"
+
+
+def _entry_problem(entries: dict[str, int], sealed: dict[str, int]) -> tuple[str, str] | None:
+    """(array, what) for the first zip entry missing, added or of another CRC-32 than ``sealed``."""
+    for entry in sorted(set(entries) | set(sealed)):
+        if entry == "zarr.json":
+            continue
+        array, _, key = entry.partition("/")
+        what = "metadata (zarr.json)" if key == "zarr.json" else f"chunk {key}"
+        if entry not in sealed:
+            return array, f"{what} added after the run was written"
+        if entry not in entries:
+            return array, f"{what} missing"
+        if entries[entry] != sealed[entry]:
+            crcs = f"CRC-32 {entries[entry]:08x}, sealed {sealed[entry]:08x}"
+            return array, f"{what} rewritten after the run was written ({crcs})"
+    return None
+
+
+def _named_edit(group: dict, attrs: dict, rec: dict) -> tuple[str | None, str] | None:
+    """What of a group document that fails its seal was edited: an attribute, an array's metadata, the rest."""
     kept = rec["attributes"]
     for key in sorted((set(attrs) - {SEAL}) | set(kept)):
         if key not in kept:
@@ -92,18 +133,6 @@ def run_seal_problem(group: dict, entries: dict[str, int]) -> tuple[str | None, 
             return name, "metadata (consolidated in zarr.json) edited after the run was written"
     if digest(_rest(group)) != rec.get("group"):
         return None, "group metadata (zarr.json) edited after the run was written"
-    for entry in sorted(set(entries) | set(rec["entries"])):
-        if entry == "zarr.json":
-            continue
-        array, _, key = entry.partition("/")
-        what = "metadata (zarr.json)" if key == "zarr.json" else f"chunk {key}"
-        if entry not in rec["entries"]:
-            return array, f"{what} added after the run was written"
-        if entry not in entries:
-            return array, f"{what} missing"
-        if entries[entry] != rec["entries"][entry]:
-            crcs = f"CRC-32 {entries[entry]:08x}, sealed {rec['entries'][entry]:08x}"
-            return array, f"{what} rewritten after the run was written ({crcs})"
     return None
 
 
@@ -111,19 +140,6 @@ def run_seal_problem(group: dict, entries: dict[str, int]) -> tuple[str | None, 
 def seal_files(root: str, names: list[str]) -> dict[str, str]:
     """{name: digest} of the files ``names`` (paths relative to ``root``, '/'-separated)."""
     return {name: file_digest(os.path.join(root, *name.split("/"))) for name in sorted(names)}
-
-
-def files_problem(root: str, sealed: dict[str, str]) -> str | None:
-    """What is wrong with the files of ``root`` that ``sealed`` (``seal_files``) names, or None: a file missing
-    or not the one sealed."""
-    for name, want in sorted(sealed.items()):
-        try:
-            got = file_digest(os.path.join(root, *name.split("/")))
-        except OSError:
-            return f"{name} missing"
-        if got != want:
-            return f"{name} edited after it was written (digest {got}, sealed {want})"
-    return None
 
 
 # --------------------------------------------------------------------------- a folder store (errors.zarr)

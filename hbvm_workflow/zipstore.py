@@ -176,7 +176,7 @@ class ZipStoreWriter:
     def close(self, attrs: dict) -> None:
         """Write the group's ``zarr.json`` (``attrs`` and the consolidated metadata, sealed:
         ``integrity.seal_run``) and close the zip."""
-        from .integrity import seal_run
+        from .integrity import comment, seal_run
 
         self.flush()
         group = {
@@ -185,7 +185,9 @@ class ZipStoreWriter:
             "consolidated_metadata": {"kind": "inline", "must_understand": False, "metadata": self.meta},
             "node_type": "group",
         }
-        self._put("zarr.json", json.dumps(seal_run(group, self.crcs)).encode())
+        document = json.dumps(seal_run(group, self.crcs)).encode()
+        self._put("zarr.json", document)
+        self.zip.comment = comment(document)
         self.zip.close()
 
     def abort(self) -> None:
@@ -215,7 +217,8 @@ class ZipStoreReader:
         except zipfile.BadZipFile as exc:
             raise ZipStoreError(None, f"not a readable zip store ({exc})") from None
         try:
-            self.group = json.loads(self.zip.read("zarr.json"))
+            self.document = self.zip.read("zarr.json")
+            self.group = json.loads(self.document)
         except KeyError:
             self.zip.close()
             raise ZipStoreError(None, "no zarr.json in the zip") from None
@@ -254,7 +257,7 @@ class ZipStoreReader:
         (``integrity.run_seal_problem``: attributes, array metadata, every entry's CRC-32), None when all is."""
         from .integrity import run_seal_problem
 
-        return run_seal_problem(self.group, self.crcs)
+        return run_seal_problem(self.group, self.crcs, self.document, self.zip.comment)
 
     def read_arrays(self, names: Iterable[str]) -> dict[str, np.ndarray]:
         """The arrays ``names`` in full, every chunk's CRC-32 (the zip's) and CRC-32C checked.

@@ -233,3 +233,15 @@ def test_verify_reads_the_manifest_and_counts_missing_and_damaged_stores(planar,
     os.remove(stores[2])
     assert verify([str(study)]) == 1
     assert capsys.readouterr().out.splitlines()[-1] == "verified 1 store(s) in 1 folder(s): 0 damaged, 2 missing"
+
+
+def test_an_edit_with_its_digest_in_the_seal_record_forged_too_is_found_by_the_zips_comment(store):
+    from hbvm_workflow.integrity import digest
+
+    doc = group_doc(store)
+    attrs = doc["attributes"]
+    attrs["coordinates"] = ["u", "v"]
+    attrs["sealed"]["attributes"]["coordinates"] = digest(["u", "v"])  # the record agrees with the edit
+    set_group_doc(store, doc)
+    assert damage(store) == (None, "zarr.json or the zip's comment (its seal) changed after the run was written")
+    assert store_status(store, "abc") == "damaged"
