@@ -144,11 +144,12 @@ def seal_files(root: str, names: list[str]) -> dict[str, str]:
 
 # --------------------------------------------------------------------------- a folder store (errors.zarr)
 def _folder_files(root: str) -> list[str]:
-    """Every file of a folder store but its root ``zarr.json``, '/'-separated, sorted."""
+    """Every file of a folder store but its root ``zarr.json`` and hidden files (Snakemake's
+    ``.snakemake_timestamp`` of a folder output: no reader reads them), '/'-separated, sorted."""
     out = []
     for folder, _, files in os.walk(root):
         rel = os.path.relpath(folder, root).replace(os.sep, "/")
-        out += [f if rel == "." else f"{rel}/{f}" for f in files]
+        out += [f if rel == "." else f"{rel}/{f}" for f in files if not f.startswith(".")]
     return sorted(f for f in out if f != "zarr.json")
 
 

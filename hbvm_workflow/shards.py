@@ -329,7 +329,7 @@ def sealed_files(store: str) -> list[str]:
         if rel == SHARD_RECORDS or (top in DATA and rel != top):
             dirs[:] = []
             continue
-        out += [f if rel == "." else f"{rel}/{f}" for f in files]
+        out += [f if rel == "." else f"{rel}/{f}" for f in files if not f.startswith(".")]  # no reader reads those
     return sorted(out)
 
 
