@@ -35,7 +35,11 @@ after the compressor), and a zip entry has the zip's CRC-32. ``damage`` checks t
 every recorded chunk exists with its size (the zip's directory, or os.stat for a
 folder: what the solve step does before reusing a store);
 reading a store checks the same first and names the store and the array when a
-chunk is missing, truncated or fails its checksum (``StoreError``).
+chunk is missing, truncated or fails its checksum (``StoreError``). Everything else a
+reader takes from a store is sealed when it is written (``integrity``: every attribute,
+every array's metadata, every zip entry's CRC-32, the group document's digest in the
+zip's comment; every file of errors.zarr): ``damage`` compares the store with its seal,
+so an edited attribute or coordinate is damage, named, wherever damage is checked.
 
 Atomicity: a store is written under the study's temporary folder
 (``<study>/.tmp/<id>-<name>``, ``layout.tmp_dir``), verified (every row written,

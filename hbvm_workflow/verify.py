@@ -8,10 +8,13 @@ A store is a run store (a file ``*.zarr.zip``) or a folder ``*.zarr`` with a
 attrs (every chunk present with its size) and then read in full, so a chunk
 that fails its CRC-32C (or the zip's CRC-32) checksum is found too. Each study's
 manifest (``solve.json``, in a folder given or one level below it) is read as
-well: a run it lists as done whose store is gone is missing. One line per
-damaged or missing store (path, array, what), then a summary line with the count
-of each; exit status 1 if any store is damaged or missing, 2 if a folder does not
-exist.
+well: a run it lists as done whose store is gone is missing. A store is also
+compared with its seal (``integrity``: an edited attribute or coordinate is
+damage); a sharded store's damage names the shard and its file. One line per
+damaged or missing store (path, array, what; a store that is not the run its
+manifest lists counts as damaged, as ``list studies`` counts it), then a summary
+line with the count of each; exit status 1 if any store is damaged or missing, 2
+if a folder does not exist.
 """
 
 from __future__ import annotations
