@@ -26,7 +26,8 @@ solve computes again; a store that exists always has its metadata and coordinate
 ``.tmp`` and renamed into place). They are sealed there (``seal_store``: a digest of every metadata document and
 coordinate file in ``shards/store.json``), and a shard's record names its files with their sizes and digests: the
 solve step, the aggregation, the readers, ``list studies`` and ``verify`` refuse a store or shard that is not as
-written (``store_problem``, ``shard_problem``), in one line naming the store, the shard and its file. Reuse (``prepare``) is per shard by the identity of its runs; a shard whose
+written (``store_problem``, ``shard_problem``), in one line naming the store, the shard and its file.
+Reuse (``prepare``) is per shard by the identity of its runs; a shard whose
 chunks fail their checksums is set aside (its files moved to ``<study>/.tmp/damaged/``) and computed again. When
 the study's runs change (a grid value added, an h changed), a new store is made and the old one kept as
 ``runs.previous.zarr`` until the new one is complete: a task copies the rows of runs already computed there
