@@ -403,12 +403,15 @@ def shard_file_record(store: str, slot: int) -> dict[str, list | None]:
     return out
 
 
-def shard_problem(store: str, slot: int, record: dict | None, deep: bool = False) -> tuple[str, str, str] | None:
+def shard_problem(
+    store: str, slot: int, record: dict | None, deep: bool = False, group=None
+) -> tuple[str, str, str] | None:
     """(array, file, what) when a file of shard ``slot`` is not the one its ``record`` names: missing, of
-    another size, or with ``deep`` of another digest (rewritten); a record without its files is not trusted."""
+    another size, or with ``deep`` of another digest (rewritten); a record without its files is not trusted.
+    ``group``: as ``shard_files``."""
     from .integrity import file_digest
 
-    files = shard_files(store, slot)
+    files = shard_files(store, slot, group)
     kept = (record or {}).get("files")
     if not isinstance(kept, dict) or set(kept) != set(DATA):
         return DATA[0], files[DATA[0]], "its record names no files (recompute it)"
@@ -453,13 +456,16 @@ def complete(store: str) -> bool:
     attrs = read_attrs(store)
     if attrs is None or store_problem(store) is not None:
         return False
+    import zarr
+
     hashes, se = _read_coord(store, "hash"), _read_coord(store, "sample_every")
     sr = attrs["shard_runs"]
+    group = zarr.open_group(store, mode="r")  # once for every shard
     for slot, start in enumerate(range(0, attrs["runs"], sr)):
         rec = read_record(store, slot)
         if rec is None or rec.get("digest") != slot_digest(hashes[start : start + sr], se[start : start + sr]):
             return False
-        if shard_problem(store, slot, rec) is not None:
+        if shard_problem(store, slot, rec, group=group) is not None:
             return False
     return True
 
@@ -799,7 +805,7 @@ def open_shards(path: str):
             "run the workflow again"
         )
     for slot, rec in enumerate(records):  # every file a shard wrote is there with its size (os.stat)
-        found = shard_problem(path, slot, rec)
+        found = shard_problem(path, slot, rec, group=g)
         if found is not None:
             raise shard_error(path, slot, found)
     arrays = {name: checked_dask(path, g[name], sr)[:R] for name in DATA}
@@ -822,7 +828,7 @@ def open_shards(path: str):
     index = pd.MultiIndex.from_arrays(list(levels.values()), names=list(levels))
     mcoords = xr.Coordinates.from_pandas_multiindex(index, "run")
     ds = xr.Dataset(data, coords=mcoords)
-    status = np.asarray(arrays["counts"][:, 0].compute(scheduler="synchronous"))
+    status = np.asarray(_read_whole(path, g["counts"], R, sr, (slice(0, R), 0)))
     ds = ds.assign_coords(
         hash=("run", np.array([f"{int(x):016x}" for x in coords["hash"]], dtype=object)),
         n=("run", coords["n"]),
@@ -854,7 +860,7 @@ def read_all(path: str, names: tuple[str, ...] = COORDS + DATA) -> tuple[dict, d
         rec = read_record(path, slot)
         if (rec or {}).get("digest") != digest:
             raise MissingStoreError(f"{path}: shard {slot} is not complete; run the workflow again")
-        found = shard_problem(path, slot, rec, deep=True)  # every byte of its files as written
+        found = shard_problem(path, slot, rec, deep=True, group=g)  # every byte of its files as written
         if found is not None:
             raise shard_error(path, slot, found)
     for name in dict.fromkeys(names):
@@ -863,11 +869,12 @@ def read_all(path: str, names: tuple[str, ...] = COORDS + DATA) -> tuple[dict, d
     return attrs, arrays
 
 
-def _read_whole(store: str, array, R: int, sr: int) -> np.ndarray:
-    """Rows [0, R) of a data array or coordinate; a chunk that cannot be decoded raises a StoreError naming the
-    store, the array and (a data array) the shard and its file."""
+def _read_whole(store: str, array, R: int, sr: int, where: tuple | None = None) -> np.ndarray:
+    """Rows [0, R) of a data array or coordinate (``where``: an orthogonal selection of them instead), in one read;
+    a chunk that cannot be decoded raises a StoreError naming the store, the array and (a data array) the shard
+    and its file."""
     try:
-        return np.asarray(array[:R])
+        return np.asarray(array[:R] if where is None else array.get_orthogonal_selection(where))
     except Exception as exc:  # noqa: BLE001 - a decoding failure: which shard, below
         what = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
     name = array.basename
