@@ -345,9 +345,9 @@ def seal_store(store: str) -> None:
         json.dump({"format": FORMAT, "files": seal_files(store, sealed_files(store))}, fh)
 
 
-def store_problems(store: str) -> list[tuple[str, str]]:
+def store_problems(store: str, only: set[str] | None = None) -> list[tuple[str, str]]:
     """(file, what) for each metadata document or coordinate file of the store that is not the one it was created
-    with (``seal_store``: edited, removed, added), or for a store without a seal."""
+    with (``seal_store``: edited, removed, added), or for a store without a seal; ``only``: of these files."""
     from .integrity import file_digest
 
     try:
@@ -358,6 +358,8 @@ def store_problems(store: str) -> list[tuple[str, str]]:
         return [(f"{SHARD_RECORDS}/{SEAL}", "no seal of its metadata and coordinates (recompute it)")]
     out = []
     for name in sorted(set(sealed) | set(sealed_files(store))):
+        if only is not None and name not in only:
+            continue
         if name not in sealed:
             out.append((name, "added after the store was created"))
             continue
@@ -371,9 +373,9 @@ def store_problems(store: str) -> list[tuple[str, str]]:
     return out
 
 
-def store_problem(store: str) -> tuple[str, str] | None:
+def store_problem(store: str, only: set[str] | None = None) -> tuple[str, str] | None:
     """The first of ``store_problems``, None when the store's metadata and coordinates are as sealed."""
-    found = store_problems(store)
+    found = store_problems(store, only)
     return found[0] if found else None
 
 
@@ -751,12 +753,16 @@ def damaged_shards(manifest: dict, study_dir: str) -> list[tuple[str, str, str]]
     from .storage import file_signature
 
     out = []
+    # the metadata documents (small: the grid values, labels, array metadata) every time, against the store's seal;
+    # a coordinate file when its size or time is not the manifest's
     sealed = manifest.get("sealed")
-    if not isinstance(sealed, dict) or any(file_signature(os.path.join(store, n)) != v for n, v in sealed.items()):
-        found = store_problem(store)  # a metadata document or coordinate touched: compared with the store's seal
-        if found is not None:
-            array, what = _named(*found)
-            out.append(("metadata", store, f"array {array}: {what}" if array else what))
+    if isinstance(sealed, dict):
+        only = {n for n, v in sealed.items() if n.endswith("zarr.json") or file_signature(os.path.join(store, n)) != v}
+        only |= set(sealed_files(store)) - set(sealed)
+    found = store_problem(store, only if isinstance(sealed, dict) else None)
+    if found is not None:
+        array, what = _named(*found)
+        out.append(("metadata", store, f"array {array}: {what}" if array else what))
     for entry in manifest.get("shards", []):
         slot = entry["slot"]
         try:

@@ -75,10 +75,13 @@ def store(workdir: Path) -> Path:
 
 
 def edit_grid_value(workdir: Path) -> str:
+    """One grid value, 1.0 -> 7.0 in place: the file keeps its size (and its time, below)."""
     doc_path = store(workdir) / "zarr.json"
-    doc = json.loads(doc_path.read_text())
-    doc["attributes"]["combos"][0]["theta_dot0"] = 7.0
-    doc_path.write_text(json.dumps(doc))
+    text = doc_path.read_text()
+    old = '"theta_dot0": 1.0'
+    assert text.count(old) == 1, text
+    doc_path.write_text(text.replace(old, '"theta_dot0": 7.0'))
+    assert json.loads(doc_path.read_text())["attributes"]["combos"][0] == {"theta_dot0": 7.0}
     return "zarr.json: edited after the store was created"
 
 
