@@ -95,9 +95,11 @@ def study_status(study) -> dict[str, int]:
         status, _ = store_state(job.store, Expected.of_job(job))
         if status == "complete":
             out["computed" if job.id in computed else "reused"] += 1
-        elif status in ("failed", "damaged"):
+        elif status == "failed":
             out[status] += 1
-        else:  # missing, stale (computed for other parameters) or altered (its attrs edited): to compute
+        elif status in ("damaged", "altered"):  # altered: its attrs edited (``verify`` counts it damaged too)
+            out["damaged"] += 1
+        else:  # missing, stale (computed for other parameters): to compute
             out["missing"] += 1
     return out
 

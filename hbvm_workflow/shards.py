@@ -34,12 +34,18 @@ value added, an h changed), a new store is made and the old one kept as ``runs.p
 is complete: a task copies the rows of runs already computed there (by hash) and integrates only the others. A
 store of an earlier format (``hbvm-shards/1``: records as files inside the store, arrays without dimension names)
 is not read: the solve step makes a new store and computes its runs again, the readers refuse it in one line.
+They are sealed there (``seal_store``: a digest of every metadata document and coordinate file in
+``shards/zarr.json``; the records are not sealed, they change), and a shard's record names its files with their
+sizes and digests: the solve step, the aggregation, the readers, ``list studies`` and ``verify`` refuse a store or
+shard that is not as written (``store_problem``, ``shard_problem``), in one line naming the store, the shard and
+its file; the solve step makes such a store again, copying the rows of its intact shards.
 
 Stores are data: nothing read from one is imported or called; the problems and methods come from the plan.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -267,6 +273,7 @@ def create(path: str, table: RunTable, study: str, tmp: str, coordinates: list[s
         _write_group(os.path.join(work, SHARD_RECORDS), {})
         for slot in range(len(table.slots())):
             _write_group(os.path.dirname(shard_record(work, slot)), {})
+        seal_store(work)  # last: the metadata and coordinates as written (the records are not sealed)
         os.rename(work, path)
     except BaseException:
         remove_path(work)
@@ -359,16 +366,142 @@ def shard_damage(store: str, slot: int, start: int, stop: int) -> tuple[str, str
     truncated one, a chunk failing its CRC-32C checksum), else None. Reads the shard (rows [start, stop))."""
     import zarr
 
+    found = shard_problem(store, slot, read_record(store, slot), deep=True)
+    if found is not None:
+        return found[0], f"{os.path.relpath(found[1], store)}: {found[2]}"
     g = zarr.open_group(store, mode="r")
     files = shard_files(store, slot)
     for name in DATA:
         if not os.path.exists(files[name]):
-            return name, "shard file missing"
+            continue  # never written (its record says so): the fill value
         try:
             g[name][start:stop]
         except Exception as exc:  # noqa: BLE001 - any decoding failure is damage, named
             return name, f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
     return None
+
+
+# --------------------------------------------------------------------------- the rule (integrity)
+#: the seal of a store's metadata documents and coordinate files (``seal_store``): the attributes of the records'
+#: group (``shards/zarr.json``, outside the consolidated metadata, a Zarr document plain readers accept)
+SEAL = "zarr.json"
+
+
+def sealed_files(store: str) -> list[str]:
+    """The files of a store that ``seal_store`` seals: every metadata document (``zarr.json``: attributes, array
+    metadata) and every coordinate file, i.e. all but the data arrays' shard files and the records."""
+    out = []
+    for root, dirs, files in os.walk(store):
+        rel = os.path.relpath(root, store).replace(os.sep, "/")
+        top = rel.split("/")[0]
+        if rel == SHARD_RECORDS or (top in DATA and rel != top):
+            dirs[:] = []
+            continue
+        out += [f if rel == "." else f"{rel}/{f}" for f in files if not f.startswith(".")]  # no reader reads those
+    return sorted(out)
+
+
+def seal_store(store: str) -> None:
+    """Record a digest of each of the store's ``sealed_files`` as the attributes of ``<store>/shards/zarr.json``."""
+    from .integrity import seal_files
+
+    sealed = seal_files(store, sealed_files(store))
+    _write_group(os.path.join(store, SHARD_RECORDS), {"format": FORMAT, "files": sealed})
+
+
+def store_problems(store: str, only: set[str] | None = None) -> list[tuple[str, str]]:
+    """(file, what) for each metadata document or coordinate file of the store that is not the one it was created
+    with (``seal_store``: edited, removed, added), or for a store without a seal; ``only``: of these files."""
+    from .integrity import file_digest
+
+    try:
+        with open(os.path.join(store, SHARD_RECORDS, SEAL)) as fh:
+            sealed = json.load(fh)["attributes"]["files"]
+        assert isinstance(sealed, dict)
+    except (OSError, ValueError, KeyError, TypeError, AssertionError):
+        return [(f"{SHARD_RECORDS}/{SEAL}", "no seal of its metadata and coordinates (recompute it)")]
+    out = []
+    for name in sorted(set(sealed) | set(sealed_files(store))):
+        if only is not None and name not in only:
+            continue
+        if name not in sealed:
+            out.append((name, "added after the store was created"))
+            continue
+        try:
+            got = file_digest(os.path.join(store, *name.split("/")))
+        except OSError:
+            out.append((name, "missing"))
+            continue
+        if got != sealed[name]:
+            out.append((name, "edited after the store was created"))
+    return out
+
+
+def store_problem(store: str, only: set[str] | None = None) -> tuple[str, str] | None:
+    """The first of ``store_problems``, None when the store's metadata and coordinates are as sealed."""
+    found = store_problems(store, only)
+    return found[0] if found else None
+
+
+def require_sealed(store: str) -> None:
+    """StoreError naming the store and the file when ``store_problem`` finds one (the readers' check)."""
+    found = store_problem(store)
+    if found is not None:
+        raise StoreError(store, *_named(*found))
+
+
+def _named(file: str, what: str) -> tuple[str | None, str]:
+    """(array, what) of a ``store_problem``: the array a file belongs to, and the file within it."""
+    top, _, rest = file.partition("/")
+    if top in DATA + COORDS and rest:
+        return top, f"{rest}: {what}"
+    return None, f"{file}: {what}"
+
+
+def shard_file_record(store: str, slot: int) -> dict[str, list | None]:
+    """array -> [size, digest] of its file of shard ``slot`` (None: no file, every chunk the fill value): what a
+    shard's record says of its files."""
+    from .integrity import file_digest
+
+    out: dict[str, list | None] = {}
+    for name, path in shard_files(store, slot).items():
+        out[name] = [os.path.getsize(path), file_digest(path)] if os.path.exists(path) else None
+    return out
+
+
+def shard_problem(
+    store: str, slot: int, record: dict | None, deep: bool = False, group=None
+) -> tuple[str, str, str] | None:
+    """(array, file, what) when a file of shard ``slot`` is not the one its ``record`` names: missing, of
+    another size, or with ``deep`` of another digest (rewritten); a record without its files is not trusted.
+    ``group``: as ``shard_files``."""
+    from .integrity import file_digest
+
+    files = shard_files(store, slot, group)
+    kept = (record or {}).get("files")
+    if not isinstance(kept, dict) or set(kept) != set(DATA):
+        return DATA[0], files[DATA[0]], "its record names no files (recompute it)"
+    for name in DATA:
+        path, want = files[name], kept[name]
+        if want is None:
+            if os.path.exists(path):
+                return name, path, "shard file added after the shard was written"
+            continue
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            return name, path, "shard file missing"
+        if size != want[0]:
+            return name, path, f"shard file has {size} bytes, {want[0]} were written"
+        if deep and file_digest(path) != want[1]:
+            return name, path, "shard file changed after the shard was written (its digest differs)"
+    return None
+
+
+def shard_error(store: str, slot: int, found: tuple[str, str, str]) -> StoreError:
+    """The one-line error of a reader for shard ``slot``'s ``found`` (array, file, what)."""
+    array, path, what = found
+    return StoreError(store, array, f"shard {slot} ({os.path.relpath(path, store)}): {what}")
 
 
 def set_aside_shard(store: str, slot: int, study_dir: str) -> list[str]:
@@ -387,13 +520,18 @@ def set_aside_shard(store: str, slot: int, study_dir: str) -> list[str]:
 def complete(store: str) -> bool:
     """Every shard of the store has its record for its runs."""
     attrs = read_attrs(store)
-    if attrs is None:
+    if attrs is None or store_problem(store) is not None:
         return False
+    import zarr
+
     hashes, se = _read_coord(store, "hash"), _read_coord(store, "sample_every")
     sr = attrs["shard_runs"]
+    group = zarr.open_group(store, mode="r")  # once for every shard
     for slot, start in enumerate(range(0, attrs["runs"], sr)):
         rec = read_record(store, slot)
         if rec is None or rec.get("digest") != slot_digest(hashes[start : start + sr], se[start : start + sr]):
+            return False
+        if shard_problem(store, slot, rec, group=group) is not None:
             return False
     return True
 
@@ -429,13 +567,18 @@ def prepare(study, retry_failed: bool, log) -> tuple[RunTable, list[Shard], dict
     path = shard_store(study.results, study.name)
     prev = previous_shard_store(study.results, study.name)
     attrs = read_attrs(path)
-    if attrs is None or attrs.get("layout") != table.layout or not _hashes_equal(path, table):
+    edited = store_problem(path) if attrs is not None else None
+    if attrs is None or edited or attrs.get("layout") != table.layout or not _hashes_equal(path, table):
         if os.path.lexists(path):
             if os.path.lexists(prev):  # a relayout cut short before: keep the complete one of the two
                 remove_path(prev if complete(path) else path)
             if os.path.lexists(path):
                 os.rename(path, prev)
-                log.info(f"the study's runs changed: a new {os.path.basename(path)}, reusing the rows of the old one")
+                if edited:  # its metadata or a coordinate not as created: made again, the intact shards' runs copied
+                    log.warning(f"store {path}: {edited[0]}: {edited[1]}; made again, reusing the rows of its shards")
+                else:
+                    name = os.path.basename(path)
+                    log.info(f"the study's runs changed: a new {name}, reusing the rows of the old one")
         names = list(study.built_problem.coordinates)  # built here only when a store is made
         create(path, table, study.name, tmp_dir(study.results, study.name), names)
     source = _source_rows(prev, retry_failed) if os.path.lexists(prev) else {}
@@ -490,8 +633,8 @@ def _source_rows(store: str, retry_failed: bool) -> dict[int, int]:
     """(hash, sample_every) -> row of the runs of a store that lie in complete, intact shards (and did not fail, with
     ``retry_failed``): the rows a new store may copy."""
     attrs = read_attrs(store)
-    if attrs is None:
-        return {}
+    if attrs is None or any(f.split("/")[0] in DATA for f, _ in store_problems(store)):
+        return {}  # a data array's metadata edited: its rows cannot be trusted (an edited label or h can)
     try:
         hashes, se = _read_coord(store, "hash"), _read_coord(store, "sample_every")
     except Exception:  # noqa: BLE001 - a damaged old store: nothing to copy
@@ -581,7 +724,8 @@ def write_shard(store: str, slot: int, start: int, arrays: dict[str, np.ndarray]
     n = len(arrays["counts"])
     for name in DATA:
         g[name][start : start + n] = arrays[name]
-    _write_record(store, slot, {"format": FORMAT, "slot": slot, "digest": digest, "runs": n, **record})
+    files = shard_file_record(store, slot)  # what the readers check the shard's files by (``shard_problem``)
+    _write_record(store, slot, {"format": FORMAT, "slot": slot, "digest": digest, "runs": n, "files": files, **record})
 
 
 def run_lengths(values: np.ndarray) -> list[list]:
@@ -645,7 +789,10 @@ def manifest_entry(study, table: RunTable) -> dict:
         shards.append({"slot": slot, "start": a, "stop": b, "digest": rec.get("digest"),
                        "computed": rec.get("computed"), "failed": rec.get("failed"), "wall_s": rec.get("wall_s"),
                        "backend": rec.get("backend"), "stat": signatures(path, slot, group)})  # fmt: skip
-    return {"store": os.path.relpath(path, study.dir), "runs": table.runs, "shards": shards}
+    from .storage import file_signature
+
+    sealed = {name: file_signature(os.path.join(path, name)) for name in sealed_files(path)}
+    return {"store": os.path.relpath(path, study.dir), "runs": table.runs, "shards": shards, "sealed": sealed}
 
 
 def signatures(store: str, slot: int, group=None) -> dict[str, list[int] | None]:
@@ -668,7 +815,19 @@ def damaged_shards(manifest: dict, study_dir: str) -> list[tuple[str, str, str]]
         group = zarr.open_group(store, mode="r")  # once for every shard
     except Exception:  # noqa: BLE001 - each shard below says what is wrong
         group = None
+    from .storage import file_signature
+
     out = []
+    # the metadata documents (small: the grid values, labels, array metadata) every time, against the store's seal;
+    # a coordinate file when its size or time is not the manifest's
+    sealed = manifest.get("sealed")
+    if isinstance(sealed, dict):
+        only = {n for n, v in sealed.items() if n.endswith("zarr.json") or file_signature(os.path.join(store, n)) != v}
+        only |= set(sealed_files(store)) - set(sealed)
+    found = store_problem(store, only if isinstance(sealed, dict) else None)
+    if found is not None:
+        array, what = _named(*found)
+        out.append(("metadata", store, f"array {array}: {what}" if array else what))
     for entry in manifest.get("shards", []):
         slot = entry["slot"]
         try:
@@ -693,7 +852,9 @@ def open_shards(path: str, chunks: dict | None = None):
     ``g_error`` and ``lam`` [run, constraint], ``t`` [run, point], ``q``, ``p`` [run, point, dof], ``dof`` labelled
     with the problem's coordinate names) are read on demand, every chunk checked against its CRC-32C: lazily
     without dask by default (``.item()`` works), as dask arrays of the stored chunks with ``chunks={}``.
-    MissingStoreError when a shard is not complete (no record for its runs) or the store is of an earlier format."""
+    MissingStoreError when a shard is not complete (no record for its runs) or the store is of an earlier format; a
+    StoreError naming the store (and the shard and its file) for a store or shard not as written, and for a chunk that
+    fails its checksum when it is read."""
     import pandas as pd
     import xarray as xr
     import zarr
@@ -701,14 +862,16 @@ def open_shards(path: str, chunks: dict | None = None):
     from .run_index import RunIndex
 
     attrs = require_format(path)
+    require_sealed(path)  # its attributes, array metadata and coordinates as created
     R, m, nu = attrs["runs"], attrs["m"], attrs["nu"]
     g = zarr.open_group(path, mode="r")
     coords = {name: np.asarray(g[name][:R]) for name in COORDS}
     sr = attrs["shard_runs"]
+    records = [read_record(path, slot) for slot in range(-(-R // sr))]
     missing = [
         slot
         for slot, a in enumerate(range(0, R, sr))
-        if (read_record(path, slot) or {}).get("digest")
+        if (records[slot] or {}).get("digest")
         != slot_digest(coords["hash"][a : a + sr], coords["sample_every"][a : a + sr])
     ]
     if missing:
@@ -716,8 +879,11 @@ def open_shards(path: str, chunks: dict | None = None):
             f"{path}: {len(missing)} of {-(-R // sr)} shards not complete (first: shard {missing[0]}); "
             "run the workflow again"
         )
-    raw = xr.open_zarr(path, consolidated=True, chunks=chunks, drop_variables=COORDS, decode_cf=False)
-    raw = raw.isel(run=slice(0, R))
+    for slot, rec in enumerate(records):  # every file a shard wrote is there with its size (os.stat)
+        found = shard_problem(path, slot, rec, group=g)
+        if found is not None:
+            raise shard_error(path, slot, found)
+    raw = xr.Dataset({name: checked_variable(path, g[name], sr, chunks)[:R] for name in DATA})
     counts, scalars, y = raw["counts"], raw["scalars"], raw["y"]
     data = {c: counts[:, i] for i, c in enumerate(COUNTS) if c != "status"}
     data.update(
@@ -739,7 +905,7 @@ def open_shards(path: str, chunks: dict | None = None):
     levels["h"] = coords["h"]
     index = RunIndex(pd.MultiIndex.from_arrays(list(levels.values()), names=list(levels)), "run")
     ds = xr.Dataset(data, coords=xr.Coordinates.from_xindex(index))
-    status = np.asarray(g["counts"].get_orthogonal_selection((slice(0, R), 0)))
+    status = np.asarray(_read_whole(path, g["counts"], R, sr, (slice(0, R), 0)))
     names = attrs.get("coordinates")
     ds = ds.assign_coords(
         hash=("run", np.array([f"{int(x):016x}" for x in coords["hash"]], dtype=object)),
@@ -762,16 +928,115 @@ def read_all(path: str, names: tuple[str, ...] = COORDS + DATA) -> tuple[dict, d
     import zarr
 
     attrs = require_format(path)
+    require_sealed(path)  # its attributes, array metadata and coordinates as created
     R, sr = attrs["runs"], attrs["shard_runs"]
     g = zarr.open_group(path, mode="r")
-    arrays = {}
-    for name in dict.fromkeys(("hash", "sample_every", *names)):  # what completeness is checked by, first
-        try:
-            arrays[name] = np.asarray(g[name][:R])
-        except Exception as exc:  # noqa: BLE001 - a decoding failure names the array
-            raise StoreError(path, name, f"{type(exc).__name__}: {exc}".splitlines()[0][:200]) from None
+    first = ("hash", "sample_every")  # what completeness is checked by, first
+    arrays = {name: np.asarray(g[name][:R]) for name in first}
     for slot, a in enumerate(range(0, R, sr)):
         digest = slot_digest(arrays["hash"][a : a + sr], arrays["sample_every"][a : a + sr])
-        if (read_record(path, slot) or {}).get("digest") != digest:
+        rec = read_record(path, slot)
+        if (rec or {}).get("digest") != digest:
             raise MissingStoreError(f"{path}: shard {slot} is not complete; run the workflow again")
+        found = shard_problem(path, slot, rec, deep=True, group=g)  # every byte of its files as written
+        if found is not None:
+            raise shard_error(path, slot, found)
+    for name in dict.fromkeys(names):
+        if name not in arrays:
+            arrays[name] = _read_whole(path, g[name], R, sr)
     return attrs, arrays
+
+
+def _read_whole(store: str, array, R: int, sr: int, where: tuple | None = None) -> np.ndarray:
+    """Rows [0, R) of a data array or coordinate (``where``: an orthogonal selection of them instead), in one read;
+    a chunk that cannot be decoded raises a StoreError naming the store, the array and (a data array) the shard
+    and its file."""
+    try:
+        return np.asarray(array[:R] if where is None else array.get_orthogonal_selection(where))
+    except Exception as exc:  # noqa: BLE001 - a decoding failure: which shard, below
+        what = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+    name = array.basename
+    if name in DATA:
+        for slot, a in enumerate(range(0, R, sr)):
+            try:
+                array[a : min(a + sr, R)]
+            except Exception:  # noqa: BLE001 - this shard
+                file = shard_files(store, slot)[name]
+                raise shard_error(store, slot, (name, file, f"unreadable ({what})")) from None
+    raise StoreError(store, name, f"unreadable ({what})")
+
+
+class _CheckedArray:
+    """A zarr array for ``dask.array.from_array`` whose reads raise a StoreError naming the store, the array, the
+    shard and its file, instead of zarr's own error (a chunk failing its CRC-32C checksum)."""
+
+    def __init__(self, store: str, array, shard_runs: int):
+        self.store, self.array, self.sr = store, array, shard_runs
+        self.shape, self.dtype, self.ndim = array.shape, array.dtype, array.ndim
+
+    def __getitem__(self, key):
+        return self._read(key, self.array.__getitem__)
+
+    def oindex(self, key: tuple):
+        """An orthogonal selection (``zarr.Array.get_orthogonal_selection``), named as ``__getitem__``'s."""
+        return self._read(key, self.array.get_orthogonal_selection)
+
+    def _read(self, key, read):
+        try:
+            return read(key)
+        except Exception as exc:  # noqa: BLE001 - named in one line
+            what = f"unreadable ({type(exc).__name__}: {exc})".splitlines()[0][:300]
+            slot = self._failing_slot(key[0] if isinstance(key, tuple) else key)
+            file = shard_files(self.store, slot)[self.array.basename]
+            raise shard_error(self.store, slot, (self.array.basename, file, what)) from None
+
+    def _failing_slot(self, rows) -> int:
+        """The first shard among the rows a failed read selected whose own rows cannot be read."""
+        R = self.shape[0]
+        picked = np.arange(R)[rows] if not isinstance(rows, slice) else np.arange(*rows.indices(R))
+        for slot in np.unique(np.atleast_1d(picked) // self.sr).tolist():
+            try:
+                self.array[slot * self.sr : min((slot + 1) * self.sr, R)]
+            except Exception:  # noqa: BLE001 - this shard
+                return int(slot)
+        return int(np.atleast_1d(picked)[0] // self.sr) if np.size(picked) else 0
+
+
+@functools.cache
+def _backend_class() -> type:
+    """``_CheckedArray`` as an xarray backend array (xarray's backend API: ``BackendArray``, read through
+    ``explicit_indexing_adapter``), made when first needed: the parse imports this module without xarray."""
+    from xarray.backends import BackendArray
+    from xarray.core import indexing
+
+    class CheckedBackend(BackendArray):
+        def __init__(self, store: str, array, shard_runs: int):
+            self.checked = _CheckedArray(store, array, shard_runs)
+            self.shape, self.dtype = array.shape, array.dtype
+
+        def __getitem__(self, key):
+            support = indexing.IndexingSupport.OUTER
+            return indexing.explicit_indexing_adapter(key, self.shape, support, self.checked.oindex)
+
+    return CheckedBackend
+
+
+def checked_variable(store: str, array, shard_runs: int, chunks: dict | None = None):
+    """An xarray Variable of a data array of the store (its dimension names, ``DIMS``), read lazily without dask
+    (``chunks`` None: ``.item()`` and ``.values`` read what they select) or as a dask array of its inner chunks
+    (``chunks={}``); either way a read that fails names the store, the shard and its file."""
+    import xarray as xr
+    from xarray.core import indexing
+
+    dims = DIMS[array.basename]
+    if chunks is not None:
+        return xr.Variable(dims, checked_dask(store, array, shard_runs))
+    return xr.Variable(dims, indexing.LazilyIndexedArray(_backend_class()(store, array, shard_runs)))
+
+
+def checked_dask(store: str, array, shard_runs: int):
+    """A dask array of a data array of the store, in its inner chunks (each within one shard), whose reads name
+    the shard that fails (``_CheckedArray``)."""
+    import dask.array as da
+
+    return da.from_array(_CheckedArray(store, array, shard_runs), chunks=array.chunks, name=False, asarray=True)

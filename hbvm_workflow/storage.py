@@ -35,7 +35,11 @@ after the compressor), and a zip entry has the zip's CRC-32. ``damage`` checks t
 every recorded chunk exists with its size (the zip's directory, or os.stat for a
 folder: what the solve step does before reusing a store);
 reading a store checks the same first and names the store and the array when a
-chunk is missing, truncated or fails its checksum (``StoreError``).
+chunk is missing, truncated or fails its checksum (``StoreError``). Everything else a
+reader takes from a store is sealed when it is written (``integrity``: every attribute,
+every array's metadata, every zip entry's CRC-32, the group document's digest in the
+zip's comment; every file of errors.zarr): ``damage`` compares the store with its seal,
+so an edited attribute or coordinate is damage, named, wherever damage is checked.
 
 Atomicity: a store is written under the study's temporary folder
 (``<study>/.tmp/<id>-<name>``, ``layout.tmp_dir``), verified (every row written,
@@ -65,7 +69,7 @@ import numpy as np
 
 from hbvm_core.errors import HBVMError
 
-FORMAT = "hbvm-trajectory/3"
+FORMAT = "hbvm-trajectory/4"
 #: the name of a study's folder of temporaries (layout.tmp_dir)
 TMP_DIR = ".tmp"
 FAILED = ".failed.json"
@@ -366,6 +370,8 @@ def damage(path: str, attrs: dict | None = None, reader=None) -> tuple[str | Non
 
     Checks the integrity record of the attrs: every recorded chunk file exists with its recorded size,
     and every array's metadata exists. A store without a record (written before checksums) is damaged.
+    A run store is then compared with its seal (``integrity.run_seal_problem``: every attribute, every array's
+    metadata, every zip entry's CRC-32): an edited attribute or coordinate is damage, named.
     """
     attrs = read_attrs(path) if attrs is None else attrs
     if attrs is None:
@@ -374,10 +380,11 @@ def damage(path: str, attrs: dict | None = None, reader=None) -> tuple[str | Non
         return None, "no integrity record (written by an older version; recompute it)"
     from . import zipstore
 
+    sealed = attrs.get("format") == FORMAT
     if reader is not None:
-        return reader.damage(attrs["chunks"])
+        return reader.damage(attrs["chunks"]) or (reader.seal_problem() if sealed else None)
     if zipstore.is_zip_store(path):
-        return zipstore.damage(path, attrs["chunks"])
+        return zipstore.damage(path, attrs["chunks"], sealed)
     for name, chunks in attrs["chunks"].items():
         folder = os.path.join(path, name)
         if not os.path.isfile(os.path.join(folder, "zarr.json")):
@@ -389,7 +396,9 @@ def damage(path: str, attrs: dict | None = None, reader=None) -> tuple[str | Non
                 return name, f"chunk {key} missing"
             if found != size:
                 return name, f"chunk {key} has {found} bytes, {size} were written"
-    return None
+    from .integrity import folder_seal_problem
+
+    return folder_seal_problem(path)
 
 
 class DamagedStoreError(StoreError):
@@ -794,8 +803,11 @@ DATASET_FORMAT = "hbvm-dataset/1"
 
 def write_dataset(ds, path: str, tmp_dir: str | None = None) -> None:
     """Write an xarray Dataset to a Zarr store atomically (a temporary in ``tmp_dir``, then rename),
-    every chunk checksummed, its chunk files recorded in the attrs (``damage``)."""
+    every chunk checksummed, its chunk files recorded in the attrs (``damage``), every file sealed
+    (``integrity.seal_folder``)."""
     import zarr
+
+    from .integrity import seal_folder
 
     tmp = new_temporary(tmp_dir or default_tmp_dir(path), path)
     try:
@@ -806,6 +818,7 @@ def write_dataset(ds, path: str, tmp_dir: str | None = None) -> None:
             record = chunk_record(tmp, list(group.array_keys()))
             group.attrs.update({"format": DATASET_FORMAT, "chunks": record})
             zarr.consolidate_metadata(tmp)
+        seal_folder(tmp)  # last: every byte as written
         publish(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

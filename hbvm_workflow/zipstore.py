@@ -125,11 +125,13 @@ class ZipStoreWriter:
         self.pending: dict[str, list[np.ndarray]] = {}
         self.done: dict[str, int] = {}  # chunks written along the first dimension
         self.sizes: dict[str, dict[str, int]] = {}
+        self.crcs: dict[str, int] = {}  # entry -> the zip's CRC-32 (sealed by ``close``)
 
     def _put(self, key: str, data: bytes) -> None:
         info = zipfile.ZipInfo(key, date_time=EPOCH)
         info.compress_type = zipfile.ZIP_STORED
         self.zip.writestr(info, data)
+        self.crcs[key] = info.CRC
 
     def create(self, name: str, shape: tuple, chunk_shape: tuple, dtype: str, fill, dims: tuple, attrs: dict) -> None:
         meta = array_metadata(shape, chunk_shape, dtype, fill, dims, attrs)
@@ -172,7 +174,10 @@ class ZipStoreWriter:
             self.pending[name] = []
 
     def close(self, attrs: dict) -> None:
-        """Write the group's ``zarr.json`` (``attrs`` and the consolidated metadata) and close the zip."""
+        """Write the group's ``zarr.json`` (``attrs`` and the consolidated metadata, sealed:
+        ``integrity.seal_run``) and close the zip."""
+        from .integrity import comment, seal_run
+
         self.flush()
         group = {
             "attributes": attrs,
@@ -180,7 +185,9 @@ class ZipStoreWriter:
             "consolidated_metadata": {"kind": "inline", "must_understand": False, "metadata": self.meta},
             "node_type": "group",
         }
-        self._put("zarr.json", json.dumps(group).encode())
+        document = json.dumps(seal_run(group, self.crcs)).encode()
+        self._put("zarr.json", document)
+        self.zip.comment = comment(document)
         self.zip.close()
 
     def abort(self) -> None:
@@ -210,7 +217,8 @@ class ZipStoreReader:
         except zipfile.BadZipFile as exc:
             raise ZipStoreError(None, f"not a readable zip store ({exc})") from None
         try:
-            self.group = json.loads(self.zip.read("zarr.json"))
+            self.document = self.zip.read("zarr.json")
+            self.group = json.loads(self.document)
         except KeyError:
             self.zip.close()
             raise ZipStoreError(None, "no zarr.json in the zip") from None
@@ -218,6 +226,7 @@ class ZipStoreReader:
             self.zip.close()
             raise ZipStoreError(None, f"no readable zarr.json ({exc})") from None
         self.sizes = {i.filename: i.file_size for i in self.zip.infolist()}
+        self.crcs = {i.filename: i.CRC for i in self.zip.infolist()}
 
     def __enter__(self) -> ZipStoreReader:
         return self
@@ -243,6 +252,13 @@ class ZipStoreReader:
                     return name, f"chunk {key} has {found} bytes, {size} were written"
         return None
 
+    def seal_problem(self) -> tuple[str | None, str] | None:
+        """(array, what) for the first thing of the store that is not what its seal records
+        (``integrity.run_seal_problem``: attributes, array metadata, every entry's CRC-32), None when all is."""
+        from .integrity import run_seal_problem
+
+        return run_seal_problem(self.group, self.crcs, self.document, self.zip.comment)
+
     def read_arrays(self, names: Iterable[str]) -> dict[str, np.ndarray]:
         """The arrays ``names`` in full, every chunk's CRC-32 (the zip's) and CRC-32C checked.
 
@@ -259,11 +275,12 @@ def read_group(path: str) -> dict:
         return store.group
 
 
-def damage(path: str, record: dict) -> tuple[str | None, str] | None:
-    """``ZipStoreReader.damage`` of the store at ``path``; (None, what) when it is not a readable zip store."""
+def damage(path: str, record: dict, sealed: bool = False) -> tuple[str | None, str] | None:
+    """``ZipStoreReader.damage`` of the store at ``path`` (and with ``sealed`` its ``seal_problem``); (None, what)
+    when it is not a readable zip store."""
     try:
         with ZipStoreReader(path) as store:
-            return store.damage(record)
+            return store.damage(record) or (store.seal_problem() if sealed else None)
     except (OSError, ZipStoreError) as exc:
         return None, str(exc.what if isinstance(exc, ZipStoreError) else exc)
 

@@ -110,13 +110,13 @@ def test_a_byte_changed_in_the_file_fails_the_zips_crc(store, planar):
     assert store in str(err.value)
 
 
-def test_a_corrupt_chunk_of_the_right_size_fails_its_checksum_when_read(store, planar, capsys):
-    rewrite(store, lambda name, data: flip(data) if name == Q_CHUNK else data)
-    assert store_status(store, "abc") == "complete"  # the zip's directory cannot tell: reading does
+def test_a_corrupt_chunk_of_the_right_size_with_a_new_zip_crc_is_found_by_the_seal(store, planar, capsys):
+    rewrite(store, lambda name, data: flip(data) if name == Q_CHUNK else data)  # the zip's CRC-32 recomputed
+    assert store_status(store, "abc") == "damaged"  # the zip's directory has another CRC-32 than the seal's
     assert verify([os.path.dirname(os.path.dirname(os.path.dirname(store)))]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith(f"{store}: array q: chunk c/0/0 unreadable") and out[-1].endswith("1 damaged, 0 missing")
-    with pytest.raises(StoreError, match="array q: chunk c/0/0 unreadable .*CRC-32C.*set aside as ") as err:
+    assert out[0].startswith(f"{store}: array q: chunk c/0/0 rewritten") and out[-1].endswith("1 damaged, 0 missing")
+    with pytest.raises(StoreError, match="array q: chunk c/0/0 rewritten .*set aside as ") as err:
         load_trajectory(store, planar)
     # the reader sets the damaged store aside, into the study's .tmp/damaged: the next run recomputes it
     assert store in str(err.value) and not os.path.exists(store) and os.path.isfile(err.value.aside)
@@ -147,9 +147,9 @@ def test_a_store_never_runs_what_its_attrs_name(store, planar, tmp_path):
     attrs = {"problem_entry": "os:system", "problem_params": {"command": f"touch {marker}"}, "method_entry": {"k": 2}}
     doc["attributes"].update(attrs)
     set_group_doc(store, doc)
-    traj = load_trajectory(store, planar)
-    assert traj.problem is planar and not marker.exists()
-    assert np.isfinite(traj.q).all()
+    with pytest.raises(StoreError, match="attribute method_entry added after the run was written"):
+        load_trajectory(store, planar)  # an edited store is refused, and nothing it names ran
+    assert not marker.exists()
 
 
 def test_errors_dataset_is_checksummed_and_recorded(tmp_path):
@@ -165,11 +165,37 @@ def test_errors_dataset_is_checksummed_and_recorded(tmp_path):
         data[0] ^= 0xFF
         fh.seek(0)
         fh.write(data)
-    with pytest.raises(StoreError, match="errors.zarr: array e_s: unreadable"):
+    with pytest.raises(StoreError, match=r"errors.zarr: array e_s: c/0/0 changed after the store was written"):
         open_errors_at(path)
     os.remove(chunk)
     with pytest.raises(StoreError, match="errors.zarr: array e_s: chunk c/0/0 missing"):
         open_errors_at(path)
+
+
+@pytest.mark.parametrize("what", ["attribute", "coordinate", "coordinate units"])
+def test_an_edited_errors_dataset_is_refused_naming_it(tmp_path, what):
+    """An attribute or a coordinate rewritten through zarr (valid checksums) is found by the store's seal."""
+    import xarray as xr
+    import zarr
+
+    path = str(tmp_path / "errors.zarr")
+    ds = xr.Dataset({"e_s": (("scheme", "h"), np.ones((2, 3)))}, coords={"h": [0.1, 0.05, 0.025]})
+    write_dataset(ds.assign_attrs(study="s"), path)
+    if what == "attribute":
+        doc_path = os.path.join(path, "zarr.json")
+        doc = json.load(open(doc_path))
+        doc["attributes"]["study"] = "other"
+        json.dump(doc, open(doc_path, "w"))
+        match = r"errors.zarr: group metadata \(zarr.json\) edited"
+    elif what == "coordinate units":
+        zarr.open_group(path, mode="r+")["h"].attrs["units"] = "ms"
+        match = r"errors.zarr: array h: zarr.json changed after the store was written"
+    else:
+        zarr.open_group(path, mode="r+")["h"][:] = [1.0, 2.0, 3.0]
+        match = r"errors.zarr: array h: (chunk c/0 has \d+ bytes|c/0 changed after the store was written)"
+    with pytest.raises(StoreError, match=match) as err:
+        open_errors_at(path)
+    assert "\n" not in str(err.value)
 
 
 def test_verify_command(store, tmp_path):
@@ -201,9 +227,21 @@ def test_verify_reads_the_manifest_and_counts_missing_and_damaged_stores(planar,
     for folder in (study, study.parent):  # a study's folder, or the results folder of its studies
         assert verify([str(folder)]) == 1
         out = capsys.readouterr().out.splitlines()
-        assert out[0].startswith(f"{stores[2]}: array q: chunk c/0/0 unreadable")
+        assert out[0].startswith(f"{stores[2]}: array q: chunk c/0/0 rewritten")
         assert out[1] == f"{stores[1]}: missing (run m/1 of {study / 'solve.json'})"
         assert out[2] == "verified 2 store(s) in 1 folder(s): 1 damaged, 1 missing" and len(out) == 3
     os.remove(stores[2])
     assert verify([str(study)]) == 1
     assert capsys.readouterr().out.splitlines()[-1] == "verified 1 store(s) in 1 folder(s): 0 damaged, 2 missing"
+
+
+def test_an_edit_with_its_digest_in_the_seal_record_forged_too_is_found_by_the_zips_comment(store):
+    from hbvm_workflow.integrity import digest
+
+    doc = group_doc(store)
+    attrs = doc["attributes"]
+    attrs["coordinates"] = ["u", "v"]
+    attrs["sealed"]["attributes"]["coordinates"] = digest(["u", "v"])  # the record agrees with the edit
+    set_group_doc(store, doc)
+    assert damage(store) == (None, "zarr.json or the zip's comment (its seal) changed after the run was written")
+    assert store_status(store, "abc") == "damaged"

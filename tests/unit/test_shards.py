@@ -66,8 +66,8 @@ def test_a_store_of_10000_runs_is_read_by_grid_key_and_holds_few_files(tmp_path)
     want = np.flatnonzero((table.combo == 7) & (table.scheme == 0) & (table.h == table.h[rows[0] + 5000 - 1]))
     assert float(one.H_error) == want[0] and str(one.hash.values) == f"{int(table.hash[want[0]]):016x}"
     files = sum(len(f) for _, _, f in os.walk(path))
-    # per data array one file per shard (4 shards), a file per coordinate, the metadata, the records' group and the
-    # records
+    # per data array one file per shard (4 shards), a file per coordinate, the metadata, the records' group (its
+    # attributes the seal) and the records
     assert files == 4 * len(shards.DATA) + len(shards.COORDS) + 1 + len(shards.DATA) + len(shards.COORDS) + 1 + 4
 
 
@@ -483,3 +483,103 @@ print(json.dumps([before, one, block_cached(m, p), uncached_loop(m, p) is not No
     env = dict(os.environ, HBVM_KERNEL_CACHE=str(tmp_path / "kernels"))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert json.loads(out.stdout.splitlines()[-1]) == [False, False, True, True]
+
+
+def _edit_attrs(path: str, change) -> None:
+    """Change the root attributes of a store in its zarr.json, as a tool or a person would."""
+    import json
+
+    doc_path = os.path.join(path, "zarr.json")
+    with open(doc_path) as fh:
+        doc = json.load(fh)
+    change(doc["attributes"])
+    with open(doc_path, "w") as fh:
+        json.dump(doc, fh)
+
+
+def _rewrite_h(path: str, factor: float) -> None:
+    """Rewrite the h coordinate through zarr (valid checksums: only the seal can tell)."""
+    import zarr
+
+    a = zarr.open_group(path, mode="r+")["h"]
+    a[:] = np.asarray(a[:]) * factor
+
+
+@pytest.mark.parametrize("edit", ["grid value", "h coordinate"])
+def test_an_edited_grid_value_or_h_is_refused_by_readers_and_the_solve_step_makes_the_store_again(tmp_path, edit):
+    from hbvm_workflow.storage import StoreError
+
+    study = _study(tmp_path)
+    os.makedirs(study.dir, exist_ok=True)
+    table, todo, _ = shards.prepare(study, False, _Log())
+    path = shards.shard_store(study.results, "sw")
+    for s in todo:
+        shards.write_shard(path, s.slot, s.start, _rows(table, s.start, s.stop), s.digest, {})
+    clean = shards.open_shards(path)
+    key = table.grid[0]
+    if edit == "grid value":
+        _edit_attrs(path, lambda a: a["combos"][0].update({key: 99.0}))
+        where = r"runs\.zarr: zarr\.json: edited after the store was created"
+    else:
+        _rewrite_h(path, 2.0)
+        where = r"runs\.zarr: array h: c/0: edited after the store was created"
+    assert not shards.complete(path)
+    for read in (shards.open_shards, shards.read_all):
+        with pytest.raises(StoreError, match=where) as err:
+            read(path)
+        assert "\n" not in str(err.value)
+    log = _Log()
+    _, todo, counts = shards.prepare(study, False, log)
+    assert any(line.startswith(f"store {path}: ") and "made again" in line for line in log.lines), log.lines
+    assert sum(s.compute.size for s in todo) == 0 and counts["copied"] == table.runs  # every row copied, none run
+    for s in todo:  # what the shard task does with rows it copies (shard_worker.solve_shard)
+        rows = {name: shards.read_rows(s.sources[0]["store"], name, s.sources[0]["src"]) for name in shards.DATA}
+        shards.write_shard(path, s.slot, s.start, rows, s.digest, {})
+    shards.finish(study)
+    again = shards.open_shards(path)  # the plan's labels and step sizes, as before the edit
+    assert np.array_equal(again.indexes["run"].get_level_values(key), clean.indexes["run"].get_level_values(key))
+    np.testing.assert_array_equal(again["h"].values, table.h)
+    np.testing.assert_array_equal(again.H_error.values, np.arange(table.runs))
+
+
+def test_a_deleted_shard_file_is_refused_naming_the_shard_and_file_never_read_as_nan(tmp_path):
+    from hbvm_workflow.storage import StoreError
+    from hbvm_workflow.verify import check_store
+
+    table = _table(runs=2000, shard_runs=500)
+    path = str(tmp_path / "runs.zarr")
+    shards.create(path, table, "x", str(tmp_path / ".tmp"))
+    _write_all(path, table)
+    f = shards.shard_files(path, 1)["y"]
+    os.remove(f)
+    rel = os.path.relpath(f, path)
+    for read in (shards.open_shards, shards.read_all):
+        with pytest.raises(StoreError, match=f"array y: shard 1 \\({rel}\\): shard file missing"):
+            read(path)
+    assert not shards.complete(path)
+    assert check_store(path) == ("y", f"shard 1 ({rel}): shard file missing")
+
+
+def test_a_damaged_shard_read_raises_one_line_naming_the_store_shard_and_file(tmp_path):
+    from hbvm_workflow.storage import StoreError
+    from hbvm_workflow.verify import check_store
+
+    table = _table(runs=2000, shard_runs=500)
+    path = str(tmp_path / "runs.zarr")
+    shards.create(path, table, "x", str(tmp_path / ".tmp"))
+    _write_all(path, table)
+    f = shards.shard_files(path, 2)["scalars"]
+    raw = bytearray(open(f, "rb").read())
+    raw[len(raw) // 3] ^= 0xFF  # same size: only reading (or the record's digest) can tell
+    open(f, "wb").write(bytes(raw))
+    rel = os.path.relpath(f, path)
+    ds = shards.open_shards(path)
+    with pytest.raises(StoreError) as err:
+        ds.H_error.load()
+    msg = str(err.value)
+    assert msg.startswith(f"{path}: array scalars: shard 2 ({rel}): unreadable (") and "\n" not in msg, msg
+    np.testing.assert_array_equal(ds.H_error[:1000].values, np.arange(1000))  # the intact shards still read
+    assert check_store(path) == (
+        "scalars",
+        f"shard 2 ({rel}): shard file changed after the shard was written (its digest differs)",
+    )

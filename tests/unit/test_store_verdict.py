@@ -71,3 +71,29 @@ def test_a_store_with_an_edited_attr_is_altered_and_no_reader_takes_it(solved, a
     inst = study.instance_of(job.combo)
     with pytest.raises(StoreMismatchError, match=f"is not the run it claims to be: {why}"):
         load_trajectory(job.store, inst.problem, job=job, planned=inst.checked())
+
+
+SEALED = {
+    "coordinates": lambda a: a.update(coordinates=["u", "v"]),
+    "method_entry": lambda a: a["method_entry"].update(k=4),
+}
+
+
+@pytest.mark.parametrize("attr", sorted(SEALED))
+def test_an_attr_no_plan_value_checks_is_sealed_damage_refused_by_readers_and_recomputed(solved, attr):
+    """The dof names and the method entry are what readers label runs by (``open_trajectory(...).dof``,
+    ``select_run(k=...)``); the store's seal finds them edited."""
+    from hbvm_workflow.storage import StoreError, open_trajectory
+
+    study, job = solved
+    edit(job.store, SEALED[attr])
+    verdict = store_verdict(job.store, Expected.of_job(job))
+    assert verdict.status == "damaged" and verdict.why == f"attribute {attr} edited after the run was written"
+    with pytest.raises(StoreError) as err:
+        open_trajectory(job.store)
+    assert str(err.value).startswith(f"{job.store}: attribute {attr} edited") and "\n" not in str(err.value)
+    assert not os.path.exists(job.store)  # set aside: the solve step computes the run again
+    shipped = job.as_dict() | {"study_dir": os.path.dirname(os.path.dirname(os.path.dirname(job.store)))}
+    assert "raised" not in solve_batch([shipped])[0]
+    assert store_verdict(job.store, Expected.of_job(job)).status == "complete"
+    assert list(open_trajectory(job.store).dof.values) == ["x0", "x1"]  # planar_pendulum's coordinates

@@ -6,7 +6,9 @@ checks against the plan: the recorded problem structure, a recorded probe value,
 same command recomputes exactly those runs (the solve step and the aggregation decide through one predicate,
 ``storage.store_verdict``), errors.csv is byte for byte the clean run's, ``verify`` is clean, and the command
 after that has nothing to do. With the modification times restored to the nanosecond (nothing short of
-reading the stores can tell) ``--forceall`` does the same.
+reading the stores can tell) ``--forceall`` does the same. Attrs no plan value checks (the dof names, the method
+entry) are sealed when the store is written: ``list studies`` and ``verify`` count such a store damaged, the
+readers refuse it in one line, and the same command recomputes it.
 """
 
 from __future__ import annotations
@@ -94,8 +96,11 @@ def test_stores_with_edited_attrs_are_recomputed_by_the_same_command(clean, tmp_
     edit_attrs(stores, exact_mtime)
     out = ok(snakemake(workdir, "--cores", "1", *(["--forceall"] if exact_mtime else [])))
     assert "--forcerun" not in out, out[-3000:]
-    for store in stores:
-        assert f"{store.relative_to(workdir)} is not the run it claims to be" in out, out[-5000:]
+    for store, attr in zip(stores, ("problem_structure", "problem_probe", "h"), strict=True):  # edit_attrs' order
+        rel = store.relative_to(workdir)
+        # named by its seal when the command starts (the file changed), else by the solve step against the plan
+        sealed = f"damaged store {rel}: attribute {attr} edited after the run was written"
+        assert sealed in out or f"{rel} is not the run it claims to be" in out, out[-5000:]
     same_as_clean(workdir, clean)
     again = ok(snakemake(workdir, "--cores", "1"))
     assert "Nothing to be done" in again, again[-3000:]
@@ -115,5 +120,68 @@ def test_verify_names_a_store_whose_attrs_disagree_with_its_run(clean, tmp_path)
     )
     assert verify.returncode == 1, verify.stdout
     lines = verify.stdout.strip().splitlines()
-    assert sum("is not the run it claims to be" in line for line in lines) == RUNS, verify.stdout
-    assert lines[-1].endswith(f": 0 damaged, 0 missing, {RUNS} not the run they claim to be"), verify.stdout
+    for store, attr in zip(stores, ("problem_structure", "problem_probe", "h"), strict=True):  # edit_attrs' order
+        assert f"{store.relative_to(workdir)}: attribute {attr} edited after the run was written" in lines, lines
+    assert lines[-1].endswith(f": {RUNS} damaged, 0 missing"), verify.stdout  # as list studies counts them
+
+
+def cli(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "hbvm_workflow", *args], cwd=workdir, env=env(), capture_output=True, text=True
+    )
+
+
+def test_attrs_only_readers_use_are_sealed_counted_alike_refused_and_recomputed(clean, tmp_path):
+    """The names of the dof (``coordinates``) and the method entry's k: no plan value checks them, the seal does.
+    ``list studies`` and ``verify`` count both stores damaged, every reader refuses them in one line naming the
+    store, and the same command recomputes them."""
+    workdir = tmp_path / "w"
+    shutil.copytree(clean, workdir, symlinks=True)
+    stores = final_stores(workdir, "att")
+
+    def coordinates(a):
+        a["coordinates"] = ["u", "v"]
+
+    def k(a):
+        a["method_entry"]["k"] = 4
+
+    for store, change in zip(stores, (coordinates, k)):
+        doc = group_doc(store)
+        change(doc["attributes"])
+        set_group_doc(store, doc)
+    listing = cli(workdir, "list", "studies", "--configfile", "config.yaml")
+    assert f"att (convergence, planar_pendulum): {RUNS} runs: 1 computed, 0 reused, 0 failed, 2 damaged, 0 missing" in (
+        listing.stdout.splitlines()
+    ), listing.stdout + listing.stderr
+    verify = cli(workdir, "verify", "results")
+    lines = verify.stdout.strip().splitlines()
+    assert f"{stores[0].relative_to(workdir)}: attribute coordinates edited after the run was written" in lines, lines
+    assert f"{stores[1].relative_to(workdir)}: attribute method_entry edited after the run was written" in lines, lines
+    assert verify.returncode == 1 and lines[-1].endswith(": 2 damaged, 0 missing"), verify.stdout
+
+    # the readers, on a copy (a reader sets a damaged store aside)
+    readers = tmp_path / "r"
+    shutil.copytree(workdir, readers, symlinks=True)
+    probe = (
+        "import sys\nfrom hbvm_workflow.storage import open_trajectory, select_run\n"
+        "from hbvm_workflow.reading import open_study\n"
+        "try:\n    {call}\nexcept Exception as exc:\n    print(type(exc).__name__, exc)\n"
+    )
+    for call, store in (
+        (f"open_trajectory({str(stores[0].relative_to(workdir))!r})", stores[0]),
+        ("select_run(open_study('att'), k=4, s=1, n=0)", None),
+    ):
+        got = subprocess.run(
+            [sys.executable, "-c", probe.format(call=call)], cwd=readers, env=env(), capture_output=True, text=True
+        )
+        out = got.stdout.strip()
+        assert out.startswith("DamagedStoreError ") and len(out.splitlines()) == 1, got.stdout + got.stderr
+        assert "attribute coordinates edited" in out or "attribute method_entry edited" in out, out
+        if store is not None:
+            assert str(store.relative_to(workdir)) in out, out
+
+    out = ok(snakemake(workdir, "--cores", "1"))
+    assert "--forcerun" not in out, out[-3000:]
+    same_as_clean(workdir, clean)
+    again = ok(snakemake(workdir, "--cores", "1"))
+    assert "Nothing to be done" in again, again[-3000:]

@@ -137,7 +137,9 @@ def test_damaged_old_and_tampered_stores(tmp_path, clean):
     lines = bad.stdout.splitlines()
     assert f"results/{NAME}/runs/{RUNS[0]}.zarr.zip: array q: chunk c/0/0 missing" in lines
     assert f"results/{NAME}/runs/{RUNS[1]}.zarr.zip: array q: chunk c/0/0 has 3 bytes" in bad.stdout
-    assert lines[-1] == "verified 7 store(s) in 1 folder(s): 3 damaged, 0 missing"
+    # the tampered one too: every attribute is sealed (its seal names the one edited)
+    assert f"results/{NAME}/runs/{RUNS[3]}.zarr.zip: attribute problem_entry edited after the run was written" in lines
+    assert lines[-1] == "verified 7 store(s) in 1 folder(s): 4 damaged, 0 missing"
 
     again = run(workdir)  # the same command: the manifest is no longer true, so the solve step reruns
     changed = [line for line in again.stdout.splitlines() if "are not intact" in line]
@@ -147,13 +149,14 @@ def test_damaged_old_and_tampered_stores(tmp_path, clean):
     for run_id, what in ((RUNS[2], "changed"), (RUNS[1], "damaged"), (RUNS[0], "damaged")):
         assert f"{run_id} ({what})" in changed[0]
     assert f"study {NAME}: 4 run(s) of results/{NAME}/solve.json are not intact: " in changed[0]
-    # the damaged ones named when the command starts, one line each (store, array, what), and set aside
+    # the damaged ones (the tampered one too) named when the command starts, one line each, and set aside
     warned = [line for line in again.stdout.splitlines() if "damaged store" in line]
-    assert len(warned) == 2, again.stdout
+    assert len(warned) == 3, again.stdout
     assert any(f"{RUNS[0]}.zarr.zip: array q: chunk c/0/0 missing; set aside as " in line for line in warned)
     assert any(f"{RUNS[1]}.zarr.zip: array q: chunk c/0/0 has 3 bytes" in line for line in warned)
-    assert len(list((workdir / "results" / NAME / ".tmp" / "damaged").iterdir())) == 2
-    assert sorted(manifest(workdir)["computed"]) == RUNS[:3]  # the damaged ones and the old one, no other
+    assert any(f"{RUNS[3]}.zarr.zip: attribute problem_entry edited" in line for line in warned)
+    assert len(list((workdir / "results" / NAME / ".tmp" / "damaged").iterdir())) == 3
+    assert sorted(manifest(workdir)["computed"]) == sorted(RUNS[:4])  # the damaged, old and tampered ones, no other
     assert not (workdir / "marker").exists()
     assert errors_csv(workdir) == errors_csv(clean)
     good = verify(workdir)
