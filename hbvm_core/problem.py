@@ -241,7 +241,11 @@ class Problem:
     def _probe_nu(self) -> int:
         if not _DEFERRED.get():
             check_vectorised(self, keys=("g",))
-        gq = np.asarray(self.g(self.q0[None, :]))
+        try:
+            gq = np.asarray(self.g(self.q0[None, :]))
+        except Exception:
+            check_vectorised(self, keys=("g",))  # deferred: the check's one line naming the callback, where it fails
+            raise
         if gq.ndim != 2 or gq.shape[0] != 1:
             raise ProblemError(f"{self.name}: g(Q) must return shape (n, nu), got {gq.shape} for n = 1")
         return gq.shape[1]
