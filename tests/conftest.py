@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import hbvm_core as hc
@@ -85,3 +87,53 @@ def pytest_collection_finish(session):
     if reporter is not None:
         seconds = time.perf_counter() - t0
         reporter.write_line(f"kernel cache: {len(cold)} loops compiled side by side in {seconds:.0f} s")
+
+
+# --------------------------------------------------------------------------- the quick tier compiles nothing
+def _quick_tier(config) -> bool:
+    """Whether this run is the quick tier (``-m "not slow"``), or asks for the report of what each test compiles
+    (HBVM_COMPILE_REPORT=1; =every: every test that uses a loop, not only the first: tests/_compiles.py)."""
+    return "not slow" in (config.option.markexpr or "") or os.environ.get("HBVM_COMPILE_REPORT")
+
+
+def pytest_configure(config):
+    if _quick_tier(config):
+        from tests._compiles import install
+
+        config._hbvm_compiles, config._hbvm_compiled = install(), []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    seen = getattr(item.config, "_hbvm_compiles", None)
+    if seen is None:
+        yield
+        return
+    from tests._compiles import cache_folders, forget_loops
+
+    if os.environ.get("HBVM_COMPILE_REPORT") == "every":
+        forget_loops()
+    seen.start(cache_folders())
+    yield
+    what = seen.take()
+    if what is not None:
+        item.config._hbvm_compiled.append((item.nodeid, what, item.get_closest_marker("slow") is not None))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """One line per test that compiled a loop: in the quick tier a failure, in a report (HBVM_COMPILE_REPORT) a note."""
+    for nodeid, what, slow in getattr(config, "_hbvm_compiled", []):
+        if slow:
+            terminalreporter.write_line(f"compiled (marked slow): {nodeid}: {what}")
+        else:
+            terminalreporter.write_line(
+                f"the quick tier compiled a loop: {nodeid}: {what} (mark it @pytest.mark.slow, or run its numpy path)",
+                red=True,
+            )
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The quick tier fails if one of its tests compiled a loop (``tests/_compiles.py``)."""
+    compiled = [c for c in getattr(session.config, "_hbvm_compiled", []) if not c[2]]
+    if compiled and "not slow" in (session.config.option.markexpr or "") and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from hbvm_core.__main__ import loop_method, main, warm_tasks
 from hbvm_core.methods import HBVM, RATTLE, PolynomialHBVM
 from hbvm_core.problems import BUILTIN
@@ -20,6 +22,7 @@ def test_warm_covers_every_loop_of_every_built_in_problem():
     assert isinstance(loop_method("polynomial"), PolynomialHBVM) and loop_method("rattle") == RATTLE()
 
 
+@pytest.mark.slow  # compiles a loop
 def test_warm_reports_each_loop_and_info_lists_it(capsys):
     """The unconstrained pendulum has a compiled RATTLE (Stormer-Verlet) loop but no polynomial-multiplier one."""
     assert main(["kernels", "warm", "--problems", "theta_pendulum", "--loops", "polynomial", "rattle", "-j", "1"]) == 0

@@ -44,7 +44,8 @@ def planar():
 @pytest.fixture
 def store(tmp_path, planar):
     path = str(tmp_path / "study" / "runs" / "m" / "h=0.1.zarr.zip")
-    res = run_to_store(path, planar, HBVM(2, 2), 0.1, 2.0, attrs={"job_hash": "abc", "job_id": "m/h=0.1"}, chunk=8)
+    attrs = {"job_hash": "abc", "job_id": "m/h=0.1"}
+    res = run_to_store(path, planar, HBVM(2, 2), 0.1, 2.0, attrs=attrs, chunk=8, backend="numpy")
     assert res["status"] == "ok"
     return path
 
@@ -218,7 +219,9 @@ def test_verify_reads_the_manifest_and_counts_missing_and_damaged_stores(planar,
     study = tmp_path / "results" / "s"
     stores = [str(study / "runs" / "m" / f"h={h}.zarr.zip") for h in (0.2, 0.1, 0.05)]
     for path, h in zip(stores, (0.2, 0.1, 0.05)):
-        assert run_to_store(path, planar, HBVM(1, 1), h, 1.0, attrs={"job_hash": "x"})["status"] == "ok"
+        assert (
+            run_to_store(path, planar, HBVM(1, 1), h, 1.0, attrs={"job_hash": "x"}, backend="numpy")["status"] == "ok"
+        )
     jobs = [{"id": f"m/{i}", "status": "ok", "store": os.path.relpath(p, study)} for i, p in enumerate(stores)]
     jobs.append({"id": "m/failed", "status": "failed", "store": "runs/m/h=0.025.zarr.zip"})  # no store: not missing
     (study / "solve.json").write_text(json.dumps({"study": "s", "jobs": jobs}))

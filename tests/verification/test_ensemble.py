@@ -207,6 +207,7 @@ def test_cuda_backend_missing():
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.slow  # compiles the block
 def test_auto_keeps_a_small_block_on_the_cpu(monkeypatch):
     """backend "auto" tries the GPU only for a block of at least GPU_MIN_RUNS runs: a smaller one runs on numba
     without asking for a GPU (the GPU check is made to fail loudly if it is reached), and says why in one line."""

@@ -93,8 +93,9 @@ def from_mapping(mapping):
     return hc.get_problem(mapping)
 
 
-@pytest.mark.parametrize("backend", ["numba", "numpy"])
-@pytest.mark.parametrize("method", list(METHODS))
+@pytest.mark.parametrize("backend", [pytest.param("numba", marks=pytest.mark.slow), "numpy"])  # numba compiles
+# IDA takes the compiled multiplier of the expressions' reference module on both backends
+@pytest.mark.parametrize("method", [pytest.param(m, marks=pytest.mark.slow) if m == "ida" else m for m in METHODS])
 @pytest.mark.parametrize("case", list(CASES))
 def test_expressions_match_the_hand_written_problem(case, method, backend):
     mapping, hand = CASES[case]
@@ -122,18 +123,32 @@ def test_expressions_match_the_hand_written_problem(case, method, backend):
     assert np.abs(a.lam - b.lam).max() <= tol * max(1.0, np.abs(b.lam).max())
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_derivatives_and_multiplier_match(case):
-    """grad U, G, d2g and lambda(q, p) (numpy and compiled) against the hand-written ones at q0 and off q0."""
-    mapping, hand = CASES[case]
-    ours, theirs = from_mapping(mapping), hand()
+def _points(ours):
+    """q0 and three points near it, and three directions."""
     rng = np.random.default_rng(1)
     Q = ours.q0[None, :] + np.vstack([np.zeros(ours.m), 0.1 * rng.standard_normal((3, ours.m))])
-    V = rng.standard_normal(Q.shape)
+    return Q, rng.standard_normal(Q.shape)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_derivatives_match(case):
+    """U, grad U, g, G and d2g against the hand-written ones at q0 and off q0."""
+    mapping, hand = CASES[case]
+    ours, theirs = from_mapping(mapping), hand()
+    Q, V = _points(ours)
     for key, args in (("U", (Q,)), ("grad_U", (Q,)), ("g", (Q,)), ("G", (Q,)), ("d2g", (Q, V))):
         want = np.asarray(getattr(theirs, key)(*args))
         # equal formulas in another order: a few ulps of the terms' size
         assert np.abs(getattr(ours, key)(*args) - want).max() <= 64 * EPS * max(1.0, np.abs(want).max()), key
+
+
+@pytest.mark.slow  # compiles the reference module
+@pytest.mark.parametrize("case", list(CASES))
+def test_multiplier_and_reference_rhs_match(case):
+    """lambda(q, p) and the reference ODE's right-hand side (compiled) against the hand-written ones."""
+    mapping, hand = CASES[case]
+    ours, theirs = from_mapping(mapping), hand()
+    Q, V = _points(ours)
     P = ours.p0[None, :] + 0.1 * V
     lam = theirs.multiplier(Q, P)
     assert ours.compiled_reference() is not None  # lambda(q, p) runs compiled
@@ -145,6 +160,7 @@ def test_derivatives_and_multiplier_match(case):
         assert np.abs(ours.index_reduced_rhs(0.0, y) - want).max() <= 1e3 * EPS * max(1.0, np.abs(want).max())
 
 
+@pytest.mark.slow  # compiles the reference module
 def test_exact_period_and_reference_ode_of_the_conical_pendulum():
     """The closed form given as expressions is the published one; the compiled reference ODE reproduces it."""
     ours = from_mapping(CONICAL)
@@ -174,8 +190,8 @@ def test_double_pendulum_with_gravity_conserves_and_is_gauss_collocation_for_k_e
             "p0": [0, 0, 0, 0],
         }
     )
-    a = hc.integrate(pb, hc.HBVM(2, 2), 0.01, 2.0)
-    b = hc.integrate(pb, hc.HBVM(4, 2), 0.01, 2.0)
+    a = hc.integrate(pb, hc.HBVM(2, 2), 0.01, 2.0, backend="numpy")
+    b = hc.integrate(pb, hc.HBVM(4, 2), 0.01, 2.0, backend="numpy")
     scale_h = max(1.0, np.abs(a.H()).max())
     # round-off per step (200 steps), on the energy's scale (grav m2 l ~ 30)
     assert a.energy_error().max() <= 200 * 200 * EPS * scale_h

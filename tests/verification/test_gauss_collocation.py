@@ -50,7 +50,7 @@ def henon_heiles():
 def test_hbvm_ss_equals_gauss_collocation(make, s):
     problem = make()
     h, steps = 0.25, 40
-    traj = hc.integrate(problem, hc.HBVM(s, s), h, h * steps)
+    traj = hc.integrate(problem, hc.HBVM(s, s), h, h * steps, backend="numpy")
     ref = gauss_collocation(problem, h, steps, s)
     np.testing.assert_allclose(traj.y(), ref, rtol=0, atol=1e-13)
 
@@ -58,6 +58,6 @@ def test_hbvm_ss_equals_gauss_collocation(make, s):
 def test_k_greater_than_s_differs_from_collocation_on_nonpolynomial_problem():
     """The comparison above can fail: HBVM(4,2) is a different method from Gauss(2) on theta."""
     problem = hc.get_problem("theta_pendulum")
-    traj = hc.integrate(problem, hc.HBVM(4, 2), 0.25, 10.0)
+    traj = hc.integrate(problem, hc.HBVM(4, 2), 0.25, 10.0, backend="numpy")
     ref = gauss_collocation(problem, 0.25, 40, 2)
     assert np.abs(traj.y() - ref).max() > 1e-8

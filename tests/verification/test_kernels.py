@@ -64,6 +64,7 @@ def assert_iterations_match(a, b):
     assert abs(a.attrs["mean_iterations"] - b.attrs["mean_iterations"]) <= 0.1
 
 
+@pytest.mark.slow  # compiles the loops
 @pytest.mark.parametrize("name,k,s,h,steps", CASES, ids=[c[0] for c in CASES])
 def test_compiled_matches_numpy(name, k, s, h, steps):
     pb = hc.get_problem(name)
@@ -87,11 +88,13 @@ def test_loop_specialised_on_k_and_s_matches(conical, monkeypatch):
     assert_iterations_match(a, b)
 
 
+@pytest.mark.slow  # compiles the loop
 def test_auto_backend_takes_the_compiled_path_for_builtins(conical):
     traj = hc.integrate(conical, hc.HBVM(2, 2), conical.period / 100, conical.period / 10)
     assert traj.attrs["backend"] == "numba"
 
 
+@pytest.mark.slow  # compiles the loop (the numba path against the numpy one)
 @pytest.mark.parametrize("warm_start", ["previous", "p0"])
 def test_warm_starts_match(warm_start, planar):
     a, b = run_both(planar, hc.HBVM(2, 2, warm_start=warm_start), 0.05, 60)
@@ -100,6 +103,7 @@ def test_warm_starts_match(warm_start, planar):
     assert a.attrs["mean_iterations"] > 5.3  # extrapolation needs 5.08 here: really a different path
 
 
+@pytest.mark.slow  # compiles the loop (the numba path against the numpy one)
 def test_uncompensated_and_saved_every_nth_step_match(planar):
     a, b = run_both(planar, hc.HBVM(2, 2), 0.05, 203, compensated=False, save_every=10)
     assert len(b.t) == 22 and b.t[-1] == pytest.approx(203 * 0.05)  # every 10th point and the last
@@ -124,6 +128,7 @@ class RecordingSink(MemorySink):
         super().steps(start, t, lam, iterations)
 
 
+@pytest.mark.slow  # compiles the loop (the numba path against the numpy one)
 def test_chunked_emission_is_the_same_as_numpy(conical):
     h = conical.period / 100
     sinks = {}
@@ -141,6 +146,7 @@ def test_chunked_emission_is_the_same_as_numpy(conical):
         assert np.max(np.abs(xa[key] - xb[key]), initial=0.0) <= 1e-12
 
 
+@pytest.mark.slow  # compiles the loop (the numba path against the numpy one)
 def test_convergence_error_is_the_same(planar):
     method = hc.HBVM(2, 2, rule=StoppingRule(max_iter=4))
     errs = []
@@ -153,6 +159,7 @@ def test_convergence_error_is_the_same(planar):
     assert errs[1].iterations == 4 and np.isfinite(errs[1].increment)
 
 
+@pytest.mark.slow  # compiles the loop (the numba path against the numpy one)
 def test_divergence_is_reported_not_hidden(planar):
     """Far too large a step: the fixed point fails at the same step, for the same reason, on both paths."""
     errs = []
@@ -246,6 +253,7 @@ def test_callbacks_in_a_closure_fall_back_to_an_uncached_module():
     assert_same(a, b)
 
 
+@pytest.mark.slow  # compiles a loop of its own
 def test_non_finite_callback_is_named():
     """A gradient that is NaN away from q0: both paths raise NonFiniteError naming the numpy callback."""
     pb = nan_theta_pendulum()
@@ -308,6 +316,7 @@ def test_second_process_loads_the_compiled_loop_from_the_disk_cache():
     assert runs[1]["seconds"] < 5.0  # loading, not compiling (a compile takes ~10 s here)
 
 
+@pytest.mark.slow  # compiles the loop
 def test_is_cached_reads_the_marker_written_after_the_first_compile(conical):
     """uncached_loop / is_cached: our marker next to the generated module, no numba internals."""
     from hbvm_core.kernels import is_cached, uncached_loop
@@ -373,6 +382,7 @@ def test_compiled_runner_is_built_once_per_problem_and_method_and_rebuilt_when_t
         hc.integrate(problem, method, 0.1, 1.0)
 
 
+@pytest.mark.slow  # compiles the loop (the numba path against the numpy one)
 def test_a_short_run_allocates_only_the_rows_it_saves():
     """The save buffers of a short run hold its points, not a whole chunk; chunked emission is unchanged."""
     from hbvm_core.integrate import MemorySink, buffer_rows

@@ -24,8 +24,7 @@ def test_rattle_is_second_order_with_constraints_at_roundoff(planar):
     hs = [0.1, 0.05, 0.025, 0.0125]
     e_s, e_lam = [], []
     for h in hs:
-        traj = hc.integrate(planar, RATTLE(), h, 10.0)
-        assert traj.attrs["backend"] == "numba"  # the compiled loop, chosen by RATTLE.compiled_runner
+        traj = hc.integrate(planar, RATTLE(), h, 10.0, backend="numpy")  # the compiled loop: test_compiled_rattle_*
         e_s.append(_state_error(planar, traj))
         e_lam.append(np.abs(traj.lam - planar.exact(traj.tstep)[2]).max())
         assert np.abs(traj.g()).max() <= 1e-15
@@ -104,6 +103,7 @@ def test_rattle_from_entry_and_bad_keys():
         method_from_entry({"method": "leapfrog"})
 
 
+@pytest.mark.slow  # compiles the loop (the numpy path alone: test_rattle_is_second_order_*)
 def test_rattle_reports_a_diverging_newton_iteration(planar):
     messages = []
     for backend in ("numpy", "numba"):
@@ -113,15 +113,9 @@ def test_rattle_reports_a_diverging_newton_iteration(planar):
     assert messages[0] == messages[1]  # the compiled loop fails at the same step for the same reason
 
 
+@pytest.mark.slow  # compiles the loops
 @pytest.mark.parametrize(
-    "name",
-    [
-        "planar_pendulum",
-        "tethered_satellites",
-        "theta_pendulum",
-        pytest.param("conical_pendulum", marks=pytest.mark.slow),
-        pytest.param("modified_pendulum", marks=pytest.mark.slow),
-    ],
+    "name", ["planar_pendulum", "tethered_satellites", "theta_pendulum", "conical_pendulum", "modified_pendulum"]
 )
 def test_compiled_rattle_equals_the_numpy_rattle(name):
     """The compiled loop (kernels/rattle.py) repeats RattleStepper.step to round-off, multiplier included."""
