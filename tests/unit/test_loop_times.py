@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from hbvm_core.kernels import registry
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,6 +34,7 @@ def run_block(x):
 """
 
 
+@pytest.mark.slow  # it compiles a (small) generated module of its own
 def test_each_new_signature_of_a_loop_is_timed_once_and_an_inner_one_within_the_outer():
     module = registry._in_memory(f"hbvm_test{time.monotonic_ns()}", SOURCE, {}, {})
     since = len(registry.LOOP_TIMES)
