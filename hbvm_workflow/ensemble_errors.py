@@ -172,6 +172,22 @@ def row_runs(study: Study) -> tuple[np.ndarray, np.ndarray]:
     return np.array(run, dtype=np.int64), np.array(partner, dtype=np.int64)
 
 
+def _family_rows(instances: list):
+    """The instances as arrays over them (``hbvm_core.ensemble_runs.Rows`` of their problem's Family: params rows,
+    M), where the first instance's problem has a Family that takes their params; else None (a problem each)."""
+    from hbvm_core.ensemble_runs import Rows
+    from hbvm_core.problems.family import family_of
+
+    if len(instances) < 2:
+        return None
+    family = family_of(instances[0].problem)
+    keys = set(instances[0].params)
+    if family is None or not keys <= set(family.shapes) or any(set(i.params) != keys for i in instances):
+        return None
+    values = {k: np.asarray([inst.params[k] for inst in instances], dtype=float) for k in keys}
+    return Rows(family, family.broadcast(values, len(instances)))
+
+
 def _state_errors(
     study: Study, table, y, t, m: int, mask, ok, run, partner, workers: int = 1
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -189,13 +205,29 @@ def _state_errors(
     instances = study.instances or [study.instance_of("")]
     hc_norm = c.norm if c.hc_norm is None else c.hc_norm
     points = []  # per instance with ok runs: its problem, runs, each point's run among them, states, distinct times
+    family = _family_rows(instances)
+    if family is not None:  # the hidden constraint of every instance's points at once, nothing built per instance
+        rows = np.flatnonzero(ok)
+        ri, pj = np.nonzero(mask[rows])
+        yq = y[rows[ri], pj]
+        hc = np.einsum(
+            "nmk,nm->nk", family.G(yq[:, :m], table.combo[rows[ri]]), family.minv(yq[:, m:], table.combo[rows[ri]])
+        )
+        e_hc[rows] = _max_per_run(_norm(hc, hc_norm), ri, rows.size)
+    by_combo = np.argsort(table.combo, kind="stable")  # the runs of each instance, found once (not a scan each)
+    starts = np.searchsorted(table.combo[by_combo], np.arange(len(instances) + 1))
     for ci, inst in enumerate(instances):
-        rows = np.flatnonzero((table.combo == ci) & ok)
+        if family is not None and study.reference in ("none", "self"):
+            break  # nothing else needs the instances' problems
+        rows = np.sort(by_combo[starts[ci] : starts[ci + 1]])
+        rows = rows[ok[rows]]
         if not rows.size:
             continue
         ri, pj = np.nonzero(mask[rows])
         yq = y[rows[ri], pj]  # [points, 2m]
-        e_hc[rows] = _max_per_run(_norm(inst.problem.hidden_constraint(yq[:, :m], yq[:, m:]), hc_norm), ri, rows.size)
+        if family is None:
+            hc = inst.problem.hidden_constraint(yq[:, :m], yq[:, m:])
+            e_hc[rows] = _max_per_run(_norm(hc, hc_norm), ri, rows.size)
         if study.reference not in ("none", "self"):
             points.append((inst.problem, rows, ri, yq, *np.unique(t[rows[ri], pj], return_inverse=True)))  # + inverse
 

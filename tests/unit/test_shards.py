@@ -219,6 +219,13 @@ def test_the_errors_over_the_run_dimension_match_a_hand_oracle(tmp_path):
     assert np.allclose(cols["e_H"][:5], 1e-3 * table.h[:5]) and np.isnan(cols["e_s"][5])
     assert list(cols["status"]) == ["ok"] * 5 + ["failed"] and cols["error"][5] == "step 13: diverged"
     assert np.allclose(cols["mean_iterations"][:5], 3.0) and np.isnan(cols["e_lambda"]).all()
+    # e_hc = |G(q)^T M^-1 p| = |2 q.p| (g = |q|^2 - L^2, M = I, by hand): 0 on the exact solution, 2 delta p_x(0.5)
+    # where the first coordinate is off by delta (computed for the grid's instances at once, by their Family)
+    from hbvm_core.references import reference_solution
+
+    for r in range(5):
+        _, p, _ = reference_solution(study.instances[table.combo[r]].problem, np.array([0.5]), reference_kind="exact")
+        assert abs(cols["e_hc"][r] - abs(2 * delta[r] * p[0, 0])) <= 1e-14, r  # round-off of |q.p| <= 2
     # timings.csv: the backend of each run, as its shard's record says (the CSV files written by a forked process)
     out = tmp_path / "out"
     out.mkdir()
