@@ -20,11 +20,10 @@ import numpy as np
 from .layout import shard_record
 from .shards import (
     COUNTS,
-    read_attrs,
-    read_record,
     read_rows,
     remove_record,
     row_backends,
+    rows_from_records,
     run_lengths,
     write_shard,
 )
@@ -264,19 +263,7 @@ def record_provenance(record: dict | None, n: int) -> dict[str, np.ndarray]:
 
 def row_provenance(store: str, rows: np.ndarray) -> dict[str, np.ndarray]:
     """{"host", "worker"}: where each of the runs ``rows`` of a sharded store was computed (its shard's record)."""
-    rows = np.asarray(rows, dtype=np.int64)
-    out = {key: np.full(rows.size, "", dtype=object) for key in PROVENANCE}
-    attrs = read_attrs(store)
-    if attrs is None or not rows.size:
-        return out
-    sr, R = attrs["shard_runs"], attrs["runs"]
-    slot_of = rows // sr
-    for slot in np.unique(slot_of).tolist():
-        mine, start = slot_of == slot, slot * sr
-        found = record_provenance(read_record(store, slot), min(sr, R - start))
-        for key in PROVENANCE:
-            out[key][mine] = found[key][rows[mine] - start]
-    return out
+    return rows_from_records(store, rows, record_provenance)
 
 
 def _on_this_host(spec: dict, f, *args, **kwargs):

@@ -755,18 +755,22 @@ def record_backends(record: dict | None, n: int) -> np.ndarray:
 
 def row_backends(store: str, rows: np.ndarray) -> np.ndarray:
     """The backend that computed each of the runs ``rows`` of a store (their shards' records)."""
+    return rows_from_records(store, rows, lambda rec, n: {"backend": record_backends(rec, n)})["backend"]
+
+
+def rows_from_records(store: str, rows: np.ndarray, per_run) -> dict[str, np.ndarray]:
+    """What ``per_run(record, n)`` ({key: array over a shard's n runs}) says of each of the runs ``rows`` of a store,
+    from their shards' records, read once each; "" for every key where the store has none."""
     rows = np.asarray(rows, dtype=np.int64)
-    out = np.full(rows.size, "", dtype=object)
     attrs = read_attrs(store)
-    if attrs is None or not rows.size:
-        return out
-    sr, R = attrs["shard_runs"], attrs["runs"]
+    out: dict[str, np.ndarray] = {}
+    sr, R = (attrs["shard_runs"], attrs["runs"]) if attrs is not None else (1, 0)
     slot_of = rows // sr
-    for slot in np.unique(slot_of).tolist():
-        mine = slot_of == slot
-        start = slot * sr
-        out[mine] = record_backends(read_record(store, slot), min(sr, R - start))[rows[mine] - start]
-    return out
+    for slot in np.unique(slot_of).tolist() if attrs is not None else []:
+        mine, start = slot_of == slot, slot * sr
+        for key, values in per_run(read_record(store, slot), min(sr, R - start)).items():
+            out.setdefault(key, np.full(rows.size, "", dtype=object))[mine] = values[rows[mine] - start]
+    return out or {key: np.full(rows.size, "", dtype=object) for key in per_run(None, 0)}
 
 
 def finish(study) -> None:
