@@ -14,7 +14,8 @@ With ``errors.reference: self`` the reference of a row's run is its h/2 partner'
 e_lambda: not computed (NaN): a summary keeps the multiplier of the last step only.
 
 Rates between consecutive rows of one method and combination (h decreasing) as ``hbvm_core.metrics.rates``,
-none between two errors at the round-off floor (``metrics.at_roundoff``'s rule, vectorised). errors.csv,
+none at the numerical reference's accuracy nor between two errors at the round-off floor (``tables.block_rates``'
+rules, vectorised). errors.csv,
 errors.zarr and timings.csv have the columns and layout of a study of run stores (``tables.compute_errors``).
 """
 
@@ -62,7 +63,7 @@ def summary_columns(study: Study, timings: dict | None = None, workers: int = 1)
     ``workers``: processes for the instances' reference ODE solves."""
     from .shard_worker import row_provenance
     from .shards import DATA, read_all, run_table
-    from .tables import ORDER_OF_RATE
+    from .tables import ORDER_OF_RATE, REFERENCE_FLOOR
 
     path = shard_store(study.results, study.name)
     attrs, a = read_all(path, DATA)  # the run table gives the other coordinates
@@ -80,7 +81,7 @@ def summary_columns(study: Study, timings: dict | None = None, workers: int = 1)
     instances = study.instances or [study.instance_of("")]
     run, partner = row_runs(study)
     at = run if (partner >= 0).any() else slice(None)  # without partners the rows are the runs: views, no copies
-    e_s, e_hc = _state_errors(study, table, y, t, m, mask, ok, run, partner, workers)
+    e_s, e_hc, floors = _state_errors(study, table, y, t, m, mask, ok, run, partner, workers)
     scalars = a["scalars"]
     nu = attrs["nu"]
     e_H = np.where(ok, scalars[:, 0], np.nan)
@@ -122,13 +123,16 @@ def summary_columns(study: Study, timings: dict | None = None, workers: int = 1)
     }
     h, scheme, combo, row_scale = table.h[at], table.scheme[at], table.combo[at], scale[at]
     block = scheme.astype(np.int64) * (len(instances) + 1) + combo
-    for rate, e, sc in (
-        ("rate_s", "e_s", row_scale),
-        ("rate_lambda", "e_lambda", row_scale),
-        ("rate_hc", "e_hc", row_scale**2),
+    none = np.full(R, np.nan)
+    for rate, e, sc, ref in (
+        ("rate_s", "e_s", row_scale, floors[combo]),  # the reference's accuracy of each row's instance (NaN: none)
+        ("rate_lambda", "e_lambda", row_scale, none),
+        ("rate_hc", "e_hc", row_scale**2, none),
     ):
-        cols[rate], cols[f"roundoff_{rate[5:]}"] = _rates(h, cols[e], block, sc)
-        cols[ORDER_OF_RATE[rate]] = _fitted(h, cols[e], block, sc)
+        cols[rate], cols[f"roundoff_{rate[5:]}"], below = _rates(h, cols[e], block, sc, ref)
+        if rate in REFERENCE_FLOOR:
+            cols[REFERENCE_FLOOR[rate]] = below
+        cols[ORDER_OF_RATE[rate]] = _fitted(h, cols[e], block, sc, ref)
     cols["e_g_constraint"] = np.where(row_ok[:, None], scalars[at, 1 : 1 + nu], np.nan)
     n = table.n[at]
     cols.update(
@@ -190,19 +194,22 @@ def _family_rows(instances: list):
 
 def _state_errors(
     study: Study, table, y, t, m: int, mask, ok, run, partner, workers: int = 1
-) -> tuple[np.ndarray, np.ndarray]:
-    """(e_s per row, e_hc per run): e_s against the reference at the row's sample points (the closed form or the
-    reference ODE, evaluated once per instance at its distinct sample times; a reference that is not the closed form
-    by ``workers`` processes, ``forking.forked_map``), or against its h/2 partner's state at the same times
-    (``errors.reference: self``: partner point 2 j sample_every / its sample_every)."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(e_s per row, e_hc per run, the reference's accuracy per instance): e_s against the reference at the row's
+    sample points (the closed form or the reference ODE, evaluated once per instance at its distinct sample times,
+    and the ODE's accuracy estimated there, ``tables.reference_floor``, NaN where none; a reference that is not the
+    closed form by ``workers`` processes, ``forking.forked_map``), or against its h/2 partner's state at the same
+    times (``errors.reference: self``: partner point 2 j sample_every / its sample_every)."""
     from hbvm_core.references import reference_solution, resolved_kind
 
     from .forking import forked_map
+    from .tables import reference_floor
 
     c = study.convention
     R = table.runs
     e_s, e_hc = np.full(R, np.nan), np.full(R, np.nan)
     instances = study.instances or [study.instance_of("")]
+    floors = np.full(len(instances), np.nan)
     hc_norm = c.norm if c.hc_norm is None else c.hc_norm
     points = []  # per instance with ok runs: its problem, runs, each point's run among them, states, distinct times
     family = _family_rows(instances)
@@ -229,21 +236,22 @@ def _state_errors(
             hc = inst.problem.hidden_constraint(yq[:, :m], yq[:, m:])
             e_hc[rows] = _max_per_run(_norm(hc, hc_norm), ri, rows.size)
         if study.reference not in ("none", "self"):
-            points.append((inst.problem, rows, ri, yq, *np.unique(t[rows[ri], pj], return_inverse=True)))  # + inverse
+            points.append((inst.problem, rows, ri, yq, *np.unique(t[rows[ri], pj], return_inverse=True), ci))
 
     kind = c.reference_kind if c.reference == "reference" else "exact"
 
-    def reference(i: int) -> np.ndarray:  # y_ref at the instance's distinct sample times
+    def reference(i: int) -> tuple[np.ndarray, float | None]:  # y_ref at the instance's sample times, its accuracy
         problem, times = points[i][0], points[i][4]
         q_ref, p_ref, _ = reference_solution(problem, times, reference_kind=kind)
-        return np.concatenate([q_ref, p_ref], axis=1)
+        return np.concatenate([q_ref, p_ref], axis=1), reference_floor(study, instances[points[i][6]])
 
     # a closed form costs microseconds (no process is worth it); an ODE solve some milliseconds per instance
     spread = workers if any(resolved_kind(problem, kind) != "exact" for problem, *_ in points) else 1
-    for (_, rows, ri, yq, _, inverse), y_ref in zip(points, forked_map(reference, len(points), spread)):
+    for (_, rows, ri, yq, _, inverse, ci), (y_ref, floor) in zip(points, forked_map(reference, len(points), spread)):
         e_s[rows] = _max_per_run(_norm(yq - y_ref[inverse.reshape(-1)], c.norm), ri, rows.size)
+        floors[ci] = np.nan if floor is None else floor
     if study.reference != "self":  # the rows are the runs
-        return e_s, e_hc
+        return e_s, e_hc, floors
     out = np.full(run.size, np.nan)
     both = np.flatnonzero(ok[run] & ok[partner])
     r, p = run[both], partner[both]
@@ -259,7 +267,7 @@ def _state_errors(
             f"{int(p[k[i]])} at t = {tp[i]!r}: the sample times differ; run the solve step"
         )
     out[both] = _max_per_run(_norm(y[r[k], j] - y[p[k], pj], c.norm), k, both.size)
-    return out, e_hc
+    return out, e_hc, floors
 
 
 def _max_per_run(values: np.ndarray, run: np.ndarray, runs: int) -> np.ndarray:
@@ -269,33 +277,49 @@ def _max_per_run(values: np.ndarray, run: np.ndarray, runs: int) -> np.ndarray:
     return out
 
 
-def _rates(h: np.ndarray, e: np.ndarray, block: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(rate, round-off flag) of each row against the previous row of its block (``metrics.rates``; no rate where
-    both errors are at most ROUNDOFF_ULPS eps times the larger scale of the two: ``metrics.at_roundoff``)."""
+def _rates(h: np.ndarray, e: np.ndarray, block: np.ndarray, scale: np.ndarray, reference=None):
+    """(rate, round-off flag, reference-floor flag) of each row against the previous row of its block
+    (``metrics.rates``): no rate where the row's error is at most REFERENCE_MARGIN times its ``reference`` accuracy
+    (NaN: none; ``tables.at_reference_floor``), nor, else, where both errors are at most ROUNDOFF_ULPS eps times
+    the larger scale of the two (``metrics.at_roundoff``)."""
+    from .tables import REFERENCE_MARGIN
+
     rate = np.full(e.shape, np.nan)
     flag = np.zeros(e.shape, dtype=bool)
+    below = np.zeros(e.shape, dtype=bool)
     if e.size < 2:
-        return rate, flag
+        return rate, flag, below
     same = block[1:] == block[:-1]
     e0, e1 = e[:-1], e[1:]
     with np.errstate(all="ignore"):
         r = np.log(e0 / e1) / np.log(h[:-1] / h[1:])
     floor = roundoff_floors(np.maximum(scale[:-1], scale[1:]))
-    at_floor = same & np.isfinite(e0) & np.isfinite(e1) & (e0 <= floor) & (e1 <= floor)
-    good = same & np.isfinite(r) & (e0 > 0) & (e1 > 0) & ~at_floor
+    pair = same & np.isfinite(e0) & np.isfinite(e1)
+    ref = np.full(e.shape, np.nan) if reference is None else np.asarray(reference, dtype=float)
+    with np.errstate(invalid="ignore"):
+        at_ref = pair & (e1 <= REFERENCE_MARGIN * ref[1:])  # NaN (no reference floor): False
+    at_floor = pair & (e0 <= floor) & (e1 <= floor) & ~at_ref
+    good = same & np.isfinite(r) & (e0 > 0) & (e1 > 0) & ~at_floor & ~at_ref
     rate[1:][good] = r[good]
     flag[1:] = at_floor
-    return rate, flag
+    below[1:] = at_ref
+    return rate, flag, below
 
 
-def _fitted(h: np.ndarray, e: np.ndarray, block: np.ndarray, scale: np.ndarray) -> np.ndarray:
+def _fitted(h: np.ndarray, e: np.ndarray, block: np.ndarray, scale: np.ndarray, reference=None) -> np.ndarray:
     """The fitted order of each block's errors (``metrics.fitted_orders``, as ``tables.fit_orders``: the floor of
-    each row from its scale) on the rows of its asymptotic range, NaN on the others; a block is consecutive rows."""
+    each row from its scale, and at least REFERENCE_MARGIN times its ``reference`` accuracy where not NaN) on the
+    rows of its asymptotic range, NaN on the others; a block is consecutive rows."""
     from hbvm_core.metrics import fitted_orders
+
+    from .tables import REFERENCE_MARGIN
 
     out = np.full(e.shape, np.nan)
     starts = np.flatnonzero(np.r_[True, block[1:] != block[:-1]]) if e.size else np.zeros(0, dtype=np.int64)
-    p, first, last = fitted_orders(h, e, roundoff_floors(scale), starts)
+    floor = roundoff_floors(scale)
+    if reference is not None:
+        floor = np.fmax(floor, REFERENCE_MARGIN * np.asarray(reference, dtype=float))  # fmax: NaN is no floor
+    p, first, last = fitted_orders(h, e, floor, starts)
     for j in np.flatnonzero(first >= 0).tolist():
         out[first[j] : last[j] + 1] = p[j]
     return out
@@ -323,7 +347,7 @@ def _wall(path: str, table) -> np.ndarray:
 
 def summary_dataset(study: Study, cols: dict[str, np.ndarray]):
     """errors.zarr's Dataset over (scheme, h, *grid) from the columns (``tables.dense_errors_dataset``)."""
-    from .tables import NUMERIC, ROUNDOFF, STATUS, dense_errors_dataset
+    from .tables import NUMERIC, REFERENCE_FLOOR, ROUNDOFF, STATUS, dense_errors_dataset
 
     instances = study.instances or [study.instance_of("")]
     distinct, inverse = np.unique(cols["h"], return_inverse=True)
@@ -342,7 +366,7 @@ def summary_dataset(study: Study, cols: dict[str, np.ndarray]):
         arr[idx] = np.asarray(cols[c], dtype=float)
         data[c] = arr
     flags = {}
-    for f in ROUNDOFF.values():
+    for f in (*ROUNDOFF.values(), *REFERENCE_FLOOR.values()):
         arr = np.zeros(shape, dtype=bool)
         arr[idx] = cols[f]
         flags[f] = arr
@@ -383,12 +407,21 @@ def compute_summary_errors(study: Study, out_zarr: str, out_csv: str, out_timing
     from .layout import tmp_dir
     from .shards import row_backends
     from .storage import write_dataset
-    from .tables import NUMERIC, ROUNDOFF
+    from .tables import NUMERIC, REFERENCE_FLOOR, ROUNDOFF
 
     def errors_zarr(cols: dict) -> None:
         write_dataset(summary_dataset(study, cols), out_zarr, tmp_dir=tmp_dir(study.results, study.name))
 
-    dataset_columns = (*NUMERIC, "wall_s", *ROUNDOFF.values(), "h", "status", "e_g_constraint", "host") + INDEX_COLUMNS
+    dataset_columns = (
+        *NUMERIC,
+        "wall_s",
+        *ROUNDOFF.values(),
+        *REFERENCE_FLOOR.values(),
+        "h",
+        "status",
+        "e_g_constraint",
+        "host",
+    ) + INDEX_COLUMNS
     with beside(_load_xarray, errors_zarr, parallel=workers > 1) as send:
         timing: dict = {}
         cols = summary_columns(study, timing, workers)

@@ -209,12 +209,14 @@ def reference_order(study: Study, study_method, var: str) -> tuple[float | None,
 
 # --------------------------------------------------------------------------- convergence
 def _asymptotic(ds, sub, var: str, rate: str) -> np.ndarray:
-    """The rows of one method (``sub``) whose error is not at the round-off floor: a point is
-    round-off when a rate pair it belongs to is flagged (errors.zarr ``roundoff_*``)."""
-    flag = f"roundoff_{var.removeprefix('e_')}"
+    """The rows of one method (``sub``) whose error is not at the round-off or reference floor: a point is
+    at a floor when a rate pair it belongs to is flagged (errors.zarr ``roundoff_*``, ``reference_floor_s``)."""
+    flag, below = (f"{kind}_{var.removeprefix('e_')}" for kind in ("roundoff", "reference_floor"))
     f = np.asarray(sub[flag].values, dtype=bool) if flag in ds else np.zeros(sub.sizes["h"], dtype=bool)
     low = f.copy()
     low[:-1] |= f[1:]  # the flag sits on the second row of its pair
+    if below in ds:
+        low |= np.asarray(sub[below].values, dtype=bool)  # the finer error of the pair: at the reference floor
     return ~low
 
 
@@ -306,27 +308,12 @@ def _convergence_figure(study: Study, ds, W: float):
     return fig
 
 
-#: the tighter DOP853 tolerance whose solution the reference (hbvm_core.references, rtol 1e-13) is compared with
-#: to estimate the reference's own error (scipy's tightest is 100 eps = 2.2e-14)
-TIGHT_RTOL = 2.5e-14
-
-
 def reference_floor(study: Study, inst) -> float | None:
-    """The accuracy of a numerical reference (DOP853 at rtol 1e-13, ``reference: reference`` on a problem without
-    a closed form): the largest difference, in the study's norm, between it and the solution at TIGHT_RTOL over
-    201 times of the instance ``inst``'s [0, t_end]; None for a closed form or no reference. e_s below it measures
-    the reference, not the method."""
-    from hbvm_core.metrics import vector_norm
-    from hbvm_core.references import reference_solution, resolved_kind
+    """The accuracy of the study's numerical reference for ``inst`` (``tables.reference_floor``; None for a closed
+    form or no reference): e_s below it measures the reference, not the method."""
+    from .tables import reference_floor as floor
 
-    kind = getattr(study.convention, "reference_kind", "auto")
-    problem = inst.problem
-    if study.reference != "reference" or resolved_kind(problem, kind) != "ode":
-        return None
-    t = np.linspace(0.0, inst.t_end, 201)
-    q, p, _ = reference_solution(problem, t, kind)
-    q2, p2, _ = reference_solution(problem, t, kind, rtol=TIGHT_RTOL)
-    return float(np.max(vector_norm(np.concatenate([q - q2, p - p2], axis=1), _norm(study))))
+    return floor(study, inst)
 
 
 def _reference_band(ax, floor: float | None, legend: dict) -> None:

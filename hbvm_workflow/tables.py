@@ -37,6 +37,30 @@ ORDERS = {"order_s": "e_s", "order_lambda": "e_lambda", "order_hc": "e_hc"}
 ORDER_OF_RATE = {"rate_s": "order_s", "rate_lambda": "order_lambda", "rate_hc": "order_hc"}
 #: rate column -> the flag (errors.zarr only) of a pair of errors both at the round-off floor
 ROUNDOFF = {"rate_s": "roundoff_s", "rate_lambda": "roundoff_lambda", "rate_hc": "roundoff_hc"}
+#: rate column -> the flag (errors.zarr only) of a pair of errors whose finer one is at the reference floor
+REFERENCE_FLOOR = {"rate_s": "reference_floor_s"}
+#: an e_s at most this many times the reference's accuracy (``reference_floor``) measures the reference
+REFERENCE_MARGIN = 10.0
+
+
+def reference_floor(study: Study, inst) -> float | None:
+    """The accuracy of the study's numerical reference for the instance ``inst`` (``references.ode_accuracy``: the
+    ODE reference against a tighter solve of it); None unless ``errors.reference: reference`` resolves to the ODE.
+    e_s at or below it measures the reference, not the method."""
+    from hbvm_core.references import ode_accuracy
+
+    if study.reference != "reference":
+        return None
+    c = study.convention
+    return ode_accuracy(inst.problem, inst.t_end, c.norm, getattr(c, "reference_kind", "auto"))
+
+
+def at_reference_floor(e_prev: float, e: float, floor: float | None) -> bool:
+    """True when a rate pair's finer error ``e`` is at most REFERENCE_MARGIN times the reference's accuracy
+    ``floor`` (both errors finite): its "rate" is the reference's, not the method's."""
+    if floor is None or not (math.isfinite(e_prev) and math.isfinite(e)):
+        return False
+    return e <= REFERENCE_MARGIN * floor
 
 
 def _load(job, cache: dict, problem, planned=None):
@@ -119,13 +143,18 @@ def study_rows(study: Study, workers: int = 1) -> list[dict]:
     """
     from .forking import forked_map
 
-    blocks = [(sm, inst) for sm in study.methods for inst in study.instances or [study.instance_of("")]]
-    parts = forked_map(lambda i: _block_rows(study, *blocks[i]), len(blocks), workers)  # a study is not pickled
+    instances = study.instances or [study.instance_of("")]
+    floors = {inst.key: reference_floor(study, inst) for inst in instances}  # once per instance, not per method
+    blocks = [(sm, inst) for sm in study.methods for inst in instances]
+    parts = forked_map(
+        lambda i: _block_rows(study, *blocks[i], floors[blocks[i][1].key]), len(blocks), workers
+    )  # a study is not pickled
     return [row for part in parts for row in part]
 
 
-def _block_rows(study: Study, study_method, inst) -> list[dict]:
-    from hbvm_core.metrics import at_roundoff, constraint_errors, errors, rates, roundoff_scales
+def _block_rows(study: Study, study_method, inst, floor: float | None = None) -> list[dict]:
+    """The rows of one method and instance; ``floor``: the reference's accuracy (``reference_floor``) or None."""
+    from hbvm_core.metrics import constraint_errors, errors, roundoff_scales
 
     rows: list[dict] = []
     cache: dict = {}
@@ -176,28 +205,47 @@ def _block_rows(study: Study, study_method, inst) -> list[dict]:
         rows.append(row)
     if rows and cache.get("recomputed"):  # runs recomputed here: their manifest entries are refreshed (aggregate)
         rows[0]["_recomputed"] = list(cache["recomputed"])
-    h = [row["h"] for row in rows]
-    for rate, e in RATES.items():
-        rs = rates(h, [row.get(e, math.nan) for row in rows])
-        for i, (row, v) in enumerate(zip(rows, rs)):
-            prev = rows[i - 1] if i else None
-            scale = max((r.get("scales", {}).get(e, 1.0) for r in (prev, row) if r), default=1.0)
-            floor = prev is not None and at_roundoff(prev.get(e, math.nan), row.get(e, math.nan), scale)
-            row[ROUNDOFF[rate]] = floor
-            row[rate] = math.nan if floor else float(v)  # no rate between two round-off errors
-    fit_orders(rows)
+    block_rates(rows, floor)
     return rows
 
 
-def fit_orders(rows: list[dict]) -> None:
+def block_rates(rows: list[dict], floor: float | None = None) -> None:
+    """The rates, their flags and the fitted orders of one block (a method and combination, h decreasing).
+
+    No rate where the pair's finer e_s is at the reference floor (``at_reference_floor`` of ``floor``, the
+    reference's accuracy: flag ``reference_floor_s``), nor where both errors are at the round-off floor
+    (``metrics.at_roundoff``: flags ``roundoff_*``); the reference floor is said first: an e_s under it
+    measures the reference, whatever the arithmetic."""
+    from hbvm_core.metrics import at_roundoff, rates
+
+    h = [row["h"] for row in rows]
+    for rate, e in RATES.items():
+        rs = rates(h, [row.get(e, math.nan) for row in rows])
+        ref = floor if rate in REFERENCE_FLOOR else None
+        for i, (row, v) in enumerate(zip(rows, rs)):
+            prev = rows[i - 1] if i else None
+            scale = max((r.get("scales", {}).get(e, 1.0) for r in (prev, row) if r), default=1.0)
+            pair = (prev.get(e, math.nan), row.get(e, math.nan)) if prev is not None else None
+            below = pair is not None and at_reference_floor(*pair, ref)
+            noise = pair is not None and not below and at_roundoff(*pair, scale)
+            row[ROUNDOFF[rate]] = noise
+            if rate in REFERENCE_FLOOR:
+                row[REFERENCE_FLOOR[rate]] = below
+            row[rate] = math.nan if noise or below else float(v)  # no rate of the reference's or round-off errors
+    fit_orders(rows, floor)
+
+
+def fit_orders(rows: list[dict], reference: float | None = None) -> None:
     """The fitted order of each error of one block (a method and combination, h decreasing) on the rows of its
-    asymptotic range (``hbvm_core.metrics.fitted_order``, the floor of each row from its run's scales), NaN on
-    the others."""
+    asymptotic range (``hbvm_core.metrics.fitted_order``, the floor of each row from its run's scales; for e_s at
+    least REFERENCE_MARGIN times the reference's accuracy ``reference``), NaN on the others."""
     from hbvm_core.metrics import fitted_order, roundoff_floor
 
     h = [row["h"] for row in rows]
     for order, e in ORDERS.items():
         floors = [roundoff_floor(row.get("scales", {}).get(e, 1.0)) for row in rows]
+        if reference is not None and e in {RATES[r] for r in REFERENCE_FLOOR}:
+            floors = [max(f, REFERENCE_MARGIN * reference) for f in floors]
         p, first, last = fitted_order(h, [row.get(e, math.nan) for row in rows], floors)
         for i, row in enumerate(rows):
             row[order] = p if first <= i <= last else math.nan
@@ -286,7 +334,8 @@ def errors_dataset(study: Study, rows: list[dict]):
     ``ds.set_index(scheme=["k", "s"]).sel(k=2, s=2)`` pick one method and
     ``ds.sel(h=0.025)`` (or ``method="nearest"``) one step size. ``roundoff_s``,
     ``roundoff_lambda`` and ``roundoff_hc`` flag the rows whose rate is missing because both
-    errors of the pair lie at the round-off floor (``hbvm_core.metrics.at_roundoff``).
+    errors of the pair lie at the round-off floor (``hbvm_core.metrics.at_roundoff``);
+    ``reference_floor_s`` those whose e_s is at the numerical reference's accuracy (``block_rates``).
     """
     labels = [m.label for m in study.methods]
     hs = sorted({row["h"] for row in rows}, reverse=True)
@@ -295,7 +344,7 @@ def errors_dataset(study: Study, rows: list[dict]):
     grid = study.grid
     shape = (len(labels), len(hs), *(len(v) for v in grid.values()))
     data = {c: np.full(shape, np.nan) for c in NUMERIC + ("wall_s",)}
-    flags = {f: np.zeros(shape, dtype=bool) for f in ROUNDOFF.values()}
+    flags = {f: np.zeros(shape, dtype=bool) for f in (*ROUNDOFF.values(), *REFERENCE_FLOOR.values())}
     status = np.full(shape, -1, dtype="i1")
     nval = np.full(shape, -1, dtype="i8")
     host = np.full(shape, "", dtype=object)
@@ -354,6 +403,10 @@ def dense_errors_dataset(study: Study, hs, data: dict, flags: dict, status, host
     for f, e in zip(ROUNDOFF.values(), RATES.values()):
         ds[f] = (dims, flags[f])
         ds[f].attrs.update(long_name=f"{e} of this and the previous h both at the round-off floor (no rate)", units="1")
+    for f, rate in zip(REFERENCE_FLOOR.values(), REFERENCE_FLOOR):
+        ds[f] = (dims, flags.get(f, np.zeros(status.shape, dtype=bool)))
+        what = f"{RATES[rate]} at this h within {REFERENCE_MARGIN:g} times the reference's estimated accuracy (no rate)"
+        ds[f].attrs.update(long_name=what, units="1")
     ds["status"] = (dims, status)
     ds["status"].attrs.update(
         long_name="run status", units="1", flag_values=[-1, 0, 1, 2], flag_meanings="not_run ok failed partner_failed"
@@ -443,6 +496,8 @@ def _cells(row) -> list[str]:
     for i, k in enumerate(KEYS):
         if k in ROUNDOFF and row.get(ROUNDOFF[k]):
             cells[i] = "round-off"
+        if k in REFERENCE_FLOOR and row.get(REFERENCE_FLOOR[k]):
+            cells[i] = "reference floor"
     if row["status"] == "partner failed":
         cells[0] = cells[2] = "failed (h/2)"
     return cells
@@ -753,7 +808,8 @@ def write_tables(study: Study, rows: list[dict], out_md: str, out_tex: str, out_
 def rows_from_outputs(study: Study, csv_path: str, zarr_path: str) -> list[dict]:
     """The rows that ``compute_errors`` wrote, read back for the tables: the numbers, status and error of each row
     from errors.csv (floats written by repr, read back exactly), its grid combination from the study's rows (in the
-    same order), the round-off flags from errors.zarr. ValueError if the files are not the study's rows."""
+    same order), the round-off and reference-floor flags from errors.zarr. ValueError if the files are not the
+    study's rows."""
     from .storage import open_errors_at
 
     instances = study.instances or [study.instance_of("")]
@@ -770,7 +826,8 @@ def rows_from_outputs(study: Study, csv_path: str, zarr_path: str) -> list[dict]
     ds = open_errors_at(zarr_path)
     labels = {str(x): i for i, x in enumerate(ds.scheme.values)}
     hs = {float(x): j for j, x in enumerate(ds.h.values)}
-    flags = {flag: np.asarray(ds[flag].values, dtype=bool) for flag in ROUNDOFF.values()}  # read once, not per row
+    names = (*ROUNDOFF.values(), *REFERENCE_FLOOR.values())
+    flags = {flag: np.asarray(ds[flag].values, dtype=bool) for flag in names if flag in ds}  # read once, not per row
     position = study.grid_positions()
     rows = []
     for (study_method, inst, r), raw in zip(expected, found):
