@@ -186,6 +186,21 @@ def rates(h, e) -> np.ndarray:
     return out
 
 
+def reference_accuracy(problem, t_end: float, norm, reference: str = "reference", reference_kind: str = "auto"):
+    """The accuracy of a numerical reference (the ODE by DOP853 at rtol 1e-13): the largest difference, in the
+    vector norm ``norm`` of (q, p), between it and the solution at ``references.TIGHT_RTOL`` over
+    ``references.ACCURACY_POINTS`` times of [0, t_end]; None unless ``reference`` is "reference" and
+    ``reference_kind`` resolves to the ODE (a closed form and the HBVM reference are accurate to round-off)."""
+    from .references import ACCURACY_POINTS, TIGHT_RTOL
+
+    if reference != "reference" or resolved_kind(problem, reference_kind) != "ode":
+        return None
+    t = np.linspace(0.0, float(t_end), ACCURACY_POINTS)
+    q, p, _ = reference_solution(problem, t, reference_kind)
+    q2, p2, _ = reference_solution(problem, t, reference_kind, rtol=TIGHT_RTOL)
+    return float(np.max(vector_norm(np.concatenate([q - q2, p - p2], axis=1), norm)))
+
+
 #: an error at most this many machine epsilons times its quantity's scale is round-off (see ``at_roundoff``)
 ROUNDOFF_ULPS = 1000.0
 

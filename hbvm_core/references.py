@@ -112,22 +112,8 @@ def _evaluate(problem: Problem, dense, times: np.ndarray):
 #: the tighter DOP853 tolerance whose solution the ODE reference (rtol 1e-13) is compared with to estimate the
 #: reference's own error (scipy's tightest is 100 eps = 2.2e-14)
 TIGHT_RTOL = 2.5e-14
-#: the number of equally spaced times of [0, t_end] at which ``ode_accuracy`` compares the two solutions
+#: the number of equally spaced times of [0, t_end] at which ``metrics.reference_accuracy`` compares the solutions
 ACCURACY_POINTS = 201
-
-
-def ode_accuracy(problem: Problem, t_end: float, norm, reference_kind: str = "auto") -> float | None:
-    """The accuracy of the ODE reference (DOP853 at rtol 1e-13): the largest difference, in the vector norm
-    ``norm`` of (q, p), between it and the solution at TIGHT_RTOL over ACCURACY_POINTS times of [0, t_end];
-    None where ``reference_kind`` resolves to a closed form or the HBVM reference (accurate to round-off)."""
-    if resolved_kind(problem, reference_kind) != "ode":
-        return None
-    from .metrics import vector_norm
-
-    t = np.linspace(0.0, float(t_end), ACCURACY_POINTS)
-    q, p, _ = reference_solution(problem, t, reference_kind)
-    q2, p2, _ = reference_solution(problem, t, reference_kind, rtol=TIGHT_RTOL)
-    return float(np.max(vector_norm(np.concatenate([q - q2, p - p2], axis=1), norm)))
 
 
 def index_reduced_solution(problem: Problem, times, rtol: float = 1e-13, atol: float | None = None):

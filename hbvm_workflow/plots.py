@@ -309,11 +309,12 @@ def _convergence_figure(study: Study, ds, W: float):
 
 
 def reference_floor(study: Study, inst) -> float | None:
-    """The accuracy of the study's numerical reference for ``inst`` (``tables.reference_floor``; None for a closed
-    form or no reference): e_s below it measures the reference, not the method."""
-    from .tables import reference_floor as floor
+    """The accuracy of the study's numerical reference for ``inst`` (``metrics.reference_accuracy``, as
+    ``tables.reference_floor``; None for a closed form or no reference): e_s below it measures the reference."""
+    from hbvm_core.metrics import reference_accuracy
 
-    return floor(study, inst)
+    c = study.convention
+    return reference_accuracy(inst.problem, inst.t_end, c.norm, study.reference, getattr(c, "reference_kind", "auto"))
 
 
 def _reference_band(ax, floor: float | None, legend: dict) -> None:

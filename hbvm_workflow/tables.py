@@ -44,15 +44,13 @@ REFERENCE_MARGIN = 10.0
 
 
 def reference_floor(study: Study, inst) -> float | None:
-    """The accuracy of the study's numerical reference for the instance ``inst`` (``references.ode_accuracy``: the
-    ODE reference against a tighter solve of it); None unless ``errors.reference: reference`` resolves to the ODE.
-    e_s at or below it measures the reference, not the method."""
-    from hbvm_core.references import ode_accuracy
+    """The accuracy of the study's numerical reference for the instance ``inst`` (``metrics.reference_accuracy``:
+    the ODE reference against a tighter solve of it); None unless ``errors.reference: reference`` resolves to the
+    ODE. e_s at or below it measures the reference, not the method."""
+    from hbvm_core.metrics import reference_accuracy
 
-    if study.reference != "reference":
-        return None
     c = study.convention
-    return ode_accuracy(inst.problem, inst.t_end, c.norm, getattr(c, "reference_kind", "auto"))
+    return reference_accuracy(inst.problem, inst.t_end, c.norm, study.reference, getattr(c, "reference_kind", "auto"))
 
 
 def at_reference_floor(e_prev: float, e: float, floor: float | None) -> bool:
