@@ -331,7 +331,7 @@ def _reference_band(ax, floor: float | None, legend: dict) -> None:
 def _digits(sub, panels) -> np.ndarray:
     """One method's errors in every panel as one array, those at the round-off floor (``roundoff_floor`` of
     size 1) as -1: two methods are one curve when these agree (``printed.identical_groups``)."""
-    e = np.concatenate([np.ravel(np.asarray(sub[p[0]].values, dtype=float)) for p in panels])
+    e = np.concatenate([np.ravel(np.asarray(sub[p[0]].values, dtype=float)) for p in panels] or [np.zeros(0)])
     return np.where(e <= roundoff_floor(1.0), -1.0, e)
 
 

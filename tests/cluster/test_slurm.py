@@ -467,8 +467,8 @@ import sys, time
 from hbvm_core.errors import HBVMError
 from hbvm_workflow.cluster import dask_client
 node, need = sys.argv[1], int(sys.argv[2])
-cfg = {"cluster": "slurm", "memory": "200MB", "job_extra_directives": [f"--nodelist={node}", "--exclusive"],
-       "worker_timeout": 30, "min_workers": need}
+cfg = {"cluster": "slurm", "interface": "lab0", "memory": "200MB", "worker_timeout": 30, "min_workers": need,
+       "job_extra_directives": [f"--nodelist={node}", "--exclusive"]}  # the workers reach the head on the bridge
 told = []
 try:
     with dask_client(cfg, tasks=2, tell=told.append) as client:

@@ -26,8 +26,10 @@ SWEEP = {
 
 
 def _records(res) -> list[dict]:
+    """Each shard's record, read as JSON: the attributes of its group ``shards/<slot>/zarr.json``."""
     folder = res / "sw" / "runs.zarr" / "shards"
-    return [json.loads((folder / f"{slot}.json").read_text()) for slot in range(len(list(folder.glob("*.json"))))]
+    slots = sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
+    return [json.loads((folder / str(slot) / "zarr.json").read_text())["attributes"] for slot in slots]
 
 
 def _where(res) -> dict[tuple[str, str], tuple[str, str]]:
