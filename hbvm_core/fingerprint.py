@@ -22,9 +22,14 @@ the last place apart. Nothing here hashes such values bit for bit:
   structure and agreeing values (the stores of a study), or mints a new one
   when its values moved by more than round-off (a data file the factory reads).
 - ``method_fingerprint(entry)`` identifies the numerics of a method entry's
-  class: the package version and the parsed source of the modules that
-  implement it (``Method.numerics_sources``: tableau, stopping rule, solvers,
-  compiled loops). No probe steps: their bits depend on the host.
+  class: the canonical form (``canonical.canonical_digest``) of the modules
+  that implement it (``Method.numerics_sources``: tableau, stopping rule,
+  solvers, compiled loops), in which the names of locals, arguments,
+  functions, classes and files, and which file a definition is in, do not
+  count, while every constant (the coefficients at full precision), operation
+  and order of operations does. Not the package version, nor the class's
+  module and name: a release or a renaming that computes the same reruns
+  nothing. No probe steps: their bits depend on the host.
 """
 
 from __future__ import annotations
@@ -47,7 +52,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ._version import __version__
+from . import canonical
+from .canonical import canonical_digest, read_sources
 from .kernels.registry import cache_dir
 from .methods import method_from_entry
 from .probes import probe_points
@@ -502,12 +508,45 @@ def identity_mismatch(structure: str, probe, recorded_structure: str | None, rec
 
 # --------------------------------------------------------------------------- numerics
 def numerics_digest(cls, package: str | os.PathLike = PACKAGE) -> str:
-    """A hex digest of the numerics of a ``Method`` class: the package version, the class, and the parsed
-    source of its ``numerics_sources`` (relative to ``package``)."""
-    d = hashlib.sha256(f"hbvm-numerics/2 {__version__} {cls.__module__}.{cls.__qualname__}".encode())
-    for rel in sorted(getattr(cls, "numerics_sources", ())):
-        d.update(f"\n{rel}={source_digest(Path(package) / rel)}".encode())
-    return d.hexdigest()[:16]
+    """A hex digest of the numerics of a ``Method`` class: the canonical form of its ``numerics_sources``
+    (relative to the folder ``package``) and of the class among them (``canonical.canonical_digest``: names,
+    files and where a definition stands do not count). Cached per process and on disk by the sources' bytes."""
+    sources = read_sources(package, getattr(cls, "numerics_sources", ()))
+    module = cls.__module__.split(".")
+    rel = "/".join(module[1:]) + ".py"
+    if rel not in sources:
+        rel = "/".join([*module[1:], "__init__.py"])
+    return _numerics(Path(package).name, tuple(sources.items()), f"{rel}:{cls.__qualname__.partition('.')[0]}")
+
+
+@functools.cache
+def _canonical_version() -> str:
+    """The hash of ``canonical.py`` itself: a changed canonical form is not read from the cache of the old one."""
+    return hashlib.sha256(Path(canonical.__file__).read_bytes()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=64)
+def _numerics(package: str, sources: tuple[tuple[str, bytes | None], ...], root: str) -> str:
+    """``canonical_digest`` of the sources, cached on disk in the kernel cache folder by their bytes, their
+    paths, the root and the Python version (some 50 ms a method, at every plan)."""
+    d = hashlib.sha256(f"numerics/3 {sys.version} {_canonical_version()} {package} {root}".encode())
+    for rel, data in sources:
+        d.update(f"\n{rel} {hashlib.sha256(data).hexdigest() if data is not None else '-'}".encode())
+    path = _digest_cache() / f"numerics-{d.hexdigest()[:32]}.json"
+    try:
+        with open(path) as fh:
+            return str(json.load(fh))
+    except (OSError, ValueError):
+        pass
+    found = canonical_digest(dict(sources), package, root)
+    try:  # a cache that cannot be written costs the digest again next time, nothing else
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "w") as fh:
+            json.dump(found, fh)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    return found
 
 
 def method_fingerprint(entry: dict) -> str:
