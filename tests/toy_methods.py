@@ -22,7 +22,7 @@ from hbvm_core.methods import METHODS, Method
 class ExplicitEuler(Method):
     """Explicit Euler on q' = M^{-1} p, p' = -grad U - G lambda(q, p)."""
 
-    kind: ClassVar[str] = "euler"
+    method_name: ClassVar[str] = "euler"
     NEEDS: ClassVar[frozenset[str]] = frozenset({"d2g"})
     orders: ClassVar[dict[str, float | None]] = {"q": 1, "p": 1, "lam": 1}
     EXAMPLES: ClassVar[tuple[dict, ...]] = ({"method": "euler"},)
@@ -33,10 +33,10 @@ class ExplicitEuler(Method):
         return "Euler"
 
     def attrs(self) -> dict:
-        return {"method": self.kind}
+        return {"method": self.method_name}
 
     def entry(self) -> dict:
-        return {"method": self.kind}
+        return {"method": self.method_name}
 
     def stepper(self, problem):
         self.check_problem(problem)

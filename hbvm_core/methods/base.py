@@ -68,11 +68,11 @@ QUANTITIES = ("H", "g", "hidden")
 class Method(ABC):
     """The interface of an integration method (HBVM, RATTLE, DOP853, ...)."""
 
-    #: The entry's ``method`` value (the key in ``hbvm_core.methods.METHODS``).
-    kind: ClassVar[str]
+    #: The entry's ``method`` value (the key in ``hbvm_core.methods.METHODS``); ``name`` is the display name.
+    method_name: ClassVar[str]
     #: Entry keys that ``label_parts`` spells out (never repeated as ``key-value`` in a label).
     LABEL_KEYS: ClassVar[tuple[str, ...]] = ()
-    #: The modules (relative to hbvm_core) whose parsed source identifies its numbers (``hbvm_core.fingerprint``).
+    #: The modules (relative to hbvm_core) whose canonical form identifies its numbers (``hbvm_core.canonical``).
     numerics_sources: ClassVar[tuple[str, ...]] = ()
     #: The keys its entry takes besides ``method`` (the schema's method entry is their union over ``METHODS``).
     ENTRY_KEYS: ClassVar[dict[str, EntryKey]] = {}
@@ -141,7 +141,7 @@ class Method(ABC):
 
     @classmethod
     def variants(cls) -> tuple[type[Method], ...]:
-        """The concrete classes an entry of this kind builds (HBVM: one per multiplier)."""
+        """The concrete classes an entry of this ``method_name`` builds (HBVM: one per multiplier)."""
         return (cls,)
 
     @classmethod
@@ -157,7 +157,8 @@ class Method(ABC):
     def check_problem(self, problem) -> None:
         """ConfigError naming what ``NEEDS`` asks of a constrained problem and ``problem`` lacks."""
         if problem.nu and "d2g" in self.NEEDS and problem.d2g is None:
-            raise ConfigError(f"method = {self.kind}: problem {problem.name} has no d2g, needed for lambda(q, p)")
+            name = problem.name
+            raise ConfigError(f"method = {self.method_name}: problem {name} has no d2g, needed for lambda(q, p)")
 
     def has_compiled(self, problem) -> bool:
         """Whether ``problem`` has the compiled callbacks (``COMPILED_NEEDS``) of this method's compiled loop."""
@@ -168,7 +169,7 @@ class Method(ABC):
 
     @classmethod
     def label_parts(cls, entry: dict) -> list[str]:
-        """The parts of the label that follow the kind (keys in ``LABEL_KEYS``)."""
+        """The parts of the label that follow the method name (keys in ``LABEL_KEYS``)."""
         return []
 
 
@@ -179,12 +180,12 @@ METHODS: dict[str, type[Method]] = {}
 def method_label(entry: dict) -> str:
     """A stable, file-name safe label of a method entry: hbvm_k6_s2, rattle, dop853_rtol1e-08_proj.
 
-    The kind, the method's own parts (``label_parts``), ``rtol``, ``proj`` and then
+    The method name, the method's own parts (``label_parts``), ``rtol``, ``proj`` and then
     ``key-value`` for every other key, sorted.
     """
-    kind = entry.get("method", "hbvm")
-    parts = [kind]
-    cls = METHODS.get(kind)
+    method_name = entry.get("method", "hbvm")
+    parts = [method_name]
+    cls = METHODS.get(method_name)
     if cls is not None:
         parts += cls.label_parts(entry)
     if "rtol" in entry:

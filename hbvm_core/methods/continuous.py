@@ -67,10 +67,10 @@ class ContinuousMethod(Method):
 
     def attrs(self) -> dict:
         rtol, atol = self.tolerances
-        return {"method": self.kind, "rtol": rtol, "atol": atol}
+        return {"method": self.method_name, "rtol": rtol, "atol": atol}
 
     def entry(self) -> dict:
-        entry = {"method": self.kind, "rtol": self.rtol}
+        entry = {"method": self.method_name, "rtol": self.rtol}
         if self.atol is not None:
             entry["atol"] = self.atol
         return entry

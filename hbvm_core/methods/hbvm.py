@@ -25,7 +25,7 @@ class HBVMBase(Method):
     """What HBVM(k, s) with a constant and with a polynomial multiplier share: k, s, the tableau, the
     name, attrs, entry and label. Each variant sets ``multiplier`` and registers under it."""
 
-    kind: ClassVar[str] = "hbvm"
+    method_name: ClassVar[str] = "hbvm"
     LABEL_KEYS: ClassVar[tuple[str, ...]] = ("k", "s", "multiplier", "solver", "warm_start")
     #: multiplier name -> variant class, filled in by the subclasses
     VARIANTS: ClassVar[dict[str, type[HBVMBase]]] = {}

@@ -61,7 +61,7 @@ class IDA(ContinuousMethod):
     rtol: float = 1e-8
     atol: float | None = None
 
-    kind: ClassVar[str] = "ida"
+    method_name: ClassVar[str] = "ida"
     SOLVER: ClassVar[str] = "IDA"
     numerics_sources: ClassVar[tuple[str, ...]] = ("methods/ida.py", "methods/continuous.py", "integrate.py")
     #: the residual over the compiled callbacks (``compiled_runner``); its cost is the numpy path's

@@ -41,7 +41,7 @@ class DOP853(ContinuousMethod):
     projection: bool = False
     rule: StoppingRule = field(default_factory=StoppingRule)
 
-    kind: ClassVar[str] = "dop853"
+    method_name: ClassVar[str] = "dop853"
     SOLVER: ClassVar[str] = "DOP853"
     numerics_sources: ClassVar[tuple[str, ...]] = (
         "methods/index_reduced.py", "methods/continuous.py", "methods/polynomial.py", "methods/_small.py",

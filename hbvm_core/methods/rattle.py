@@ -30,7 +30,7 @@ class RATTLE(Method):
 
     rule: StoppingRule = field(default_factory=StoppingRule)
 
-    kind: ClassVar[str] = "rattle"
+    method_name: ClassVar[str] = "rattle"
     numerics_sources: ClassVar[tuple[str, ...]] = (
         "methods/rattle.py", "methods/_small.py", "solvers.py", "integrate.py", "kernels/rattle.py",
         "kernels/runner.py", "kernels/rules.py", "kernels/linalg.py",

@@ -56,7 +56,7 @@ def test_the_schema_method_entry_is_built_from_what_the_methods_declare(monkeypa
     @dataclass(frozen=True)
     class Damped(RATTLE):
         theta: float = 0.5
-        kind: ClassVar[str] = "damped"
+        method_name: ClassVar[str] = "damped"
         ENTRY_KEYS: ClassVar[dict] = {"theta": EntryKey({"type": "number", "minimum": 0}, 0.5, "damping")}
 
     monkeypatch.setitem(METHODS, "damped", Damped)
