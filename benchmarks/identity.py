@@ -49,10 +49,10 @@ fp.method_fingerprint = timed("numerics", fp.method_fingerprint)
 real_identify = st._identify
 
 
-def identify(study, inst):
+def identify(study, inst, *recorded):
     t = time.perf_counter()
     before = spent["structure"] + spent["probe"]
-    real_identify(study, inst)
+    real_identify(study, inst, *recorded)
     spent["snap"] += time.perf_counter() - t - (spent["structure"] + spent["probe"] - before)
 
 

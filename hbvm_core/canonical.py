@@ -42,6 +42,7 @@ freedom to move a helper, with no list of which files paste into which.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import importlib.util
 import os
@@ -81,11 +82,7 @@ def canonical_digest(sources: dict[str, bytes | None], package: str, root: str |
     graph = _Graph(package)
     unreadable = 0
     for rel in sorted(sources):
-        data = sources[rel]
-        try:
-            tree = ast.parse(data) if data is not None else None
-        except (SyntaxError, ValueError):
-            tree = None
+        tree = _tree(sources[rel])
         if tree is None:
             unreadable += 1
             continue
@@ -99,6 +96,19 @@ def canonical_digest(sources: dict[str, bytes | None], package: str, root: str |
             root_label = labels[binding[1]]
     text = "\n".join(["hbvm-numerics/3", f"unreadable {unreadable}", f"root {root_label}", *sorted(labels)])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=128)
+def _tree(data: bytes | None) -> ast.Module | None:
+    """The syntax tree of a source, stripped (``_strip``; read, never changed, after), or None if it has none;
+    cached per process (the methods share files)."""
+    try:
+        tree = ast.parse(data) if data is not None else None
+    except (SyntaxError, ValueError):
+        return None
+    if tree is not None:
+        _strip(tree)
+    return tree
 
 
 def _module_name(package: str, rel: str) -> str:
@@ -196,7 +206,6 @@ class _Graph:
         self.nodes: list[tuple[ast.stmt, _Module]] = []
 
     def add(self, rel: str, tree: ast.Module) -> None:
-        _strip(tree)
         name = _module_name(self.package, rel)
         is_package = Path(rel).name == "__init__.py"
         module = self.modules[name] = _Module(name, name if is_package else name.rpartition(".")[0])
