@@ -22,7 +22,9 @@ package folder ``package``) read as one program.
   and of statements as written), with each edge replaced by the label of its
   target, refined until the partition of the nodes into equal labels is stable
   (Weisfeiler-Lehman). The digest is the hash of the sorted labels and of the
-  label of ``root`` (the method's class).
+  label of ``root`` (the method's class). The tree is written field by field
+  with empty fields left out (not ``ast.dump``, whose text changes with the
+  Python version): the same digest from Python 3.10 to 3.13.
 
 So a renamed local variable, argument, function, class or file, a helper moved
 from one of the files to another, or top-level definitions reordered, leave
@@ -37,6 +39,8 @@ which pastes the ``@inline_source`` helpers into a template): that covers the
 compiled templates only, while a method's numbers also come from the numpy
 path, the tableau and the solvers; the edges above give every file the same
 freedom to move a helper, with no list of which files paste into which.
+Cost: some 0.1-0.3 s a method (``fingerprint`` caches it on disk by the
+sources' bytes).
 """
 
 from __future__ import annotations
