@@ -16,7 +16,9 @@ package folder ``package``) read as one program.
   re-exports), is an edge to the node that defines it; an import from elsewhere
   is what it binds (``numpy.linalg.solve`` however it was imported; a module
   of the package outside the files by the imported name alone,
-  ``<package>:ConfigError``); a builtin is its name.
+  ``<package>:ConfigError``); a builtin is its name. A top-level statement
+  that binds no name (a registration, a call) has an edge to the one before
+  it in its file: the order of such effects counts.
 - A node's label is the hash of its syntax tree so written (constants by
   ``repr``, so a float coefficient at full precision; the order of operations
   and of statements as written), with each edge replaced by the label of its
@@ -208,11 +210,15 @@ class _Graph:
         self.package = package
         self.modules: dict[str, _Module] = {}
         self.nodes: list[tuple[ast.stmt, _Module]] = []
+        #: a top-level statement that binds no name (an effect: a registration, a call) -> the file's effect before
+        #: it, an edge: the order of effects counts, as that of statements within a function
+        self.after: dict[int, int] = {}
 
     def add(self, rel: str, tree: ast.Module) -> None:
         name = _module_name(self.package, rel)
         is_package = Path(rel).name == "__init__.py"
         module = self.modules[name] = _Module(name, name if is_package else name.rpartition(".")[0])
+        effect = None
         for stmt in tree.body:
             if isinstance(stmt, (ast.Import, ast.ImportFrom)):
                 for bound, target in _imports(stmt, module).items():
@@ -222,8 +228,13 @@ class _Graph:
                 continue
             index = len(self.nodes)
             self.nodes.append((stmt, module))
-            for slot, bound in enumerate(_statement_names(stmt)):
+            names = _statement_names(stmt)
+            for slot, bound in enumerate(names):
                 module.bindings[bound] = ("node", index, slot)
+            if not names:
+                if effect is not None:
+                    self.after[index] = effect
+                effect = index
 
     # ------------------------------------------------------------------ resolution
     def target(self, module: str, name: str | None, depth: int = 0):
@@ -253,7 +264,7 @@ class _Graph:
     def labels(self) -> list[str]:
         """Each node's label: its canonical text with the edges replaced by their targets' labels, refined until
         the partition of the nodes by label is stable."""
-        texts = [_Writer(self, module).node(stmt) for stmt, module in self.nodes]
+        texts = [_Writer(self, module).node(stmt, self.after.get(i)) for i, (stmt, module) in enumerate(self.nodes)]
         labels = [_hash(pieces, edges, None) for pieces, edges in texts]
         for _ in range(len(labels) + 1):
             refined = [_hash(pieces, edges, labels) for pieces, edges in texts]
@@ -280,8 +291,11 @@ class _Writer:
         self.edges: list[tuple[int, int]] = []
         self.opened = 0
 
-    def node(self, stmt: ast.stmt) -> tuple[list[str], list[tuple[int, int]]]:
+    def node(self, stmt: ast.stmt, after: int | None) -> tuple[list[str], list[tuple[int, int]]]:
+        """(the text of a top-level statement split at its edges, the edges); ``after``: the effect before it."""
         text = self.write(stmt, [], top=True)
+        if after is not None:
+            text += "after:" + self.bound(("edge", after, 0))[1]
         pieces = _EDGE.split(text)
         return pieces[0::2], [self.edges[int(i)] for i in pieces[1::2]]
 

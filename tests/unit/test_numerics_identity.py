@@ -140,6 +140,17 @@ def test_another_computation_changes_the_identity(tmp_path, what):
     assert digest(tmp_path, OTHER[what]) != digest(tmp_path, base())
 
 
+def test_the_order_of_top_level_effects_counts(tmp_path):
+    """Two registrations under one key: the later one wins, so swapping them is another computation."""
+    effects = '\n    CHOSEN = {}\n    CHOSEN["rule"] = scaled_sum\n    CHOSEN["rule"] = scaled_difference\n'
+    files = base(numerics_py=("COEFFICIENTS = (0.5, 0.25)", "COEFFICIENTS = (0.5, 0.25)" + effects))
+    swapped = {**files, "numerics.py": files["numerics.py"].replace("= scaled_sum\n", "= SWAP\n")}
+    swapped["numerics.py"] = swapped["numerics.py"].replace("= scaled_difference\n", "= scaled_sum\n")
+    swapped["numerics.py"] = swapped["numerics.py"].replace("= SWAP\n", "= scaled_difference\n")
+    assert digest(tmp_path, swapped) != digest(tmp_path, files)
+    assert digest(tmp_path, renamed(files, "CHOSEN", "RULES")) == digest(tmp_path, files)
+
+
 def test_moved_kernel_files_leave_the_identity_of_hbvm(tmp_path):
     """In a copy of the package: kernels/runner.py renamed to kernels/driver.py (its imports rewritten) and the
     template kernels/hbvm.py moved into kernels/templates/ (imported by none: the generator reads it by path)."""
