@@ -301,7 +301,8 @@ class _Writer:
 
     # names
     def local(self, scope: _Scope, name: str) -> str:
-        return self.locals.setdefault((scope.key, name), f"v{len(self.locals)}")
+        """A local's canonical name, ``$n`` by first appearance in the node (as no builtin's name reads)."""
+        return self.locals.setdefault((scope.key, name), f"${len(self.locals)}")
 
     def resolve(self, name: str, scopes: list[_Scope]) -> tuple[str, str]:
         """(kind, text) of a name read or bound where ``scopes`` are open: kind is local, class, edge, module,
@@ -322,12 +323,14 @@ class _Writer:
         return self.bound(self.graph.target(binding[1], binding[2]))
 
     def bound(self, target: tuple) -> tuple[str, str]:
+        """(kind, text) of a target: an edge's placeholder, a module of the files, or ``ext:`` and the dotted name
+        of what is imported from outside (as no builtin's name reads)."""
         if target[0] == "edge":
             self.edges.append((target[1], target[2]))
             return ("edge", f"@@edge{len(self.edges) - 1}@@")
         if target[0] == "module":
             return ("module", target[1])
-        return ("outside", target[1])
+        return ("outside", "ext:" + target[1])
 
     # the tree
     def write(self, node, scopes: list[_Scope], top: bool = False) -> str:

@@ -140,6 +140,14 @@ def test_another_computation_changes_the_identity(tmp_path, what):
     assert digest(tmp_path, OTHER[what]) != digest(tmp_path, base())
 
 
+@pytest.mark.parametrize("spelling", ["v0", "_0", "ext_numpy"])
+def test_a_local_is_not_a_global_spelled_as_locals_are_numbered(tmp_path, spelling):
+    """``values - x`` with x the first argument, against an unbound global named as a numbered local might be."""
+    local = base(helpers_py=("return doubled - factor", "return doubled - values"))
+    unbound = base(helpers_py=("return doubled - factor", f"return doubled - {spelling}"))
+    assert digest(tmp_path, unbound) != digest(tmp_path, local)
+
+
 def test_the_order_of_top_level_effects_counts(tmp_path):
     """Two registrations under one key: the later one wins, so swapping them is another computation."""
     effects = '\n    CHOSEN = {}\n    CHOSEN["rule"] = scaled_sum\n    CHOSEN["rule"] = scaled_difference\n'
