@@ -41,6 +41,10 @@ which pastes the ``@inline_source`` helpers into a template): that covers the
 compiled templates only, while a method's numbers also come from the numpy
 path, the tableau and the solvers; the edges above give every file the same
 freedom to move a helper, with no list of which files paste into which.
+A method's coefficient tables count as the code that holds or computes them:
+a literal coefficient by its ``repr`` (every bit of the double); the Gauss
+tableau, computed from (k, s) by ``legendre.py``, by that code, not by its
+values (those are the host's round-off, and k, s are in the run's entry).
 Cost: some 0.1-0.3 s a method (``fingerprint`` caches it on disk by the
 sources' bytes).
 """
