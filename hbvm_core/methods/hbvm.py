@@ -290,7 +290,8 @@ class HBVMStepper:
 
                     gamma, aux, iters = blended(self, q0, p0, Mp0, h, gamma, n, t)
                 else:
-                    gamma, aux, iters = fixed_point(F, gamma, self.method.rule, n, t)
+                    terms = None if self.sparse is None else self.sparse.terms
+                    gamma, aux, iters = fixed_point(F, gamma, self.method.rule, n, t, terms)
         except (ConvergenceError, np.linalg.LinAlgError) as exc:
             self._name_non_finite(q0, h, gamma, n, t)
             if isinstance(exc, np.linalg.LinAlgError):

@@ -36,7 +36,8 @@ def _per(name: str, value, size: int, positive: bool = True) -> Array:
         a = np.full(size, float(a))
     if a.shape != (size,) or not np.all(np.isfinite(a)) or (positive and np.any(a <= 0)):
         what = "positive " if positive else ""
-        raise ConfigError(f"{name} = {value!r}: expected a {what}number or {size} of them")
+        shown = f"{float(a):g}" if a.ndim == 0 else f"{a.size} values" if a.size > 4 else repr(a.tolist())
+        raise ConfigError(f"{name} = {shown}: expected a {what}finite number or {size} of them")
     return a
 
 

@@ -18,6 +18,20 @@ import numpy as np
 from .path import inverse_mass
 
 
+def condition(normal, factor, data, iterations: int = 20) -> float:
+    """An estimate of cond(A) for the symmetric positive definite A (``data`` in ``normal``'s pattern): the
+    largest row sum of |A| (>= lambda_max) over 1 / lambda_min from inverse power iteration (Rayleigh
+    quotients of A^-1, <= 1 / lambda_min)."""
+    A = normal.matrix(data)
+    x = np.cos(np.arange(1, normal.size + 1))
+    mu = 0.0
+    for _ in range(iterations):
+        y = factor.solve(data, x)
+        mu = float(x @ y) / float(x @ x)
+        x = y / np.linalg.norm(y)
+    return float(abs(A).sum(axis=1).max()) * mu
+
+
 class SparseSweep:
     """The sweep of one problem's HBVM(k, s) stepper on the nonzeros of G (``Problem.sparse``)."""
 
@@ -28,6 +42,11 @@ class SparseSweep:
         self.dinv_nz = self.dinv[self.structure.rows]  # D at the row of each nonzero
         self.normal = self.structure.normal
         self.factor = self.structure.factorisation
+        self.size = 0.0
+        G0 = self.structure.values(problem.q0[None, :])
+        self.amplification = float(
+            np.sqrt(condition(self.normal, self.factor, self.normal.data(G0, G0 * self.dinv_nz)))
+        )
 
     def sweep(self, q0, p0, Mp0, h, gamma):
         """One fixed-point sweep gamma -> gamma_new; aux = (lam, psi_0, rho_0 values, Q)."""
@@ -43,7 +62,16 @@ class SparseSweep:
         b = S.Gt_dot(rho[:1], Mp0)[0] - h * S.Gt_dot(rho, XMpsi).sum(axis=0)
         lam = self.factor.solve(A, b)
         new -= h * S.G_dot(XMrho, lam)
+        terms = S.G_dot(np.abs(XMrho), np.abs(lam))  # before the tensions of neighbouring rods cancel
+        self.size = h * max(float(np.max(terms)), float(np.max(np.abs(XMpsi))))
         return new, (lam, psi[0], rho[0], Q)
+
+    def terms(self) -> tuple[float, float]:
+        """The largest term the last sweep summed into gamma (h X M^-1 rho lam, h X M^-1 psi), and that times
+        sqrt(cond(G^T M^-1 G)) at q0: the scales of gamma's round-off (``solvers.fixed_point``). An error
+        eps |b| / lambda_min of lam moves G lam by eps |b| / sqrt(lambda_min), i.e. eps sqrt(cond) times the
+        terms."""
+        return self.size, self.size * self.amplification
 
     def constraint_force(self, rho0: np.ndarray, lam: np.ndarray) -> np.ndarray:
         """rho_0 lam from rho_0's nonzeros."""
