@@ -171,6 +171,8 @@ class Problem:
         """A few lines in xarray's spirit: name, sizes, mass matrix, parameters and the callbacks given."""
         M = "identity" if self.M is None else ("diagonal" if self._diag is not None else "full")
         given = [f for f in ("U", "grad_U", "g", "G", "d2g", "exact") if getattr(self, f) is not None]
+        if self.sparse is not None:
+            given.append(f"sparse G ({self.sparse.nnz} nonzeros)")
         lines = [
             f"<hbvm_core.Problem> {self.name}",
             f"  sizes:     m = {self.m}, nu = {self.nu}, M {M}; q = ({', '.join(self.coordinates)})",

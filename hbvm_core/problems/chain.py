@@ -41,6 +41,11 @@ def _per(name: str, value, size: int, positive: bool = True) -> Array:
     return a
 
 
+def _compact(a: Array) -> float | list[float]:
+    """A per-bead array for ``params``: one number where all are equal."""
+    return float(a[0]) if np.all(a == a[0]) else a.tolist()
+
+
 def _count(name: str, value: int, least: int) -> int:
     if not (isinstance(value, (int, np.integer)) and value >= least):
         raise ConfigError(f"{name} = {value!r}: expected an integer >= {least}")
@@ -68,6 +73,7 @@ def _problem(name, a, b, n, length, mass, gravity, q0, v0, params, linear_algebr
         M=M,
         sparse=structure,
         params=params,
+        coordinates=tuple(f"{c}{b}" for b in range(n) for c in "xy"),
     )
 
 
@@ -87,8 +93,8 @@ def chain(
     e = np.stack([np.sin(theta), -np.cos(theta)], 1) * length[:, None]
     de = np.stack([np.cos(theta), np.sin(theta)], 1) * (length * omega)[:, None]
     q0, v0 = np.cumsum(e, axis=0).ravel(), np.cumsum(de, axis=0).ravel()
-    params = {"n": n, "length": length.tolist(), "mass": mass.tolist(), "gravity": float(gravity),
-              "theta0": theta.tolist(), "omega0": omega.tolist()}  # fmt: skip
+    params = {"n": n, "length": _compact(length), "mass": _compact(mass), "gravity": float(gravity),
+              "theta0": _compact(theta), "omega0": _compact(omega)}  # fmt: skip
     return _problem("chain", np.arange(-1, n - 1), np.arange(n), n, length, mass, gravity, q0, v0, params,
                     linear_algebra)  # fmt: skip
 
@@ -105,7 +111,7 @@ def closed_chain(
     x = np.stack([R * np.sin(phi), R * np.cos(phi) - R], 1)  # vertex 0 at the pin, the polygon below it
     v = omega0 * np.stack([-x[:, 1], x[:, 0]], 1)  # rigid rotation about the pin
     a, b = np.concatenate([np.arange(-1, n - 1), [-1]]), np.concatenate([np.arange(n), [n - 1]])
-    params = {"n": n, "length": length, "mass": mass.tolist(), "gravity": float(gravity), "omega0": float(omega0)}
+    params = {"n": n, "length": length, "mass": _compact(mass), "gravity": float(gravity), "omega0": float(omega0)}
     return _problem("closed_chain", a, b, n, np.full(n + 1, length), mass, gravity, x.ravel(), v.ravel(), params,
                     linear_algebra)  # fmt: skip
 
@@ -127,7 +133,7 @@ def branched_tree(
         x[i] = x[parent[i]] + length[i] * np.array([np.sin(theta[i]), -np.cos(theta[i])])
     x = x[:n]
     v = omega0 * np.stack([-x[:, 1], x[:, 0]], 1)
-    params = {"depth": depth, "length": length.tolist(), "mass": mass.tolist(), "gravity": float(gravity),
+    params = {"depth": depth, "length": _compact(length), "mass": _compact(mass), "gravity": float(gravity),
               "spread": float(spread), "omega0": float(omega0)}  # fmt: skip
     return _problem("branched_tree", parent, np.arange(n), n, length, mass, gravity, x.ravel(), v.ravel(), params,
                     linear_algebra)  # fmt: skip
