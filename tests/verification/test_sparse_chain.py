@@ -142,3 +142,20 @@ def test_small_chains_stay_dense_and_large_ones_go_sparse():
     assert hc.integrate(chain(n=10), HBVM(2, 2), 0.1, 0.2).attrs["linear_algebra"] == "dense"
     assert hc.integrate(chain(n=40), HBVM(2, 2), 0.1, 0.2).attrs["linear_algebra"] == "sparse"
     assert hc.integrate(chain(n=40), HBVM(2, 2, solver="blended"), 0.1, 0.2).attrs["linear_algebra"] == "dense"
+
+
+def test_a_study_of_a_chain_stores_which_path_it_took(tmp_path):
+    """A study's run of the built-in chain (no compiled callbacks: the numpy path) records linear_algebra in its
+    store, and the loaded trajectory carries it; g at round-off there too."""
+    from hbvm_workflow.storage import load_trajectory
+    from hbvm_workflow.study import expand_study
+    from hbvm_workflow.worker import solve_job
+
+    cfg = {"problem": "chain", "params": {"n": 40, "theta0": 0.3}, "methods": [{"k": 2, "s": 2}], "t_end": 1,
+           "h": [0.05], "errors": {"reference": "none"}}  # fmt: skip
+    (job,) = expand_study("chain", cfg, results=str(tmp_path / "results")).jobs.values()
+    assert solve_job(job)["status"] == "ok"
+    problem = chain(n=40, theta0=0.3)
+    traj = load_trajectory(job.store, problem)
+    assert traj.attrs["linear_algebra"] == "sparse" and traj.attrs["backend"] == "numpy"
+    assert np.abs(traj.g()).max() <= 10 * EPS * np.abs(traj.q).max() * traj.steps
