@@ -435,6 +435,13 @@ def inconsistent_instance(problems: Sequence[Problem]) -> tuple[int, str] | None
     if not problems:
         return None
     first = problems[0]
+    if first._sparse_path():  # large problems with a sparse G: each checked on its nonzeros, no dense G
+        for i, pb in enumerate(problems):
+            try:
+                pb.validate()
+            except ProblemError as exc:
+                return i, str(exc)
+        return None
     m, nu = first.m, first.nu
     q0, p0 = np.stack([pb.q0 for pb in problems]), np.stack([pb.p0 for pb in problems])
     bad = ~(np.isfinite(q0).all(1) & np.isfinite(p0).all(1))

@@ -139,3 +139,17 @@ def test_chain_bad_input_is_one_line_naming_the_key():
         chain(n=4, mass=np.ones(5))
     with pytest.raises(ConfigError, match=r"^n = 0: expected an integer >= 1$"):
         chain(n=0)
+
+
+def test_a_grid_of_large_sparse_instances_is_checked_on_the_nonzeros():
+    """inconsistent_instance (a study's grid, validation deferred) names the instance whose velocities stretch
+    its rods, without building a dense G."""
+    from hbvm_core.problem import deferred_validation, inconsistent_instance
+
+    p0 = np.zeros(80)
+    p0[1::2] = 1.0
+    with deferred_validation():
+        good, bad = _rods_problem(), _rods_problem(p0=p0)
+    assert inconsistent_instance([good, good]) is None
+    index, reason = inconsistent_instance([good, bad])
+    assert index == 1 and reason.startswith("rods: inconsistent initial data, hidden constraint")
