@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import ConfigError
+
 Array = np.ndarray
 #: widest band (lower + upper + 1) that takes the banded solve
 BANDED_MAX = 17
@@ -28,7 +30,7 @@ class Factorisation:
         from scipy.sparse.csgraph import reverse_cuthill_mckee
 
         if kind not in KINDS:
-            raise ValueError(f"kind = {kind!r}: expected one of {', '.join(KINDS)}")
+            raise ConfigError(f"kind = {kind!r}: expected one of {', '.join(KINDS)}")
         self.n = n
         r = np.repeat(np.arange(n), np.diff(indptr))
         c = np.asarray(indices)
