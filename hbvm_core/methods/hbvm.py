@@ -163,7 +163,8 @@ class HBVM(HBVMBase):
     multiplier: ClassVar[str] = "constant"
     numerics_sources: ClassVar[tuple[str, ...]] = (
         "methods/hbvm.py", "methods/_small.py", "sparse/hbvm.py", "sparse/structure.py", "sparse/normal.py",
-        "sparse/factor.py", "sparse/path.py", "legendre.py", "solvers.py", "blended.py", "integrate.py",
+        "sparse/factor.py", "sparse/path.py", "sparse/blended.py", "legendre.py", "solvers.py", "blended.py",
+        "integrate.py",
         "kernels/hbvm.py", "kernels/runner.py", "kernels/rules.py", "kernels/linalg.py", "kernels/lanes.py",
     )  # fmt: skip
     #: H and g where U and g are polynomials of degree <= 2k/s (docs/method.md 3)
@@ -233,8 +234,9 @@ def initial_gamma(tab: Tableau, warm_start: str, previous: np.ndarray | None, Mp
 class HBVMStepper:
     """One HBVM(k, s) step at a time for one problem; keeps the warm start between steps.
 
-    The fixed-point sweeps of a problem on the sparse path (``sparse.path``: a sparse G, by size) are those of
-    ``sparse.hbvm.SparseSweep``; ``linear_algebra`` (the trajectory's attrs) says which."""
+    On the sparse path (``sparse.path``: a sparse G, by size) the fixed-point sweeps are those of
+    ``sparse.hbvm.SparseSweep`` and the blended iteration ``sparse.blended``'s; ``linear_algebra`` (the
+    trajectory's attrs) says which."""
 
     def __init__(self, method: HBVM, problem: Problem):
         self.method = method
@@ -242,7 +244,7 @@ class HBVMStepper:
         self.tab = method.tableau
         self.gamma: np.ndarray | None = None
         self.sparse = None
-        if method.solver == "fixed-point" and sparse_path(problem):
+        if sparse_path(problem):
             self.sparse = SparseSweep(self.tab, problem)
             self.sweep = self.sparse.sweep
             self.constraint_force = self.sparse.constraint_force
@@ -285,7 +287,11 @@ class HBVMStepper:
 
         try:
             with np.errstate(all="ignore"):
-                if self.method.solver == "blended":
+                if self.method.solver == "blended" and self.sparse is not None:
+                    from ..sparse.blended import blended
+
+                    gamma, aux, iters = blended(self, q0, p0, Mp0, h, gamma, n, t)
+                elif self.method.solver == "blended":
                     from ..blended import blended
 
                     gamma, aux, iters = blended(self, q0, p0, Mp0, h, gamma, n, t)

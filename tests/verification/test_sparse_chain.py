@@ -100,10 +100,13 @@ def test_thousand_links_keep_H_and_g_at_round_off():
      (branched_tree, {"depth": 4})],
     ids=["chain", "closed_chain", "branched_tree"],
 )  # fmt: skip
-@pytest.mark.parametrize("method", [HBVM(2, 2), HBVM(4, 2), HBVM(3, 3), RATTLE()], ids=lambda m: m.label())
+@pytest.mark.parametrize(
+    "method", [HBVM(2, 2), HBVM(4, 2), HBVM(3, 3), HBVM(4, 2, solver="blended"), RATTLE()], ids=lambda m: m.label()
+)
 def test_sparse_path_equals_the_dense_path(factory, kw, method):
     """Two implementations of the same step (dense einsum and elimination vs sums over the nonzeros and a
-    sparse LU), both iterated to round-off: they agree to 10 eps * scale * steps in q and p (each step's
+    sparse LU; blended: the Newton matrix from coloured differences, dense: from m of them), both iterated to
+    round-off: they agree to 10 eps * scale * steps in q and p (each step's
     round-off, carried along); lam to 2 / h^2 times that (RATTLE: lam moves q1 by h^2/2 M^-1 G lam)."""
     h, steps = 0.01, 20
     runs = {}
@@ -141,7 +144,7 @@ def test_small_chains_stay_dense_and_large_ones_go_sparse():
     """The switch by size (sparse.path.SPARSE_MIN_M = 64 coordinates), said in the trajectory's attrs."""
     assert hc.integrate(chain(n=10), HBVM(2, 2), 0.1, 0.2).attrs["linear_algebra"] == "dense"
     assert hc.integrate(chain(n=40), HBVM(2, 2), 0.1, 0.2).attrs["linear_algebra"] == "sparse"
-    assert hc.integrate(chain(n=40), HBVM(2, 2, solver="blended"), 0.1, 0.2).attrs["linear_algebra"] == "dense"
+    assert hc.integrate(chain(n=40), HBVM(2, 2, solver="blended"), 0.1, 0.2).attrs["linear_algebra"] == "sparse"
 
 
 def test_a_study_of_a_chain_stores_which_path_it_took(tmp_path):
