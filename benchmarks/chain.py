@@ -4,10 +4,11 @@
 
 For each n: the chain of ``hbvm_core.problems.chain`` (masses 1 +- 0.5, a bent shape, angular speeds varying
 along it) at h = 0.1 / sqrt(n) (the chain's fastest frequency grows like sqrt(n), so the fixed point's sweeps
-per step stay about constant), with HBVM(2,2) and HBVM(4,2) (fixed point) and RATTLE, each on the path the
-size chooses ("auto": dense below ``sparse.path.SPARSE_MIN_M`` coordinates, sparse above) and, for n <= 100,
-on the dense path too. Times are process CPU seconds (``time.process_time``: the machine is shared), the best
-of three runs of ``steps`` steps; per step and per sweep (a step's fixed-point sweeps or Newton iterations).
+per step stay about constant), with HBVM(2,2) and HBVM(4,2) (fixed point), HBVM(4,2) blended and RATTLE, each
+on the path the size chooses ("auto": dense below ``sparse.path.SPARSE_MIN_M`` coordinates, sparse above) and,
+for n <= 100, on the dense path too. Times are process CPU seconds (``time.process_time``: the machine is
+shared), the best of three runs of ``steps`` steps; per step and per sweep (a step's fixed-point sweeps or Newton
+iterations).
 Also: the growth exponent of the CPU time per step and per sweep from the second size to the last, the time to
 build the problem (validation, the pattern of G^T M^-1 G and its ordering) against n, and the peak memory
 (tracemalloc) of building and running 10 steps of the largest chain.
@@ -29,7 +30,12 @@ from hbvm_core.problems import chain
 
 from ._common import NullSink, machine
 
-METHODS = {"HBVM(2,2)": HBVM(2, 2), "HBVM(4,2)": HBVM(4, 2), "RATTLE": RATTLE()}
+METHODS = {
+    "HBVM(2,2)": HBVM(2, 2),
+    "HBVM(4,2)": HBVM(4, 2),
+    "HBVM(4,2) blended": HBVM(4, 2, solver="blended"),
+    "RATTLE": RATTLE(),
+}
 
 
 def build(n: int, linear_algebra: str = "auto"):
@@ -120,9 +126,9 @@ def main(argv=None) -> None:
     if args.json:
         print(json.dumps(out, indent=1))
         return
-    print(f"{'method':10s} {'path':5s} {'n':>6s} {'algebra':7s} {'ms/step':>9s} {'sweeps':>6s} {'us/sweep':>9s}")
+    print(f"{'method':18s} {'path':5s} {'n':>6s} {'algebra':7s} {'ms/step':>9s} {'sweeps':>6s} {'us/sweep':>9s}")
     for r in rows:
-        print(f"{r['method']:10s} {r['path']:5s} {r['n']:6d} {r['linear_algebra']:7s} {r['cpu_ms_per_step']:9.3f} "
+        print(f"{r['method']:18s} {r['path']:5s} {r['n']:6d} {r['linear_algebra']:7s} {r['cpu_ms_per_step']:9.3f} "
               f"{r['mean_iterations']:6.2f} {r['cpu_us_per_sweep']:9.1f}")  # fmt: skip
     for name, g in growth.items():
         print(
