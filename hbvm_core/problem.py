@@ -89,7 +89,7 @@ class Problem:
         and the reference ODE run compiled too).
     sparse : hbvm_core.sparse.SparseG, optional
         The sparsity pattern of G and its values; with it ``G`` may be left out (its dense form is derived,
-        for small problems), and the fixed-point HBVM and RATTLE numpy steppers take the sparse path for
+        for small problems), and the HBVM (fixed point, blended) and RATTLE numpy steppers take the sparse path for
         large ones (``hbvm_core.sparse.path``; the trajectory's attrs say which: ``linear_algebra``).
     coordinates : sequence of str, optional
         The names of the m components of q (and p), e.g. ``("x", "y", "z")``: the ``dof`` coordinate of a

@@ -7,6 +7,7 @@
 - ``factor.Factorisation``: a sparse LU (or banded) solve whose ordering is found once per pattern.
 - ``hbvm.SparseSweep``, ``rattle.SparseRattle``: the fixed-point HBVM(k, s) sweep and the RATTLE step on
   that structure (the methods' numpy steppers hand their work to them on the sparse path).
+- ``blended``: the simplified-Newton iteration of HBVM(k, s) with its Newton matrix sparse.
 - ``checks``: ``Problem.validate``, the hidden constraint and lambda(q, p) on the sparse G.
 - ``path.sparse_path``: whether a run takes it (automatic by size).
 """

@@ -117,11 +117,11 @@ class SparseG:
     # --- dense views (small problems, checks) --------------------------------------------------
     def dense(self, Q: Array) -> Array:
         """G at the points Q as a dense (n, m, nu) array: the dense path's ``G`` callback (refused past
-        DENSE_MAX entries: such problems run on the sparse path, fixed-point HBVM and RATTLE)."""
+        DENSE_MAX entries: such problems run on the sparse path, HBVM and RATTLE)."""
         if Q.shape[0] * self.m * self.nu > DENSE_MAX:
             raise ProblemError(
                 f"sparse G: a dense G of {Q.shape[0]} x {self.m} x {self.nu} entries is too large (at most "
-                f"{DENSE_MAX:.0e}); the sparse path runs the fixed-point HBVM and RATTLE"
+                f"{DENSE_MAX:.0e}); the sparse path runs HBVM and RATTLE"
             )
         out = np.zeros((Q.shape[0], self.m, self.nu))
         out[:, self.rows, self.cols] = self.values(Q)
