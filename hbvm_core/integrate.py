@@ -138,6 +138,8 @@ def integrate(
         "mean_iterations": stats["iterations"] / N,
         "max_iterations": int(stats["max_iterations"]),
         "backend": stats.get("backend", "numpy"),
+        # the multiplier systems: dense, or on the problem's sparse G (hbvm_core.sparse, chosen by size)
+        "linear_algebra": stats.get("linear_algebra", "dense"),
     }
     arrays = sink.arrays(problem.m, problem.nu) if own_sink else _empty(problem)
     return Trajectory(problem=problem, method=method, h=float(h), attrs=attrs, **arrays)
@@ -247,7 +249,8 @@ def python_runner(
             pts.add((n + 1) * h, q, p)
     pts.flush()
     stp.flush()
-    return {"iterations": total, "max_iterations": worst, "backend": "numpy"}
+    algebra = getattr(stepper, "linear_algebra", "dense")
+    return {"iterations": total, "max_iterations": worst, "backend": "numpy", "linear_algebra": algebra}
 
 
 def _kahan(x: np.ndarray, dx: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

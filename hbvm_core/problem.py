@@ -11,6 +11,10 @@ Every callback is vectorised over a leading axis of points: ``Q`` has shape
     G(Q)      -> (n, m, nu)    column i = gradient of g_i
     d2g(Q, V) -> (n, nu)       v^T (Hessian of g_i) v, optional (lambda(q, p), references)
 
+A problem with a sparse G may give its pattern instead of (or besides) a dense ``G``:
+``sparse = hbvm_core.sparse.SparseG(rows, cols, values, m, nu)`` with ``values(Q) -> (n, nnz)``; the
+numpy steppers then work on its nonzeros above a size (``hbvm_core.sparse.path``).
+
 A user writes the callbacks with numpy and builds ``Problem(...)``; the
 built-in problems live in ``hbvm_core.problems``.
 """
@@ -36,6 +40,8 @@ Array = np.ndarray
 CONSISTENCY_TOL = 1e-10
 #: G^T M^-1 G at q0 with a larger condition number counts as singular
 MAX_CONDITION = 1e12
+#: a diagonal M with more coordinates is kept as its diagonal (``Problem.M``), never as an m x m matrix
+DENSE_DIAGONAL_MAX = 4096
 _DEFERRED: contextvars.ContextVar[bool] = contextvars.ContextVar("hbvm_deferred_validation", default=False)
 
 
@@ -70,7 +76,8 @@ class Problem:
         ``d2g(Q, V) -> (n, nu)``, v^T (Hessian of g_i) v; needed for lambda(q, p) and references.
     M : float or array_like, shape (m,) or (m, m), optional
         The mass matrix: a scalar, its diagonal as a vector, or a full symmetric positive
-        definite matrix; default (None) the identity.
+        definite matrix; default (None) the identity. A diagonal M is kept as the full matrix, or as
+        its diagonal (shape (m,)) past ``DENSE_DIAGONAL_MAX`` coordinates.
     exact : callable, optional
         ``exact(t) -> (q, p, lam)`` with shapes (n, m), (n, m), (n, nu).
     period : float, optional
@@ -80,6 +87,10 @@ class Problem:
     kernels : hbvm_core.kernels.Kernels, optional
         Compiled callbacks: the problem then takes the compiled loop (and, with ``Kernels.d2g``, lambda(q, p)
         and the reference ODE run compiled too).
+    sparse : hbvm_core.sparse.SparseG, optional
+        The sparsity pattern of G and its values; with it ``G`` may be left out (its dense form is derived,
+        for small problems), and the HBVM (fixed point, blended) and RATTLE numpy steppers take the sparse path for
+        large ones (``hbvm_core.sparse.path``; the trajectory's attrs say which: ``linear_algebra``).
     coordinates : sequence of str, optional
         The names of the m components of q (and p), e.g. ``("x", "y", "z")``: the ``dof`` coordinate of a
         run's store (``q.sel(dof="z")``). Default ``x0, x1, ...``; expression problems name theirs.
@@ -129,6 +140,7 @@ class Problem:
     kernels: Any = None
     identity: str | None = None
     coordinates: tuple[str, ...] | None = None
+    sparse: Any = None
     check: bool = True
     check_derivatives: bool = True
 
@@ -138,6 +150,8 @@ class Problem:
         m = self.q0.size
         if self.p0.size != m:
             raise ProblemError(f"{self.name}: p0 has {self.p0.size} entries, q0 has {m}")
+        if self.sparse is not None and self.G is None:
+            self.G = self.sparse.dense
         if (self.g is None) != (self.G is None):
             raise ProblemError(f"{self.name}: give both g and G, or neither")
         self.coordinates = self._coordinate_names(m)
@@ -146,6 +160,10 @@ class Problem:
         if self.M is not None:
             self._set_mass(m)
         self.nu = 0 if self.g is None else self._probe_nu()
+        if self.sparse is not None and (self.sparse.m, self.sparse.nu) != (m, self.nu):
+            raise ProblemError(
+                f"{self.name}: sparse G is {self.sparse.m} x {self.sparse.nu}, expected m x nu = {m} x {self.nu}"
+            )
         if self.check and not _DEFERRED.get():
             self.validate()
 
@@ -153,6 +171,8 @@ class Problem:
         """A few lines in xarray's spirit: name, sizes, mass matrix, parameters and the callbacks given."""
         M = "identity" if self.M is None else ("diagonal" if self._diag is not None else "full")
         given = [f for f in ("U", "grad_U", "g", "G", "d2g", "exact") if getattr(self, f) is not None]
+        if self.sparse is not None:
+            given.append(f"sparse G ({self.sparse.nnz} nonzeros)")
         lines = [
             f"<hbvm_core.Problem> {self.name}",
             f"  sizes:     m = {self.m}, nu = {self.nu}, M {M}; q = ({', '.join(self.coordinates)})",
@@ -194,8 +214,11 @@ class Problem:
             if np.all(d == 1.0):
                 self.M = None
                 return
-            self._diag = d
-            M = np.diag(d)
+            # M^-1 is a division by d: no factor; M itself is kept as the full matrix (the compiled kernels'),
+            # or as its diagonal past DENSE_DIAGONAL_MAX coordinates (the sparse path's chains of 10^4 beads)
+            self._diag, self._chol = d, "diagonal"
+            self.M = np.diag(d) if m <= DENSE_DIAGONAL_MAX else d
+            return
         elif M.shape != (m, m) or not np.allclose(M, M.T):
             what = f"shape {M.shape}" if M.shape != (m, m) else "a non-symmetric matrix"
             raise ProblemError(
@@ -266,7 +289,19 @@ class Problem:
         if self.nu == 0:
             return np.zeros((q.shape[0], 0))
         v = self.minv_rows(p[:, :, None])[:, :, 0] if self._chol is not None else p
+        if self._sparse_path():
+            from .sparse.checks import hidden_constraint
+
+            return hidden_constraint(self.sparse, q, v)
         return np.einsum("nmk,nm->nk", self.G(q), v)
+
+    def _sparse_path(self) -> bool:
+        """Whether this problem's numpy steppers and checks work on its sparse G (``sparse.path``)."""
+        if self.sparse is None:
+            return False
+        from .sparse.path import sparse_path
+
+        return sparse_path(self)
 
     def compiled_reference(self):
         """(module, M^{-1}, params) of the compiled lambda(q, p) and reduced ODE (``kernels/reference.py``) when
@@ -295,6 +330,10 @@ class Problem:
             return out
         if self.d2g is None:
             raise ProblemError(f"{self.name}: the multiplier lambda(q, p) needs d2g (the Hessian form of g)")
+        if self._sparse_path():
+            from .sparse.checks import multiplier
+
+            return multiplier(self, q, p)
         Gq = self.G(q)
         MG = self.minv_rows(Gq)
         v = self.minv_rows(p[:, :, None])[:, :, 0] if self._chol is not None else p
@@ -319,7 +358,12 @@ class Problem:
     # --- validation ------------------------------------------------------------------
     def validate(self) -> None:
         """Check vectorisation, shapes, finiteness, derivatives (``hbvm_core.checks``), consistency of (q0, p0)
-        and regularity of G^T M^{-1} G."""
+        and regularity of G^T M^{-1} G (on the sparse G where the problem takes the sparse path)."""
+        if self._sparse_path():
+            from .sparse.checks import validate_sparse
+
+            validate_sparse(self, CONSISTENCY_TOL, MAX_CONDITION)
+            return
         check_vectorised(self)
         m, nu = self.m, self.nu
         Q = np.stack([self.q0, self.q0 + 1e-3])
@@ -375,7 +419,7 @@ class Problem:
         where = "" if n is None else f" at step {n} (t = {t:.6g})"
         calls = {"grad_U": lambda: self.grad_U(Q)}
         if self.nu:
-            calls["G"] = lambda: self.G(Q)
+            calls["G"] = (lambda: self.sparse.values(Q)) if self.sparse is not None else (lambda: self.G(Q))
         for key, f in calls.items():
             with np.errstate(all="ignore"):
                 val = f()
@@ -391,6 +435,13 @@ def inconsistent_instance(problems: Sequence[Problem]) -> tuple[int, str] | None
     if not problems:
         return None
     first = problems[0]
+    if first._sparse_path():  # large problems with a sparse G: each checked on its nonzeros, no dense G
+        for i, pb in enumerate(problems):
+            try:
+                pb.validate()
+            except ProblemError as exc:
+                return i, str(exc)
+        return None
     m, nu = first.m, first.nu
     q0, p0 = np.stack([pb.q0 for pb in problems]), np.stack([pb.p0 for pb in problems])
     bad = ~(np.isfinite(q0).all(1) & np.isfinite(p0).all(1))

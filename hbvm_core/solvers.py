@@ -42,17 +42,25 @@ def fixed_point(
     rule: StoppingRule,
     step: int = 0,
     t: float = 0.0,
+    terms: Callable[[], tuple[float, float]] | None = None,
 ) -> tuple[np.ndarray, object, int]:
-    """Iterate gamma <- F(gamma) to round-off; returns (gamma, aux of the last sweep, sweeps)."""
+    """Iterate gamma <- F(gamma) to round-off; returns (gamma, aux of the last sweep, sweeps).
+
+    ``terms``, where given, returns (the size of the largest term the last sweep summed into gamma, that size
+    times the amplification of the multiplier solve's round-off): the scale of the rule includes the first,
+    since gamma's round-off is relative to the terms (a chain of many links: tensions h rho lam far larger than
+    gamma, which they nearly cancel), and the stall test (increments no longer decreasing) accepts increments
+    up to ``stall_rtol`` times the second (G^T M^-1 G of a chain of n links has condition ~n^2)."""
     d_prev = np.inf
     for it in range(1, rule.max_iter + 1):
         new, aux = F(gamma)
         d = float(np.max(np.abs(new - gamma)))
         if not np.isfinite(d):
             raise ConvergenceError(step, t, d, it, "non-finite increment (diverged)")
-        scale = max(1.0, float(np.max(np.abs(new))))
+        size, amplified = terms() if terms is not None else (0.0, 0.0)
+        scale = max(1.0, float(np.max(np.abs(new))), size)
         gamma = new
-        if rule.done(d, d_prev, scale):
+        if rule.done(d, d_prev, scale) or (d >= d_prev and d <= rule.stall_rtol * amplified):
             return gamma, aux, it
         d_prev = d
     raise ConvergenceError(step, t, d, rule.max_iter, "no convergence")

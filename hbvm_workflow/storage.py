@@ -752,7 +752,9 @@ def _trajectory(path: str, problem, attrs: dict | None, reader, expected: Expect
     except StoreError as exc:
         raise damaged(path, exc.array, exc.what) from None
     keys = ("steps", "h", "t_end", "save_every", "compensated", "wall_s", "mean_iterations", "max_iterations")
-    tattrs = {k: attrs[k] for k in keys if k in attrs} | {k: attrs.get(k) for k in ("backend", "worker", "host", "cpu")}
+    tattrs = {k: attrs[k] for k in keys if k in attrs} | {
+        k: attrs.get(k) for k in ("backend", "linear_algebra", "worker", "host", "cpu")
+    }
     return Trajectory(problem=problem, method=method, h=float(attrs["h"]), attrs=tattrs, **arr)
 
 

@@ -380,7 +380,8 @@ def run_to_store(
             "max_iterations": int(a["max_iterations"]),
             "backend": a.get("backend", "numpy"),
         }
-        sink.finish({**base, **run, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        algebra = {"linear_algebra": a.get("linear_algebra", "dense")}  # the numpy path's dense or sparse solves
+        sink.finish({**base, **run, **algebra, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         publish(tmp, path)
         with contextlib.suppress(FileNotFoundError):
             os.remove(path + FAILED)

@@ -15,6 +15,8 @@ from ..errors import ConfigError, ConvergenceError
 from ..legendre import Tableau, tableau
 from ..problem import Problem
 from ..solvers import StoppingRule, fixed_point
+from ..sparse.hbvm import SparseSweep
+from ..sparse.path import sparse_path
 from .base import BOOLEAN, EntryKey, Method, entry_text, only_keys
 
 SOLVERS = ("fixed-point", "blended")
@@ -160,7 +162,9 @@ class HBVM(HBVMBase):
 
     multiplier: ClassVar[str] = "constant"
     numerics_sources: ClassVar[tuple[str, ...]] = (
-        "methods/hbvm.py", "methods/_small.py", "legendre.py", "solvers.py", "blended.py", "integrate.py",
+        "methods/hbvm.py", "methods/_small.py", "sparse/hbvm.py", "sparse/structure.py", "sparse/normal.py",
+        "sparse/factor.py", "sparse/path.py", "sparse/blended.py", "legendre.py", "solvers.py", "blended.py",
+        "integrate.py",
         "kernels/hbvm.py", "kernels/runner.py", "kernels/rules.py", "kernels/linalg.py", "kernels/lanes.py",
     )  # fmt: skip
     #: H and g where U and g are polynomials of degree <= 2k/s (docs/method.md 3)
@@ -205,6 +209,7 @@ class HBVM(HBVMBase):
         return cls(**entry)
 
     def stepper(self, problem: Problem) -> HBVMStepper:
+        """The numpy stepper (its sweeps on the problem's sparse G where ``sparse.path`` says so)."""
         return HBVMStepper(self, problem)
 
     def compiled_runner(self, problem: Problem):
@@ -227,13 +232,27 @@ def initial_gamma(tab: Tableau, warm_start: str, previous: np.ndarray | None, Mp
 
 
 class HBVMStepper:
-    """One HBVM(k, s) step at a time for one problem; keeps the warm start between steps."""
+    """One HBVM(k, s) step at a time for one problem; keeps the warm start between steps.
+
+    On the sparse path (``sparse.path``: a sparse G, by size) the fixed-point sweeps are those of
+    ``sparse.hbvm.SparseSweep`` and the blended iteration ``sparse.blended``'s; ``linear_algebra`` (the
+    trajectory's attrs) says which."""
 
     def __init__(self, method: HBVM, problem: Problem):
         self.method = method
         self.problem = problem
         self.tab = method.tableau
         self.gamma: np.ndarray | None = None
+        self.sparse = None
+        if sparse_path(problem):
+            self.sparse = SparseSweep(self.tab, problem)
+            self.sweep = self.sparse.sweep
+            self.constraint_force = self.sparse.constraint_force
+
+    @property
+    def linear_algebra(self) -> str:
+        """How the multiplier system is solved: "sparse" or "dense"."""
+        return "dense" if self.sparse is None else "sparse"
 
     def sweep(self, q0, p0, Mp0, h, gamma):
         """One fixed-point sweep gamma -> gamma_new (docs/method.md 3); aux = (lam, psi_0, rho_0)."""
@@ -268,12 +287,17 @@ class HBVMStepper:
 
         try:
             with np.errstate(all="ignore"):
-                if self.method.solver == "blended":
+                if self.method.solver == "blended" and self.sparse is not None:
+                    from ..sparse.blended import blended
+
+                    gamma, aux, iters = blended(self, q0, p0, Mp0, h, gamma, n, t)
+                elif self.method.solver == "blended":
                     from ..blended import blended
 
                     gamma, aux, iters = blended(self, q0, p0, Mp0, h, gamma, n, t)
                 else:
-                    gamma, aux, iters = fixed_point(F, gamma, self.method.rule, n, t)
+                    terms = None if self.sparse is None else self.sparse.terms
+                    gamma, aux, iters = fixed_point(F, gamma, self.method.rule, n, t, terms)
         except (ConvergenceError, np.linalg.LinAlgError) as exc:
             self._name_non_finite(q0, h, gamma, n, t)
             if isinstance(exc, np.linalg.LinAlgError):
@@ -282,8 +306,12 @@ class HBVMStepper:
         lam, psi0, rho0, _ = aux
         self.gamma = gamma
         dq = h * gamma[0]
-        force = psi0 if pb.nu == 0 else psi0 + rho0 @ lam
+        force = psi0 if pb.nu == 0 else psi0 + self.constraint_force(rho0, lam)
         return dq, -h * force, lam, iters
+
+    def constraint_force(self, rho0: np.ndarray, lam: np.ndarray) -> np.ndarray:
+        """rho_0 lam, the constraint force of the step (p1 = p0 - h (psi_0 + rho_0 lam), docs/method.md 3)."""
+        return rho0 @ lam
 
     def _name_non_finite(self, q0, h, gamma, n: int, t: float) -> None:
         """After a failed iteration: raise NonFiniteError if a callback returned NaN/inf at the stages."""

@@ -20,6 +20,8 @@ import numpy as np
 from ..errors import ConvergenceError
 from ..problem import Problem
 from ..solvers import StoppingRule
+from ..sparse.path import sparse_path
+from ..sparse.rattle import SparseRattle
 from ._small import solve_small
 from .base import Method
 
@@ -32,7 +34,8 @@ class RATTLE(Method):
 
     method_name: ClassVar[str] = "rattle"
     numerics_sources: ClassVar[tuple[str, ...]] = (
-        "methods/rattle.py", "methods/_small.py", "solvers.py", "integrate.py", "kernels/rattle.py",
+        "methods/rattle.py", "methods/_small.py", "sparse/rattle.py", "sparse/structure.py",
+        "sparse/normal.py", "sparse/factor.py", "sparse/path.py", "solvers.py", "integrate.py", "kernels/rattle.py",
         "kernels/runner.py", "kernels/rules.py", "kernels/linalg.py",
     )  # fmt: skip
     COMPILED_NEEDS: ClassVar[frozenset[str] | None] = frozenset({"G", "g"})
@@ -58,6 +61,7 @@ class RATTLE(Method):
         return {"method": "rattle"}
 
     def stepper(self, problem: Problem) -> RattleStepper:
+        """The numpy stepper (on the problem's sparse G where ``sparse.path`` says so)."""
         return RattleStepper(self, problem)
 
     def compiled_runner(self, problem: Problem):
@@ -70,15 +74,25 @@ class RATTLE(Method):
 
 
 class RattleStepper:
-    """One RATTLE step at a time; warm-starts Newton from the previous step's lam."""
+    """One RATTLE step at a time; warm-starts Newton from the previous step's lam. On the sparse path
+    (``sparse.path``) its steps are ``sparse.rattle.SparseRattle``'s; ``linear_algebra`` says which."""
 
     def __init__(self, method: RATTLE, problem: Problem):
         self.method = method
         self.problem = problem
         self.lam = np.zeros(problem.nu)
+        self.sparse = SparseRattle(problem, method.rule) if problem.nu and sparse_path(problem) else None
+
+    @property
+    def linear_algebra(self) -> str:
+        """How the multiplier systems are solved: "sparse" or "dense"."""
+        return "dense" if self.sparse is None else "sparse"
 
     def step(self, q0: np.ndarray, p0: np.ndarray, h: float, n: int = 0, t: float = 0.0):
         """Advance (q0, p0) by h; returns (dq, dp, lam, Newton iterations)."""
+        if self.sparse is not None:
+            dq, dp, self.lam, it = self.sparse.step(q0, p0, h, self.lam.copy(), n, t)
+            return dq, dp, self.lam, it
         pb, rule = self.problem, self.method.rule
         Q0 = q0[None, :]
         f0 = pb.grad_U(Q0)[0]

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from ..errors import ConfigError, did_you_mean
 from ..problem import Problem
+from .chain import branched_tree, chain, closed_chain
 from .parametric import conical_pendulum, modified_pendulum, planar_pendulum, tethered_satellites
 from .pendulum import theta_pendulum
 
@@ -16,6 +17,9 @@ BUILTIN: dict[str, Callable[[], Problem]] = {
     "modified_pendulum": modified_pendulum,
     "tethered_satellites": tethered_satellites,
     "theta_pendulum": theta_pendulum,
+    "chain": chain,  # n beads, sparse G (the numpy steppers' sparse path past a size)
+    "closed_chain": closed_chain,
+    "branched_tree": branched_tree,
 }
 
 
@@ -84,6 +88,9 @@ def get_problem(problem_entry: str | dict, **params) -> Problem:
 
 __all__ = [
     "BUILTIN",
+    "branched_tree",
+    "chain",
+    "closed_chain",
     "conical_pendulum",
     "get_problem",
     "modified_pendulum",

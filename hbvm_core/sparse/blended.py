@@ -1,0 +1,136 @@
+"""The simplified-Newton ("blended") iteration of HBVM(k, s) (``hbvm_core.blended``) on a sparse G.
+
+The same residual (B1) and Newton matrix (B2) as the dense iteration, every block sparse:
+
+    J = [[ I + h^2 (X^2 kron M^-1 K0),   h (X kron I) M^-1 rho ],
+         [ C_l = rho_l^T + h sum_j X[j, l] (Hg gamma_j)^T,   0 ]]
+
+K0 = d/dq [grad U + G lam0](q0) and the derivatives of G's nonzeros at q0 come from central differences of
+grad_U and of G's values along one direction per colour of the coordinates (two coordinates share a colour when
+no constraint touches both: a chain needs 4 colours whatever its length), so their cost does not grow with m;
+U's Hessian is taken to couple only coordinates that share a constraint (the chain's U is linear) -- a K0
+missing other couplings slows the iteration, the solution is the same. Each iteration factorises J by SuperLU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ConvergenceError
+from .path import inverse_mass
+
+CBRT_EPS = float(np.finfo(float).eps) ** (1.0 / 3.0)
+
+
+def colouring(conflict) -> np.ndarray:
+    """A colour per index, greedy, no two indices that ``conflict`` (a symmetric CSR pattern) links alike."""
+    colour = np.full(conflict.shape[0], -1)
+    for a in range(conflict.shape[0]):
+        taken = colour[conflict.indices[conflict.indptr[a] : conflict.indptr[a + 1]]]
+        c = 0
+        while c in taken:
+            c += 1
+        colour[a] = c
+    return colour
+
+
+def colourings(structure) -> tuple[np.ndarray, np.ndarray]:
+    """Colours of the coordinates for G's values (none of one constraint alike: pattern B B^T, B G's pattern)
+    and for grad U's Jacobian on that pattern (none two apart alike: (B B^T)^2); found once per structure."""
+    from scipy import sparse
+
+    if not hasattr(structure, "_colours"):
+        B = sparse.csr_matrix(
+            (np.ones(structure.nnz), (structure.rows, structure.cols)), shape=(structure.m, structure.nu)
+        )
+        near = (B @ B.T).tocsr()
+        structure._colours = (colouring(near), colouring((near @ near).tocsr()))
+    return structure._colours
+
+
+def _central(f, q0: np.ndarray, colour: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    """(f(q0 + v_c) - f(q0 - v_c)) / 2 for v_c = delta on the coordinates of colour c, one row per colour."""
+    ncol = int(colour.max()) + 1
+    V = np.zeros((ncol, q0.size))
+    V[colour, np.arange(q0.size)] = delta
+    out = f(np.concatenate([q0 + V, q0 - V]))
+    return (out[:ncol] - out[ncol:]) / 2.0
+
+
+def derivatives(problem, q0: np.ndarray, lam: np.ndarray):
+    """(K0 as scipy.sparse (m x m), dG (nnz x m) sparse: d G_e / d q_a at q0), by coloured central differences."""
+    from scipy import sparse
+
+    S, m = problem.sparse, problem.m
+    near, apart = colourings(S)
+    delta = CBRT_EPS * np.maximum(1.0, np.abs(q0))
+    dvals = _central(S.values, q0, near, delta)
+    dgrad = _central(problem.grad_U, q0, apart, delta)
+    # G's nonzero e depends on the coordinates of its constraint: pairs (e, a) with a in column cols[e]'s pattern
+    Bt = sparse.csr_matrix((np.ones(S.nnz), (S.cols, S.rows)), shape=(S.nu, m))
+    E = (sparse.csr_matrix((np.ones(S.nnz), (np.arange(S.nnz), S.cols)), shape=(S.nnz, S.nu)) @ Bt).tocoo()
+    e, a = E.row, E.col
+    dG = sparse.csr_matrix((dvals[near[a], e] / delta[a], (e, a)), shape=(S.nnz, m))
+    # K0 = Hess U (on the coupling pattern and the diagonal) + sum_e lam[cols[e]] dG[e, a] at row rows[e]
+    C = (sparse.csr_matrix((np.ones(S.nnz), (S.rows, S.cols)), shape=(m, S.nu)) @ Bt).tocoo()
+    c, b = C.row, C.col
+    hess_U = sparse.csr_matrix((dgrad[apart[b], c] / delta[b], (c, b)), shape=(m, m))
+    lam_e = sparse.diags(lam[S.cols])
+    rows_e = sparse.csr_matrix((np.ones(S.nnz), (S.rows, np.arange(S.nnz))), shape=(m, S.nnz))
+    K0 = hess_U + rows_e @ lam_e @ dG
+    return K0.tocsr(), dG
+
+
+def blended(stepper, q0, p0, Mp0, h, gamma, n=0, t=0.0):
+    """As ``hbvm_core.blended.blended`` on the problem's sparse G: (gamma, (lam, psi_0, rho_0, Q), iterations)."""
+    from scipy import sparse
+    from scipy.sparse.linalg import splu
+
+    from ..blended import initial_multiplier
+
+    pb, rule, tab, S = stepper.problem, stepper.method.rule, stepper.tab, stepper.problem.sparse
+    s, m, nu, X = tab.s, pb.m, pb.nu, tab.X
+    D = inverse_mass(pb)
+    Dnz = D[S.rows]
+    lam = getattr(stepper, "blended_lam", None)
+    lam = initial_multiplier(pb) if lam is None else lam
+    K0, dG = derivatives(pb, q0, lam)
+    A11 = sparse.identity(s * m) + h * h * sparse.kron(X @ X, sparse.diags(D) @ K0)
+    block = np.arange(s)[:, None] * m
+    r12, c12 = (block + S.rows).ravel(), np.tile(S.cols, s) + s * m
+    r21, c21 = np.tile(S.cols, s) + s * m, (block + S.rows).ravel()
+    d_prev = np.inf
+    for it in range(1, rule.max_iter + 1):
+        Q = q0 + h * (tab.Ihat @ gamma)
+        psi = tab.W.T @ pb.grad_U(Q)
+        rho = tab.W.T @ S.values(Q)  # (s, nnz)
+        XMrho = X @ (rho * Dnz)
+        F1 = gamma + h * (X @ (psi * D)) + h * S.G_dot(XMrho, lam)
+        F1[0] -= Mp0
+        F2 = S.Gt_dot(rho, gamma).sum(axis=0)
+        HG = (dG @ gamma.T).T  # (s, nnz): Hess g applied to gamma_j, on G's pattern
+        Cv = rho + h * (X.T @ HG)
+        J = sparse.bmat(
+            [[A11, sparse.csr_matrix((h * XMrho.ravel(), (r12, c12 - s * m)), shape=(s * m, nu))],
+             [sparse.csr_matrix((Cv.ravel(), (r21 - s * m, c21)), shape=(nu, s * m)), None]],
+            format="csc",
+        )  # fmt: skip
+        try:
+            lu = splu(J, permc_spec="COLAMD")
+        except RuntimeError as exc:
+            raise np.linalg.LinAlgError(str(exc)) from None
+        delta = -lu.solve(np.concatenate([F1.ravel(), F2]))
+        new = gamma + delta[: s * m].reshape(s, m)
+        d = float(np.max(np.abs(new - gamma)))
+        if not np.isfinite(d):
+            raise ConvergenceError(n, t, d, it, "non-finite increment (diverged)")
+        size = h * float(np.max(S.G_dot(np.abs(XMrho), np.abs(lam))))
+        scale = max(1.0, float(np.max(np.abs(new))), size)
+        gamma = new
+        lam = lam + delta[s * m :]
+        amplified = size * stepper.sparse.amplification
+        if rule.done(d, d_prev, scale) or (d >= d_prev and d <= rule.stall_rtol * amplified):
+            stepper.blended_lam = lam
+            return gamma, (lam, psi[0], rho[0], Q), it
+        d_prev = d
+    raise ConvergenceError(n, t, d, rule.max_iter, "no convergence")
