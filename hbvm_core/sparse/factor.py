@@ -19,18 +19,18 @@ from ..errors import ConfigError
 Array = np.ndarray
 #: widest band (lower + upper + 1) that takes the banded solve
 BANDED_MAX = 17
-KINDS = ("auto", "banded", "splu")
+FORMS = ("auto", "banded", "splu")
 
 
 class Factorisation:
     """The ordering (and, for a band, its storage map) of a CSR pattern (indptr, indices) of size n."""
 
-    def __init__(self, indptr: Array, indices: Array, n: int, kind: str = "auto") -> None:
+    def __init__(self, indptr: Array, indices: Array, n: int, form: str = "auto") -> None:
         from scipy import sparse
         from scipy.sparse.csgraph import reverse_cuthill_mckee
 
-        if kind not in KINDS:
-            raise ConfigError(f"kind = {kind!r}: expected one of {', '.join(KINDS)}")
+        if form not in FORMS:
+            raise ConfigError(f"form = {form!r}: expected one of {', '.join(FORMS)}")
         self.n = n
         r = np.repeat(np.arange(n), np.diff(indptr))
         c = np.asarray(indices)
@@ -38,10 +38,10 @@ class Factorisation:
         perm = reverse_cuthill_mckee((pattern + pattern.T).tocsr(), symmetric_mode=True)
         inv = np.argsort(perm)  # new index of old i
         lower, upper = int(np.max(inv[r] - inv[c], initial=0)), int(np.max(inv[c] - inv[r], initial=0))
-        if kind == "auto":
-            kind = "banded" if lower + upper + 1 <= BANDED_MAX else "splu"
-        self.kind = kind
-        if kind == "banded":
+        if form == "auto":
+            form = "banded" if lower + upper + 1 <= BANDED_MAX else "splu"
+        self.form = form
+        if form == "banded":
             self.inv, self.bands = inv, (lower, upper)
             self.ab_index = (upper + inv[r] - inv[c]) * n + inv[c]
             return
@@ -61,7 +61,7 @@ class Factorisation:
 
         bp = np.empty(self.n)
         bp[self.inv] = b
-        if self.kind == "banded":
+        if self.form == "banded":
             lower, upper = self.bands
             ab = np.zeros((lower + upper + 1, self.n))
             ab.flat[self.ab_index] = data

@@ -61,13 +61,13 @@ def test_normal_assembly_matches_the_dense_product(bent):
     assert S.normal.nnz == 3 * bent.nu - 2  # a chain's G^T G is tridiagonal
 
 
-@pytest.mark.parametrize("kind", ["banded", "splu"])
+@pytest.mark.parametrize("form", ["banded", "splu"])
 @pytest.mark.parametrize("problem", [closed_chain(n=30), branched_tree(depth=5)], ids=["loop", "tree"])
-def test_factorisation_solves_like_dense_elimination(problem, kind):
+def test_factorisation_solves_like_dense_elimination(problem, form):
     """Either solver, with its ordering found once, solves G^T M^-1 G x = b and a second matrix of the same
     pattern to the conditioning of the system (backward error: residual <= 100 eps |A| |x|)."""
     S = problem.sparse
-    f = Factorisation(S.normal.indptr, S.normal.indices, S.nu, kind)
+    f = Factorisation(S.normal.indptr, S.normal.indices, S.nu, form)
     rng = np.random.default_rng(3)
     for q in (problem.q0, problem.q0 + 0.05 * rng.standard_normal(problem.m)):
         Gv = S.values(q[None, :])
@@ -81,8 +81,8 @@ def test_the_band_is_found_for_a_loop_and_refused_for_a_wide_tree():
     """Reverse Cuthill-McKee: a closed loop's cyclic pattern has bandwidth 2 on each side; a tree of 127 beads
     has a wide band, so it takes the sparse LU."""
     loop = closed_chain(n=40).sparse.factorisation
-    assert loop.kind == "banded" and max(loop.bands) <= 2
-    assert branched_tree(depth=7).sparse.factorisation.kind == "splu"
+    assert loop.form == "banded" and max(loop.bands) <= 2
+    assert branched_tree(depth=7).sparse.factorisation.form == "splu"
 
 
 def test_from_matrix_reads_the_pattern_once():

@@ -122,14 +122,14 @@ def test_sparse_path_equals_the_dense_path(factory, kw, method):
 
 
 @pytest.mark.parametrize(
-    ("problem", "kind"),
+    ("problem", "form"),
     [(closed_chain(n=60, mass=1.0 + 0.3 * np.cos(np.arange(60))), "banded"), (branched_tree(depth=7), "splu")],
     ids=["closed_chain", "branched_tree"],
 )
-def test_loop_and_tree_through_the_sparse_path(problem, kind):
+def test_loop_and_tree_through_the_sparse_path(problem, form):
     """A closed loop (cyclic G^T M^-1 G, banded after reordering) and a binary tree of 127 beads (wide band:
     the sparse LU): HBVM(2,2) keeps g and H at round-off (quadratic g, linear U; tolerance as for the chain)."""
-    assert problem.sparse.factorisation.kind == kind
+    assert problem.sparse.factorisation.form == form
     h, steps = 0.01, 50
     traj = hc.integrate(problem, HBVM(2, 2), h, h * steps)
     assert traj.attrs["linear_algebra"] == "sparse"
