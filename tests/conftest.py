@@ -63,6 +63,7 @@ def pytest_collection_finish(session):
     first, side by side, one process per core (``python -m hbvm_core kernels warm``), instead of one after another
     in this process as the tests reach them (some 6 s of CPU each, 14 loops): the tests then load them. Nothing
     is compiled for a run of a few files or of the quick tier (``-m "not slow"``)."""
+    import fcntl
     import os
     import time
 
@@ -75,14 +76,21 @@ def pytest_collection_finish(session):
 
     from hbvm_core.__main__ import LOOPS, _warm_one, loop_method, warm_tasks
     from hbvm_core.kernels import uncached_loop
+    from hbvm_core.kernels.registry import cache_dir
 
     tasks = [task for problems, solvers in WARM for task in warm_tasks(list(problems), list(solvers), LOOPS)]
-    cold = [(p, loop) for p, loop in tasks if uncached_loop(loop_method(loop), hc.get_problem(p)) is not None]
-    if len(cold) < 2:
-        return
     t0 = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=min(len(cold), os.cpu_count() or 1), mp_context=get_context("spawn")) as pool:
-        list(pool.map(_warm_one, cold))
+    # one warmer at a time: with pytest-xdist every worker collects, the first warms, the others then find
+    # the loops cached (an advisory lock of the kernel, released when its holder exits)
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    with open(cache_dir() / ".tests-warm.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        cold = [(p, loop) for p, loop in tasks if uncached_loop(loop_method(loop), hc.get_problem(p)) is not None]
+        if len(cold) < 2:
+            return
+        workers = min(len(cold), os.cpu_count() or 1)
+        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+            list(pool.map(_warm_one, cold))
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
         seconds = time.perf_counter() - t0
@@ -106,34 +114,48 @@ def pytest_configure(config):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     seen = getattr(item.config, "_hbvm_compiles", None)
-    if seen is None:
-        yield
-        return
-    from tests._compiles import cache_folders, forget_loops
+    if seen is not None:
+        from tests._compiles import cache_folders, forget_loops
 
-    if os.environ.get("HBVM_COMPILE_REPORT") == "every":
-        forget_loops()
-    seen.start(cache_folders())
+        if os.environ.get("HBVM_COMPILE_REPORT") == "every":
+            forget_loops()
+        seen.start(cache_folders())
     yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """At a test's teardown, what it compiled: in the quick tier a test not marked slow that compiled a loop
+    fails there, naming the loop (a failed report: it counts under pytest-xdist's workers too); in a report
+    (HBVM_COMPILE_REPORT) a note."""
+    outcome = yield
+    seen = getattr(item.config, "_hbvm_compiles", None)
+    if seen is None or call.when != "teardown":
+        return
     what = seen.take()
-    if what is not None:
-        item.config._hbvm_compiled.append((item.nodeid, what, item.get_closest_marker("slow") is not None))
+    if what is None:
+        return
+    slow = item.get_closest_marker("slow") is not None
+    item.config._hbvm_compiled.append((item.nodeid, what, slow))
+    if not slow and "not slow" in (item.config.option.markexpr or ""):
+        report = outcome.get_result()
+        report.outcome = "failed"
+        report.longrepr = (
+            f"the quick tier compiled a loop: {item.nodeid}: {what} (mark it @pytest.mark.slow, or run its numpy path)"
+        )
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """One line per test that compiled a loop: in the quick tier a failure, in a report (HBVM_COMPILE_REPORT) a note."""
+    """One line per test that compiled a loop, in a report (HBVM_COMPILE_REPORT) without pytest-xdist."""
     for nodeid, what, slow in getattr(config, "_hbvm_compiled", []):
-        if slow:
-            terminalreporter.write_line(f"compiled (marked slow): {nodeid}: {what}")
-        else:
-            terminalreporter.write_line(
-                f"the quick tier compiled a loop: {nodeid}: {what} (mark it @pytest.mark.slow, or run its numpy path)",
-                red=True,
-            )
+        terminalreporter.write_line(f"compiled{' (marked slow)' if slow else ''}: {nodeid}: {what}")
 
 
-def pytest_sessionfinish(session, exitstatus):
-    """The quick tier fails if one of its tests compiled a loop (``tests/_compiles.py``)."""
-    compiled = [c for c in getattr(session.config, "_hbvm_compiled", []) if not c[2]]
-    if compiled and "not slow" in (session.config.option.markexpr or "") and session.exitstatus == 0:
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+# --------------------------------------------------------------------------- pytest-xdist: a file per worker
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Under ``--dist loadgroup`` each test file runs whole on one worker (its module fixtures, a workflow run
+    shared by its tests, are built once), and the multi-host lab's files share one group: one lab, one user."""
+    for item in items:
+        group = "lab" if item.get_closest_marker("slurm") else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
