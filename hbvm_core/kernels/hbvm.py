@@ -30,7 +30,7 @@ problem and solver (measured: ``runner.specialise_ks``).
 import numpy as np
 from numba import njit
 
-from hbvm_core.kernels.linalg import minv  # noqa: F401 (pasted by the generator)
+from hbvm_core.kernels.linalg import minv, solve_small  # noqa: F401 (pasted by the generator)
 from hbvm_core.kernels.rules import (  # noqa: F401 (pasted by the generator)
     DIVERGED,
     NO_CONVERGENCE,
@@ -39,6 +39,7 @@ from hbvm_core.kernels.rules import (  # noqa: F401 (pasted by the generator)
     SINGULAR,
     compensated_add,
     converged,
+    inline_source,
     save_rows,
 )
 
@@ -58,12 +59,6 @@ SOLVER = 0
 FIXED_POINT, BLENDED = 0, 1
 EXTRAPOLATE, PREVIOUS, P0 = 0, 1, 2
 CBRT_EPS = 6.055454452393343e-06  # eps^(1/3): the central-difference step of the Newton matrix
-
-
-def inline_source(f):
-    """Marks a helper that the generator pastes into its call sites (``registry.expand_inline``): it is never
-    called or jitted itself. Its only ``return`` is its last statement; its locals become the caller's."""
-    return f
 
 
 @inline_source
@@ -114,38 +109,6 @@ def _stages(q, h, gamma, Ihat, W, P, Q, Mv, gU, GQ, psi, rho, k, s, m, nu):
                 psi[j, a] += c * gU[i, a]
                 for r in range(nu):
                     rho[j, a, r] += c * GQ[i, a, r]
-
-
-@inline_source
-def _solve_small(A, b, n):
-    """b <- A^{-1} b by Gaussian elimination with partial pivoting (A overwritten); False if singular."""
-    singular = False
-    for c in range(n):
-        pr = c
-        big = abs(A[c, c])
-        for r in range(c + 1, n):
-            if abs(A[r, c]) > big:
-                big = abs(A[r, c])
-                pr = r
-        if big == 0.0:
-            singular = True
-            break
-        if pr != c:
-            for j in range(n):
-                A[c, j], A[pr, j] = A[pr, j], A[c, j]
-            b[c], b[pr] = b[pr], b[c]
-        for r in range(c + 1, n):
-            f = A[r, c] / A[c, c]
-            for j in range(c + 1, n):
-                A[r, j] -= f * A[c, j]
-            b[r] -= f * b[c]
-    if not singular:
-        for r in range(n - 1, -1, -1):
-            acc = b[r]
-            for j in range(r + 1, n):
-                acc -= A[r, j] * b[j]
-            b[r] = acc / A[r, r]
-    return not singular
 
 
 @inline_source
@@ -200,7 +163,7 @@ def _fp_sweep(h, Mp0, X, L, s, m, nu, psi, rho, Mpsi, Mrho, XMpsi, XMrho, A, lam
                 for a in range(m):
                     acc += rho[j, a, r] * XMpsi[j, a]
             lam[r] = acc0 - h * acc
-        solved = _solve_small(A, lam, nu)
+        solved = solve_small(A, lam, nu)
         if solved:
             for j in range(s):
                 for a in range(m):
@@ -396,7 +359,7 @@ def _newton_solve(A11, piv11, Bc, Cr, Y, S, zw, rhs, lam_new, sm, nu):
             for i in range(sm):
                 acc += Cr[r, i] * rhs[i]
             lam_new[r] = acc - rhs[sm + r]
-        solved = _solve_small(S, lam_new, nu)
+        solved = solve_small(S, lam_new, nu)
         if solved:
             for i in range(sm):
                 acc = 0.0

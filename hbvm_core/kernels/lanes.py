@@ -50,8 +50,8 @@ fixed-point solver, M = I, k s m (nu + 1) at most ``LANE_WORK_MAX``. Its block (
 all its lanes (the callbacks take one), so the runs are grouped by params
 (``ensemble.py``); a group of fewer than ``MIN_GROUP`` runs goes to the
 per-run block. Results agree with the per-run loop to round-off (the same
-operations in the same order, apart from the linear solve for nu > 1, whose
-row swaps are written as selects).
+operations in the same order: the small solve, ``linalg.solve_small``, is
+written so that its per-lane branches and row swap become masked stores).
 """
 
 from __future__ import annotations
@@ -236,42 +236,6 @@ def lane_block(q0, p0, h0, N0, every0, run, warm, rule, L, P, compensated,
                 lam_out[src, b] = lam_prev[b] if code == OK and Nl[_ln] > 0 else np.nan
 '''
 
-#: the template's Gaussian elimination with its row swaps and its early exit written as selects: a loop over
-#: lanes cannot branch per lane (the same pivots and operations; a singular lane computes on and is discarded)
-LANE_SOLVE = '''
-@inline_source
-def _solve_small(A, b, n):
-    """b <- A^{-1} b by Gaussian elimination with partial pivoting (A overwritten); False if singular."""
-    singular = False
-    for c in range(n):
-        pr = c
-        big = abs(A[c, c])
-        for r in range(c + 1, n):
-            pr = r if abs(A[r, c]) > big else pr
-            big = abs(A[r, c]) if abs(A[r, c]) > big else big
-        singular = singular or big == 0.0
-        for r in range(c + 1, n):
-            for j in range(n):
-                swap_a = A[c, j]
-                A[c, j] = A[r, j] if pr == r else swap_a
-                A[r, j] = swap_a if pr == r else A[r, j]
-            swap_b = b[c]
-            b[c] = b[r] if pr == r else swap_b
-            b[r] = swap_b if pr == r else b[r]
-        for r in range(c + 1, n):
-            f = A[r, c] / A[c, c]
-            for j in range(c + 1, n):
-                A[r, j] -= f * A[c, j]
-            b[r] -= f * b[c]
-    for r in range(n - 1, -1, -1):
-        acc = b[r]
-        for j in range(r + 1, n):
-            acc -= A[r, j] * b[j]
-        b[r] = acc / A[r, r]
-    return not singular
-'''
-
-
 def applies(runner, m: int, nu: int) -> bool:
     """Whether a runner's loop has a lockstep form that pays: HBVM's constant multiplier, fixed point, M = I,
     and k s m (nu + 1) at most ``LANE_WORK_MAX``."""
@@ -295,7 +259,6 @@ def lane_source(constants: dict, tables: tuple[np.ndarray, ...]) -> str:
     ``tables`` are the method's Ihat, W, X, E (``TABLES``)."""
     template = TEMPLATES["hbvm"].read_text()
     template = template[: template.index("@njit(cache=CACHE)\ndef run_chunk(")]  # the helpers, not the loop
-    template = _replace_helper(template, "_solve_small", LANE_SOLVE)
     shared = [path.read_text() for path in SHARED]
     driver = re.sub(r"\\\n\s*", "", LANE_DRIVER)  # the driver's calls are one line each for expand_inline
     expanded = expand_inline(template + "\nfrom numba import prange  # noqa: E402\n" + driver, *shared)
@@ -307,15 +270,6 @@ def lane_source(constants: dict, tables: tuple[np.ndarray, ...]) -> str:
     total = sum(size for _, size in slots.values())
     frozen = "".join(f"TABLE_{name} = np.array({table.tolist()!r})\n" for name, table in zip(TABLES, tables))
     return ast.unparse(tree) + f"\n\nLANE_SLOTS = {total}\n" + frozen
-
-
-def _replace_helper(source: str, name: str, replacement: str) -> str:
-    """The template's source with the ``@inline_source`` helper ``name`` replaced."""
-    tree = ast.parse(source)
-    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
-    lines = source.splitlines()
-    start = min(d.lineno for d in node.decorator_list) - 1
-    return "\n".join(lines[:start] + replacement.strip("\n").splitlines() + lines[node.end_lineno :]) + "\n"
 
 
 def _slots(constants: dict) -> dict[str, tuple[int, int]]:

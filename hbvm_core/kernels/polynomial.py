@@ -29,6 +29,7 @@ from hbvm_core.kernels.rules import (  # noqa: F401 (pasted by the generator)
     SINGULAR,
     compensated_add,
     converged,
+    inline_source,
     save_rows,
 )
 
@@ -40,11 +41,6 @@ G = G_original = None
 M_SIZE = 0
 NU_SIZE = 0
 HAS_M = False
-
-
-def inline_source(f):
-    """Marks a helper that the generator pastes into its call sites (``registry.expand_inline``)."""
-    return f
 
 
 @inline_source
