@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from ._version import __version__
-from .kernels.registry import cache_dir
+from .kernels.modules import cache_dir
 from .methods import method_from_entry
 from .probes import probe_points
 

@@ -59,7 +59,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import copy as copy_module
-import hashlib
 import re
 import types
 from pathlib import Path
@@ -67,19 +66,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError
-from .registry import (
-    CALLBACKS,
-    NO_CONSTRAINTS,
-    SHARED,
-    TEMPLATES,
-    _from_file,
-    _in_memory,
-    cache_dir,
-    callback_source,
-    expand_inline,
-    import_generated,
-    resolve_callback,
-)
+from .modules import by_key, generated_module, module_tag
+from .registry import CALLBACKS, LOOP_BINDING, SHARED, TEMPLATES, bound_callbacks, expand_inline, timed_loops
 
 #: runs of a lockstep block: two vectors of 8 doubles (AVX-512). Measured per run-step over the per-run block,
 #: one core (a loaded machine): 16 lanes 0.29x (conical HBVM(2,2)) and 0.48x (tethered HBVM(6,2)); 32 lanes
@@ -235,6 +223,7 @@ def lane_block(q0, p0, h0, N0, every0, run, warm, rule, L, P, compensated,
             for b in range(NU_SIZE):
                 lam_out[src, b] = lam_prev[b] if code == OK and Nl[_ln] > 0 else np.nan
 '''
+
 
 def applies(runner, m: int, nu: int) -> bool:
     """Whether a runner's loop has a lockstep form that pays: HBVM's constant multiplier, fixed point, M = I,
@@ -625,63 +614,31 @@ def _is_callback(stmt: ast.stmt) -> bool:
 
 
 # --------------------------------------------------------------------------- the module
-_MODULES: dict[str, types.ModuleType] = {}
-_BY_KEY: dict[tuple, types.ModuleType] = {}  # (constants, callbacks) -> module: skips writing the source
-
-
 def lane_module(problem, runner) -> types.ModuleType:
-    """The lockstep module of (problem, the runner's HBVM(k, s)): generated once, cached on disk like the loops."""
+    """The lockstep module of (problem, the runner's HBVM(k, s)): generated once, cached on disk like the loops
+    (``modules.generated_module``)."""
     constants = constants_of(runner, problem)
     kernels = problem.kernels
-    key = (tuple(sorted(constants.items())), kernels.grad_U, kernels.G)
-    try:
-        if key in _BY_KEY:
-            return _BY_KEY[key]
-    except TypeError:  # unhashable callbacks: no shortcut
-        key = None
-    module = _lane_module(constants, kernels, runner.tab)
-    if key is not None:
-        _BY_KEY[key] = module
-    return module
+    key = ("lanes", tuple(sorted(constants.items())), kernels.grad_U, kernels.G)
+    return by_key(key, lambda: _lane_module(constants, kernels, runner.tab))
 
 
 def _lane_module(constants: dict, kernels, tables: tuple[np.ndarray, ...]) -> types.ModuleType:
-    callbacks = {}
-    for name in ("grad_U", "G"):
-        f = getattr(kernels, name)
-        if f is None and name in NO_CONSTRAINTS:
-            f = NO_CONSTRAINTS[name]
-        callbacks[name] = resolve_callback(name, f)
+    callbacks = bound_callbacks(("grad_U", "G"), kernels, constants["NU_SIZE"])
     import numba
 
-    # the module is a function of what makes it (this generator, registry's expansion and file footer, the template
-    # and its shared helpers, the constants, the tables, the callbacks, numba): hashed without writing the source,
-    # so that a process finds a module written before without generating it again (some 0.1 s each)
-    digest = hashlib.sha256(numba.__version__.encode())
-    for path in (Path(__file__), Path(__file__).with_name("registry.py"), TEMPLATES["hbvm"], *SHARED):
-        digest.update(path.read_bytes())
-    digest.update(repr(sorted(constants.items())).encode())
-    for table in tables:
-        digest.update(np.ascontiguousarray(table, dtype=float).tobytes())
-    for key, (f, name) in callbacks.items():
-        digest.update(f"{key}={name or id(f)}\n{callback_source(f)}".encode())
-    tag = f"lanes_{digest.hexdigest()[:20]}"
-    if tag in _MODULES:
-        return _MODULES[tag]
-    bound = {key: name for key, (_, name) in callbacks.items()}
-    stem = tag.replace("_", "_kernel_", 1)
-    written = cache_dir() / f"{stem}.py"
-    if all(name is not None for name in bound.values()) and written.exists():
-        module = import_generated(stem, f"_hbvm_{tag}", written.read_text())
-        _MODULES[tag] = module
-        return module
-    source = lane_source(constants, tables)
-    if all(name is not None for name in bound.values()):
-        module = _from_file(tag, "hbvm", source, bound, constants)
-    else:
-        module = _in_memory(tag, source, {key: f for key, (f, _) in callbacks.items()}, constants)
-    _MODULES[tag] = module
-    return module
+    # the module is a function of what makes it (this generator, the builder of modules, registry's expansion, the
+    # template and its shared helpers, the constants, the tables, the callbacks, numba): hashed without writing the
+    # source, so that a process finds a module written before without generating it again (some 0.1 s each)
+    here = Path(__file__)
+    files = (here, here.with_name("modules.py"), here.with_name("registry.py"), TEMPLATES["hbvm"], *SHARED)
+    parts = [path.read_bytes() for path in files]
+    parts += [np.ascontiguousarray(table, dtype=float).tobytes() for table in tables]
+    tag = module_tag("lanes", parts, numba.__version__, callbacks, constants)
+    origin = "hbvm_core.kernels.lanes from hbvm.py"
+    return generated_module(
+        tag, lambda: lane_source(constants, tables), callbacks, constants, LOOP_BINDING, origin, finish=timed_loops
+    )
 
 
 def lane_rows(runs: np.ndarray) -> np.ndarray:
