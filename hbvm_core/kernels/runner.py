@@ -15,16 +15,18 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..blended import initial_multiplier
 from ..errors import ConvergenceError, ProblemError
-from ..integrate import buffer_rows, name_failed_step
 from ..legendre import shifted_legendre, tableau
-from ..problem import Problem
 from .registry import loop_module, note_compiled
-from .rules import DIVERGED, NO_CONVERGENCE, NON_FINITE_STATE, SINGULAR
+from .rules import DIVERGED, NO_CONVERGENCE, NON_FINITE_STATE, SINGULAR, buffer_rows, name_failed_step
+
+if TYPE_CHECKING:  # a type only: problem.py is a layer above kernels (it builds the reference's module)
+    from ..problem import Problem
 
 SOLVER_CODES = {"fixed-point": 0, "blended": 1}
 WARM_CODES = {"extrapolate": 0, "previous": 1, "p0": 2}
