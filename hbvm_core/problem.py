@@ -29,6 +29,7 @@ from .checks import check_derivatives as check_derivatives_of
 from .checks import check_vectorised
 from .checks import enabled as derivative_checks_enabled
 from .errors import NonFiniteError, ProblemError, keywords_checked
+from .kernels.description import LoopDescription
 
 Array = np.ndarray
 
@@ -37,6 +38,11 @@ CONSISTENCY_TOL = 1e-10
 #: G^T M^-1 G at q0 with a larger condition number counts as singular
 MAX_CONDITION = 1e12
 _DEFERRED: contextvars.ContextVar[bool] = contextvars.ContextVar("hbvm_deferred_validation", default=False)
+
+
+#: the compiled reference (kernels/reference.py): lambda(q, p) and the index-reduced ODE's right-hand side, a
+#: module of functions (no time loop) binding d2g too; ``Problem.compiled_reference`` builds it
+REFERENCE_LOOP = LoopDescription(template="reference", callbacks=("grad_U", "G", "d2g"), forms=frozenset({"functions"}))
 
 
 @contextlib.contextmanager
@@ -277,7 +283,7 @@ class Problem:
         if getattr(self, "_reference", None) is None:
             from .kernels.registry import loop_module
 
-            module = loop_module("reference", k, {"M_SIZE": self.m, "NU_SIZE": self.nu})
+            module = loop_module(REFERENCE_LOOP, k, {"M_SIZE": self.m, "NU_SIZE": self.nu})
             minv = np.zeros((0, 0)) if self.M is None else self.minv(np.eye(self.m))
             self._reference = (module, np.ascontiguousarray(minv), np.array(k.params, dtype=float))
         return self._reference

@@ -73,10 +73,11 @@ def pytest_collection_finish(session):
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
-    from hbvm_core.__main__ import LOOPS, _warm_one, loop_method, warm_tasks
+    from hbvm_core.__main__ import _warm_one, compiled_loops, loop_method, warm_tasks
     from hbvm_core.kernels import uncached_loop
 
-    tasks = [task for problems, solvers in WARM for task in warm_tasks(list(problems), list(solvers), LOOPS)]
+    loops = tuple(compiled_loops())  # every method's described loop
+    tasks = [task for problems, solvers in WARM for task in warm_tasks(list(problems), list(solvers), loops)]
     cold = [(p, loop) for p, loop in tasks if uncached_loop(loop_method(loop), hc.get_problem(p)) is not None]
     if len(cold) < 2:
         return

@@ -42,7 +42,7 @@ import numpy as np
 
 from ..errors import BackendError
 from .modules import Binding, generated_module, module_tag
-from .registry import CALLBACKS, SHARED, TEMPLATES, compiled, expand_inline, resolve_callback
+from .registry import compiled, expanded_template, resolve_callback
 
 #: point and step rows a thread buffers per call of run_chunk before it copies the points to global memory
 ROWS = 4
@@ -123,47 +123,42 @@ def _numba_cuda_version() -> str:
         return "?"
 
 
-#: the runner classes (kernels/runner.py) -> their template
-TEMPLATE_OF = {"CompiledRunner": "hbvm", "PolynomialRunner": "polynomial", "RattleRunner": "rattle"}
-
-
 def loop_sizes(runner, shared: tuple) -> dict[str, int]:
     """The compile-time sizes of the templates' work arrays: k, s (from the shared Ihat; 1 without), m, nu, sm."""
     from .cuda_source import chunk_parameters, shared_parameters
 
-    names = shared_parameters(chunk_parameters(TEMPLATES[template_of(runner)].read_text()))
+    names = shared_parameters(chunk_parameters(description_of(runner).path.read_text()))
     tables = dict(zip(names, shared))
     k, s = np.shape(tables["Ihat"]) if "Ihat" in tables else (1, 1)
     m, nu = int(runner.module.M_SIZE), int(runner.module.NU_SIZE)
     return {"k": int(k), "s": int(s), "m": m, "nu": nu, "sm": int(s) * m}
 
 
-def template_of(runner) -> str:
-    """The template of a runner's loop; BackendError for a runner with no GPU loop."""
-    template = TEMPLATE_OF.get(type(runner).__name__)
-    if template is None:
+def description_of(runner):
+    """The description of a runner's loop (``LoopDescription``); BackendError for a loop with no GPU form."""
+    description = getattr(runner, "description", None)
+    if description is None or not description.has("cuda"):
         raise BackendError(f"backend 'cuda': no GPU loop for {type(runner).__name__}")
-    return template
+    return description
 
 
 def cuda_module(runner, shared: tuple, gamma_rows: int) -> types.ModuleType:
     """The generated CUDA module of a runner's (template, callbacks, constants), with k and s fixed too."""
     from .cuda_source import cuda_module_source
 
-    template = template_of(runner)
+    description = description_of(runner)
     sizes = loop_sizes(runner, shared)
     cpu = runner.module
     constants = {key: getattr(cpu, key) for key in ("M_SIZE", "NU_SIZE", "HAS_M", "SOLVER") if hasattr(cpu, key)}
     constants |= {"K_SIZE": sizes["k"], "S_SIZE": sizes["s"]}
     constants = {key: val.item() if isinstance(val, np.generic) else val for key, val in constants.items()}
-    callbacks = {key: resolve_callback(key, getattr(cpu, f"{key}_original")) for key in CALLBACKS[template]}
-    expanded = expand_inline(TEMPLATES[template].read_text(), *(path.read_text() for path in SHARED))
+    callbacks = {key: resolve_callback(key, getattr(cpu, f"{key}_original")) for key in description.callbacks}
     try:
-        source = cuda_module_source(expanded, sizes, ROWS, gamma_rows)
+        source = cuda_module_source(expanded_template(description), sizes, ROWS, gamma_rows, description.fields())
     except ValueError as exc:
         raise BackendError(f"backend 'cuda': {exc}") from None
-    tag = module_tag(template, (source,), _numba_cuda_version(), callbacks, constants)
-    origin = f"hbvm_core.kernels.cuda from {template}.py"
+    tag = module_tag(description.template, (source,), _numba_cuda_version(), callbacks, constants)
+    origin = f"hbvm_core.kernels.cuda from {description.path.name}"
     return generated_module(tag, source, callbacks, constants, CUDA_BINDING, origin)
 
 
@@ -259,7 +254,9 @@ def run_block_cuda(
             kernel(module, max_registers)[blocks, threads](*passed, *out.values())
         except NumbaError as exc:  # numba-cuda cannot compile it: a callback calling numpy array functions, say
             first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
-            raise BackendError(f"backend 'cuda': the {template_of(runner)} kernel does not compile: {first}") from None
+            raise BackendError(
+                f"backend 'cuda': the {description_of(runner).template} kernel does not compile: {first}"
+            ) from None
     cuda.synchronize()
     t3 = clock()
     result = {key: val.copy_to_host() for key, val in out.items()}

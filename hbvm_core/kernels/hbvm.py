@@ -40,10 +40,15 @@ from hbvm_core.kernels.rules import (  # noqa: F401 (pasted by the generator)
     compensated_add,
     converged,
     inline_source,
+    record_failure,
     save_rows,
 )
 
 CACHE = True  # the generator writes False for callbacks that cannot be imported by name
+# the fields of run_chunk's state and info: set by the generated module from the loop's description
+# (kernels/description.py, ``field_source``)
+STATE_N = STATE_HAVE_PREV = STATE_POINTS = STATE_STEPS = STATE_ITERATIONS = STATE_MAX_ITERATIONS = None
+STATE_COMPENSATED = INFO_STATUS = INFO_STEP = INFO_ITERATIONS = INFO_INCREMENT = None
 # Bound by the generated module: the problem's compiled callbacks, and compile-time constants (numba freezes
 # globals) -- m, nu, whether M != I, and the solver -- so the small loops unroll and unused code is pruned.
 grad_U = grad_U_original = None
@@ -471,10 +476,10 @@ def run_chunk(
         for l in range(s):
             for i in range(s):
                 X2[j, l] += X[j, i] * X[i, l]
-    compensated = state[6] != 0
-    n = state[0]
+    compensated = state[STATE_COMPENSATED] != 0
+    n = state[STATE_N]
     while n < N:
-        have_prev = state[1] != 0
+        have_prev = state[STATE_HAVE_PREV] != 0
         for a in range(m):
             Mp0[a] = p[a]
         if HAS_M:
@@ -527,7 +532,7 @@ def run_chunk(
                 d_prev = d
                 status, it = NO_CONVERGENCE, newton
         if status != OK:
-            info[0], info[1], info[2], info[3] = status, n, it, d
+            record_failure(info, status, n, it, d)
             # the failed step's initial guess in gamma_prev, for naming a non-finite callback
             if not have_prev or warm == P0:
                 _warm_start(gamma_prev, gamma, E, Mp0, True, warm, s, m)
@@ -536,25 +541,25 @@ def run_chunk(
                     for a in range(m):
                         gamma[j, a] = gamma_prev[j, a]
                 _warm_start(gamma_prev, gamma, E, Mp0, False, warm, s, m)
-            state[0] = n
+            state[STATE_N] = n
             return status
         for j in range(s):
             for a in range(m):
                 gamma_prev[j, a] = gamma[j, a]
         for r in range(nu):
             lam_prev[r] = lam[r]
-        state[1] = 1
+        state[STATE_HAVE_PREV] = 1
         finite = _update(q, p, cq, cp, gamma, psi, rho, lam, h, compensated, m, nu)
         if not finite:
-            info[0], info[1], info[2], info[3] = NON_FINITE_STATE, n, it, np.nan
-            state[0] = n
+            record_failure(info, NON_FINITE_STATE, n, it, np.nan)
+            state[STATE_N] = n
             return NON_FINITE_STATE
-        state[4] += it
-        if it > state[5]:
-            state[5] = it
+        state[STATE_ITERATIONS] += it
+        if it > state[STATE_MAX_ITERATIONS]:
+            state[STATE_MAX_ITERATIONS] = it
         full = save_rows(n, N, h, save_every, q, p, lam, it, state, pt_t, pt_q, pt_p, st_t, st_lam, st_it, cap, m, nu)
         n += 1
         if full:
             break
-    state[0] = n
+    state[STATE_N] = n
     return OK

@@ -66,8 +66,10 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError
+from .callbacks import CALLBACK_NAMES
+from .description import template_path
 from .modules import by_key, generated_module, module_tag
-from .registry import CALLBACKS, LOOP_BINDING, SHARED, TEMPLATES, bound_callbacks, expand_inline, timed_loops
+from .registry import LOOP_BINDING, SHARED, bound_callbacks, expand_inline, timed_loops
 
 #: runs of a lockstep block: two vectors of 8 doubles (AVX-512). Measured per run-step over the per-run block,
 #: one core (a loaded machine): 16 lanes 0.29x (conical HBVM(2,2)) and 0.48x (tethered HBVM(6,2)); 32 lanes
@@ -246,7 +248,7 @@ def constants_of(runner, problem) -> dict:
 def lane_source(constants: dict, tables: tuple[np.ndarray, ...]) -> str:
     """The lockstep module's source: the template with ``run_lanes`` pasted and rewritten (module docstring);
     ``tables`` are the method's Ihat, W, X, E (``TABLES``)."""
-    template = TEMPLATES["hbvm"].read_text()
+    template = template_path("hbvm").read_text()
     template = template[: template.index("@njit(cache=CACHE)\ndef run_chunk(")]  # the helpers, not the loop
     shared = [path.read_text() for path in SHARED]
     driver = re.sub(r"\\\n\s*", "", LANE_DRIVER)  # the driver's calls are one line each for expand_inline
@@ -604,12 +606,11 @@ def _as_load(node: ast.expr) -> ast.expr:
 
 
 def _is_callback(stmt: ast.stmt) -> bool:
-    callbacks = {name for names in CALLBACKS.values() for name in names}
     return (
         isinstance(stmt, ast.Expr)
         and isinstance(stmt.value, ast.Call)
         and isinstance(stmt.value.func, ast.Name)
-        and stmt.value.func.id in callbacks
+        and stmt.value.func.id in CALLBACK_NAMES
     )
 
 
@@ -631,7 +632,7 @@ def _lane_module(constants: dict, kernels, tables: tuple[np.ndarray, ...]) -> ty
     # template and its shared helpers, the constants, the tables, the callbacks, numba): hashed without writing the
     # source, so that a process finds a module written before without generating it again (some 0.1 s each)
     here = Path(__file__)
-    files = (here, here.with_name("modules.py"), here.with_name("registry.py"), TEMPLATES["hbvm"], *SHARED)
+    files = (here, here.with_name("modules.py"), here.with_name("registry.py"), template_path("hbvm"), *SHARED)
     parts = [path.read_bytes() for path in files]
     parts += [np.ascontiguousarray(table, dtype=float).tobytes() for table in tables]
     tag = module_tag("lanes", parts, numba.__version__, callbacks, constants)

@@ -1,27 +1,22 @@
 """The one generator of compiled loop modules: a template + a problem's callbacks, cached on disk across processes.
 
-Numba does not cache a function that takes other jitted functions as arguments
-(the dispatcher types in the cache key differ from process to process; closures
-over them miss the cache too -- both measured, see benchmarks/README.md). So a
-loop is specialised by code generation instead: the source of a template
-(``TEMPLATES``: ``hbvm.py`` for the constant multiplier, ``polynomial.py`` for
-the polynomial one, ``rattle.py`` for RATTLE), with its ``@inline_source``
-helpers and those of ``rules.py`` and ``linalg.py`` (``SHARED``) pasted into
-their call sites (``expand_inline``), is built by ``modules.generated_module``
-(the builder every form shares) as ``<cache dir>/<template>_kernel_<hash>.py``
-followed by a footer that binds
-the callbacks the template uses (``CALLBACKS``: ``grad_U`` and ``G``, and the
-constraint ``g`` for RATTLE) to the problem's callbacks
-by import (as copies that numba inlines into the loop: 1.6x faster than calls
-on the conical pendulum) and sets the template's compile-time constants; numba
-caches that module like any other (``__pycache__`` next to it). The hash covers
-the template, the callbacks' names and source, the constants and the numba
-version, so a changed callback gets a new module. It does not cover what a callback
-uses from elsewhere -- a helper it calls, a module-level constant (numba
-freezes globals into the compiled code): after changing such a thing,
-``python -m hbvm_core kernels clear``. Callbacks that cannot be imported by
-name (``__main__``, closures) get an in-memory module, compiled in every
-process.
+Numba does not cache a function that takes other jitted functions as arguments (the dispatcher types in the
+cache key differ from process to process; closures over them miss the cache too -- both measured, see
+benchmarks/README.md). So a loop is specialised by code generation instead: the source of a template (named by
+the method's loop description, ``method.LOOP``, ``kernels/description.py``: ``hbvm.py`` for the constant
+multiplier, ``polynomial.py`` for the polynomial one, ``rattle.py`` for RATTLE), with its ``@inline_source``
+helpers and those of ``rules.py`` and ``linalg.py`` (``SHARED``) pasted into their call sites
+(``expand_inline``) and the fields of ``state`` and ``info`` as constants (``expanded_template``), and the
+ensemble's ``run_block`` where the loop has that form, is built by ``modules.generated_module`` (the builder
+every form shares) as ``<cache>/<template>_kernel_<hash>.py`` followed by a footer that binds the callbacks
+the description names (``grad_U`` and ``G``, and the constraint ``g`` for RATTLE) to the problem's callbacks
+by import (as copies that numba inlines into the loop: 1.6x faster than calls on the conical pendulum) and
+sets the template's compile-time constants; numba caches that module like any other (``__pycache__`` next to
+it). The hash covers the template, the callbacks' names and source, the constants and the numba version, so a
+changed callback gets a new module. It does not cover what a callback uses from elsewhere -- a helper it
+calls, a module-level constant (numba freezes globals into the compiled code): after changing such a thing,
+``python -m hbvm_core kernels clear``. Callbacks that cannot be imported by name (``__main__``, closures) get
+an in-memory module, compiled in every process.
 
 Once a module's ``run_chunk`` has been compiled (and so saved by numba) or
 loaded, ``note_compiled`` writes a marker file of ours next to it, keyed by the
@@ -54,33 +49,22 @@ from pathlib import Path
 
 from ..errors import ConfigError, ProblemError
 from .callbacks import Kernels, kernel
+from .description import LoopDescription
 from .ensemble import block_source
 from .modules import Binding, by_key, cache_dir, generated_module, module_tag
 
 #: how the CPU loops bind a callback: a copy that numba inlines into the loop (``inline_copy``)
 LOOP_BINDING = Binding("hbvm_core.kernels.registry:inline_copy")
 
-#: template name -> its file; the generated module of template T is <cache>/T_kernel_<hash>.py
-TEMPLATES = {name: Path(__file__).with_name(f"{name}.py") for name in ("hbvm", "polynomial", "rattle", "reference")}
 #: what every template shares, pasted into each: the rules (the stopping rule, the compensated update, the save
 #: rule, the status codes) and the small linear algebra (M^{-1} x by Cholesky, a small solve)
 SHARED = tuple(Path(__file__).with_name(name) for name in ("rules.py", "linalg.py"))
-#: the callbacks a template's generated module binds (the RATTLE loop also evaluates the constraint g;
-#: ``reference``, lambda(q, p) and the index-reduced ODE, the Hessian form d2g)
-CALLBACKS = {
-    "hbvm": ("grad_U", "G"),
-    "polynomial": ("grad_U", "G"),
-    "rattle": ("grad_U", "G", "g"),
-    "reference": ("grad_U", "G", "d2g"),
-}
 #: what stands in for a missing callback of an unconstrained problem (nu = 0)
 NO_CONSTRAINTS = {
     "G": "hbvm_core.kernels.registry:no_constraints",
     "g": "hbvm_core.kernels.registry:no_constraint_values",
     "d2g": "hbvm_core.kernels.registry:no_constraint_curvature",
 }
-#: the templates whose generated module also holds the ensemble's ``run_block`` (``ensemble.block_source``)
-ENSEMBLE_TEMPLATES = ("hbvm", "polynomial", "rattle")
 _COMPILED: dict[object, object] = {}  # plain function marked by ``kernel`` -> its numba dispatcher
 #: a generated module's compiled loops (the others are pasted into them or are callbacks) -> what the log calls them
 LOOPS = {
@@ -314,16 +298,18 @@ def resolve_callback(key: str, value) -> tuple[object, str | None]:
     return value, name
 
 
-def loop_module(template: str, kernels: Kernels, constants: dict) -> types.ModuleType:
-    """The generated module of ``template`` for these callbacks and compile-time ``constants``.
+def loop_module(description: LoopDescription, kernels: Kernels, constants: dict) -> types.ModuleType:
+    """The generated module of a loop (its ``description``: template, callbacks, forms) for these callbacks and
+    compile-time ``constants``.
 
-    Its ``run_chunk`` is the compiled loop, ``<name>_original`` the callbacks as given (``CALLBACKS``).
+    Its ``run_chunk`` is the compiled loop (and ``run_block`` the ensemble's, where the loop has that form),
+    ``<name>_original`` the callbacks as given (``description.callbacks``).
     """
     if not isinstance(kernels, Kernels):
         raise ConfigError(f"kernels = {kernels!r}: expected hbvm_core.kernels.Kernels(grad_U=..., G=...)")
-    bound = tuple(getattr(kernels, name) for name in CALLBACKS[template])
-    key = ("loop", template, bound, tuple(sorted(constants.items())))
-    return by_key(key, lambda: _loop_module(template, kernels, constants))
+    bound = tuple(getattr(kernels, name) for name in description.callbacks)
+    key = ("loop", description, bound, tuple(sorted(constants.items())))
+    return by_key(key, lambda: _loop_module(description, kernels, constants))
 
 
 def bound_callbacks(names, kernels: Kernels, nu: int) -> dict[str, tuple[object, str | None]]:
@@ -340,15 +326,22 @@ def bound_callbacks(names, kernels: Kernels, nu: int) -> dict[str, tuple[object,
     return callbacks
 
 
-def _loop_module(template: str, kernels: Kernels, constants: dict) -> types.ModuleType:
-    callbacks = bound_callbacks(CALLBACKS[template], kernels, constants.get("NU_SIZE", 0))
+def expanded_template(description: LoopDescription) -> str:
+    """The template's source with its helpers and the shared ones pasted (``expand_inline``), and the module
+    constants of the state and info fields (``description.field_source``): the text every form starts from."""
+    source = expand_inline(description.path.read_text(), *(path.read_text() for path in SHARED))
+    return source + description.field_source()
+
+
+def _loop_module(description: LoopDescription, kernels: Kernels, constants: dict) -> types.ModuleType:
+    callbacks = bound_callbacks(description.callbacks, kernels, constants.get("NU_SIZE", 0))
     import numba
 
-    source = expand_inline(TEMPLATES[template].read_text(), *(path.read_text() for path in SHARED))
-    if template in ENSEMBLE_TEMPLATES:  # the block loop of the ensemble, next to run_chunk (kernels/ensemble.py)
-        source += block_source(source)
-    tag = module_tag(template, (source,), numba.__version__, callbacks, constants)
-    origin = f"hbvm_core.kernels.registry from {TEMPLATES[template].name}"
+    source = expanded_template(description)
+    if description.has("block"):  # the block loop of the ensemble, next to run_chunk (kernels/ensemble.py)
+        source += block_source(source, description.carried)
+    tag = module_tag(description.template, (source,), numba.__version__, callbacks, constants)
+    origin = f"hbvm_core.kernels.registry from {description.path.name}"
     return generated_module(tag, source, callbacks, constants, LOOP_BINDING, origin, finish=timed_loops)
 
 
