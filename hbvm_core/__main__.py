@@ -21,32 +21,52 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-#: the compiled loops warm can compile: "hbvm" stands for the constant-multiplier loop of each ``--solver``
-LOOPS = ("hbvm", "polynomial", "rattle")
+#: the solvers of the hbvm loops (a warm loop of that name runs only if ``--solver`` names it)
 SOLVERS = ("fixed-point", "blended")
 
 
+def compiled_loops() -> dict:
+    """The loops warm can compile: each registered method's loop description (``LOOP``) by its template
+    (hbvm, polynomial, rattle), in the registry's order."""
+    from .methods import registered
+
+    return {cls.LOOP.template: cls.LOOP for cls in registered() if getattr(cls, "LOOP", None) is not None}
+
+
+def _warm_entry(loop: str) -> tuple[str, dict]:
+    """(label, study entry) of a warm loop name ("fixed-point", "blended", "polynomial", "rattle")."""
+    for description in compiled_loops().values():
+        if loop in description.warm:
+            return description.warm[loop]
+    from .errors import ConfigError
+
+    raise ConfigError(f"loop {loop!r}: no compiled method's loop warms it")
+
+
 def loop_method(loop: str):
-    """A method whose compiled loop is ``loop`` ("fixed-point", "blended", "polynomial" or "rattle").
+    """A method whose compiled loop is ``loop`` (a name of a description's ``warm``).
 
     One loop serves every (k, s) (unless HBVM_SPECIALISE_KS is set), so any k and s will do."""
-    from .methods import HBVM, RATTLE, PolynomialHBVM
+    from .methods import method_from_entry
 
-    if loop == "rattle":
-        return RATTLE()
-    if loop == "polynomial":
-        return PolynomialHBVM(2, 2)
-    return HBVM(2, 1, solver=loop)
+    return method_from_entry(dict(_warm_entry(loop)[1]))
 
 
 def loop_label(loop: str) -> str:
     """The loop as warm reports it."""
-    return {"polynomial": "HBVM polynomial", "rattle": "RATTLE"}.get(loop, f"HBVM {loop}")
+    return _warm_entry(loop)[0]
 
 
 def warm_tasks(problems: list[str], solvers: list[str], loops: tuple[str, ...] | list[str]) -> list[tuple[str, str]]:
-    """(problem, loop) pairs to warm, loop one of "fixed-point", "blended", "polynomial", "rattle"."""
-    names = [x for loop in LOOPS if loop in loops for x in (solvers if loop == "hbvm" else [loop])]
+    """(problem, loop) pairs to warm for the described loops named in ``loops`` (hbvm, polynomial, rattle): the
+    names of their ``warm``, those of a solver only if ``solvers`` has it."""
+    names = [
+        name
+        for template, description in compiled_loops().items()
+        if template in loops
+        for name in description.warm
+        if name not in SOLVERS or name in solvers
+    ]
     return [(p, loop) for p in problems for loop in names]
 
 
@@ -66,9 +86,10 @@ def _warm_one(args: tuple[str, str]) -> tuple[str, str, float | None]:
     return name, loop, time.perf_counter() - t0
 
 
-def warm(problems: list[str], solvers: list[str], jobs: int, loops: tuple[str, ...] | list[str] = LOOPS) -> None:
-    """Warm each (problem, loop) of ``warm_tasks``, ``jobs`` processes at a time, one line of output per loop."""
-    tasks = warm_tasks(problems, solvers, loops)
+def warm(problems: list[str], solvers: list[str], jobs: int, loops: tuple[str, ...] | list[str] | None = None) -> None:
+    """Warm each (problem, loop) of ``warm_tasks`` (every described loop by default), ``jobs`` processes at a time,
+    one line of output per loop."""
+    tasks = warm_tasks(problems, solvers, tuple(compiled_loops()) if loops is None else loops)
     with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(tasks)))) as pool:
         for name, loop, dt in pool.map(_warm_one, tasks):
             done = "no compiled loop (runs on numpy)" if dt is None else f"ready in {dt:6.1f} s"
@@ -84,7 +105,8 @@ def main(argv=None) -> int:
     kernels = top.add_parser("kernels", help="the compiled-kernel cache")
     sub = kernels.add_subparsers(dest="cmd", required=True)
     w = sub.add_parser("warm", help="compile the built-in problems' loops into the cache")
-    w.add_argument("--loops", nargs="+", default=list(LOOPS), choices=LOOPS)
+    loops = tuple(compiled_loops())
+    w.add_argument("--loops", nargs="+", default=list(loops), choices=loops)
     w.add_argument("--solver", nargs="+", default=list(SOLVERS), choices=SOLVERS, help="the hbvm loops' solvers")
     w.add_argument("--problems", nargs="+", default=sorted(BUILTIN), choices=sorted(BUILTIN))
     w.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)

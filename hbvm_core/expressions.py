@@ -8,7 +8,7 @@ From them (docs/method.md section 1):
     grad U = (dU/dq_j)_j,   G_ji = dg_i/dq_j,   d2g_i(q, v) = sum_jk v_j v_k d^2 g_i / dq_j dq_k
 
 are derived exactly (sympy), simplified by common-subexpression elimination (``sympy.cse``) and written,
-once per set of expressions, into one generated module in the kernel cache (``kernels.registry.cache_dir``,
+once per set of expressions, into one generated module in the kernel cache (``kernels.modules.cache_dir``,
 named by the digest of its text, so numba's disk cache serves every process): vectorised numpy callbacks
 (``Problem``'s conventions) and compiled kernels (``Kernels``: grad_U, G, g, d2g; the parameters are the
 kernels' ``params``, so one compiled loop serves every parameter value).
@@ -395,7 +395,7 @@ class Model:
     def _module(self):
         import sys
 
-        from .kernels.registry import import_generated
+        from .kernels.modules import import_generated
 
         text = generate_source(self)
         name = f"hbvm_expr_{hashlib.sha256(text.encode()).hexdigest()[:20]}"

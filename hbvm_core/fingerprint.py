@@ -54,7 +54,7 @@ import numpy as np
 
 from . import canonical
 from .canonical import canonical_digest, read_sources
-from .kernels.registry import cache_dir
+from .kernels.modules import cache_dir
 from .methods import method_from_entry
 from .probes import probe_points
 

@@ -16,7 +16,7 @@ from typing import Protocol
 import numpy as np
 
 from .errors import ConfigError, ConvergenceError, NonFiniteError
-from .kernels.rules import compensated_add, point_saved, step_saved
+from .kernels.rules import buffer_rows, compensated_add, name_failed_step, point_saved, step_saved
 from .problem import Problem
 from .trajectory import Trajectory
 
@@ -193,23 +193,6 @@ def compiled_runner(problem: Problem, method):
 def saved(n: int, N: int, save_every: int) -> bool:
     """Whether point n (0..N) is saved (the save rule of ``kernels.rules``, shared with the compiled loops)."""
     return point_saved(n, N, save_every)
-
-
-def buffer_rows(chunk: int, N: int, save_every: int) -> int:
-    """Rows of a save buffer (this loop's and the compiled ones'): ``chunk``, or fewer when the whole run fits
-    (at most N // save_every + 2 points, the initial one included): a short run does not allocate a full chunk."""
-    return min(chunk, N // save_every + 2)
-
-
-def name_failed_step(problem: Problem, n: int, h: float, q_start: np.ndarray, q_end: np.ndarray | None = None) -> None:
-    """After step n failed: NonFiniteError naming the step that took the trajectory where a callback is not finite,
-    one way for every method and path (docs/method.md, "Solving the step": step n is on [t_n, t_{n+1}], counted
-    from 0, t_n = n h): the step before (n - 1) when a callback is already not finite at q_start = q_n, the end
-    of that step; step n when it is at q_end = q_{n+1} (a method that evaluates its end point). Nothing else."""
-    if n > 0 and np.all(np.isfinite(q_start)):
-        problem.check_finite(q_start[None, :], n - 1, (n - 1) * h)
-    if q_end is not None and np.all(np.isfinite(q_end)):
-        problem.check_finite(q_end[None, :], n, n * h)
 
 
 def python_runner(

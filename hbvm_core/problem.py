@@ -33,6 +33,7 @@ from .checks import check_derivatives as check_derivatives_of
 from .checks import check_vectorised
 from .checks import enabled as derivative_checks_enabled
 from .errors import NonFiniteError, ProblemError, keywords_checked
+from .kernels.description import LoopDescription
 
 Array = np.ndarray
 
@@ -43,6 +44,11 @@ MAX_CONDITION = 1e12
 #: a diagonal M with more coordinates is kept as its diagonal (``Problem.M``), never as an m x m matrix
 DENSE_DIAGONAL_MAX = 4096
 _DEFERRED: contextvars.ContextVar[bool] = contextvars.ContextVar("hbvm_deferred_validation", default=False)
+
+
+#: the compiled reference (kernels/reference.py): lambda(q, p) and the index-reduced ODE's right-hand side, a
+#: module of functions (no time loop) binding d2g too; ``Problem.compiled_reference`` builds it
+REFERENCE_LOOP = LoopDescription(template="reference", callbacks=("grad_U", "G", "d2g"), forms=frozenset({"functions"}))
 
 
 @contextlib.contextmanager
@@ -312,7 +318,7 @@ class Problem:
         if getattr(self, "_reference", None) is None:
             from .kernels.registry import loop_module
 
-            module = loop_module("reference", k, {"M_SIZE": self.m, "NU_SIZE": self.nu})
+            module = loop_module(REFERENCE_LOOP, k, {"M_SIZE": self.m, "NU_SIZE": self.nu})
             minv = np.zeros((0, 0)) if self.M is None else self.minv(np.eye(self.m))
             self._reference = (module, np.ascontiguousarray(minv), np.array(k.params, dtype=float))
         return self._reference

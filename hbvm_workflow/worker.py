@@ -87,8 +87,8 @@ def check_shared(job: Job) -> None:
     in it). Checked before anything is written: a worker that does not share the file system would otherwise
     write its stores where nobody reads them (docs/clusters.md). The kernel cache is the worker's own (shared
     or not, a loop compiles the same): a folder HBVM_KERNEL_CACHE names that does not exist yet is created
-    (``kernels.registry.cache_dir``)."""
-    from hbvm_core.kernels.registry import cache_dir
+    (``kernels.modules.cache_dir``)."""
+    from hbvm_core.kernels.modules import cache_dir
 
     study = job.study_dir
     if study and not os.path.isdir(study):

@@ -114,15 +114,15 @@ def forget_loops() -> None:
     uses again, loading them from the kernel cache, so that every test that uses a loop is seen, not only the
     first (a problem's compiled reference, kept on the problem, is seen only once)."""
     from hbvm_core.integrate import _RUNNERS
-    from hbvm_core.kernels import cuda, lanes, registry
+    from hbvm_core.kernels import modules
 
-    for memo in (registry._MODULES, registry._BY_KEY, lanes._MODULES, lanes._BY_KEY, cuda._MODULES, _RUNNERS):
-        memo.clear()
+    modules.forget()
+    _RUNNERS.clear()
 
 
 def cache_folders() -> tuple[Path, ...]:
     """Where numba writes the loops' cache files: the kernel cache, and NUMBA_CACHE_DIR if set."""
-    from hbvm_core.kernels.registry import cache_dir
+    from hbvm_core.kernels.modules import cache_dir
 
     folders = [cache_dir()]
     if os.environ.get("NUMBA_CACHE_DIR"):

@@ -74,11 +74,12 @@ def pytest_collection_finish(session):
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
-    from hbvm_core.__main__ import LOOPS, _warm_one, loop_method, warm_tasks
+    from hbvm_core.__main__ import _warm_one, compiled_loops, loop_method, warm_tasks
     from hbvm_core.kernels import uncached_loop
-    from hbvm_core.kernels.registry import cache_dir
+    from hbvm_core.kernels.modules import cache_dir
 
-    tasks = [task for problems, solvers in WARM for task in warm_tasks(list(problems), list(solvers), LOOPS)]
+    loops = tuple(compiled_loops())  # every method's described loop
+    tasks = [task for problems, solvers in WARM for task in warm_tasks(list(problems), list(solvers), loops)]
     t0 = time.perf_counter()
     # one warmer at a time: with pytest-xdist every worker collects, the first warms, the others then find
     # the loops cached (an advisory lock of the kernel, released when its holder exits)

@@ -23,6 +23,10 @@ class Kernels:
     d2g: Any = None
 
 
+#: the callbacks a loop's module can bind (the fields of ``Kernels`` but ``params``)
+CALLBACK_NAMES = ("grad_U", "G", "g", "d2g")
+
+
 def kernel(f):
     """Mark a plain Python callback to be compiled with ``numba.njit(cache=True)`` when a loop first needs it.
 

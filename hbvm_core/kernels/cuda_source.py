@@ -137,8 +137,8 @@ LOCAL = {
     "gamma_prev": "cuda.local.array(({g}, {m}), np.float64)",
     "lam_prev": "cuda.local.array({nu}, np.float64)",
     "lam": "cuda.local.array({nu}, np.float64)",
-    "state": "cuda.local.array(7, np.int64)",
-    "info": "cuda.local.array(4, np.float64)",
+    "state": "cuda.local.array({state}, np.int64)",
+    "info": "cuda.local.array({info}, np.float64)",
     "q_fail": "cuda.local.array({m}, np.float64)",
     "pt_t": "cuda.local.array({rows}, np.float64)",
     "pt_q": "cuda.local.array(({rows}, {m}), np.float64)",
@@ -176,18 +176,18 @@ def run_block(q0, p0, lam0, h, N, sample_every, params, L, compensated, {shared}
         lam_run[b] = np.nan
 {lam_start}
     t[0, r] = 0.0
-    _state[6] = 1 if compensated else 0
+    _state[STATE_COMPENSATED] = 1 if compensated else 0
     n_run, every = N[r], sample_every[r]
 {views}
     saved = 1
     code = OK
-    while code == OK and _state[0] < n_run:
-        last = _state[0] >= n_run - 1
+    while code == OK and _state[STATE_N] < n_run:
+        last = _state[STATE_N] >= n_run - 1
         n_call = n_run if last else n_run - 1
         every_call = 1 if last else every
         code = run_chunk({call})
-        rows = _state[2]
-        if code == OK and not last and _state[0] == n_run - 1 and (n_run - 1) % every != 0:
+        rows = _state[STATE_POINTS]
+        if code == OK and not last and _state[STATE_N] == n_run - 1 and (n_run - 1) % every != 0:
             rows -= 1  # point N - 1 was kept only as the last point of the first part
         for i in range(rows):
             t[saved, r] = _pt_t[i]
@@ -195,21 +195,21 @@ def run_block(q0, p0, lam0, h, N, sample_every, params, L, compensated, {shared}
                 q_out[saved, a, r] = _pt_q[i, a]
                 p_out[saved, a, r] = _pt_p[i, a]
             saved += 1
-        if code == OK and last and _state[3] > 0:
+        if code == OK and last and _state[STATE_STEPS] > 0:
             for b in range(nu):
-                lam_run[b] = _st_lam[_state[3] - 1, b]
-        _state[2] = 0
-        _state[3] = 0
+                lam_run[b] = _st_lam[_state[STATE_STEPS] - 1, b]
+        _state[STATE_POINTS] = 0
+        _state[STATE_STEPS] = 0
     for i in range(saved, t.shape[0]):
         t[i, r] = np.nan
         for a in range(m):
             q_out[i, a, r] = np.nan
             p_out[i, a, r] = np.nan
     status[r] = code
-    fail_step[r] = -1 if code == OK else int(_info[1])
-    steps[r] = _state[0]
-    iterations[r] = _state[4]
-    max_iterations[r] = _state[5]
+    fail_step[r] = -1 if code == OK else int(_info[INFO_STEP])
+    steps[r] = _state[STATE_N]
+    iterations[r] = _state[STATE_ITERATIONS]
+    max_iterations[r] = _state[STATE_MAX_ITERATIONS]
     n_saved[r] = saved
     for b in range(nu):
         lam_out[b, r] = lam_run[b] if code == OK and n_run > 0 else np.nan
@@ -232,11 +232,13 @@ def shared_parameters(names: list[str]) -> list[str]:
     return shared
 
 
-def run_block_source(names: list[str], sizes: dict[str, int], rows: int, gamma_rows: int) -> str:
+def run_block_source(names: list[str], sizes: dict[str, int], rows: int, gamma_rows: int, fields: dict) -> str:
     """The kernel ``run_block`` for a template whose ``run_chunk`` has the parameters ``names``: its local arrays
     sized by the compile-time ``sizes`` (0 allocated as 1), ``rows`` rows of point and step buffer per call, the
-    carried guess of ``gamma_rows`` rows."""
+    carried guess of ``gamma_rows`` rows; ``fields``: the state and info fields (``LoopDescription.fields``), whose
+    names the kernel reads (the module's constants) and whose sizes its local arrays take."""
     dims = {"m": max(sizes["m"], 1), "nu": max(sizes["nu"], 1), "g": max(gamma_rows, 1), "rows": rows}
+    dims |= {"state": fields["STATE_SIZE"], "info": fields["INFO_SIZE"]}
     own = [n for n in names if n in LOCAL]
     local = [f"    _{n} = {LOCAL[n].format(**dims)}" for n in own] + [f"    lam_run = {LOCAL['lam'].format(**dims)}"]
     clear = []
@@ -246,7 +248,8 @@ def run_block_source(names: list[str], sizes: dict[str, int], rows: int, gamma_r
         if n == "gamma_prev":
             clear.append(f"        for j in range({dims['g']}):\n            _gamma_prev[j, a] = 0.0")
     starts = [f"    for b in range(nu):\n        _{n}[b] = lam0[b, r]" for n in own if n in ("lam_prev", "lam")]
-    starts += ["    for i in range(7):\n        _state[i] = 0", "    for i in range(4):\n        _info[i] = 0.0"]
+    starts += [f"    for i in range({fields['STATE_SIZE']}):\n        _state[i] = 0"]
+    starts += [f"    for i in range({fields['INFO_SIZE']}):\n        _info[i] = 0.0"]
     views = [f"    _{n} = {VIEWS[n]}" for n in names if n in VIEWS]
     call = ", ".join(CALL[n] if n in CALL else f"_{n}" if n in LOCAL or n in VIEWS else n for n in names)
     shared = "".join(f"{n}, " for n in shared_parameters(names))
@@ -264,8 +267,9 @@ def chunk_parameters(source: str) -> list[str]:
     raise ValueError("the template has no run_chunk")
 
 
-def cuda_module_source(expanded: str, sizes: dict[str, int], rows: int, gamma_rows: int) -> str:
-    """The generated CUDA module's text (without the footer that binds the callbacks and constants)."""
+def cuda_module_source(expanded: str, sizes: dict[str, int], rows: int, gamma_rows: int, fields: dict) -> str:
+    """The generated CUDA module's text (without the footer that binds the callbacks and constants); ``expanded``
+    holds the state and info fields as module constants (``registry.expanded_template``)."""
     header = [
         "import math  # noqa: F401",
         "",
@@ -274,4 +278,6 @@ def cuda_module_source(expanded: str, sizes: dict[str, int], rows: int, gamma_ro
         "",
     ]
     names = chunk_parameters(expanded)
-    return "\n".join(header) + to_cuda(expanded, sizes) + "\n" + run_block_source(names, sizes, rows, gamma_rows)
+    return (
+        "\n".join(header) + to_cuda(expanded, sizes) + "\n" + run_block_source(names, sizes, rows, gamma_rows, fields)
+    )

@@ -16,8 +16,8 @@ one generator, and ``run_chunk`` is not touched.
 each run gets its own state and buffers and runs its whole time loop in
 compiled code (no Python per run or per step). A failed run records its status
 and step and stops alone. The multiplier of a run's last step is the one
-``run_chunk`` carries to the next step (``CARRIED``: HBVM's ``lam_prev``,
-RATTLE's ``lam``); a template without one (the polynomial multiplier) is run
+``run_chunk`` carries to the next step (``LoopDescription.carried``: HBVM's
+``lam_prev``, RATTLE's ``lam``); a template without one (the polynomial multiplier) is run
 in two calls, to step N - 1 with the run's ``save_every``, then the last step
 with ``save_every = 1``, and the multiplier is read from that step's row (the
 point rule then keeps exactly the same points; a point N - 1 kept only because
@@ -56,7 +56,7 @@ PER_RUN = {
     "lam_prev": "lam0[r].copy()",
     "lam": "lam0[r].copy()",
     "state": "_start_state(compensated)",
-    "info": "np.zeros(4)",
+    "info": "np.zeros(INFO_SIZE)",
     "q_fail": "np.zeros(m)",
     "h": "h[r]",
     "P": "params[r]",
@@ -71,9 +71,6 @@ PER_RUN = {
 }
 #: set per call by run_block: the steps to run to, and the save rule
 CALL = ("N", "save_every")
-#: run_chunk's per-run multiplier carried from step to step (HBVM: lam_prev, RATTLE: lam): after the loop, the
-#: last step's; a template without one (the polynomial multiplier's lam_t is a local) is run in two calls
-CARRIED = ("lam_prev", "lam")
 
 
 def chunk_parameters(source: str) -> list[str]:
@@ -90,8 +87,11 @@ def saved_points(N: np.ndarray, sample_every: np.ndarray) -> np.ndarray:
     return N // every + 1 + (N % every != 0)
 
 
-def block_source(source: str) -> str:
-    """The source of ``run_block`` (and ``BLOCK_SHARED``) for the template whose source is ``source``."""
+def block_source(source: str, carried: str | None) -> str:
+    """The source of ``run_block`` (and ``BLOCK_SHARED``) for the template whose source is ``source``; ``carried``:
+    the run_chunk argument that carries the multiplier from step to step (``LoopDescription.carried``: after the
+    loop, the last step's), None where there is none (then two calls, the multiplier read from the last step's
+    row). Reads run_chunk's state and info by their fields' names (``description.field_source``)."""
     names = chunk_parameters(source)
     shared = [n for n in names if n not in PER_RUN and n not in CALL]
     own = [n for n in names if n in PER_RUN]
@@ -101,17 +101,18 @@ def block_source(source: str) -> str:
         return f"run_chunk({', '.join(values.get(n, f'_{n}') for n in names)})"
 
     fresh = "\n".join(f"        _{n} = {PER_RUN[n]}" for n in own)
-    carried = next((n for n in CARRIED if n in names), None)
     if carried is not None:  # one call; the last step's multiplier is what run_chunk carries to the next step
+        if carried not in names:
+            raise ConfigError(f"the carried multiplier {carried!r} is no argument of run_chunk ({', '.join(names)})")
         steps = f"""            code = {call("n_run", "every")}"""
         last = f"_{carried}[b]"
     else:  # two calls: to step N - 1, then the last step alone, its multiplier in its step row
         steps = f"""            code = {call("n_run - 1", "every")}
             if code == OK and (n_run - 1) % every != 0:
-                _state[2] -= 1  # point N - 1 was kept only as the last point of that call
+                _state[STATE_POINTS] -= 1  # point N - 1 was kept only as the last point of that call
             if code == OK:
                 code = {call("n_run", "1")}"""
-        last = "_st_lam[_state[3] - 1, b]"
+        last = "_st_lam[_state[STATE_STEPS] - 1, b]"
     shared_params = "".join(f"_{n}, " for n in shared)
     return f'''
 
@@ -124,9 +125,9 @@ BLOCK_SHARED = {tuple(shared)!r}
 @njit(cache=CACHE)
 def _start_state(compensated):
     """run_chunk's state at n = 0: the initial point is row 0 of the point buffer."""
-    state = np.zeros(7, dtype=np.int64)
-    state[2] = 1
-    state[6] = 1 if compensated else 0
+    state = np.zeros(STATE_SIZE, dtype=np.int64)
+    state[STATE_POINTS] = 1
+    state[STATE_COMPENSATED] = 1 if compensated else 0
     return state
 
 
@@ -148,17 +149,17 @@ def run_block(q0, p0, lam0, h, N, sample_every, params, L, compensated, gamma_ro
         code = OK
         if n_run > 0:
 {steps}
-        for i in range(_state[2], cap):
+        for i in range(_state[STATE_POINTS], cap):
             _pt_t[i] = np.nan
             for a in range(m):
                 _pt_q[i, a] = np.nan
                 _pt_p[i, a] = np.nan
         status[r] = code
-        fail_step[r] = -1 if code == OK else int(_info[1])
-        steps[r] = _state[0]
-        iterations[r] = _state[4]
-        max_iterations[r] = _state[5]
-        n_saved[r] = _state[2]
+        fail_step[r] = -1 if code == OK else int(_info[INFO_STEP])
+        steps[r] = _state[STATE_N]
+        iterations[r] = _state[STATE_ITERATIONS]
+        max_iterations[r] = _state[STATE_MAX_ITERATIONS]
+        n_saved[r] = _state[STATE_POINTS]
         for b in range(nu):
             lam[r, b] = {last} if code == OK and n_run > 0 else np.nan
 '''

@@ -30,7 +30,7 @@ problem and solver (measured: ``runner.specialise_ks``).
 import numpy as np
 from numba import njit
 
-from hbvm_core.kernels.linalg import minv  # noqa: F401 (pasted by the generator)
+from hbvm_core.kernels.linalg import minv, solve_small  # noqa: F401 (pasted by the generator)
 from hbvm_core.kernels.rules import (  # noqa: F401 (pasted by the generator)
     DIVERGED,
     NO_CONVERGENCE,
@@ -39,10 +39,16 @@ from hbvm_core.kernels.rules import (  # noqa: F401 (pasted by the generator)
     SINGULAR,
     compensated_add,
     converged,
+    inline_source,
+    record_failure,
     save_rows,
 )
 
 CACHE = True  # the generator writes False for callbacks that cannot be imported by name
+# the fields of run_chunk's state and info: set by the generated module from the loop's description
+# (kernels/description.py, ``field_source``)
+STATE_N = STATE_HAVE_PREV = STATE_POINTS = STATE_STEPS = STATE_ITERATIONS = STATE_MAX_ITERATIONS = None
+STATE_COMPENSATED = INFO_STATUS = INFO_STEP = INFO_ITERATIONS = INFO_INCREMENT = None
 # Bound by the generated module: the problem's compiled callbacks, and compile-time constants (numba freezes
 # globals) -- m, nu, whether M != I, and the solver -- so the small loops unroll and unused code is pruned.
 grad_U = grad_U_original = None
@@ -58,12 +64,6 @@ SOLVER = 0
 FIXED_POINT, BLENDED = 0, 1
 EXTRAPOLATE, PREVIOUS, P0 = 0, 1, 2
 CBRT_EPS = 6.055454452393343e-06  # eps^(1/3): the central-difference step of the Newton matrix
-
-
-def inline_source(f):
-    """Marks a helper that the generator pastes into its call sites (``registry.expand_inline``): it is never
-    called or jitted itself. Its only ``return`` is its last statement; its locals become the caller's."""
-    return f
 
 
 @inline_source
@@ -114,38 +114,6 @@ def _stages(q, h, gamma, Ihat, W, P, Q, Mv, gU, GQ, psi, rho, k, s, m, nu):
                 psi[j, a] += c * gU[i, a]
                 for r in range(nu):
                     rho[j, a, r] += c * GQ[i, a, r]
-
-
-@inline_source
-def _solve_small(A, b, n):
-    """b <- A^{-1} b by Gaussian elimination with partial pivoting (A overwritten); False if singular."""
-    singular = False
-    for c in range(n):
-        pr = c
-        big = abs(A[c, c])
-        for r in range(c + 1, n):
-            if abs(A[r, c]) > big:
-                big = abs(A[r, c])
-                pr = r
-        if big == 0.0:
-            singular = True
-            break
-        if pr != c:
-            for j in range(n):
-                A[c, j], A[pr, j] = A[pr, j], A[c, j]
-            b[c], b[pr] = b[pr], b[c]
-        for r in range(c + 1, n):
-            f = A[r, c] / A[c, c]
-            for j in range(c + 1, n):
-                A[r, j] -= f * A[c, j]
-            b[r] -= f * b[c]
-    if not singular:
-        for r in range(n - 1, -1, -1):
-            acc = b[r]
-            for j in range(r + 1, n):
-                acc -= A[r, j] * b[j]
-            b[r] = acc / A[r, r]
-    return not singular
 
 
 @inline_source
@@ -200,7 +168,7 @@ def _fp_sweep(h, Mp0, X, L, s, m, nu, psi, rho, Mpsi, Mrho, XMpsi, XMrho, A, lam
                 for a in range(m):
                     acc += rho[j, a, r] * XMpsi[j, a]
             lam[r] = acc0 - h * acc
-        solved = _solve_small(A, lam, nu)
+        solved = solve_small(A, lam, nu)
         if solved:
             for j in range(s):
                 for a in range(m):
@@ -396,7 +364,7 @@ def _newton_solve(A11, piv11, Bc, Cr, Y, S, zw, rhs, lam_new, sm, nu):
             for i in range(sm):
                 acc += Cr[r, i] * rhs[i]
             lam_new[r] = acc - rhs[sm + r]
-        solved = _solve_small(S, lam_new, nu)
+        solved = solve_small(S, lam_new, nu)
         if solved:
             for i in range(sm):
                 acc = 0.0
@@ -508,10 +476,10 @@ def run_chunk(
         for l in range(s):
             for i in range(s):
                 X2[j, l] += X[j, i] * X[i, l]
-    compensated = state[6] != 0
-    n = state[0]
+    compensated = state[STATE_COMPENSATED] != 0
+    n = state[STATE_N]
     while n < N:
-        have_prev = state[1] != 0
+        have_prev = state[STATE_HAVE_PREV] != 0
         for a in range(m):
             Mp0[a] = p[a]
         if HAS_M:
@@ -564,7 +532,7 @@ def run_chunk(
                 d_prev = d
                 status, it = NO_CONVERGENCE, newton
         if status != OK:
-            info[0], info[1], info[2], info[3] = status, n, it, d
+            record_failure(info, status, n, it, d)
             # the failed step's initial guess in gamma_prev, for naming a non-finite callback
             if not have_prev or warm == P0:
                 _warm_start(gamma_prev, gamma, E, Mp0, True, warm, s, m)
@@ -573,25 +541,25 @@ def run_chunk(
                     for a in range(m):
                         gamma[j, a] = gamma_prev[j, a]
                 _warm_start(gamma_prev, gamma, E, Mp0, False, warm, s, m)
-            state[0] = n
+            state[STATE_N] = n
             return status
         for j in range(s):
             for a in range(m):
                 gamma_prev[j, a] = gamma[j, a]
         for r in range(nu):
             lam_prev[r] = lam[r]
-        state[1] = 1
+        state[STATE_HAVE_PREV] = 1
         finite = _update(q, p, cq, cp, gamma, psi, rho, lam, h, compensated, m, nu)
         if not finite:
-            info[0], info[1], info[2], info[3] = NON_FINITE_STATE, n, it, np.nan
-            state[0] = n
+            record_failure(info, NON_FINITE_STATE, n, it, np.nan)
+            state[STATE_N] = n
             return NON_FINITE_STATE
-        state[4] += it
-        if it > state[5]:
-            state[5] = it
+        state[STATE_ITERATIONS] += it
+        if it > state[STATE_MAX_ITERATIONS]:
+            state[STATE_MAX_ITERATIONS] = it
         full = save_rows(n, N, h, save_every, q, p, lam, it, state, pt_t, pt_q, pt_p, st_t, st_lam, st_it, cap, m, nu)
         n += 1
         if full:
             break
-    state[0] = n
+    state[STATE_N] = n
     return OK

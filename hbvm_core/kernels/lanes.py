@@ -50,8 +50,8 @@ fixed-point solver, M = I, k s m (nu + 1) at most ``LANE_WORK_MAX``. Its block (
 all its lanes (the callbacks take one), so the runs are grouped by params
 (``ensemble.py``); a group of fewer than ``MIN_GROUP`` runs goes to the
 per-run block. Results agree with the per-run loop to round-off (the same
-operations in the same order, apart from the linear solve for nu > 1, whose
-row swaps are written as selects).
+operations in the same order: the small solve, ``linalg.solve_small``, is
+written so that its per-lane branches and row swap become masked stores).
 """
 
 from __future__ import annotations
@@ -59,7 +59,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import copy as copy_module
-import hashlib
 import re
 import types
 from pathlib import Path
@@ -67,19 +66,10 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError
-from .registry import (
-    CALLBACKS,
-    NO_CONSTRAINTS,
-    SHARED,
-    TEMPLATES,
-    _from_file,
-    _in_memory,
-    cache_dir,
-    callback_source,
-    expand_inline,
-    import_generated,
-    resolve_callback,
-)
+from .callbacks import CALLBACK_NAMES
+from .description import template_path
+from .modules import by_key, generated_module, module_tag
+from .registry import LOOP_BINDING, SHARED, bound_callbacks, expand_inline, timed_loops
 
 #: runs of a lockstep block: two vectors of 8 doubles (AVX-512). Measured per run-step over the per-run block,
 #: one core (a loaded machine): 16 lanes 0.29x (conical HBVM(2,2)) and 0.48x (tethered HBVM(6,2)); 32 lanes
@@ -236,41 +226,6 @@ def lane_block(q0, p0, h0, N0, every0, run, warm, rule, L, P, compensated,
                 lam_out[src, b] = lam_prev[b] if code == OK and Nl[_ln] > 0 else np.nan
 '''
 
-#: the template's Gaussian elimination with its row swaps and its early exit written as selects: a loop over
-#: lanes cannot branch per lane (the same pivots and operations; a singular lane computes on and is discarded)
-LANE_SOLVE = '''
-@inline_source
-def _solve_small(A, b, n):
-    """b <- A^{-1} b by Gaussian elimination with partial pivoting (A overwritten); False if singular."""
-    singular = False
-    for c in range(n):
-        pr = c
-        big = abs(A[c, c])
-        for r in range(c + 1, n):
-            pr = r if abs(A[r, c]) > big else pr
-            big = abs(A[r, c]) if abs(A[r, c]) > big else big
-        singular = singular or big == 0.0
-        for r in range(c + 1, n):
-            for j in range(n):
-                swap_a = A[c, j]
-                A[c, j] = A[r, j] if pr == r else swap_a
-                A[r, j] = swap_a if pr == r else A[r, j]
-            swap_b = b[c]
-            b[c] = b[r] if pr == r else swap_b
-            b[r] = swap_b if pr == r else b[r]
-        for r in range(c + 1, n):
-            f = A[r, c] / A[c, c]
-            for j in range(c + 1, n):
-                A[r, j] -= f * A[c, j]
-            b[r] -= f * b[c]
-    for r in range(n - 1, -1, -1):
-        acc = b[r]
-        for j in range(r + 1, n):
-            acc -= A[r, j] * b[j]
-        b[r] = acc / A[r, r]
-    return not singular
-'''
-
 
 def applies(runner, m: int, nu: int) -> bool:
     """Whether a runner's loop has a lockstep form that pays: HBVM's constant multiplier, fixed point, M = I,
@@ -293,9 +248,8 @@ def constants_of(runner, problem) -> dict:
 def lane_source(constants: dict, tables: tuple[np.ndarray, ...]) -> str:
     """The lockstep module's source: the template with ``run_lanes`` pasted and rewritten (module docstring);
     ``tables`` are the method's Ihat, W, X, E (``TABLES``)."""
-    template = TEMPLATES["hbvm"].read_text()
+    template = template_path("hbvm").read_text()
     template = template[: template.index("@njit(cache=CACHE)\ndef run_chunk(")]  # the helpers, not the loop
-    template = _replace_helper(template, "_solve_small", LANE_SOLVE)
     shared = [path.read_text() for path in SHARED]
     driver = re.sub(r"\\\n\s*", "", LANE_DRIVER)  # the driver's calls are one line each for expand_inline
     expanded = expand_inline(template + "\nfrom numba import prange  # noqa: E402\n" + driver, *shared)
@@ -307,15 +261,6 @@ def lane_source(constants: dict, tables: tuple[np.ndarray, ...]) -> str:
     total = sum(size for _, size in slots.values())
     frozen = "".join(f"TABLE_{name} = np.array({table.tolist()!r})\n" for name, table in zip(TABLES, tables))
     return ast.unparse(tree) + f"\n\nLANE_SLOTS = {total}\n" + frozen
-
-
-def _replace_helper(source: str, name: str, replacement: str) -> str:
-    """The template's source with the ``@inline_source`` helper ``name`` replaced."""
-    tree = ast.parse(source)
-    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
-    lines = source.splitlines()
-    start = min(d.lineno for d in node.decorator_list) - 1
-    return "\n".join(lines[:start] + replacement.strip("\n").splitlines() + lines[node.end_lineno :]) + "\n"
 
 
 def _slots(constants: dict) -> dict[str, tuple[int, int]]:
@@ -661,73 +606,40 @@ def _as_load(node: ast.expr) -> ast.expr:
 
 
 def _is_callback(stmt: ast.stmt) -> bool:
-    callbacks = {name for names in CALLBACKS.values() for name in names}
     return (
         isinstance(stmt, ast.Expr)
         and isinstance(stmt.value, ast.Call)
         and isinstance(stmt.value.func, ast.Name)
-        and stmt.value.func.id in callbacks
+        and stmt.value.func.id in CALLBACK_NAMES
     )
 
 
 # --------------------------------------------------------------------------- the module
-_MODULES: dict[str, types.ModuleType] = {}
-_BY_KEY: dict[tuple, types.ModuleType] = {}  # (constants, callbacks) -> module: skips writing the source
-
-
 def lane_module(problem, runner) -> types.ModuleType:
-    """The lockstep module of (problem, the runner's HBVM(k, s)): generated once, cached on disk like the loops."""
+    """The lockstep module of (problem, the runner's HBVM(k, s)): generated once, cached on disk like the loops
+    (``modules.generated_module``)."""
     constants = constants_of(runner, problem)
     kernels = problem.kernels
-    key = (tuple(sorted(constants.items())), kernels.grad_U, kernels.G)
-    try:
-        if key in _BY_KEY:
-            return _BY_KEY[key]
-    except TypeError:  # unhashable callbacks: no shortcut
-        key = None
-    module = _lane_module(constants, kernels, runner.tab)
-    if key is not None:
-        _BY_KEY[key] = module
-    return module
+    key = ("lanes", tuple(sorted(constants.items())), kernels.grad_U, kernels.G)
+    return by_key(key, lambda: _lane_module(constants, kernels, runner.tab))
 
 
 def _lane_module(constants: dict, kernels, tables: tuple[np.ndarray, ...]) -> types.ModuleType:
-    callbacks = {}
-    for name in ("grad_U", "G"):
-        f = getattr(kernels, name)
-        if f is None and name in NO_CONSTRAINTS:
-            f = NO_CONSTRAINTS[name]
-        callbacks[name] = resolve_callback(name, f)
+    callbacks = bound_callbacks(("grad_U", "G"), kernels, constants["NU_SIZE"])
     import numba
 
-    # the module is a function of what makes it (this generator, registry's expansion and file footer, the template
-    # and its shared helpers, the constants, the tables, the callbacks, numba): hashed without writing the source,
-    # so that a process finds a module written before without generating it again (some 0.1 s each)
-    digest = hashlib.sha256(numba.__version__.encode())
-    for path in (Path(__file__), Path(__file__).with_name("registry.py"), TEMPLATES["hbvm"], *SHARED):
-        digest.update(path.read_bytes())
-    digest.update(repr(sorted(constants.items())).encode())
-    for table in tables:
-        digest.update(np.ascontiguousarray(table, dtype=float).tobytes())
-    for key, (f, name) in callbacks.items():
-        digest.update(f"{key}={name or id(f)}\n{callback_source(f)}".encode())
-    tag = f"lanes_{digest.hexdigest()[:20]}"
-    if tag in _MODULES:
-        return _MODULES[tag]
-    bound = {key: name for key, (_, name) in callbacks.items()}
-    stem = tag.replace("_", "_kernel_", 1)
-    written = cache_dir() / f"{stem}.py"
-    if all(name is not None for name in bound.values()) and written.exists():
-        module = import_generated(stem, f"_hbvm_{tag}", written.read_text())
-        _MODULES[tag] = module
-        return module
-    source = lane_source(constants, tables)
-    if all(name is not None for name in bound.values()):
-        module = _from_file(tag, "hbvm", source, bound, constants)
-    else:
-        module = _in_memory(tag, source, {key: f for key, (f, _) in callbacks.items()}, constants)
-    _MODULES[tag] = module
-    return module
+    # the module is a function of what makes it (this generator, the builder of modules, registry's expansion, the
+    # template and its shared helpers, the constants, the tables, the callbacks, numba): hashed without writing the
+    # source, so that a process finds a module written before without generating it again (some 0.1 s each)
+    here = Path(__file__)
+    files = (here, here.with_name("modules.py"), here.with_name("registry.py"), template_path("hbvm"), *SHARED)
+    parts = [path.read_bytes() for path in files]
+    parts += [np.ascontiguousarray(table, dtype=float).tobytes() for table in tables]
+    tag = module_tag("lanes", parts, numba.__version__, callbacks, constants)
+    origin = "hbvm_core.kernels.lanes from hbvm.py"
+    return generated_module(
+        tag, lambda: lane_source(constants, tables), callbacks, constants, LOOP_BINDING, origin, finish=timed_loops
+    )
 
 
 def lane_rows(runs: np.ndarray) -> np.ndarray:

@@ -7,7 +7,8 @@
 - ``minv``: x <- M^{-1} x by the lower Cholesky factor M = L L^T (``runner.cholesky_factor``; a diagonal M
   has a diagonal factor), a no-op for the empty factor of M = I;
 - ``solve_small``: b <- A^{-1} b by Gaussian elimination with partial pivoting, False when A is singular or
-  not finite (as ``methods._small.solve_small`` raises for the numpy path).
+  not finite (as ``methods._small.solve_small`` raises for the numpy path): the one small dense solve of every
+  template and form (the lockstep blocks rewrite this source, ``kernels/lanes.py``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,12 @@ def minv(L, x):
 
 @inline_source
 def solve_small(A, b, n):
-    """b <- A^{-1} b by Gaussian elimination with partial pivoting (A overwritten); False if singular."""
+    """b <- A^{-1} b by Gaussian elimination with partial pivoting (A overwritten); False if singular.
+
+    Written without an early exit and with the row swap as a loop over the candidate rows, so that the lockstep
+    form (``kernels/lanes.py``) is this same source rewritten: a per-lane branch becomes masked stores, and a
+    swap with row ``piv`` a select per candidate row (no gather at a per-lane index). Once a pivot column is zero
+    or not finite, the columns after it are searched but not eliminated, and there is no back substitution."""
     nonsingular = True
     for col in range(n):
         piv, big = col, abs(A[col, col])
@@ -45,17 +51,18 @@ def solve_small(A, b, n):
                 piv, big = row, abs(A[row, col])
         if big == 0.0 or not np.isfinite(big):
             nonsingular = False
-            break
-        if piv != col:
-            for jj in range(n):
-                A[col, jj], A[piv, jj] = A[piv, jj], A[col, jj]
-            b[col], b[piv] = b[piv], b[col]
-        for row in range(col + 1, n):
-            fac = A[row, col] / A[col, col]
-            if fac != 0.0:
-                for jj in range(col, n):
-                    A[row, jj] -= fac * A[col, jj]
-                b[row] -= fac * b[col]
+        if nonsingular:
+            for row in range(col + 1, n):
+                if row == piv:
+                    for jj in range(n):
+                        A[col, jj], A[row, jj] = A[row, jj], A[col, jj]
+                    b[col], b[row] = b[row], b[col]
+            for row in range(col + 1, n):
+                fac = A[row, col] / A[col, col]
+                if fac != 0.0:
+                    for jj in range(col + 1, n):
+                        A[row, jj] -= fac * A[col, jj]
+                    b[row] -= fac * b[col]
     if nonsingular:
         for col in range(n - 1, -1, -1):
             acc_s = b[col]

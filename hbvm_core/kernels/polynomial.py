@@ -29,10 +29,16 @@ from hbvm_core.kernels.rules import (  # noqa: F401 (pasted by the generator)
     SINGULAR,
     compensated_add,
     converged,
+    inline_source,
+    record_failure,
     save_rows,
 )
 
 CACHE = True  # the generator writes False for callbacks that cannot be imported by name
+# the fields of run_chunk's state and info: set by the generated module from the loop's description
+# (kernels/description.py, ``field_source``)
+STATE_N = STATE_HAVE_PREV = STATE_POINTS = STATE_STEPS = STATE_ITERATIONS = STATE_MAX_ITERATIONS = None
+STATE_COMPENSATED = INFO_STATUS = INFO_STEP = INFO_ITERATIONS = INFO_INCREMENT = None
 # bound by the generated module: the problem's compiled callbacks (inlined copies, and the originals), and
 # compile-time constants (numba freezes globals): m, nu and whether M != I
 grad_U = grad_U_original = None
@@ -40,11 +46,6 @@ G = G_original = None
 M_SIZE = 0
 NU_SIZE = 0
 HAS_M = False
-
-
-def inline_source(f):
-    """Marks a helper that the generator pastes into its call sites (``registry.expand_inline``)."""
-    return f
 
 
 @inline_source
@@ -211,8 +212,8 @@ def run_chunk(
     Q1, G1, MG1, B, mu = np.empty((1, m)), np.empty((1, m, nu)), np.empty((m, nu)), np.empty((nu, nu)), np.empty(nu)
     dq, dp, p1, q1, Mp1 = np.empty(m), np.empty(m), np.empty(m), np.empty(m), np.empty(m)
     Mp0, Mv = np.empty(m), np.empty(m)
-    compensated = state[6] != 0
-    n = state[0]
+    compensated = state[STATE_COMPENSATED] != 0
+    n = state[STATE_N]
     while n < N:
         for a in range(m):
             Mp0[a] = p[a]
@@ -220,7 +221,7 @@ def run_chunk(
             minv(L, Mp0)
         for i in range(s):
             for a in range(m):
-                if state[1] == 0 or warm == 2:
+                if state[STATE_HAVE_PREV] == 0 or warm == 2:
                     gamma[i, a] = Mp0[a] if i == 0 else 0.0
                 elif warm == 0:
                     acc = 0.0
@@ -234,8 +235,8 @@ def run_chunk(
             it += 1
             solved = _sweep(q, Mp0, h, gamma, Ihat, W, X, Bf, L, params, Q, gU, Gq, psi, Mpsi, XMpsi, RR, MRR, XMRR, A, lam, new, phi0, Mv, k, s, m, nu)  # noqa: E501  # fmt: skip
             if not solved:
-                info[0], info[1], info[2], info[3] = SINGULAR, n, it, np.nan
-                state[0] = n
+                record_failure(info, SINGULAR, n, it, np.nan)
+                state[STATE_N] = n
                 return SINGULAR
             d, big = 0.0, 1.0
             for i in range(s):
@@ -244,21 +245,21 @@ def run_chunk(
                     big = max(big, abs(new[i, a]))
                     gamma[i, a] = new[i, a]
             if not np.isfinite(d):
-                info[0], info[1], info[2], info[3] = DIVERGED, n, it, d
-                state[0] = n
+                record_failure(info, DIVERGED, n, it, d)
+                state[STATE_N] = n
                 return DIVERGED
             done = converged(d, d_prev, big, rtol, stall)
             if done:
                 break
             d_prev = d
         if not done:
-            info[0], info[1], info[2], info[3] = NO_CONVERGENCE, n, it, d
-            state[0] = n
+            record_failure(info, NO_CONVERGENCE, n, it, d)
+            state[STATE_N] = n
             return NO_CONVERGENCE
         for i in range(s):
             for a in range(m):
                 gamma_prev[i, a] = gamma[i, a]
-        state[1] = 1
+        state[STATE_HAVE_PREV] = 1
         for a in range(m):
             dq[a] = h * gamma[0, a]
             dp[a] = -h * (psi[0, a] + phi0[a])
@@ -267,8 +268,8 @@ def run_chunk(
                 q1[a] = q[a] + dq[a]
             projected = _project(q1, p, dp, L, params, Q1, G1, MG1, B, mu, p1, Mp1, Mv, m, nu)
             if not projected:
-                info[0], info[1], info[2], info[3] = SINGULAR, n, it, np.nan
-                state[0] = n
+                record_failure(info, SINGULAR, n, it, np.nan)
+                state[STATE_N] = n
                 return SINGULAR
         for b in range(nu):  # lambda(t_n) = sum_i P_i(0) lambda_i
             acc = 0.0
@@ -284,14 +285,14 @@ def run_chunk(
                 p[a] += dp[a]
         for a in range(m):
             if not (np.isfinite(q[a]) and np.isfinite(p[a])):
-                info[0], info[1], info[2], info[3] = NON_FINITE_STATE, n, it, np.nan
-                state[0] = n
+                record_failure(info, NON_FINITE_STATE, n, it, np.nan)
+                state[STATE_N] = n
                 return NON_FINITE_STATE
-        state[4] += it
-        state[5] = max(state[5], it)
+        state[STATE_ITERATIONS] += it
+        state[STATE_MAX_ITERATIONS] = max(state[STATE_MAX_ITERATIONS], it)
         full = save_rows(n, N, h, save_every, q, p, lam_t, it, state, pt_t, pt_q, pt_p, st_t, st_lam, st_it, cap, m, nu)  # noqa: E501  # fmt: skip
         n += 1
         if full:
             break
-    state[0] = n
+    state[STATE_N] = n
     return OK

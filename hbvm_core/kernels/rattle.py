@@ -32,10 +32,16 @@ from hbvm_core.kernels.rules import (  # noqa: F401 (pasted by the generator)
     SINGULAR,
     compensated_add,
     converged,
+    inline_source,
+    record_failure,
     save_rows,
 )
 
 CACHE = True  # the generator writes False for callbacks that cannot be imported by name
+# the fields of run_chunk's state and info: set by the generated module from the loop's description
+# (kernels/description.py, ``field_source``)
+STATE_N = STATE_HAVE_PREV = STATE_POINTS = STATE_STEPS = STATE_ITERATIONS = STATE_MAX_ITERATIONS = None
+STATE_COMPENSATED = INFO_STATUS = INFO_STEP = INFO_ITERATIONS = INFO_INCREMENT = None
 # bound by the generated module: the problem's compiled callbacks (inlined copies, and the originals)
 grad_U = grad_U_original = None
 G = G_original = None
@@ -43,11 +49,6 @@ g = g_original = None
 M_SIZE = 0
 NU_SIZE = 0
 HAS_M = False
-
-
-def inline_source(f):
-    """Marks a helper that the generator pastes into its call sites (``registry.expand_inline``)."""
-    return f
 
 
 @inline_source
@@ -159,8 +160,8 @@ def run_chunk(
     gval, J, B = np.zeros((1, nu)), np.zeros((nu, nu)), np.zeros((nu, nu))
     dlam, mu = np.zeros(nu), np.zeros(nu)
     v, qfree, q1, p_star, p1 = np.empty(m), np.empty(m), np.empty(m), np.empty(m), np.empty(m)
-    compensated = state[6] != 0
-    n = state[0]
+    compensated = state[STATE_COMPENSATED] != 0
+    n = state[STATE_N]
     while n < N:
         for a in range(m):
             Q0[0, a] = q[a]
@@ -189,10 +190,10 @@ def run_chunk(
                 qfree[a] = q[a] + h * v[a]  # q1 without the constraint force
             status, it, d = _newton(h, lam, rtol, stall, max_iter, P, Q1, MG0, G1, gval, J, dlam, qfree, q1, m, nu)
             if status != OK:
-                info[0], info[1], info[2], info[3] = status, n, it, d
+                record_failure(info, status, n, it, d)
                 for a in range(m):
                     q_fail[a] = q1[a]
-                state[0] = n
+                state[STATE_N] = n
                 return status
             c = 0.5 * h * h
             for a in range(m):
@@ -208,8 +209,8 @@ def run_chunk(
                 p_star[a] = p_star[a] - 0.5 * h * f1[0, a]
             solved = _velocity_projection(q1, p_star, h, L, P, Q1, G1, MG1, B, mu, v, p1, m, nu)
             if not solved:
-                info[0], info[1], info[2], info[3] = SINGULAR, n, it, np.nan
-                state[0] = n
+                record_failure(info, SINGULAR, n, it, np.nan)
+                state[STATE_N] = n
                 return SINGULAR
         finite = True
         for a in range(m):
@@ -222,16 +223,16 @@ def run_chunk(
                 p[a] = p[a] + dp
             finite = finite and np.isfinite(q[a]) and np.isfinite(p[a])
         if not finite:
-            info[0], info[1], info[2], info[3] = NON_FINITE_STATE, n, it, np.nan
-            state[0] = n
+            record_failure(info, NON_FINITE_STATE, n, it, np.nan)
+            state[STATE_N] = n
             return NON_FINITE_STATE
-        state[1] = 1
-        state[4] += it
-        if it > state[5]:
-            state[5] = it
+        state[STATE_HAVE_PREV] = 1
+        state[STATE_ITERATIONS] += it
+        if it > state[STATE_MAX_ITERATIONS]:
+            state[STATE_MAX_ITERATIONS] = it
         full = save_rows(n, N, h, save_every, q, p, lam, it, state, pt_t, pt_q, pt_p, st_t, st_lam, st_it, cap, m, nu)
         n += 1
         if full:
             break
-    state[0] = n
+    state[STATE_N] = n
     return OK

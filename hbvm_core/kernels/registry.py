@@ -1,27 +1,22 @@
 """The one generator of compiled loop modules: a template + a problem's callbacks, cached on disk across processes.
 
-Numba does not cache a function that takes other jitted functions as arguments
-(the dispatcher types in the cache key differ from process to process; closures
-over them miss the cache too -- both measured, see benchmarks/README.md). So a
-loop is specialised by code generation instead: the source of a template
-(``TEMPLATES``: ``hbvm.py`` for the constant multiplier, ``polynomial.py`` for
-the polynomial one, ``rattle.py`` for RATTLE), with its ``@inline_source``
-helpers and those of ``rules.py`` and ``linalg.py`` (``SHARED``) pasted into
-their call sites (``expand_inline``), is written to
-``<cache dir>/<template>_kernel_<hash>.py`` followed by a footer that binds
-the callbacks the template uses (``CALLBACKS``: ``grad_U`` and ``G``, and the
-constraint ``g`` for RATTLE) to the problem's callbacks
-by import (as copies that numba inlines into the loop: 1.6x faster than calls
-on the conical pendulum) and sets the template's compile-time constants; numba
-caches that module like any other (``__pycache__`` next to it). The hash covers
-the template, the callbacks' names and source, the constants and the numba
-version, so a changed callback gets a new module; an existing file is never
-rewritten (that would invalidate its cache). It does not cover what a callback
-uses from elsewhere -- a helper it calls, a module-level constant (numba
-freezes globals into the compiled code): after changing such a thing,
-``python -m hbvm_core kernels clear``. Callbacks that cannot be imported by
-name (``__main__``, closures) get an in-memory module, compiled in every
-process.
+Numba does not cache a function that takes other jitted functions as arguments (the dispatcher types in the
+cache key differ from process to process; closures over them miss the cache too -- both measured, see
+benchmarks/README.md). So a loop is specialised by code generation instead: the source of a template (named by
+the method's loop description, ``method.LOOP``, ``kernels/description.py``: ``hbvm.py`` for the constant
+multiplier, ``polynomial.py`` for the polynomial one, ``rattle.py`` for RATTLE), with its ``@inline_source``
+helpers and those of ``rules.py`` and ``linalg.py`` (``SHARED``) pasted into their call sites
+(``expand_inline``) and the fields of ``state`` and ``info`` as constants (``expanded_template``), and the
+ensemble's ``run_block`` where the loop has that form, is built by ``modules.generated_module`` (the builder
+every form shares) as ``<cache>/<template>_kernel_<hash>.py`` followed by a footer that binds the callbacks
+the description names (``grad_U`` and ``G``, and the constraint ``g`` for RATTLE) to the problem's callbacks
+by import (as copies that numba inlines into the loop: 1.6x faster than calls on the conical pendulum) and
+sets the template's compile-time constants; numba caches that module like any other (``__pycache__`` next to
+it). The hash covers the template, the callbacks' names and source, the constants and the numba version, so a
+changed callback gets a new module. It does not cover what a callback uses from elsewhere -- a helper it
+calls, a module-level constant (numba freezes globals into the compiled code): after changing such a thing,
+``python -m hbvm_core kernels clear``. Callbacks that cannot be imported by name (``__main__``, closures) get
+an in-memory module, compiled in every process.
 
 Once a module's ``run_chunk`` has been compiled (and so saved by numba) or
 loaded, ``note_compiled`` writes a marker file of ours next to it, keyed by the
@@ -33,7 +28,7 @@ Every generated module's loops (``LOOPS``) time their compilation: the first cal
 ``LoopTime`` to ``LOOP_TIMES`` -- the module, the loop, the seconds, and whether numba loaded it from its disk
 cache -- which the workflow reads and logs (``loop_times``).
 
-Cache directory: ``$HBVM_KERNEL_CACHE``, else ``~/.cache/hbvm/kernels``.
+Cache directory: ``modules.cache_dir``.
 """
 
 from __future__ import annotations
@@ -42,12 +37,9 @@ import ast
 import hashlib
 import importlib
 import importlib.util
-import inspect
-import os
 import re
 import shutil
 import sys
-import tempfile
 import textwrap
 import threading
 import time
@@ -57,31 +49,22 @@ from pathlib import Path
 
 from ..errors import ConfigError, ProblemError
 from .callbacks import Kernels, kernel
+from .description import LoopDescription
 from .ensemble import block_source
+from .modules import Binding, by_key, cache_dir, generated_module, module_tag
 
-#: template name -> its file; the generated module of template T is <cache>/T_kernel_<hash>.py
-TEMPLATES = {name: Path(__file__).with_name(f"{name}.py") for name in ("hbvm", "polynomial", "rattle", "reference")}
+#: how the CPU loops bind a callback: a copy that numba inlines into the loop (``inline_copy``)
+LOOP_BINDING = Binding("hbvm_core.kernels.registry:inline_copy")
+
 #: what every template shares, pasted into each: the rules (the stopping rule, the compensated update, the save
 #: rule, the status codes) and the small linear algebra (M^{-1} x by Cholesky, a small solve)
 SHARED = tuple(Path(__file__).with_name(name) for name in ("rules.py", "linalg.py"))
-#: the callbacks a template's generated module binds (the RATTLE loop also evaluates the constraint g;
-#: ``reference``, lambda(q, p) and the index-reduced ODE, the Hessian form d2g)
-CALLBACKS = {
-    "hbvm": ("grad_U", "G"),
-    "polynomial": ("grad_U", "G"),
-    "rattle": ("grad_U", "G", "g"),
-    "reference": ("grad_U", "G", "d2g"),
-}
 #: what stands in for a missing callback of an unconstrained problem (nu = 0)
 NO_CONSTRAINTS = {
     "G": "hbvm_core.kernels.registry:no_constraints",
     "g": "hbvm_core.kernels.registry:no_constraint_values",
     "d2g": "hbvm_core.kernels.registry:no_constraint_curvature",
 }
-#: the templates whose generated module also holds the ensemble's ``run_block`` (``ensemble.block_source``)
-ENSEMBLE_TEMPLATES = ("hbvm", "polynomial", "rattle")
-_MODULES: dict[str, types.ModuleType] = {}
-_BY_KEY: dict[tuple, types.ModuleType] = {}  # (template, kernels, constants) -> module: skips the hashing
 _COMPILED: dict[object, object] = {}  # plain function marked by ``kernel`` -> its numba dispatcher
 #: a generated module's compiled loops (the others are pasted into them or are callbacks) -> what the log calls them
 LOOPS = {
@@ -123,7 +106,7 @@ def loop_times(since: int = 0) -> list[LoopTime]:
     return LOOP_TIMES[since:]
 
 
-def _timed_loops(module: types.ModuleType) -> types.ModuleType:
+def timed_loops(module: types.ModuleType) -> types.ModuleType:
     """Wrap the ``compile`` of the module's loops (``LOOPS``) so that each compilation or cache load of a
     signature is recorded in ``LOOP_TIMES``; a dispatcher that is not a CPU one is left as it is."""
     from numba.core.registry import CPUDispatcher
@@ -286,21 +269,6 @@ def _split_args(text: str) -> list[str]:
     return args
 
 
-def cache_dir() -> Path:
-    """Where the generated loop modules (and numba's cache of them) live; created if missing."""
-    env = os.environ.get("HBVM_KERNEL_CACHE")
-    path = Path(env) if env else Path.home() / ".cache" / "hbvm" / "kernels"
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        if os.access(path, os.W_OK):
-            return path
-    except OSError:
-        pass
-    path = Path(tempfile.gettempdir()) / f"hbvm-kernels-{os.getuid()}"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 def resolve_callback(key: str, value) -> tuple[object, str | None]:
     """(dispatcher, 'module:qualname' if it can be imported by that name, else None)."""
     if isinstance(value, str):
@@ -330,124 +298,51 @@ def resolve_callback(key: str, value) -> tuple[object, str | None]:
     return value, name
 
 
-def callback_source(f) -> str:
-    """The source of a numba dispatcher's Python function ('' where there is none to read)."""
-    try:
-        return inspect.getsource(f.py_func)
-    except (OSError, TypeError):
-        return ""
+def loop_module(description: LoopDescription, kernels: Kernels, constants: dict) -> types.ModuleType:
+    """The generated module of a loop (its ``description``: template, callbacks, forms) for these callbacks and
+    compile-time ``constants``.
 
-
-def loop_module(template: str, kernels: Kernels, constants: dict) -> types.ModuleType:
-    """The generated module of ``template`` for these callbacks and compile-time ``constants``.
-
-    Its ``run_chunk`` is the compiled loop, ``<name>_original`` the callbacks as given (``CALLBACKS``).
+    Its ``run_chunk`` is the compiled loop (and ``run_block`` the ensemble's, where the loop has that form),
+    ``<name>_original`` the callbacks as given (``description.callbacks``).
     """
     if not isinstance(kernels, Kernels):
         raise ConfigError(f"kernels = {kernels!r}: expected hbvm_core.kernels.Kernels(grad_U=..., G=...)")
-    bound = tuple(getattr(kernels, name) for name in CALLBACKS[template])
-    key = (template, bound, tuple(sorted(constants.items())))
-    try:
-        if key in _BY_KEY:
-            return _BY_KEY[key]
-    except TypeError:  # unhashable callbacks: no shortcut
-        key = None
-    module = _loop_module(template, kernels, constants)
-    if key is not None:
-        _BY_KEY[key] = module
-    return module
+    bound = tuple(getattr(kernels, name) for name in description.callbacks)
+    key = ("loop", description, bound, tuple(sorted(constants.items())))
+    return by_key(key, lambda: _loop_module(description, kernels, constants))
 
 
-def _loop_module(template: str, kernels: Kernels, constants: dict) -> types.ModuleType:
+def bound_callbacks(names, kernels: Kernels, nu: int) -> dict[str, tuple[object, str | None]]:
+    """``name -> (dispatcher, 'module:qualname' or None)`` of the callbacks ``names`` of ``kernels``; a missing G,
+    g or d2g of an unconstrained problem (``nu`` = 0) bound to a no-op (``NO_CONSTRAINTS``)."""
     callbacks = {}
-    for name in CALLBACKS[template]:
+    for name in names:
         f = getattr(kernels, name)
         if f is None and name in NO_CONSTRAINTS:
-            if constants.get("NU_SIZE", 0) > 0:
-                raise ProblemError(
-                    f"kernels.{name} is missing: the problem has nu = {constants['NU_SIZE']} constraints"
-                )
+            if nu > 0:
+                raise ProblemError(f"kernels.{name} is missing: the problem has nu = {nu} constraints")
             f = NO_CONSTRAINTS[name]
         callbacks[name] = resolve_callback(name, f)
+    return callbacks
+
+
+def expanded_template(description: LoopDescription) -> str:
+    """The template's source with its helpers and the shared ones pasted (``expand_inline``), and the module
+    constants of the state and info fields (``description.field_source``): the text every form starts from."""
+    source = expand_inline(description.path.read_text(), *(path.read_text() for path in SHARED))
+    return source + description.field_source()
+
+
+def _loop_module(description: LoopDescription, kernels: Kernels, constants: dict) -> types.ModuleType:
+    callbacks = bound_callbacks(description.callbacks, kernels, constants.get("NU_SIZE", 0))
     import numba
 
-    source = expand_inline(TEMPLATES[template].read_text(), *(path.read_text() for path in SHARED))
-    if template in ENSEMBLE_TEMPLATES:  # the block loop of the ensemble, next to run_chunk (kernels/ensemble.py)
-        source += block_source(source)
-    tag = module_tag(template, source, numba.__version__, callbacks, constants)
-    if tag in _MODULES:
-        return _MODULES[tag]
-    if all(name is not None for _, name in callbacks.values()):
-        module = _from_file(tag, template, source, {key: name for key, (_, name) in callbacks.items()}, constants)
-    else:
-        module = _in_memory(tag, source, {key: f for key, (f, _) in callbacks.items()}, constants)
-    _MODULES[tag] = module
-    return module
-
-
-def module_tag(template: str, source: str, compiler: str, callbacks: dict, constants: dict) -> str:
-    """``<template>_<hash>``: the hash of a generated module's source, the compiler's version, the bound callbacks
-    (``name -> (dispatcher, 'module:qualname' or None)``: their names and sources) and the constants."""
-    digest = hashlib.sha256(source.encode())
-    digest.update(compiler.encode())
-    for key, (f, name) in callbacks.items():
-        digest.update(f"{key}={name or id(f)}\n{callback_source(f)}".encode())
-    digest.update(repr(sorted(constants.items())).encode())
-    return f"{template}_{digest.hexdigest()[:20]}"
-
-
-def _from_file(tag: str, template: str, source: str, names: dict[str, str], constants: dict) -> types.ModuleType:
-    lines = [f"# Generated by hbvm_core.kernels.registry from {TEMPLATES[template].name}; do not edit.", source, ""]
-    lines.append("from hbvm_core.kernels.registry import compiled as _compiled, inline_copy as _inline_copy  # noqa")
-    bound = [f"{key}={name}" for key, name in names.items()] + [f"{key}={val!r}" for key, val in constants.items()]
-    lines.append(f"# bound: {', '.join(bound)}")
-    for i, (key, name) in enumerate(names.items()):
-        module, _, qual = name.partition(":")
-        lines.append(f"import {module} as _callbacks{i}  # noqa: E402")
-        lines.append(f"{key}_original = _compiled(_callbacks{i}.{qual})")
-        lines.append(f"{key} = _inline_copy({key}_original)")
-    lines += [f"{key} = {val!r}" for key, val in constants.items()]
-    text = "\n".join(lines) + "\n"
-    return import_generated(f"{tag.replace('_', '_kernel_', 1)}", f"_hbvm_{tag}", text)
-
-
-def import_generated(stem: str, name: str, text: str) -> types.ModuleType:
-    """Write the generated module ``text`` as <cache>/<stem>.py (atomically) and import it from there as ``name``.
-
-    Importing it from a file is what lets numba cache its jitted functions on disk (and numba's cache
-    refers to the module by ``name``: keep it stable).
-    """
-    path = cache_dir() / f"{stem}.py"
-    if not path.exists() or path.read_text() != text:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        try:
-            if path.exists():  # different content under our hash: replace it (should not happen)
-                os.replace(tmp, path)
-            else:
-                os.link(tmp, path)  # atomic, and never overwrites a concurrent writer's identical file
-        except FileExistsError:
-            pass
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-    module_spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[name] = module
-    module_spec.loader.exec_module(module)
-    return _timed_loops(module)
-
-
-def _in_memory(tag: str, source: str, functions: dict[str, object], constants: dict) -> types.ModuleType:
-    module = types.ModuleType(f"_hbvm_{tag}")
-    code = source.replace("\nCACHE = True", "\nCACHE = False", 1)
-    exec(compile(code, f"<hbvm kernel {tag}>", "exec"), module.__dict__)  # noqa: S102
-    for key, f in functions.items():
-        module.__dict__[f"{key}_original"] = f
-        module.__dict__[key] = inline_copy(f)
-    module.__dict__.update(constants)
-    return _timed_loops(module)
+    source = expanded_template(description)
+    if description.has("block"):  # the block loop of the ensemble, next to run_chunk (kernels/ensemble.py)
+        source += block_source(source, description.carried)
+    tag = module_tag(description.template, (source,), numba.__version__, callbacks, constants)
+    origin = f"hbvm_core.kernels.registry from {description.path.name}"
+    return generated_module(tag, source, callbacks, constants, LOOP_BINDING, origin, finish=timed_loops)
 
 
 # --------------------------------------------------------------------------- what the disk cache holds

@@ -11,12 +11,28 @@
 - the save rule: ``step_saved`` (the multiplier and iterations of step n are kept when n % save_every == 0),
   ``point_saved`` (point n of 0..N is kept when n % save_every == 0, and the last); ``save_rows`` writes one
   step's rows into a compiled loop's buffers by that rule (the numpy path's ``_Buffer`` does it there).
-- the status codes of a compiled loop's ``run_chunk`` (``kernels.runner`` turns them into errors).
+- ``record_failure``: a failed step's status, step, iterations and increment into ``info``;
+- ``buffer_rows``: the rows of a save buffer, the numpy path's and the compiled loops';
+- the status codes of a compiled loop's ``run_chunk`` (``kernels.runner`` turns them into errors);
+- ``name_failed_step``: which step a failure that a callback's non-finite value caused is charged to, for every
+  method and path (the numpy loop in ``integrate``, the compiled ones in ``kernels.runner``).
 
-Imports nothing (no numba): the numpy path imports it too.
+Imports numpy only (no numba): the numpy path imports it too.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:  # a type only: problem.py is a layer above kernels
+    from ..problem import Problem
+
+# the fields of run_chunk's state and info: set by the generated module from the loop's description
+# (kernels/description.py, ``field_source``)
+STATE_N = STATE_HAVE_PREV = STATE_POINTS = STATE_STEPS = STATE_ITERATIONS = STATE_MAX_ITERATIONS = None
+STATE_COMPENSATED = INFO_STATUS = INFO_STEP = INFO_ITERATIONS = INFO_INCREMENT = None
 
 #: run_chunk's status codes, in every template
 OK, NO_CONVERGENCE, DIVERGED, SINGULAR, NON_FINITE_STATE = 0, 1, 2, 3, 4
@@ -57,24 +73,51 @@ def point_saved(n, N, save_every):
 @inline_source
 def save_rows(n, N, h, save_every, q, p, lam, it, state, pt_t, pt_q, pt_p, st_t, st_lam, st_it, cap, m, nu):
     """After step n (t_n -> t_{n+1}): the step's row (t_n, lambda, iterations) and the point's row (t_{n+1}, q, p)
-    by the save rule; state[3], state[2] count the rows in the buffers. Returns whether a buffer is full."""
+    by the save rule; state's fields STATE_STEPS, STATE_POINTS count the rows in the buffers. Returns whether a
+    buffer is full."""
     buffer_full = False
     keep_step = step_saved(n, save_every)
     if keep_step:
-        row = state[3]
+        row = state[STATE_STEPS]
         st_t[row] = n * h
         for r in range(nu):
             st_lam[row, r] = lam[r]
         st_it[row] = it
-        state[3] = row + 1
+        state[STATE_STEPS] = row + 1
         buffer_full = row + 1 == cap
     keep_point = point_saved(n + 1, N, save_every)
     if keep_point:
-        row = state[2]
+        row = state[STATE_POINTS]
         pt_t[row] = (n + 1) * h
         for a in range(m):
             pt_q[row, a] = q[a]
             pt_p[row, a] = p[a]
-        state[2] = row + 1
+        state[STATE_POINTS] = row + 1
         buffer_full = buffer_full or row + 1 == cap
     return buffer_full
+
+
+@inline_source
+def record_failure(info, status, n, it, d):
+    """info <- the failed step's status, its step n, its iterations and its last increment (by their fields)."""
+    info[INFO_STATUS] = status
+    info[INFO_STEP] = n
+    info[INFO_ITERATIONS] = it
+    info[INFO_INCREMENT] = d
+
+
+def buffer_rows(chunk: int, N: int, save_every: int) -> int:
+    """Rows of a save buffer (this loop's and the compiled ones'): ``chunk``, or fewer when the whole run fits
+    (at most N // save_every + 2 points, the initial one included): a short run does not allocate a full chunk."""
+    return min(chunk, N // save_every + 2)
+
+
+def name_failed_step(problem: Problem, n: int, h: float, q_start: np.ndarray, q_end: np.ndarray | None = None) -> None:
+    """After step n failed: NonFiniteError naming the step that took the trajectory where a callback is not finite,
+    one way for every method and path (docs/method.md, "Solving the step": step n is on [t_n, t_{n+1}], counted
+    from 0, t_n = n h): the step before (n - 1) when a callback is already not finite at q_start = q_n, the end
+    of that step; step n when it is at q_end = q_{n+1} (a method that evaluates its end point). Nothing else."""
+    if n > 0 and np.all(np.isfinite(q_start)):
+        problem.check_finite(q_start[None, :], n - 1, (n - 1) * h)
+    if q_end is not None and np.all(np.isfinite(q_end)):
+        problem.check_finite(q_end[None, :], n, n * h)

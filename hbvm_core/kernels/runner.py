@@ -2,8 +2,10 @@
 
 ``CompiledRunner`` drives the constant-multiplier loop (template ``hbvm.py``),
 ``PolynomialRunner`` the polynomial-multiplier one (``polynomial.py``),
-``RattleRunner`` the RATTLE one (``rattle.py``); all modules come from
-``registry.loop_module``. Same contract as
+``RattleRunner`` the RATTLE one (``rattle.py``); each is named by its method's
+loop description (``method.LOOP``, ``kernels/description.py``), which gives it
+the template, the failure reasons and the fields of ``state`` and ``info``; all
+modules come from ``registry.loop_module``. Same contract as
 ``hbvm_core.integrate.python_runner``: points every ``save_every`` steps (and
 the last), per-step (t, lam, iterations) every ``save_every`` steps, emitted to
 the sink in blocks of ``chunk`` rows; the compiled ``run_chunk`` fills
@@ -15,26 +17,22 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..blended import initial_multiplier
 from ..errors import ConvergenceError, ProblemError
-from ..integrate import buffer_rows, name_failed_step
 from ..legendre import shifted_legendre, tableau
-from ..problem import Problem
+from .description import LoopDescription
 from .registry import loop_module, note_compiled
-from .rules import DIVERGED, NO_CONVERGENCE, NON_FINITE_STATE, SINGULAR
+from .rules import DIVERGED, NON_FINITE_STATE, SINGULAR, buffer_rows, name_failed_step
+
+if TYPE_CHECKING:  # a type only: problem.py is a layer above kernels (it builds the reference's module)
+    from ..problem import Problem
 
 SOLVER_CODES = {"fixed-point": 0, "blended": 1}
 WARM_CODES = {"extrapolate": 0, "previous": 1, "p0": 2}
-#: run_chunk's status codes (``rules``) -> the ConvergenceError's reason, as the numpy steppers word it
-REASONS = {
-    NO_CONVERGENCE: "no convergence",
-    DIVERGED: "non-finite increment (diverged)",
-    SINGULAR: "singular multiplier system (Singular matrix)",
-    NON_FINITE_STATE: "non-finite state after the step",
-}
 
 
 def specialise_ks() -> bool:
@@ -77,10 +75,18 @@ def cholesky_factor(problem: Problem) -> np.ndarray:
 class LoopRunner:
     """Drives a generated module's ``run_chunk`` for one (method, problem); call it like ``python_runner``.
 
-    A subclass sets ``module`` and gives the loop's leading arguments (``loop_arguments``) and its ``_fail``.
+    ``description`` is the method's loop (``method.LOOP``); a subclass builds ``module`` (``load``) and gives
+    the loop's leading arguments (``loop_arguments``) and its ``_fail``.
     """
 
     module = None
+    description: LoopDescription
+
+    def load(self, method, problem: Problem, constants: dict) -> None:
+        """The method's loop description, and the generated module of it for the problem's callbacks."""
+        self.description = method.LOOP
+        self.module = loop_module(self.description, problem.kernels, constants)
+        self.fields = self.description.fields()
 
     def guess_rows(self, method) -> int:
         """Rows of the per-step guess carried between steps (gamma: one per coefficient)."""
@@ -98,8 +104,12 @@ class LoopRunner:
         q, p = problem.q0.copy(), problem.p0.copy()
         cq, cp = np.zeros(m), np.zeros(m)
         gamma_prev = np.zeros((s, m))
-        state = np.array([0, 0, 1, 0, 0, 0, int(bool(compensated))], dtype=np.int64)
-        info = np.zeros(4)
+        F = self.fields
+        state = np.zeros(F["STATE_SIZE"], dtype=np.int64)
+        state[F["STATE_POINTS"]] = 1  # the initial point, row 0 of the point buffer
+        state[F["STATE_COMPENSATED"]] = int(bool(compensated))
+        info = np.zeros(F["INFO_SIZE"])
+        rows = (F["STATE_POINTS"], F["STATE_STEPS"])  # the rows in the point and step buffers
         chunk = buffer_rows(chunk, N, save_every)
         pts = (np.empty(chunk), np.empty((chunk, m)), np.empty((chunk, m)))
         stp = (np.empty(chunk), np.empty((chunk, nu)), np.empty(chunk, dtype=np.int32))
@@ -107,14 +117,14 @@ class LoopRunner:
         starts = [0, 0]
 
         def emit(which: int) -> None:
-            n = int(state[2 + which])
+            n = int(state[rows[which]])
             if n:
                 bufs, out = (pts, sink.points) if which == 0 else (stp, sink.steps)
                 out(starts[which], *(a[:n] for a in bufs))
                 starts[which] += n
-                state[2 + which] = 0
+                state[rows[which]] = 0
 
-        if state[2] == chunk:
+        if state[rows[0]] == chunk:
             emit(0)
         args = self.loop_arguments(problem, q, p, cq, cp, gamma_prev, state, float(h), int(N), int(save_every))
         run = self.module.run_chunk
@@ -126,34 +136,41 @@ class LoopRunner:
                 note_compiled(self.module)
                 first = False
             if status != 0:  # the loop's q: the failed step's start, or its end for a non-finite state
+                n_failed = int(info[F["INFO_STEP"]])
                 if status == NON_FINITE_STATE:
-                    name_failed_step(problem, int(info[1]), h, np.full(m, np.nan), q)
+                    name_failed_step(problem, n_failed, h, np.full(m, np.nan), q)
                 else:
-                    name_failed_step(problem, int(info[1]), h, q)
+                    name_failed_step(problem, n_failed, h, q)
                 self._fail(problem, q, h, gamma_prev, info, *tail)
             full = False
             for which in (0, 1):
-                if state[2 + which] == chunk:
+                if state[rows[which]] == chunk:
                     emit(which)
                     full = True
-            if state[0] >= N:
+            if state[F["STATE_N"]] >= N:
                 break
             if not full:
                 raise RuntimeError("compiled loop returned early without a full buffer")  # a bug, never expected
         emit(0)
         emit(1)
-        return {"iterations": int(state[4]), "max_iterations": int(state[5]), "backend": "numba"}
+        used = {
+            "iterations": int(state[F["STATE_ITERATIONS"]]),
+            "max_iterations": int(state[F["STATE_MAX_ITERATIONS"]]),
+        }
+        return used | {"backend": "numba"}
 
     def _fail(self, problem: Problem, q0: np.ndarray, h: float, guess: np.ndarray, info: np.ndarray) -> None:
         raise NotImplementedError
 
-    @staticmethod
-    def _error(info: np.ndarray, h: float, reasons: dict[int, str] = REASONS) -> ConvergenceError:
-        """The ConvergenceError of a failed run_chunk (info = [status, step, iterations, increment])."""
-        status, n, it, d = int(info[0]), int(info[1]), int(info[2]), float(info[3])
+    def _error(self, info: np.ndarray, h: float) -> ConvergenceError:
+        """The ConvergenceError of a failed run_chunk (info: status, step, iterations, increment), worded by the
+        loop's description (``reasons``)."""
+        F = self.fields
+        status, n = int(info[F["INFO_STATUS"]]), int(info[F["INFO_STEP"]])
+        it, d = int(info[F["INFO_ITERATIONS"]]), float(info[F["INFO_INCREMENT"]])
         if status == SINGULAR:
             it, d = 0, float("nan")
-        return ConvergenceError(n, n * h, d, it, reasons[status])
+        return ConvergenceError(n, n * h, d, it, self.description.reasons[status])
 
     @staticmethod
     def _name_non_finite(problem: Problem, Q: np.ndarray, n: int, h: float) -> None:
@@ -191,7 +208,7 @@ class CompiledRunner(LoopRunner):
         constants = {"M_SIZE": problem.m, "NU_SIZE": problem.nu, "HAS_M": self.L.size > 0, "SOLVER": self.solver}
         if specialise_ks():
             constants |= {"K_SIZE": tab.k, "S_SIZE": tab.s}
-        self.module = loop_module("hbvm", problem.kernels, constants)
+        self.load(method, problem, constants)
         self.tab = constant_tables(tab.k, tab.s)
         rule = method.rule
         self.rule = np.array([rule.rtol, rule.stall_rtol, rule.max_iter], dtype=float)
@@ -209,8 +226,9 @@ class CompiledRunner(LoopRunner):
 
     def _fail(self, problem: Problem, q0: np.ndarray, h: float, guess: np.ndarray, info: np.ndarray) -> None:
         """Raise what the numpy stepper raises for the same failure (ConvergenceError, or NonFiniteError)."""
-        if int(info[0]) != 4:
-            self._name_non_finite(problem, q0 + h * (self.tab[0] @ guess), int(info[1]), h)
+        status, n = int(info[self.fields["INFO_STATUS"]]), int(info[self.fields["INFO_STEP"]])
+        if status != NON_FINITE_STATE:
+            self._name_non_finite(problem, q0 + h * (self.tab[0] @ guess), n, h)
         raise self._error(info, h)
 
 
@@ -221,7 +239,7 @@ class PolynomialRunner(LoopRunner):
         self.L = cholesky_factor(problem)
         self.params = np.array(problem.kernels.params, dtype=float).reshape(-1)
         constants = {"M_SIZE": problem.m, "NU_SIZE": problem.nu, "HAS_M": self.L.size > 0}
-        self.module = loop_module("polynomial", problem.kernels, constants)
+        self.load(method, problem, constants)
         self.arrays = polynomial_tables(method.tableau.k, method.tableau.s)
         rule = method.rule
         self.rule = np.array([rule.rtol, rule.stall_rtol, rule.max_iter], dtype=float)
@@ -235,18 +253,10 @@ class PolynomialRunner(LoopRunner):
 
     def _fail(self, problem: Problem, q0: np.ndarray, h: float, guess: np.ndarray, info: np.ndarray) -> None:
         """Raise what the numpy stepper raises for the same failure (ConvergenceError, or NonFiniteError)."""
-        if int(info[0]) != 4:
-            self._name_non_finite(problem, q0[None, :], int(info[1]), h)
+        status, n = int(info[self.fields["INFO_STATUS"]]), int(info[self.fields["INFO_STEP"]])
+        if status != NON_FINITE_STATE:
+            self._name_non_finite(problem, q0[None, :], n, h)
         raise self._error(info, h)
-
-
-#: the RATTLE loop's status codes -> the reasons ``RattleStepper.step`` gives
-RATTLE_REASONS = {
-    NO_CONVERGENCE: "Newton on the position constraint did not converge",
-    DIVERGED: "non-finite Newton increment (diverged)",
-    SINGULAR: "singular Newton matrix (Singular matrix)",
-    NON_FINITE_STATE: "non-finite state after the step",
-}
 
 
 class RattleRunner(LoopRunner):
@@ -256,7 +266,7 @@ class RattleRunner(LoopRunner):
         self.L = cholesky_factor(problem)
         self.params = np.array(problem.kernels.params, dtype=float).reshape(-1)
         constants = {"M_SIZE": problem.m, "NU_SIZE": problem.nu, "HAS_M": self.L.size > 0}
-        self.module = loop_module("rattle", problem.kernels, constants)
+        self.load(method, problem, constants)
         rule = method.rule
         self.rule = np.array([rule.rtol, rule.stall_rtol, rule.max_iter], dtype=float)
         check_callbacks(problem, self.module, self.params)
@@ -273,6 +283,7 @@ class RattleRunner(LoopRunner):
 
     def _fail(self, problem: Problem, q0: np.ndarray, h: float, guess: np.ndarray, info: np.ndarray, q_fail) -> None:
         """Raise what ``RattleStepper.step`` raises for the same failure (ConvergenceError, or NonFiniteError)."""
-        if int(info[0]) == 2:
-            self._name_non_finite(problem, q_fail[None, :], int(info[1]), h)
-        raise self._error(info, h, RATTLE_REASONS)
+        status, n = int(info[self.fields["INFO_STATUS"]]), int(info[self.fields["INFO_STEP"]])
+        if status == DIVERGED:
+            self._name_non_finite(problem, q_fail[None, :], n, h)
+        raise self._error(info, h)

@@ -12,6 +12,8 @@ from typing import ClassVar
 import numpy as np
 
 from ..errors import ConfigError, ConvergenceError
+from ..kernels.description import LoopDescription
+from ..kernels.rules import DIVERGED, NO_CONVERGENCE, NON_FINITE_STATE, SINGULAR
 from ..legendre import Tableau, tableau
 from ..problem import Problem
 from ..solvers import StoppingRule, fixed_point
@@ -21,6 +23,15 @@ from .base import BOOLEAN, EntryKey, Method, entry_text, only_keys
 
 SOLVERS = ("fixed-point", "blended")
 WARM_STARTS = ("extrapolate", "previous", "p0")
+
+
+#: the HBVM loops' failures by run_chunk's status code, worded as HBVMStepper words them
+HBVM_REASONS = {
+    NO_CONVERGENCE: "no convergence",
+    DIVERGED: "non-finite increment (diverged)",
+    SINGULAR: "singular multiplier system (Singular matrix)",
+    NON_FINITE_STATE: "non-finite state after the step",
+}
 
 
 class HBVMBase(Method):
@@ -161,6 +172,19 @@ class HBVM(HBVMBase):
     """
 
     multiplier: ClassVar[str] = "constant"
+    #: the compiled loop (kernels/description.py): template kernels/hbvm.py, in every form
+    LOOP: ClassVar[LoopDescription] = LoopDescription(
+        template="hbvm",
+        callbacks=("grad_U", "G"),
+        runner="CompiledRunner",
+        forms=frozenset({"loop", "block", "lanes", "cuda"}),
+        reasons=HBVM_REASONS,
+        carried="lam_prev",
+        warm={
+            "fixed-point": ("HBVM fixed-point", {"method": "hbvm", "k": 2, "s": 1}),
+            "blended": ("HBVM blended", {"method": "hbvm", "k": 2, "s": 1, "solver": "blended"}),
+        },
+    )
     numerics_sources: ClassVar[tuple[str, ...]] = (
         "methods/hbvm.py", "methods/_small.py", "sparse/hbvm.py", "sparse/structure.py", "sparse/normal.py",
         "sparse/factor.py", "sparse/path.py", "sparse/blended.py", "legendre.py", "solvers.py", "blended.py",
@@ -216,9 +240,7 @@ class HBVM(HBVMBase):
         """The compiled (numba) time loop when the problem has ``kernels``, else None (hbvm_core.kernels)."""
         if not self.has_compiled(problem):
             return None
-        from ..kernels.runner import CompiledRunner
-
-        return CompiledRunner(self, problem)
+        return self.LOOP.runner_class()(self, problem)
 
 
 def initial_gamma(tab: Tableau, warm_start: str, previous: np.ndarray | None, Mp0: np.ndarray) -> np.ndarray:

@@ -21,12 +21,13 @@ from typing import ClassVar
 import numpy as np
 
 from ..errors import ConfigError, ConvergenceError
+from ..kernels.description import LoopDescription
 from ..legendre import shifted_legendre
 from ..problem import Problem
 from ..solvers import StoppingRule, fixed_point
 from ._small import solve_small
 from .base import only_keys
-from .hbvm import HBVMBase, initial_gamma
+from .hbvm import HBVM_REASONS, HBVMBase, initial_gamma
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,16 @@ class PolynomialHBVM(HBVMBase):
 
     multiplier: ClassVar[str] = "polynomial"
     solver: ClassVar[str] = "fixed-point"
+    #: the compiled loop (kernels/description.py): template kernels/polynomial.py; no carried multiplier (the
+    #: ensemble's block reads the last step's from its step row), no lockstep form
+    LOOP: ClassVar[LoopDescription] = LoopDescription(
+        template="polynomial",
+        callbacks=("grad_U", "G"),
+        runner="PolynomialRunner",
+        forms=frozenset({"loop", "block", "cuda"}),
+        reasons=HBVM_REASONS,
+        warm={"polynomial": ("HBVM polynomial", {"method": "hbvm", "k": 2, "s": 2, "multiplier": "polynomial"})},
+    )
     numerics_sources: ClassVar[tuple[str, ...]] = (
         "methods/polynomial.py", "methods/hbvm.py", "methods/_small.py", "legendre.py", "solvers.py",
         "blended.py", "integrate.py", "kernels/polynomial.py", "kernels/runner.py", "kernels/rules.py",
@@ -107,9 +118,7 @@ class PolynomialHBVM(HBVMBase):
         """The compiled (numba) time loop for problems with compiled callbacks and nu >= 1 (any M), else None."""
         if problem.kernels is None or problem.kernels.G is None or problem.nu == 0:
             return None
-        from ..kernels.runner import PolynomialRunner
-
-        return PolynomialRunner(self, problem)
+        return self.LOOP.runner_class()(self, problem)
 
 
 class PolynomialStepper:

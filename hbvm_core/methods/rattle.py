@@ -18,12 +18,22 @@ from typing import ClassVar
 import numpy as np
 
 from ..errors import ConvergenceError
+from ..kernels.description import LoopDescription
+from ..kernels.rules import DIVERGED, NO_CONVERGENCE, NON_FINITE_STATE, SINGULAR
 from ..problem import Problem
 from ..solvers import StoppingRule
 from ..sparse.path import sparse_path
 from ..sparse.rattle import SparseRattle
 from ._small import solve_small
 from .base import Method
+
+#: the RATTLE loop's failures by run_chunk's status code, worded as RattleStepper.step words them
+RATTLE_REASONS = {
+    NO_CONVERGENCE: "Newton on the position constraint did not converge",
+    DIVERGED: "non-finite Newton increment (diverged)",
+    SINGULAR: "singular Newton matrix (Singular matrix)",
+    NON_FINITE_STATE: "non-finite state after the step",
+}
 
 
 @dataclass(frozen=True)
@@ -39,6 +49,18 @@ class RATTLE(Method):
         "kernels/runner.py", "kernels/rules.py", "kernels/linalg.py",
     )  # fmt: skip
     COMPILED_NEEDS: ClassVar[frozenset[str] | None] = frozenset({"G", "g"})
+    #: the compiled loop (kernels/description.py): template kernels/rattle.py, which also evaluates g; its Newton
+    #: iterate of a failed step in the tail argument q_fail; no lockstep form
+    LOOP: ClassVar[LoopDescription] = LoopDescription(
+        template="rattle",
+        callbacks=("grad_U", "G", "g"),
+        runner="RattleRunner",
+        forms=frozenset({"loop", "block", "cuda"}),
+        reasons=RATTLE_REASONS,
+        carried="lam",
+        tail=("q_fail",),
+        warm={"rattle": ("RATTLE", {"method": "rattle"})},
+    )
     #: compiled: about a microsecond per step, as HBVM's per node (hbvm_workflow.runs.Job.estimated_seconds)
     STEP_SECONDS: ClassVar[tuple[float | None, float]] = (1e-6, 1e-4)
     #: second order in q and p; lam approximates lambda(t_n) to first order
@@ -68,9 +90,7 @@ class RATTLE(Method):
         """The compiled (numba) loop when the problem's ``kernels`` give grad_U, and G and g where nu > 0, else None."""
         if not self.has_compiled(problem):
             return None
-        from ..kernels.runner import RattleRunner
-
-        return RattleRunner(self, problem)
+        return self.LOOP.runner_class()(self, problem)
 
 
 class RattleStepper:

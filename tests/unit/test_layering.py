@@ -4,6 +4,7 @@ The graph is read from the source (``ast``), not from an import: a module-level 
 are both an edge, so a lazy import cannot hide a circle. ``import a.b`` and ``from a import b`` (b a module) are
 edges to the module named; ``from a.b import name`` (name not a module) is an edge to ``a.b``. A parent package's
 ``__init__`` runs first on any import of its submodules, but is not an edge: it is in every module's way.
+An import under ``if TYPE_CHECKING:`` never runs (it names a type for the annotations): ``types=False`` leaves it out.
 """
 
 from __future__ import annotations
@@ -25,8 +26,18 @@ def modules(package: str, root: Path = ROOT) -> dict[str, Path]:
     return out
 
 
-def import_graph(package: str, root: Path = ROOT) -> dict[str, set[str]]:
-    """{module: the modules of ``package`` it imports}, from every import statement in its syntax tree."""
+def type_only(tree: ast.Module) -> set[ast.stmt]:
+    """The import statements of a module under ``if TYPE_CHECKING:`` (never run: annotations only)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            found |= {n for stmt in node.body for n in ast.walk(stmt) if isinstance(n, ast.Import | ast.ImportFrom)}
+    return found
+
+
+def import_graph(package: str, root: Path = ROOT, types: bool = True) -> dict[str, set[str]]:
+    """{module: the modules of ``package`` it imports}, from every import statement in its syntax tree (those
+    under ``if TYPE_CHECKING:`` only if ``types``)."""
     mods = modules(package, root)
 
     def owner(name: str) -> str | None:  # the longest prefix that is a module of the package
@@ -39,7 +50,11 @@ def import_graph(package: str, root: Path = ROOT) -> dict[str, set[str]]:
     for module, path in mods.items():
         here = module if path.name == "__init__.py" else module.rpartition(".")[0]
         edges = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        skip = set() if types else type_only(tree)
+        for node in ast.walk(tree):
+            if node in skip:
+                continue
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -110,3 +125,40 @@ def test_no_import_circle(package):
     graph = import_graph(package)
     assert len(graph) > 10 and sum(map(len, graph.values())) > len(graph), "the graph read nothing"
     assert cycles(graph) == [], "import circles (a lazy import counts): " + "; ".join(map(" <-> ".join, cycles(graph)))
+
+
+def reachable(graph: dict[str, set[str]], start: set[str]) -> set[str]:
+    """The modules ``start`` imports, directly or through others, and ``start`` itself."""
+    seen, todo = set(start), list(start)
+    while todo:
+        for w in graph[todo.pop()] - seen:
+            seen.add(w)
+            todo.append(w)
+    return seen
+
+
+def test_a_type_only_import_is_no_edge_when_types_are_left_out(tmp_path):
+    """Oracle by hand: a imports b at run time and c for its annotations only; b imports nothing."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text(
+        "from typing import TYPE_CHECKING\nfrom . import b\nif TYPE_CHECKING:\n    from . import c\n"
+    )
+    (pkg / "b.py").write_text("")
+    (pkg / "c.py").write_text("")
+    assert import_graph("pkg", tmp_path)["pkg.a"] == {"pkg.b", "pkg.c"}
+    assert import_graph("pkg", tmp_path, types=False)["pkg.a"] == {"pkg.b"}
+    assert reachable({"x": {"y"}, "y": {"z"}, "z": set()}, {"y"}) == {"y", "z"}
+
+
+def test_kernels_are_a_layer():
+    """hbvm_core.kernels sits below the rest: what its modules import at run time (lazily included), directly or
+    through others, imports no kernels module back -- the time loop (integrate), the ensemble, the problem and
+    the methods all sit above it. Annotations may name a type from above (``if TYPE_CHECKING:``)."""
+    graph = import_graph("hbvm_core", types=False)
+    kernels = {m for m in graph if m.startswith("hbvm_core.kernels.")} | {"hbvm_core.kernels"}
+    below = reachable(graph, {w for m in kernels for w in graph[m]} - kernels) - kernels
+    assert below, "the kernels import nothing of hbvm_core: the graph read nothing"
+    back = sorted(f"{m} -> {', '.join(sorted(graph[m] & kernels))}" for m in below if graph[m] & kernels)
+    assert back == [], "kernels import modules that import them back: " + "; ".join(back)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hbvm_core.kernels import registry
+from hbvm_core.kernels import modules, registry
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,7 +36,10 @@ def run_block(x):
 
 @pytest.mark.slow  # it compiles a (small) generated module of its own
 def test_each_new_signature_of_a_loop_is_timed_once_and_an_inner_one_within_the_outer():
-    module = registry._in_memory(f"hbvm_test{time.monotonic_ns()}", SOURCE, {}, {})
+    tag = f"hbvm_test{time.monotonic_ns()}"
+    module = modules.generated_module(
+        tag, SOURCE, {}, {}, registry.LOOP_BINDING, "a test", finish=registry.timed_loops, in_memory=True
+    )
     since = len(registry.LOOP_TIMES)
     t0 = time.perf_counter()
     assert module.run_block(1) == 4  # compiles run_block, and run_chunk inside it

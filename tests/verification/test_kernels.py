@@ -345,7 +345,8 @@ def test_kernel_templates_expand_to_one_loop_with_short_functions():
     import re
     from pathlib import Path
 
-    from hbvm_core.kernels.registry import SHARED, TEMPLATES, expand_inline
+    from hbvm_core.kernels.registry import SHARED, expand_inline
+    from hbvm_core.methods import HBVM, RATTLE, PolynomialHBVM
 
     for path in Path(hc.__file__).with_name("kernels").glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -354,10 +355,8 @@ def test_kernel_templates_expand_to_one_loop_with_short_functions():
     shared = [path.read_text() for path in SHARED]
     pasted = [line[4:].split("(")[0] for text in shared for line in text.splitlines() if line.startswith("def ")]
     assert {"converged", "compensated_add", "save_rows", "minv", "solve_small"} <= set(pasted)
-    for name, path in TEMPLATES.items():
-        if name == "reference":  # not a time loop: lambda(q, p) and the index-reduced ODE, no run_chunk
-            continue
-        source = path.read_text()
+    for loop in (HBVM.LOOP, PolynomialHBVM.LOOP, RATTLE.LOOP):  # the time loops (the reference's has none)
+        name, source = loop.template, loop.path.read_text()
         helpers = [line[4:].split("(")[0] for line in source.splitlines() if line.startswith("def _")]
         expanded = expand_inline(source, *shared)
         code = "\n".join(line for line in expanded.splitlines() if not line.strip().startswith("#"))
