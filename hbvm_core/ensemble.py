@@ -413,8 +413,9 @@ def road(params: np.ndarray, groups: list[np.ndarray], refused: str | None, L: n
 def lane_groups(runner, inputs: dict) -> list[np.ndarray]:
     """The runs that go in lockstep: all of them (one structure: each lane takes its own params row and M) where
     there are at least ``lanes.MIN_GROUP``, the loop has a lockstep form (``lanes.applies``) and HBVM_LANES is
-    not 0; [] otherwise. Runs sharing a params row come first, ordered by their numbers of steps, so that the
-    lanes of a block share their params where they can and finish together (a lane whose run is done idles)."""
+    not 0; [] otherwise. In the order of the blocks (``lane_blocks``): the runs of each params row by their numbers
+    of steps, in as many whole blocks of LANES as the row fills; then the rest, by their numbers of steps. So a
+    block's lanes share their params where they can, and finish together (a lane whose run is done idles)."""
     import os
 
     from .kernels import lanes
@@ -429,8 +430,15 @@ def lane_groups(runner, inputs: dict) -> list[np.ndarray]:
     else:
         _, inverse = np.unique(params, axis=0, return_inverse=True)
         inverse = inverse.reshape(-1)
-    order = np.lexsort((inputs["N"], inverse))
-    return [order.astype(np.int64)]
+    N = inputs["N"]
+    order = np.lexsort((N, inverse))
+    rank = np.empty(R, dtype=np.int64)  # each run's place among the runs of its params row, by steps
+    starts = np.r_[0, np.flatnonzero(np.diff(inverse[order])) + 1]
+    sizes = np.diff(np.r_[starts, R])
+    rank[order] = np.arange(R) - np.repeat(starts, sizes)
+    whole = rank < np.bincount(inverse)[inverse] // lanes.LANES * lanes.LANES
+    rest = np.flatnonzero(~whole)
+    return [np.r_[order[whole[order]], rest[np.lexsort((inverse[rest], N[rest]))]].astype(np.int64)]
 
 
 def lane_blocks(runs: np.ndarray, params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

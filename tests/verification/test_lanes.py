@@ -98,9 +98,9 @@ def test_lockstep_failures_stay_in_their_lane(monkeypatch):
 
 
 def test_lane_groups_by_structure():
-    """All runs of one structure go in lockstep, those of one params row together, each row's ordered by steps;
-    blocks whose runs share a row and the others are told apart; fewer than MIN_GROUP runs, or the blended
-    solver, get none."""
+    """All runs of one structure go in lockstep: whole blocks of one params row first (each row's runs by steps),
+    then the rest by steps; blocks whose runs share a row and the others are told apart; fewer than MIN_GROUP
+    runs, or the blended solver, get none."""
     pb = conical_pendulum(length=1.5)
     runner = METHOD.compiled_runner(pb)
     big, small = lanes.LANES + 1, 3
@@ -110,10 +110,10 @@ def test_lane_groups_by_structure():
     inputs = {"params": params, "h": np.ones(R), "N": N, "q0": np.zeros((R, 3)), "lam0": np.zeros((R, 1))}
     (runs,) = lane_groups(runner, inputs)
     first = np.r_[R - 1, R - 2, np.arange(big)[::-1]]  # the row [1, 2]: 19 runs, the last two first (fewest steps)
-    np.testing.assert_array_equal(runs, np.r_[first, np.arange(big, big + small)[::-1]])
+    rest = np.r_[np.arange(big, big + small)[::-1], first[lanes.LANES :]]  # 3 + 3 runs of two rows, by steps
+    np.testing.assert_array_equal(runs, np.r_[first[: lanes.LANES], rest])
     shared, mixed = lane_blocks(runs, params)
     np.testing.assert_array_equal(shared, first[: lanes.LANES])  # one whole block of the row [1, 2]
-    rest = np.r_[first[lanes.LANES :], np.arange(big, big + small)[::-1]]  # 3 + 3 runs of two rows, 10 empty lanes
     np.testing.assert_array_equal(mixed, np.r_[rest, np.full(lanes.LANES - rest.size, -1)])
     assert lane_groups(hc.HBVM(2, 2, solver="blended").compiled_runner(pb), inputs) == []
     few = {key: value[: lanes.MIN_GROUP - 1] for key, value in inputs.items()}
