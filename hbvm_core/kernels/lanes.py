@@ -58,7 +58,7 @@ runs of one structure go together (``ensemble.py``: runs sharing a params row
 fill blocks first); fewer than ``MIN_GROUP`` runs go to the per-run block.
 Results agree with the per-run loop to round-off (the same operations in the
 same order, apart from the linear solve for nu > 1, whose row swaps are
-written as selects).
+written as blends).
 """
 
 from __future__ import annotations
@@ -262,8 +262,10 @@ def lane_block(q0, p0, h0, N0, every0, run, warm, rule, L_in, params, compensate
                 lam_out[src, b] = lam_prev[b] if code == OK and Nl[_ln] > 0 else np.nan
 '''
 
-#: the template's Gaussian elimination with its row swaps and its early exit written as selects: a loop over
-#: lanes cannot branch per lane (the same pivots and operations; a singular lane computes on and is discarded)
+#: the template's Gaussian elimination with its row swaps and its early exit written without branches: a loop over
+#: lanes cannot branch per lane (the same pivots and operations; a singular lane computes on and is discarded). A
+#: swap is the blend sw x + (1 - sw) y with sw 0 or 1 (exact for finite values): as selects (``x if pr == r else
+#: y``) the compiled lockstep loop took the wrong rows where a lane pivoted (nu = 2, measured; the Python is right)
 LANE_SOLVE = '''
 @inline_source
 def _solve_small(A, b, n):
@@ -277,13 +279,14 @@ def _solve_small(A, b, n):
             big = abs(A[r, c]) if abs(A[r, c]) > big else big
         singular = singular or big == 0.0
         for r in range(c + 1, n):
+            sw = 1.0 if pr == r else 0.0
             for j in range(n):
-                swap_a = A[c, j]
-                A[c, j] = A[r, j] if pr == r else swap_a
-                A[r, j] = swap_a if pr == r else A[r, j]
-            swap_b = b[c]
-            b[c] = b[r] if pr == r else swap_b
-            b[r] = swap_b if pr == r else b[r]
+                swap_c, swap_r = A[c, j], A[r, j]
+                A[c, j] = sw * swap_r + (1.0 - sw) * swap_c
+                A[r, j] = sw * swap_c + (1.0 - sw) * swap_r
+            swap_c, swap_r = b[c], b[r]
+            b[c] = sw * swap_r + (1.0 - sw) * swap_c
+            b[r] = sw * swap_c + (1.0 - sw) * swap_r
         for r in range(c + 1, n):
             f = A[r, c] / A[c, c]
             for j in range(c + 1, n):
