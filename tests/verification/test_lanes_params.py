@@ -146,7 +146,8 @@ def test_conical_pendulum_over_length_and_gravity(monkeypatch):
 @pytest.mark.slow
 def test_formula_problem_with_a_mass_matrix_over_its_params(monkeypatch):
     """The double pendulum from formulas over l1 (q0, g), m2 (U and M) and grav (U): the lanes differ in params and
-    in their diagonal M; every run is the per-run block's, and a few their own per-run compiled loop's."""
+    in their diagonal M; every run is the per-run block's, and a few their own per-run compiled loop's. Where
+    l1 < l2 the multiplier system pivots (|A_10| > |A_00|): runs 0-2 (lanes of their own block) swap rows."""
     from hbvm_core.expressions import factory
 
     build = factory(DOUBLE)
