@@ -336,12 +336,18 @@ def applies(runner, m: int, nu: int) -> bool:
     return k * s * m * (nu + 1) <= LANE_WORK_MAX
 
 
-def constants_of(runner, problem, *, per_lane: bool = False, has_m: bool = False, diagonal: bool = True) -> dict:
+def constants_of(
+    runner, problem, *, per_lane: bool = False, has_m: bool | None = None, diagonal: bool | None = None
+) -> dict:
     """The lockstep module's compile-time constants: sizes, k and s (the loops over them unroll), LANES; whether
-    M != I (HAS_M, L_SIZE = m, DIAG_M: every run's M diagonal); LANE_PARAMS: a params row per lane, handed to the
-    callbacks that read theirs (PARAM_CALLBACKS, ``reads_params``) lane by lane."""
+    M != I (HAS_M, L_SIZE = m, DIAG_M: every run's M diagonal; by default the problem's own M); LANE_PARAMS: a
+    params row per lane, handed to the callbacks that read params in their per-point form (POINT_CALLBACKS) or
+    lane by lane (PARAM_CALLBACKS)."""
     k, s = runner.tab[0].shape
     m = problem.m
+    M = None if problem.M is None else np.atleast_2d(np.asarray(problem.M, dtype=float))
+    has_m = M is not None if has_m is None else has_m
+    diagonal = (M is None or not np.any(M - np.diag(np.diag(M)))) if diagonal is None else diagonal
     points, lanes = [], []
     for name in ("grad_U", "G") if per_lane else ():
         f = _callback_of(problem.kernels, name)
