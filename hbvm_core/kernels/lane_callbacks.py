@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import ast
 import copy
+import functools
+import hashlib
 import textwrap
 import types
+from pathlib import Path
 
 from .registry import callback_source
 
@@ -117,14 +120,15 @@ def per_point_tree(fn: ast.FunctionDef) -> ast.FunctionDef | None:
     fn.decorator_list = []
     params = fn.args.args[-1].arg
     arrays = {a.arg for a in fn.args.args[:-1]}
-    # statements before the loops that read params (or a name such a statement made): moved into the loops
+    # statements before the loops that read params (or a name such a statement made), and no array (which the
+    # loops before may have written): moved into the loops
     derived: set[str] = {params}
     moved: list[ast.stmt] = []
     kept: list[ast.stmt] = []
     for stmt in fn.body:
         reads = _names(stmt) & derived
         simple = isinstance(stmt, ast.Assign) and all(isinstance(t, ast.Name) for t in stmt.targets)
-        if reads and simple and not isinstance(stmt.value, ast.Name):
+        if reads and simple and not isinstance(stmt.value, ast.Name) and not _names(stmt) & arrays:
             moved.append(stmt)
             derived |= {t.id for t in stmt.targets}
         else:
@@ -176,6 +180,12 @@ def _loose_reads(stmt: ast.stmt, rewriter: _PointParams) -> set[str]:
         else:
             found |= _names(child)
     return found
+
+
+@functools.cache
+def version() -> str:
+    """A hash of this module's source: the lockstep module's constants hold it (``lanes.constants_of``)."""
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
 
 
 def per_point(f):

@@ -342,7 +342,8 @@ def constants_of(
     """The lockstep module's compile-time constants: sizes, k and s (the loops over them unroll), LANES; whether
     M != I (HAS_M, L_SIZE = m, DIAG_M: every run's M diagonal; by default the problem's own M); LANE_PARAMS: a
     params row per lane, handed to the callbacks that read params in their per-point form (POINT_CALLBACKS) or
-    lane by lane (PARAM_CALLBACKS)."""
+    lane by lane (PARAM_CALLBACKS); POINT_FORM: the version of that rewrite (the module is cached on disk with the
+    per-point callbacks compiled in, so a changed rewrite is another module)."""
     k, s = runner.tab[0].shape
     m = problem.m
     M = None if problem.M is None else np.atleast_2d(np.asarray(problem.M, dtype=float))
@@ -355,7 +356,8 @@ def constants_of(
             (points if lane_callbacks.per_point(f) is not None else lanes).append(name)
     return {"M_SIZE": m, "NU_SIZE": problem.nu, "HAS_M": has_m, "DIAG_M": has_m and diagonal,
             "L_SIZE": m if has_m else 0, "SOLVER": 0, "K_SIZE": k, "S_SIZE": s, "LANES": LANES,
-            "LANE_PARAMS": per_lane, "POINT_CALLBACKS": tuple(points), "PARAM_CALLBACKS": tuple(lanes)}  # fmt: skip
+            "LANE_PARAMS": per_lane, "POINT_CALLBACKS": tuple(points), "PARAM_CALLBACKS": tuple(lanes),
+            "POINT_FORM": lane_callbacks.version() if points else ""}  # fmt: skip
 
 
 def _callback_of(kernels, name: str):

@@ -101,11 +101,20 @@ def test_per_point_form_is_the_callback_at_each_points_params(name):
         np.testing.assert_allclose(out[i], one[0], rtol=4 * EPS, atol=0, err_msg=f"{name}: point {i}")
 
 
+@kernel
+def scaled_by_first_point(Q, out, params):
+    """out = params[0] Q[0, 0] at every point: its params statement reads Q, so it cannot move into the loop."""
+    c = params[0] * Q[0, 0]
+    for i in range(Q.shape[0]):
+        out[i, 0] = c
+
+
 def test_callbacks_without_a_per_point_form_or_without_params():
-    """A callback that reads params other than as params[j] has no per-point form (it is called lane by lane); one
-    that reads no params needs none."""
-    sliced = resolve_callback("grad_U", sliced_grad_U)[0]
-    assert reads_params(sliced) and per_point(sliced) is None
+    """A callback that reads params other than as params[j], or in a statement that also reads an array, has no
+    per-point form (it is called lane by lane); one that reads no params needs none."""
+    for f in (sliced_grad_U, scaled_by_first_point):
+        f = resolve_callback("grad_U", f)[0]
+        assert reads_params(f) and per_point(f) is None, f
     for f in (spherical.sphere_G_kernel, tethered.G_kernel):
         assert not reads_params(resolve_callback("G", f)[0])
     assert reads_params(resolve_callback("grad_U", parametric.conical_grad_U_kernel)[0])
