@@ -469,7 +469,8 @@ def _run_lockstep(runner, problem: Problem, inputs: dict, groups: list[np.ndarra
     has_m = L.shape[1] > 0
     diagonal = not has_m or not np.any(L - L * np.eye(L.shape[1]))
     for runs in groups:
-        for block_runs, per_lane in zip(lane_blocks(runs, inputs["params"]), (False, True)):
+        # the blocks of one params row take the module of such blocks (the per-lane one where it serves them too)
+        for block_runs, per_lane in zip(lane_blocks(runs, inputs["params"]), (None, True)):
             if block_runs.size:
                 module = lanes.lane_module(problem, runner, per_lane=per_lane, has_m=has_m, diagonal=diagonal)
                 lanes.run_lanes_numba(runner, module, inputs, block_runs, out)

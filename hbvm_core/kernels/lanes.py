@@ -52,10 +52,10 @@ is ``LANE_MINV``, with a shortcut where every M is diagonal) and its own params
 row: a module with ``LANE_PARAMS`` hands the callbacks that read params their
 per-point form (``lane_callbacks.per_point``: a params row per stage point, the
 loop over points still along the lanes), or, where a callback cannot be so
-rewritten, calls it once per lane on that lane's points. A block whose lanes
-share one params row takes the module without (the callbacks' own call). So the
-runs of one structure go together (``ensemble.py``: runs sharing a params row
-fill blocks first); fewer than ``MIN_GROUP`` runs go to the per-run block.
+rewritten, calls it once per lane on that lane's points (then a block whose
+lanes share one params row takes a module of its own, which calls it once). So
+the runs of one structure go together (``ensemble.py``: runs sharing a params
+row fill blocks first); fewer than ``MIN_GROUP`` runs go to the per-run block.
 Results agree with the per-run loop to round-off (the same operations in the
 same order, apart from the linear solve for nu > 1, whose row swaps are
 written as blends).
@@ -337,23 +337,28 @@ def applies(runner, m: int, nu: int) -> bool:
 
 
 def constants_of(
-    runner, problem, *, per_lane: bool = False, has_m: bool | None = None, diagonal: bool | None = None
+    runner, problem, *, per_lane: bool | None = None, has_m: bool | None = None, diagonal: bool | None = None
 ) -> dict:
     """The lockstep module's compile-time constants: sizes, k and s (the loops over them unroll), LANES; whether
     M != I (HAS_M, L_SIZE = m, DIAG_M: every run's M diagonal; by default the problem's own M); LANE_PARAMS: a
     params row per lane, handed to the callbacks that read params in their per-point form (POINT_CALLBACKS) or
     lane by lane (PARAM_CALLBACKS); POINT_FORM: the version of that rewrite (the module is cached on disk with the
-    per-point callbacks compiled in, so a changed rewrite is another module)."""
+    per-point callbacks compiled in, so a changed rewrite is another module). ``per_lane`` None: the module of a
+    block of one params row, which is the per-lane one where no callback needs calling lane by lane (it costs
+    the same: 0.111 us a run-step either way on the conical pendulum), so that one module serves both."""
     k, s = runner.tab[0].shape
     m = problem.m
     M = None if problem.M is None else np.atleast_2d(np.asarray(problem.M, dtype=float))
     has_m = M is not None if has_m is None else has_m
     diagonal = (M is None or not np.any(M - np.diag(np.diag(M)))) if diagonal is None else diagonal
     points, lanes = [], []
-    for name in ("grad_U", "G") if per_lane else ():
+    for name in ("grad_U", "G") if per_lane is not False else ():
         f = _callback_of(problem.kernels, name)
         if f is not None and lane_callbacks.reads_params(f):
             (points if lane_callbacks.per_point(f) is not None else lanes).append(name)
+    if per_lane is None:
+        per_lane = not lanes
+        points = points if per_lane else []
     return {"M_SIZE": m, "NU_SIZE": problem.nu, "HAS_M": has_m, "DIAG_M": has_m and diagonal,
             "L_SIZE": m if has_m else 0, "SOLVER": 0, "K_SIZE": k, "S_SIZE": s, "LANES": LANES,
             "LANE_PARAMS": per_lane, "POINT_CALLBACKS": tuple(points), "PARAM_CALLBACKS": tuple(lanes),
