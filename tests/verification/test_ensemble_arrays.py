@@ -272,6 +272,16 @@ def test_a_formula_problems_rows_are_its_instances():
     np.testing.assert_allclose(mass[:, 3], values["m2"], rtol=0)
 
 
+def test_a_formula_problem_whose_runs_all_have_m_equal_to_i():
+    """Masses 1 in every run of a problem whose own M is not I: each run's Cholesky factor is I (by hand)."""
+    from hbvm_core.ensemble_runs import Rows
+    from hbvm_core.expressions import factory
+
+    family = family_of(factory(DOUBLE)())
+    rows = Rows(family, family.broadcast({"m2": np.ones(3)}, 3))
+    np.testing.assert_array_equal(rows.L, np.broadcast_to(np.eye(4), (3, 4, 4)))
+
+
 @pytest.mark.slow
 def test_a_formula_problem_with_a_mass_matrix_runs_as_arrays():
     """A grid over l1 (q0 and g) and m2 (M) given as arrays agrees with the same runs given as a list of problems,
