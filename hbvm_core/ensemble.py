@@ -5,7 +5,7 @@ same method and solver) and differ in their params (``Kernels.params``), M, init
 steps N. The runs are a list of problem instances, or one parametric problem with its keywords as arrays
 over the runs (``ensemble_runs.py``: the per-run rows and numpy callbacks of both). The block call is
 ``kernels/ensemble.py``'s ``run_block`` on the CPU (backend "numba": numba's ``prange`` over the runs,
-each run by the template's own ``run_chunk``; runs of one params row in lockstep blocks, ``kernels/lanes.py``)
+each run by the template's own ``run_chunk``; a structure's runs in lockstep blocks, ``kernels/lanes.py``)
 or ``hbvm_core.kernels.cuda.run_block_cuda`` on a GPU (backend "cuda"); both take and give the dicts named by
 ``ensemble.BLOCK_INPUTS`` / ``BLOCK_OUTPUTS``. ``backend_note`` says which road the runs took and why (``road``).
 H_error and g_error are computed here, on the host, from the saved points with the numpy callbacks at each
@@ -334,8 +334,8 @@ def _run_cuda(runner, inputs: dict) -> dict:
 
 
 def _run_numba(runner, inputs: dict, threads: int | None, problem: Problem, method) -> tuple[dict, str]:
-    """The block on the CPU: runs that share params in lockstep blocks where the loop has a lockstep form
-    (``kernels/lanes.py``), the others (and every run of other loops) by the per-run block. Returns the
+    """The block on the CPU: the runs in lockstep blocks where the loop has a lockstep form (``kernels/lanes.py``),
+    else (and every run of other loops) by the per-run block. Returns the
     outputs and the road each run took, with the reason where it was not lockstep (``road``)."""
     import numba
 
@@ -362,12 +362,12 @@ def _run_numba(runner, inputs: dict, threads: int | None, problem: Problem, meth
         numba.set_num_threads(previous)
     # no registry.note_compiled here: its marker says that run_chunk's per-run signature is cached, which
     # compiling run_block (run_chunk on views of the block's rows) does not
-    return out, road(inputs["params"], lockstep, refused)
+    return out, road(inputs["params"], lockstep, refused, inputs["L"])
 
 
 def lockstep_refusal(runner, m: int, nu: int, method=None) -> str | None:
     """Why no run of this loop goes in lockstep (the condition of ``lanes.applies`` that fails, or HBVM_LANES=0),
-    as a phrase; None where runs sharing a params row can."""
+    as a phrase; None where the runs can."""
     import os
 
     from .kernels import lanes
@@ -380,64 +380,80 @@ def lockstep_refusal(runner, m: int, nu: int, method=None) -> str | None:
         return f"method {name}: lockstep takes HBVM with the constant multiplier only"
     if runner.solver != SOLVER_CODES["fixed-point"]:
         return "the blended solver: lockstep takes the fixed-point solver only"
-    if runner.L.size:
-        return "M != I: lockstep takes M = I only"
     k, s = runner.tab[0].shape
     if k * s * m * (nu + 1) > lanes.LANE_WORK_MAX:
         return f"k s m (nu + 1) = {k * s * m * (nu + 1)}, above lockstep's {lanes.LANE_WORK_MAX}"
     return None if lanes.applies(runner, m, nu) else "no lockstep form for this loop"
 
 
-def road(params: np.ndarray, groups: list[np.ndarray], refused: str | None) -> str:
-    """The road the runs took, for ``backend_note``: how many in lockstep blocks (and of how many params rows),
-    how many by the per-run block and why (``refused``, else: their params rows are shared by too few runs)."""
+def road(params: np.ndarray, groups: list[np.ndarray], refused: str | None, L: np.ndarray | None = None) -> str:
+    """The road the runs took, for ``backend_note``: how many in lockstep blocks, how many of those blocks share
+    one params row and how many take a params row per lane (``lane_blocks``), whether M != I (``L``: the runs'
+    Cholesky factors); how many by the per-run block and why (``refused``, else: too few runs for a block)."""
     from .kernels.lanes import LANES, MIN_GROUP
 
     R = params.shape[0]
     locked = int(sum(g.size for g in groups))
     parts = []
     if locked:
-        rows = "one params row" if len(groups) == 1 else f"{len(groups)} params rows"
-        parts.append(f"lockstep: {locked} of {R} runs ({rows}, blocks of {LANES} lanes)")
+        shared = mixed = 0
+        for runs in groups:
+            one_row, per_lane = lane_blocks(runs, params)
+            shared, mixed = shared + one_row.size // LANES, mixed + per_lane.size // LANES
+        kinds = [f"{n} {what}" for n, what in ((shared, "of one params row"), (mixed, "of a params row per lane")) if n]
+        if L is not None and L.shape[1]:
+            diagonal = not np.any(L - L * np.eye(L.shape[1]))
+            kinds.append(f"M != I per lane, {'diagonal' if diagonal else 'full'}")
+        parts.append(f"lockstep: {locked} of {R} runs, blocks of {LANES} lanes ({'; '.join(kinds)})")
     if locked < R:
-        if refused is None:
-            rest = np.ones(R, dtype=bool)
-            if groups:
-                rest[np.concatenate(groups)] = False
-            distinct = np.unique(params[rest], axis=0).shape[0] if params.shape[1] else 1
-            refused = (
-                f"different params: {distinct} params rows, each shared by fewer than {MIN_GROUP} runs"
-                if distinct > 1
-                else f"fewer than {MIN_GROUP} runs of one params row"
-            )
-        parts.append(f"per-run block: {R - locked} of {R} runs ({refused})")
+        parts.append(f"per-run block: {R - locked} of {R} runs ({refused or f'fewer than {MIN_GROUP} runs'})")
     return "; ".join(parts)
 
 
 def lane_groups(runner, inputs: dict) -> list[np.ndarray]:
-    """The runs that go in lockstep, grouped by params row: groups of at least ``lanes.MIN_GROUP`` runs, where the
-    loop has a lockstep form (``lanes.applies``) and HBVM_LANES is not 0; [] otherwise. Each group is ordered by
-    the runs' numbers of steps, so that a block's lanes finish together (a lane whose run is done idles)."""
-    return [g[np.argsort(inputs["N"][g], kind="stable")] for g in _param_groups(runner, inputs)]
-
-
-def _param_groups(runner, inputs: dict) -> list[np.ndarray]:
-    """The groups of ``lane_groups`` in run order."""
+    """The runs that go in lockstep: all of them (one structure: each lane takes its own params row and M) where
+    there are at least ``lanes.MIN_GROUP``, the loop has a lockstep form (``lanes.applies``) and HBVM_LANES is
+    not 0; [] otherwise. In the order of the blocks (``lane_blocks``): the runs of each params row by their numbers
+    of steps, in as many whole blocks of LANES as the row fills; then the rest, by their numbers of steps. So a
+    block's lanes share their params where they can, and finish together (a lane whose run is done idles)."""
     import os
 
     from .kernels import lanes
 
     m, nu = inputs["q0"].shape[1], inputs["lam0"].shape[1]
-    if os.environ.get("HBVM_LANES", "1") == "0" or not lanes.applies(runner, m, nu):
+    R = inputs["h"].shape[0]
+    if os.environ.get("HBVM_LANES", "1") == "0" or not lanes.applies(runner, m, nu) or R < lanes.MIN_GROUP:
         return []
     params = inputs["params"]
-    if params.shape[1] == 0:  # no params: one group
-        runs = np.arange(inputs["h"].shape[0], dtype=np.int64)
-        return [runs] if runs.size >= lanes.MIN_GROUP else []
-    _, inverse = np.unique(params, axis=0, return_inverse=True)
-    order = np.argsort(inverse.reshape(-1), kind="stable")
-    groups = np.split(order, np.flatnonzero(np.diff(inverse.reshape(-1)[order])) + 1)
-    return [g.astype(np.int64) for g in groups if g.size >= lanes.MIN_GROUP]
+    if params.shape[1] == 0:
+        inverse = np.zeros(R, dtype=np.int64)
+    else:
+        _, inverse = np.unique(params, axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+    N = inputs["N"]
+    order = np.lexsort((N, inverse))
+    rank = np.empty(R, dtype=np.int64)  # each run's place among the runs of its params row, by steps
+    starts = np.r_[0, np.flatnonzero(np.diff(inverse[order])) + 1]
+    sizes = np.diff(np.r_[starts, R])
+    rank[order] = np.arange(R) - np.repeat(starts, sizes)
+    whole = rank < np.bincount(inverse)[inverse] // lanes.LANES * lanes.LANES
+    rest = np.flatnonzero(~whole)
+    return [np.r_[order[whole[order]], rest[np.lexsort((inverse[rest], N[rest]))]].astype(np.int64)]
+
+
+def lane_blocks(runs: np.ndarray, params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``runs`` (ordered by ``lane_groups``) in blocks of LANES lanes, parted into the blocks whose runs share one
+    params row and those whose lanes differ: (shared, per_lane), each the rows of ``lanes.run_lanes`` (whole
+    blocks, a block's empty lanes -1)."""
+    from .kernels.lanes import LANES, lane_rows
+
+    shared, mixed = [], []
+    for start in range(0, runs.size, LANES):
+        block = runs[start : start + LANES]
+        same = params.shape[1] == 0 or bool(np.all(params[block] == params[block[0]]))
+        (shared if same else mixed).append(lane_rows(block))
+    join = lambda parts: np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)  # noqa: E731
+    return join(shared), join(mixed)
 
 
 def _run_lockstep(runner, problem: Problem, inputs: dict, groups: list[np.ndarray]) -> dict:
@@ -449,9 +465,15 @@ def _run_lockstep(runner, problem: Problem, inputs: dict, groups: list[np.ndarra
     nu = inputs["lam0"].shape[1]
     S = int(saved_points(inputs["N"], inputs["sample_every"]).max())
     out = block_outputs(R, S, m, nu)
-    module = lanes.lane_module(problem, runner)
+    L = inputs["L"]
+    has_m = L.shape[1] > 0
+    diagonal = not has_m or not np.any(L - L * np.eye(L.shape[1]))
     for runs in groups:
-        lanes.run_lanes_numba(runner, module, inputs, runs, out)
+        # the blocks of one params row take the module of such blocks (the per-lane one where it serves them too)
+        for block_runs, per_lane in zip(lane_blocks(runs, inputs["params"]), (None, True)):
+            if block_runs.size:
+                module = lanes.lane_module(problem, runner, per_lane=per_lane, has_m=has_m, diagonal=diagonal)
+                lanes.run_lanes_numba(runner, module, inputs, block_runs, out)
     rest = np.ones(R, dtype=bool)
     rest[np.concatenate(groups)] = False
     if np.any(rest):

@@ -152,9 +152,9 @@ class Rows:
         self.mass = None if mass is None else np.ascontiguousarray(mass, dtype=float)
         if first.M is None:
             self.L = np.zeros((R, 0, 0))
-        else:  # diagonal M: its Cholesky factor is diag(sqrt(M_ii))
+        else:  # diagonal M: its Cholesky factor is diag(sqrt(M_ii)); I where every run's M is I (mass None)
             self.L = np.zeros((R, m, m))
-            self.L[:, np.arange(m), np.arange(m)] = np.sqrt(self.mass)
+            self.L[:, np.arange(m), np.arange(m)] = 1.0 if self.mass is None else np.sqrt(self.mass)
         self.params = self.K
 
     def check(self, runner) -> None:

@@ -46,12 +46,19 @@ raising, so a loop over lanes has no exit (a masked lane may divide by zero;
 its result is not kept).
 
 Where it applies (``applies``): HBVM with a constant multiplier and the
-fixed-point solver, M = I, k s m (nu + 1) at most ``LANE_WORK_MAX``. Its block (``run_lanes``) takes one params row for
-all its lanes (the callbacks take one), so the runs are grouped by params
-(``ensemble.py``); a group of fewer than ``MIN_GROUP`` runs goes to the
-per-run block. Results agree with the per-run loop to round-off (the same
-operations in the same order: the small solve, ``linalg.solve_small``, is
-written so that its per-lane branches and row swap become masked stores).
+fixed-point solver, k s m (nu + 1) at most ``LANE_WORK_MAX``. Each lane takes
+its run's own M (``HAS_M``: the run's Cholesky factor is a lane array; ``minv``
+is ``LANE_MINV``, with a shortcut where every M is diagonal) and its own params
+row: a module with ``LANE_PARAMS`` hands the callbacks that read params their
+per-point form (``lane_callbacks.per_point``: a params row per stage point, the
+loop over points still along the lanes), or, where a callback cannot be so
+rewritten, calls it once per lane on that lane's points (then a block whose
+lanes share one params row takes a module of its own, which calls it once). So
+the runs of one structure go together (``ensemble.py``: runs sharing a params
+row fill blocks first); fewer than ``MIN_GROUP`` runs go to the per-run block.
+Results agree with the per-run loop to round-off (the same operations in the
+same order: the small solve, ``linalg.solve_small``, is written so that its
+per-lane branches and row swap become masked stores).
 """
 
 from __future__ import annotations
@@ -66,10 +73,11 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError
+from . import lane_callbacks
 from .callbacks import CALLBACK_NAMES
 from .description import template_path
 from .modules import by_key, generated_module, module_tag
-from .registry import LOOP_BINDING, SHARED, bound_callbacks, expand_inline, timed_loops
+from .registry import LOOP_BINDING, SHARED, bound_callbacks, expand_inline, resolve_callback, timed_loops
 
 #: runs of a lockstep block: two vectors of 8 doubles (AVX-512). Measured per run-step over the per-run block,
 #: one core (a loaded machine): 16 lanes 0.29x (conical HBVM(2,2)) and 0.48x (tethered HBVM(6,2)); 32 lanes
@@ -79,7 +87,7 @@ LANES = 16
 #: the largest k s m (nu + 1) (the multiply-adds of psi and rho per sweep) that gets a lockstep block; past it
 #: the unrolled loops grow the module (and its compile) beyond what was measured
 LANE_WORK_MAX = 1024
-#: the fewest runs sharing params that get a lockstep block (fewer would leave most lanes empty)
+#: the fewest runs that get lockstep blocks (fewer would leave most lanes empty)
 MIN_GROUP = LANES // 2
 
 #: per-run arrays of the step -> shape (in the module's constants); each is a range of slots of WK
@@ -90,11 +98,12 @@ LANE_ARRAYS = {
     "rho": ("S_SIZE", "M_SIZE", "NU_SIZE"), "XMrho": ("S_SIZE", "M_SIZE", "NU_SIZE"),
     "A": ("NU_SIZE", "NU_SIZE"), "lam": ("NU_SIZE",), "lam_prev": ("NU_SIZE",),
     "psi_k": ("S_SIZE", "M_SIZE"), "rho_k": ("S_SIZE", "M_SIZE", "NU_SIZE"), "lam_k": ("NU_SIZE",),
+    "Mpsi": ("S_SIZE", "L_SIZE"), "Mrho": ("S_SIZE", "L_SIZE", "NU_SIZE"), "L": ("L_SIZE", "L_SIZE"),
 }  # fmt: skip
 #: what a sweep computes afresh from gamma (the stage points, forces, the multiplier system, the new iterate):
 #: written in every lane, masked or not (cheaper, and fewer branches for LLVM); what a run keeps from its last
 #: live sweep is copied out masked (psi_k, rho_k, lam_k: the forces and multiplier the update takes)
-SCRATCH = frozenset({"Q", "gU", "GQ", "Mv", "Mp0", "XMpsi", "XMrho", "A", "new", "psi", "rho", "lam"})
+SCRATCH = frozenset({"Q", "gU", "GQ", "Mv", "Mp0", "Mpsi", "Mrho", "XMpsi", "XMrho", "A", "new", "psi", "rho", "lam"})
 #: per-run scalars (one slot each): the step size, whether the run steps now (act), iterates (live), steps this
 #: step after its sweeps (go); the last increment, the sweep it stopped at, its status, the step it failed at,
 #: the total and largest iteration counts
@@ -117,23 +126,31 @@ LANE = "_ln"
 #: views of WK; a line ending in a backslash goes on in the next (one line a call, for ``expand_inline``)
 LANE_DRIVER = '''
 @njit(parallel=True, cache=CACHE)
-def run_lanes(q0, p0, h0, N0, every0, rows, warm, rule, L, P, compensated,
+def run_lanes(q0, p0, h0, N0, every0, rows, warm, rule, L_in, params, compensated,
               status_out, fail_step, steps, iterations, max_iterations, n_saved, t, q_out, p_out, lam_out):
     """The runs rows[b LANES:(b + 1) LANES] of each block b in lockstep, one per lane (kernels/lanes.py); a row
-    of -1 is an empty lane. Outputs at each run's own row, as ``run_block`` writes them. (The blocks are
+    of -1 is an empty lane. L_in [R, m, m] (each run's Cholesky factor of M; [R, 0, 0] for M = I) and params
+    [R, P] are the runs' own rows. Outputs at each run's own row, as ``run_block`` writes them. (The blocks are
     handed to threads here; each is its own compiled call, which LLVM vectorises as a function of its own.)"""
     for blk in prange(rows.shape[0] // LANES):
-        lane_block(q0, p0, h0, N0, every0, rows[blk * LANES : (blk + 1) * LANES], warm, rule, L, P, compensated,
-                   status_out, fail_step, steps, iterations, max_iterations, n_saved, t, q_out, p_out, lam_out)
+        lane_block(q0, p0, h0, N0, every0, rows[blk * LANES : (blk + 1) * LANES], warm, rule, L_in, params,
+                   compensated, status_out, fail_step, steps, iterations, max_iterations, n_saved, t, q_out, p_out,
+                   lam_out)
 
 
 @njit(cache=CACHE, error_model="numpy")
-def lane_block(q0, p0, h0, N0, every0, run, warm, rule, L, P, compensated,
+def lane_block(q0, p0, h0, N0, every0, run, warm, rule, L_in, params, compensated,
                status_out, fail_step, steps, iterations, max_iterations, n_saved, t, q_out, p_out, lam_out):
-    """One block of LANES runs in lockstep (``run``: their rows, -1 for an empty lane)."""
+    """One block of LANES runs in lockstep (``run``: their rows, -1 for an empty lane). P: the first run's params
+    row (the callbacks' where the lanes share it); PL [LANES, P]: each lane's, PP [K LANES, P]: each stage
+    point's (Fortran-ordered, as Q), where they differ (LANE_PARAMS)."""
     rtol, stall, max_iter = rule[0], rule[1], int(rule[2])
     WK = np.zeros(LANE_SLOTS * LANES)
     batch_views()
+    P = params[run[0]]
+    PL = np.empty((LANES, params.shape[1]))
+    PPW = np.empty((params.shape[1], K_SIZE * LANES))
+    PP = PPW.T
     Nl = np.zeros(LANES, dtype=np.int64)
     every = np.ones(LANES, dtype=np.int64)
     nsv = np.ones(LANES, dtype=np.int64)
@@ -152,6 +169,13 @@ def lane_block(q0, p0, h0, N0, every0, run, warm, rule, L, P, compensated,
                 q_out[src, 0, a] = q0[src, a]
                 p_out[src, 0, a] = p0[src, a]
         h = h0[src]
+        for j in range(params.shape[1]):
+            PL[_ln, j] = params[src, j]
+            for i in range(K_SIZE):
+                PPW[j, i * LANES + _ln] = params[src, j]
+        for a in range(L_SIZE):
+            for c in range(L_SIZE):
+                L[a, c] = L_in[src, a, c]
     for n in range(nmax):
         for _ln in lane_loop(None):
             act = 1.0 if n < Nl[_ln] and status == OK else 0.0
@@ -159,6 +183,8 @@ def lane_block(q0, p0, h0, N0, every0, run, warm, rule, L, P, compensated,
             dprev = np.inf
             for a in range(M_SIZE):
                 Mp0[a] = p[a]
+            if HAS_M:
+                minv(L, Mp0)
             _warm_start(gamma, gamma_prev, E, Mp0, n == 0, warm, S_SIZE, M_SIZE)
         for sweep in range(1, max_iter + 1):
             nlive = 0
@@ -226,23 +252,87 @@ def lane_block(q0, p0, h0, N0, every0, run, warm, rule, L, P, compensated,
                 lam_out[src, b] = lam_prev[b] if code == OK and Nl[_ln] > 0 else np.nan
 '''
 
+#: ``linalg.minv`` for the lanes: x <- M^{-1} x with L a lane array (L_SIZE = m where M != I); the same operations
+#: in the same order, its loops of compile-time length (so the triangular ones unroll). A diagonal M (DIAG_M: every
+#: run's factor diagonal) skips the products with the zeros off the diagonal: x_a / L_aa / L_aa, as the full
+#: substitution gives for finite values (acc - 0 x_c is acc)
+LANE_MINV = '''
+@inline_source
+def minv(L, x):
+    """x <- M^{-1} x in place for a vector x: forward then back substitution with the lane's L (HAS_M only)."""
+    if DIAG_M:
+        for minv_a in range(L_SIZE):
+            x[minv_a] = (x[minv_a] / L[minv_a, minv_a]) / L[minv_a, minv_a]
+    else:
+        for minv_a in range(L_SIZE):
+            minv_acc = x[minv_a]
+            for minv_c in range(minv_a):
+                minv_acc -= L[minv_a, minv_c] * x[minv_c]
+            x[minv_a] = minv_acc / L[minv_a, minv_a]
+        for minv_a in range(L_SIZE - 1, -1, -1):
+            minv_acc = x[minv_a]
+            for minv_c in range(minv_a + 1, L_SIZE):
+                minv_acc -= L[minv_c, minv_a] * x[minv_c]
+            x[minv_a] = minv_acc / L[minv_a, minv_a]
+'''
+
 
 def applies(runner, m: int, nu: int) -> bool:
-    """Whether a runner's loop has a lockstep form that pays: HBVM's constant multiplier, fixed point, M = I,
-    and k s m (nu + 1) at most ``LANE_WORK_MAX``."""
+    """Whether a runner's loop has a lockstep form that pays: HBVM's constant multiplier, fixed point (any M,
+    any params per run), and k s m (nu + 1) at most ``LANE_WORK_MAX``."""
     from .runner import SOLVER_CODES, CompiledRunner
 
-    if type(runner) is not CompiledRunner or runner.solver != SOLVER_CODES["fixed-point"] or runner.L.size:
+    if type(runner) is not CompiledRunner or runner.solver != SOLVER_CODES["fixed-point"]:
         return False
     k, s = runner.tab[0].shape
     return k * s * m * (nu + 1) <= LANE_WORK_MAX
 
 
-def constants_of(runner, problem) -> dict:
-    """The lockstep module's compile-time constants: sizes, k and s (the loops over them unroll), LANES."""
+def constants_of(
+    runner, problem, *, per_lane: bool | None = None, has_m: bool | None = None, diagonal: bool | None = None
+) -> dict:
+    """The lockstep module's compile-time constants: sizes, k and s (the loops over them unroll), LANES; whether
+    M != I (HAS_M, L_SIZE = m, DIAG_M: every run's M diagonal; by default the problem's own M); LANE_PARAMS: a
+    params row per lane, handed to the callbacks that read params in their per-point form (POINT_CALLBACKS) or
+    lane by lane (PARAM_CALLBACKS); POINT_FORM: the version of that rewrite (the module is cached on disk with the
+    per-point callbacks compiled in, so a changed rewrite is another module). ``per_lane`` None: the module of a
+    block of one params row, which is the per-lane one where no callback needs calling lane by lane (it costs
+    the same: 0.111 us a run-step either way on the conical pendulum), so that one module serves both."""
     k, s = runner.tab[0].shape
-    return {"M_SIZE": problem.m, "NU_SIZE": problem.nu, "HAS_M": False, "SOLVER": 0, "K_SIZE": k, "S_SIZE": s,
-            "LANES": LANES}  # fmt: skip
+    m = problem.m
+    M = None if problem.M is None else np.atleast_2d(np.asarray(problem.M, dtype=float))
+    has_m = M is not None if has_m is None else has_m
+    diagonal = (M is None or not np.any(M - np.diag(np.diag(M)))) if diagonal is None else diagonal
+    points, lanes = [], []
+    for name in ("grad_U", "G") if per_lane is not False else ():
+        f = _callback_of(problem.kernels, name)
+        if f is not None and lane_callbacks.reads_params(f):
+            (points if lane_callbacks.per_point(f) is not None else lanes).append(name)
+    if per_lane is None:
+        per_lane = not lanes
+        points = points if per_lane else []
+    return {"M_SIZE": m, "NU_SIZE": problem.nu, "HAS_M": has_m, "DIAG_M": has_m and diagonal,
+            "L_SIZE": m if has_m else 0, "SOLVER": 0, "K_SIZE": k, "S_SIZE": s, "LANES": LANES,
+            "LANE_PARAMS": per_lane, "POINT_CALLBACKS": tuple(points), "PARAM_CALLBACKS": tuple(lanes),
+            "POINT_FORM": lane_callbacks.version() if points else ""}  # fmt: skip
+
+
+def _callback_of(kernels, name: str):
+    """The compiled callback ``name`` of ``kernels`` (a dispatcher), None where the problem has none."""
+    f = getattr(kernels, name)
+    return None if f is None else resolve_callback(name, f)[0]
+
+
+def bind_point_callbacks(module: types.ModuleType, kernels, constants: dict) -> None:
+    """``<name>_points`` in ``module``: the callbacks of POINT_CALLBACKS with a params row per point
+    (``lane_callbacks.per_point``), as copies numba inlines (as ``registry.inline_copy``)."""
+    from numba import njit
+
+    for name in constants.get("POINT_CALLBACKS", ()):
+        if not hasattr(module, f"{name}_points"):
+            f = _callback_of(kernels, name)
+            options = {key: val for key, val in f.targetoptions.items() if key not in ("cache", "inline", "nopython")}
+            setattr(module, f"{name}_points", njit(inline="always", **options)(lane_callbacks.per_point(f)))
 
 
 def lane_source(constants: dict, tables: tuple[np.ndarray, ...]) -> str:
@@ -251,7 +341,10 @@ def lane_source(constants: dict, tables: tuple[np.ndarray, ...]) -> str:
     template = template_path("hbvm").read_text()
     template = template[: template.index("@njit(cache=CACHE)\ndef run_chunk(")]  # the helpers, not the loop
     shared = [path.read_text() for path in SHARED]
+    shared = [_replace_helper(text, "minv", LANE_MINV) if "\ndef minv(" in text else text for text in shared]
     driver = re.sub(r"\\\n\s*", "", LANE_DRIVER)  # the driver's calls are one line each for expand_inline
+    if constants["HAS_M"]:  # M^{-1} psi_j and M^{-1} rho_j are lane arrays of their own (else psi and rho)
+        driver = driver.replace("psi, rho, psi, rho,", "psi, rho, Mpsi, Mrho,")
     expanded = expand_inline(template + "\nfrom numba import prange  # noqa: E402\n" + driver, *shared)
     tree = ast.parse(expanded)
     slots = _slots(constants)
@@ -261,6 +354,15 @@ def lane_source(constants: dict, tables: tuple[np.ndarray, ...]) -> str:
     total = sum(size for _, size in slots.values())
     frozen = "".join(f"TABLE_{name} = np.array({table.tolist()!r})\n" for name, table in zip(TABLES, tables))
     return ast.unparse(tree) + f"\n\nLANE_SLOTS = {total}\n" + frozen
+
+
+def _replace_helper(source: str, name: str, replacement: str) -> str:
+    """The template's source with the ``@inline_source`` helper ``name`` replaced."""
+    tree = ast.parse(source)
+    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    lines = source.splitlines()
+    start = min(d.lineno for d in node.decorator_list) - 1
+    return "\n".join(lines[:start] + replacement.strip("\n").splitlines() + lines[node.end_lineno :]) + "\n"
 
 
 def _slots(constants: dict) -> dict[str, tuple[int, int]]:
@@ -377,7 +479,7 @@ class LaneRewriter(ast.NodeTransformer):
         for stmt in body:
             if _is_callback(stmt):
                 flush()
-                out.append(stmt)
+                out += self._callback(stmt)
             elif isinstance(stmt, ast.If) and self._uniform(stmt.test, assigned):
                 flush()
                 then = self._lane_loops(stmt.body, masked) or [ast.Pass()]
@@ -386,6 +488,20 @@ class LaneRewriter(ast.NodeTransformer):
                 part.append(stmt)
         flush()
         return out
+
+    def _callback(self, stmt: ast.Expr) -> list[ast.stmt]:
+        """A callback's call on all lanes' points: as it stands where the lanes share their params row (or the
+        callback reads none); else its per-point form on the points' params rows PP (POINT_CALLBACKS:
+        ``lane_callbacks.per_point``), or once per lane on that lane's points (rows l, l + LANES, ...: strided
+        views) with its params row PL[l] (PARAM_CALLBACKS)."""
+        call = stmt.value
+        *arrays, _ = (ast.unparse(arg) for arg in call.args)
+        if call.func.id in self.constants.get("POINT_CALLBACKS", ()):
+            return ast.parse(f"{call.func.id}_points({', '.join(arrays)}, PP)").body
+        if call.func.id not in self.constants.get("PARAM_CALLBACKS", ()):
+            return [stmt]
+        views = ", ".join(f"{name}[_lp::LANES]" for name in arrays)
+        return ast.parse(f"for _lp in range(LANES):\n    {call.func.id}({views}, PL[_lp])").body
 
     def _uniform(self, test: ast.expr, assigned: set[str]) -> bool:
         """Whether a test is the same for every lane: it reads no lane value and nothing the lane loop assigns."""
@@ -615,13 +731,18 @@ def _is_callback(stmt: ast.stmt) -> bool:
 
 
 # --------------------------------------------------------------------------- the module
-def lane_module(problem, runner) -> types.ModuleType:
-    """The lockstep module of (problem, the runner's HBVM(k, s)): generated once, cached on disk like the loops
-    (``modules.generated_module``)."""
-    constants = constants_of(runner, problem)
+def lane_module(problem, runner, **options) -> types.ModuleType:
+    """The lockstep module of (problem, the runner's HBVM(k, s), ``options`` of ``constants_of``): generated once,
+    cached on disk like the loops (``modules.generated_module``), its per-point callbacks bound."""
+    constants = constants_of(runner, problem, **options)
     kernels = problem.kernels
-    key = ("lanes", tuple(sorted(constants.items())), kernels.grad_U, kernels.G)
-    return by_key(key, lambda: _lane_module(constants, kernels, runner.tab))
+
+    def build() -> types.ModuleType:
+        module = _lane_module(constants, kernels, runner.tab)
+        bind_point_callbacks(module, kernels, constants)
+        return module
+
+    return by_key(("lanes", tuple(sorted(constants.items())), kernels.grad_U, kernels.G), build)
 
 
 def _lane_module(constants: dict, kernels, tables: tuple[np.ndarray, ...]) -> types.ModuleType:
@@ -674,7 +795,8 @@ class LockstepUnavailable(Exception):
 
 
 def run_lanes_numba(runner, module, inputs: dict, runs: np.ndarray, out: dict) -> None:
-    """The lockstep blocks of ``runs`` (all of one params row and M = I) written into ``out`` at their rows.
+    """The lockstep blocks of ``runs`` (each lane with its own params row and M, ``inputs`` "params" and "L"; of one
+    params row unless the module's LANE_PARAMS) written into ``out`` at their rows.
 
     Raises LockstepUnavailable where the module does not compile, or its first call fails (the caller then
     discards ``out``, which that call may have begun to write); remembered for the module, so that it is tried
@@ -682,13 +804,12 @@ def run_lanes_numba(runner, module, inputs: dict, runs: np.ndarray, out: dict) -
     if getattr(module, "_hbvm_unavailable", None):
         raise LockstepUnavailable(module._hbvm_unavailable)
     rows = lane_rows(runs)
-    params = inputs["params"][int(runs[0])]
     if module.run_lanes.signatures:
-        _call(module, runner, inputs, rows, params, out)
+        _call(module, runner, inputs, rows, out)
         return
     try:
         with unrolled():
-            _call(module, runner, inputs, rows, params, out)
+            _call(module, runner, inputs, rows, out)
     except Exception as exc:  # noqa: BLE001 - numba's errors, and a callback's from a thread (a SystemError)
         # a callback that numba cannot compile, or that fails, on the lanes' views: where the runs fail for
         # themselves, the per-run block raises (or records) the same again
@@ -696,10 +817,11 @@ def run_lanes_numba(runner, module, inputs: dict, runs: np.ndarray, out: dict) -
         raise LockstepUnavailable(module._hbvm_unavailable) from None
 
 
-def _call(module, runner, inputs: dict, rows: np.ndarray, params: np.ndarray, out: dict) -> None:
+def _call(module, runner, inputs: dict, rows: np.ndarray, out: dict) -> None:
     module.run_lanes(
         inputs["q0"], inputs["p0"], inputs["h"], inputs["N"], inputs["sample_every"], rows, runner.warm,
-        runner.rule, runner.L, np.ascontiguousarray(params), bool(inputs["compensated"]),
+        runner.rule, np.ascontiguousarray(inputs["L"]), np.ascontiguousarray(inputs["params"]),
+        bool(inputs["compensated"]),
         out["status"], out["fail_step"], out["steps"], out["iterations"], out["max_iterations"], out["n_saved"],
         out["t"], out["q"], out["p"], out["lam"],
     )  # fmt: skip

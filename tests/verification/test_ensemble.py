@@ -56,8 +56,8 @@ def test_against_per_run_loop(name):
     method = METHODS[name]
     runs, h, N, every = grid()
     result = hc.integrate_ensemble(runs, method, h, N, sample_every=every)
-    # two params rows of two runs each: no lockstep block; the note says so, and why, in one line
-    why = {"hbvm-fixed-point": "different params: 2 params rows", "hbvm-blended": "the blended solver"}
+    # four runs, fewer than a lockstep block takes: the note says so, and why, in one line
+    why = {"hbvm-fixed-point": "fewer than 8 runs", "hbvm-blended": "the blended solver"}
     assert result.backend == "numba" and "\n" not in result.backend_note
     assert result.backend_note.startswith("per-run block: 4 of 4 runs (")
     assert why.get(name, "lockstep takes HBVM with the constant multiplier only") in result.backend_note
@@ -223,7 +223,7 @@ def test_auto_keeps_a_small_block_on_the_cpu(monkeypatch):
     least = ens.GPU_MIN_RUNS
     assert res.backend_note == (
         f"backend auto: ran on numba; 3 runs, fewer than the GPU's least block of {least}; "
-        "per-run block: 3 of 3 runs (fewer than 8 runs of one params row)"
+        "per-run block: 3 of 3 runs (fewer than 8 runs)"
     )
     monkeypatch.setattr(ens, "GPU_MIN_RUNS", 3)  # at the threshold the GPU is tried
     with pytest.raises(AssertionError, match="asked for the GPU"):

@@ -144,7 +144,7 @@ def test_lockstep_refusal_names_the_reason_lanes_applies_checks():
         (conical, hc.HBVM(2, 2, solver="blended"), "the blended solver"),
         (conical, PolynomialHBVM(3, 2), "method HBVM(3,2)-poly: lockstep takes HBVM"),
         (conical, RATTLE(), "method RATTLE: lockstep takes HBVM"),
-        (tethered, hc.HBVM(2, 2), "M != I"),
+        (tethered, hc.HBVM(2, 2), None),  # M != I: each lane its own
         (conical, hc.HBVM(24, 8), "k s m (nu + 1) = 1152, above lockstep's 1024"),
     ]
     for pb, method, reason in cases:
@@ -154,14 +154,21 @@ def test_lockstep_refusal_names_the_reason_lanes_applies_checks():
         assert why == reason if reason is None else why.startswith(reason), why
 
 
-def test_road_counts_the_runs_of_each_road():
-    """19 runs: 16 of one params row in lockstep, 3 of other rows by the per-run block (counted by hand)."""
+def test_road_counts_the_runs_and_blocks_of_each_road():
+    """19 runs in lockstep (16 of one params row: one block; 3 of other rows: one block of a params row per lane),
+    then the same with 5 runs left to the per-run block, and M != I named (counted by hand)."""
     params = np.array([[1.0, 1.0]] * 16 + [[1.0, 2.0], [1.0, 3.0], [1.0, 4.0]])
-    note = road(params, [np.arange(16)], None)
+    note = road(params, [np.arange(19)], None)
+    assert note == "lockstep: 19 of 19 runs, blocks of 16 lanes (1 of one params row; 1 of a params row per lane)"
+    L = np.zeros((19, 2, 2))
+    L[:, 0, 0] = L[:, 1, 1] = 2.0
+    note = road(params, [np.arange(14)], None, L)
     assert note == (
-        "lockstep: 16 of 19 runs (one params row, blocks of 16 lanes); per-run block: 3 of 19 runs "
-        f"(different params: 3 params rows, each shared by fewer than {lanes.MIN_GROUP} runs)"
+        "lockstep: 14 of 19 runs, blocks of 16 lanes (1 of one params row; M != I per lane, diagonal); "
+        f"per-run block: 5 of 19 runs (fewer than {lanes.MIN_GROUP} runs)"
     )
+    L[3, 1, 0] = 0.5
+    assert "M != I per lane, full" in road(params, [np.arange(19)], None, L)
     assert road(params, [], "the blended solver: x") == "per-run block: 19 of 19 runs (the blended solver: x)"
 
 
@@ -183,7 +190,7 @@ def test_arrays_agree_with_the_list_of_problems(solver):
     assert np.max(np.abs(arrays.iterations - listed.iterations)) <= N  # a stall test may flip by one sweep a step
     for key in ("t", "q", "p", "lam", "H_error", "g_error"):
         assert_close(getattr(arrays, key), getattr(listed, key), N, key)
-    why = "different params: 5 params rows" if solver == "fixed-point" else "the blended solver"
+    why = f"fewer than {lanes.MIN_GROUP} runs" if solver == "fixed-point" else "the blended solver"
     assert arrays.backend_note == listed.backend_note and why in arrays.backend_note
 
 
@@ -199,7 +206,7 @@ def test_arrays_with_a_mass_matrix_per_run():
     arrays = hc.integrate_ensemble(
         tethered_satellites(), method, h, N, params={"masses": masses, "tether": tether}, sample_every=4, threads=1
     )
-    assert np.all(arrays.status == OK) and "M != I" in arrays.backend_note
+    assert np.all(arrays.status == OK) and "fewer than" in arrays.backend_note  # three runs: the per-run block
     for key in ("q", "p", "lam", "H_error", "g_error"):
         assert_close(getattr(arrays, key), getattr(listed, key), N, key)
 
@@ -220,13 +227,13 @@ def test_a_list_with_the_default_instance_is_one_block():
 
 @pytest.mark.slow
 def test_backend_note_names_lockstep_and_the_rest():
-    """16 runs of one length go in lockstep, 3 of other lengths by the per-run block; the note counts both."""
+    """16 runs of one length fill a lockstep block of one params row, 3 of other lengths a block of a params row
+    per lane; the note counts both."""
     L = np.r_[np.full(16, 1.5), 1.6, 1.7, 1.8]
     res = hc.integrate_ensemble(conical_pendulum(), hc.HBVM(2, 2), 0.05, 20, params={"length": L})
     assert np.all(res.status == OK)
     assert res.backend_note == (
-        "lockstep: 16 of 19 runs (one params row, blocks of 16 lanes); per-run block: 3 of 19 runs "
-        f"(different params: 3 params rows, each shared by fewer than {lanes.MIN_GROUP} runs)"
+        "lockstep: 19 of 19 runs, blocks of 16 lanes (1 of one params row; 1 of a params row per lane)"
     )
 
 
@@ -265,6 +272,16 @@ def test_a_formula_problems_rows_are_its_instances():
     np.testing.assert_allclose(mass[:, 3], values["m2"], rtol=0)
 
 
+def test_a_formula_problem_whose_runs_all_have_m_equal_to_i():
+    """Masses 1 in every run of a problem whose own M is not I: each run's Cholesky factor is I (by hand)."""
+    from hbvm_core.ensemble_runs import Rows
+    from hbvm_core.expressions import factory
+
+    family = family_of(factory(DOUBLE)())
+    rows = Rows(family, family.broadcast({"m2": np.ones(3)}, 3))
+    np.testing.assert_array_equal(rows.L, np.broadcast_to(np.eye(4), (3, 4, 4)))
+
+
 @pytest.mark.slow
 def test_a_formula_problem_with_a_mass_matrix_runs_as_arrays():
     """A grid over l1 (q0 and g) and m2 (M) given as arrays agrees with the same runs given as a list of problems,
@@ -283,4 +300,4 @@ def test_a_formula_problem_with_a_mass_matrix_runs_as_arrays():
     # H ~ 9.81 * 3 * 1.4 = 40 at most; the fixed point stops at round-off: 1e3 eps of that over 60 steps is generous
     assert arrays.H_error.max() <= 1e3 * EPS * 40
     assert arrays.g_error.max() <= 1e3 * EPS * 4
-    assert "M != I" in arrays.backend_note
+    assert "M != I per lane, diagonal" in arrays.backend_note  # 12 runs: lockstep, each lane its own M

@@ -1,4 +1,4 @@
-"""The lockstep ensemble (``hbvm_core.kernels.lanes``: runs that share params stepped together, one per lane)
+"""The lockstep ensemble (``hbvm_core.kernels.lanes``: runs of one structure stepped together, one per lane)
 against its oracles: the per-run compiled loop (``hbvm_core.integrate``) and the per-run block (HBVM_LANES=0):
 the same saved points, multipliers and iteration counts to round-off, the same statuses and failed steps;
 failures, runs of other lengths and empty lanes stay in their own lane."""
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import hbvm_core as hc
-from hbvm_core.ensemble import lane_groups
+from hbvm_core.ensemble import lane_blocks, lane_groups
 from hbvm_core.kernels import kernel, lanes
 from hbvm_core.kernels.rules import OK
 from hbvm_core.problems.parametric import conical_pendulum
@@ -44,13 +44,17 @@ def block(R: int, seed: int):
 
 @pytest.mark.slow
 def test_lockstep_against_per_run_loop(monkeypatch):
-    """Two groups of 2 MIN_GROUP + 5 runs each (a last block with empty lanes) in lockstep, two lone runs by the
-    per-run block: every run is its per-run compiled loop, run by run (its iteration counts: the per-run block's)."""
+    """Two params rows of 2 MIN_GROUP + 5 runs each and two lone rows, all in lockstep (blocks of one params row,
+    and a block whose lanes differ, with empty lanes): every run is its per-run compiled loop, run by run (its
+    iteration counts: the per-run block's)."""
     R = 2 * (2 * lanes.MIN_GROUP + 5)
     runs, h, N, every = block(R, 1)
     result = hc.integrate_ensemble(runs, METHOD, h, N, sample_every=every)
     assert np.all(result.status == OK)
-    assert result.backend_note.startswith(f"lockstep: {R} of {R + 2} runs (2 params rows")  # the lone two: per run
+    assert result.backend_note == (  # rows of 21 runs: a block of one row each, then the 5 + 5 + 1 + 1 left
+        f"lockstep: {R + 2} of {R + 2} runs, blocks of {lanes.LANES} lanes (2 of one params row; 1 of a params row "
+        "per lane)"
+    )
     monkeypatch.setenv("HBVM_LANES", "0")
     ref = hc.integrate_ensemble(runs, METHOD, h, N, sample_every=every)
     for key in ("steps", "iterations", "max_iterations", "n_saved"):
@@ -83,7 +87,7 @@ def test_lockstep_failures_stay_in_their_lane(monkeypatch):
     inputs = {"params": np.zeros((R, 1)), "h": h, "N": N, "q0": q0, "lam0": np.zeros((R, 1))}
     assert [g.size for g in lane_groups(METHOD.compiled_runner(pb), inputs)] == [R]
     lock = hc.integrate_ensemble(pb, METHOD, h, N, q0=q0, sample_every=3)
-    assert lock.backend_note.startswith(f"lockstep: {R} of {R} runs (one params row")
+    assert lock.backend_note == f"lockstep: {R} of {R} runs, blocks of {lanes.LANES} lanes (2 of one params row)"
     monkeypatch.setenv("HBVM_LANES", "0")
     ref = hc.integrate_ensemble(pb, METHOD, h, N, q0=q0, sample_every=3)
     assert lock.status[3] != OK and lock.status[7] != OK and np.sum(lock.status != OK) == 2
@@ -93,20 +97,27 @@ def test_lockstep_failures_stay_in_their_lane(monkeypatch):
         assert_close(getattr(lock, key), getattr(ref, key), int(N.max()), key)
 
 
-def test_lane_groups_by_params():
-    """Runs are grouped by their params row, each group ordered by steps; groups under MIN_GROUP runs are left to
-    the per-run block."""
+def test_lane_groups_by_structure():
+    """All runs of one structure go in lockstep: whole blocks of one params row first (each row's runs by steps),
+    then the rest by steps; blocks whose runs share a row and the others are told apart; fewer than MIN_GROUP
+    runs, or the blended solver, get none."""
     pb = conical_pendulum(length=1.5)
     runner = METHOD.compiled_runner(pb)
-    big, small = lanes.MIN_GROUP + 1, lanes.MIN_GROUP - 1
+    big, small = lanes.LANES + 1, 3
     params = np.array([[1.0, 2.0]] * big + [[3.0, 4.0]] * small + [[1.0, 2.0]] * 2)
     R = params.shape[0]
-    N = np.arange(R)[::-1].copy()  # each group ordered by its runs' steps
+    N = np.arange(R)[::-1].copy()  # each row's runs ordered by their steps
     inputs = {"params": params, "h": np.ones(R), "N": N, "q0": np.zeros((R, 3)), "lam0": np.zeros((R, 1))}
-    groups = lane_groups(runner, inputs)
-    assert len(groups) == 1
-    np.testing.assert_array_equal(groups[0], np.r_[R - 1, R - 2, np.arange(big)[::-1]])
+    (runs,) = lane_groups(runner, inputs)
+    first = np.r_[R - 1, R - 2, np.arange(big)[::-1]]  # the row [1, 2]: 19 runs, the last two first (fewest steps)
+    rest = np.r_[np.arange(big, big + small)[::-1], first[lanes.LANES :]]  # 3 + 3 runs of two rows, by steps
+    np.testing.assert_array_equal(runs, np.r_[first[: lanes.LANES], rest])
+    shared, mixed = lane_blocks(runs, params)
+    np.testing.assert_array_equal(shared, first[: lanes.LANES])  # one whole block of the row [1, 2]
+    np.testing.assert_array_equal(mixed, np.r_[rest, np.full(lanes.LANES - rest.size, -1)])
     assert lane_groups(hc.HBVM(2, 2, solver="blended").compiled_runner(pb), inputs) == []
+    few = {key: value[: lanes.MIN_GROUP - 1] for key, value in inputs.items()}
+    assert lane_groups(runner, few) == []
 
 
 def test_lane_source_rewrites_every_lane_value():
@@ -114,18 +125,24 @@ def test_lane_source_rewrites_every_lane_value():
     at its lane, and the callbacks are called outside the loops over lanes, once per sweep."""
     import ast
 
-    constants = {"M_SIZE": 3, "NU_SIZE": 1, "HAS_M": False, "SOLVER": 0, "K_SIZE": 2, "S_SIZE": 2,
-                 "LANES": lanes.LANES}  # fmt: skip
+    constants = {"M_SIZE": 3, "NU_SIZE": 1, "HAS_M": True, "DIAG_M": False, "L_SIZE": 3, "SOLVER": 0, "K_SIZE": 2,
+                 "S_SIZE": 2, "LANES": lanes.LANES, "LANE_PARAMS": True, "POINT_CALLBACKS": ("grad_U",),
+                 "PARAM_CALLBACKS": ("G",)}  # fmt: skip
     from hbvm_core.kernels.runner import constant_tables
 
     source = lanes.lane_source(constants, constant_tables(2, 2))
     tree = ast.parse(source)
     block_fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "lane_block")
     names = {n.value.id for n in ast.walk(block_fn) if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)}
-    assert not names & (set(lanes.LANE_ARRAYS) | set(lanes.BATCH_ARRAYS) | set(lanes.TABLES))
+    batch = set(lanes.BATCH_ARRAYS)  # indexed as themselves only in the per-lane calls' views, Q[_lp::LANES]
+    assert not names & (set(lanes.LANE_ARRAYS) | set(lanes.TABLES))
     for loop in (n for n in ast.walk(block_fn) if isinstance(n, ast.For) and getattr(n.target, "id", "") == lanes.LANE):
         calls = {c.func.id for c in ast.walk(loop) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
-        assert not calls & {"grad_U", "G"}
+        assert not calls & {"grad_U", "G", "grad_U_points"}
+        assert not {getattr(n.value, "id", None) for n in ast.walk(loop) if isinstance(n, ast.Subscript)} & batch
+    calls = [ast.unparse(c) for c in ast.walk(block_fn) if isinstance(c, ast.Call)]
+    assert "grad_U_points(Q, gU, PP)" in calls and "G(Q[_lp::LANES], GQ[_lp::LANES], PL[_lp])" in calls
+    assert "grad_U(Q, gU, P)" not in calls and "G(Q, GQ, P)" not in calls
 
 
 @pytest.mark.slow
