@@ -208,7 +208,7 @@ def figure_without_reference(no_reference, tmp_path_factory):
 def test_a_sweep_figure_without_a_reference_is_not_blank(no_reference, figure_without_reference):
     study, rows = no_reference
     fig, tmp_path = figure_without_reference
-    titles = [ax.get_title() for ax in fig.axes]
+    titles = [ax.get_title().replace("\n", " ") for ax in fig.axes]
     assert titles == ["mean iterations per step", "energy error max |H − H0|", "constraint error max |g|"]
     for ax, column in zip(fig.axes, ("mean_iterations", "e_H", "e_g")):
         lines = drawn(ax)
@@ -227,7 +227,7 @@ def test_a_sweep_figure_without_a_reference_is_not_blank(no_reference, figure_wi
 def test_a_sweep_figure_with_a_reference_adds_the_error_constant(exact, tmp_path):
     study, rows = exact
     fig = plots.sweep_plot(study, errors_dataset(study, rows), str(tmp_path / "f.png"), str(tmp_path / "f.pdf"))
-    assert [ax.get_title() for ax in fig.axes][0] == "error constant e_s / h^p"
+    assert [ax.get_title().replace("\n", " ") for ax in fig.axes][0] == "error constant e_s / h^p"
     assert len(fig.axes) == 4 and all(drawn(ax) for ax in fig.axes)
     # the constant at the finest h, p from expected_rates (2s): C = e_s / h^p
     for i, sm in enumerate(study.methods):
