@@ -152,6 +152,7 @@ def summary_columns(study: Study, timings: dict | None = None, workers: int = 1)
     )
     for key, values in grid_values.items():
         cols[key] = values[combo]
+    cols["reference_accuracy"] = floors[combo]  # the reference's accuracy of each row's instance (NaN: none)
     cols["wall_s"] = wall[at]
     cols["host"] = where["host"][at]  # errors.zarr's: the host of the row's run
     cols.update(zip(INDEX_COLUMNS, (scheme, combo, n)))  # errors.zarr's indices (n -1: none)
@@ -385,7 +386,9 @@ def summary_dataset(study: Study, cols: dict[str, np.ndarray]):
         by_h.setdefault(hs[j], set()).add(None if v < 0 else v)
     each = np.full((*shape, study.dims[1]), np.nan)
     each[idx] = cols["e_g_constraint"]
-    return dense_errors_dataset(study, hs, data, flags, status, host, nval, by_h, each)
+    accuracy = np.full(shape[2:], np.nan)
+    accuracy[idx[2:]] = cols["reference_accuracy"]
+    return dense_errors_dataset(study, hs, data, flags, status, host, nval, by_h, each, accuracy)
 
 
 def _load_xarray() -> None:
@@ -420,6 +423,7 @@ def compute_summary_errors(study: Study, out_zarr: str, out_csv: str, out_timing
         "h",
         "status",
         "e_g_constraint",
+        "reference_accuracy",
         "host",
     ) + INDEX_COLUMNS
     with beside(_load_xarray, errors_zarr, parallel=workers > 1) as send:

@@ -95,6 +95,11 @@ def md_sections(text: str) -> dict[str, tuple[list[str], list[list[str]]]]:
     return out
 
 
+def number(cell: str) -> float:
+    """A table cell's number, without its floor words ("1.0000e-15 (round-off)")."""
+    return float(cell.split(" (")[0])
+
+
 def column_of(rows, study, label, h, column):
     return np.array([r[column] for r in rows if r["method"] == label and r["h"] == h], dtype=float)
 
@@ -122,7 +127,7 @@ def test_the_distribution_over_the_grid_is_numpys_min_median_max(exact):
                 x = column_of(rows, study, sm.label, h, column)
                 x = x[np.isfinite(x)]
                 want = [np.min(x), np.median(x), np.max(x)]
-                got = [float(c[header.index(name)]) for c in block]
+                got = [number(c[header.index(name)]) for c in block]
                 # printed with 5 significant digits: half a unit of the fifth
                 assert got == pytest.approx(want, rel=5e-5), (sm.label, h, name)
 
@@ -157,7 +162,7 @@ def test_the_first_last_and_worst_grid_values_appear(exact):
                 worst = int(np.nanargmax(x))
                 (line,) = [c for c in at_h if f"max {name}" in c[2].split(", ")]
                 assert float(line[0]) == VALUES[worst], (sm.label, h, name)
-                assert float(line[header.index(name)]) == pytest.approx(x[worst], rel=5e-5)
+                assert number(line[header.index(name)]) == pytest.approx(x[worst], rel=5e-5)
 
 
 def headers(table, text: str) -> list[list[str]]:
@@ -185,6 +190,44 @@ def test_without_a_reference_no_column_of_em_dashes(no_reference, table):
             for j, name in enumerate(header):
                 column = [c[j] for c in cells if c[j]]
                 assert column and set(column) - {"—"}, (heading, name)
+
+
+def test_errors_at_a_floor_say_so_in_the_summary():
+    """Hand-made rows of one method at one h, their reference accurate to 1e-10 (so e_s <= 1e-9 is the reference's,
+    REFERENCE_MARGIN = 10) and round-off at 1000 eps = 2.2e-13: the words of each statistic are those of the run it
+    is, "reference floor" before "round-off" for e_s; e_H's tiny values are round-off; a value above both is bare."""
+    from hbvm_workflow.tables import REFERENCE_MARGIN
+
+    assert REFERENCE_MARGIN == 10.0
+    study = sweep("reference")
+    sm = study.methods[0]
+    #            e_s     e_H    (grid value: VALUES[j])
+    made = [(5e-10, 1e-15), (1e-14, 2e-16), (1e-6, 1e-8), (3e-7, 1e-16)]  # e_s sorted: 1e-14, 5e-10 | 3e-7, 1e-6
+    rows = []
+    for j, (e_s, e_H) in enumerate(made):
+        row = {"method": sm.label, "name": sm.name, "h": HS[0], "n": None, "status": "ok", "error": ""}
+        row.update(combo=f"theta_dot0={VALUES[j]}", theta_dot0=VALUES[j], e_s=e_s, e_H=e_H, mean_iterations=2.0)
+        row.update(e_lambda=math.nan, e_g=math.nan, e_hc=math.nan, reference_accuracy=1e-10)
+        rows.append(row)
+    sections = md_sections(markdown_table(study, rows))
+    header, cells = sections[f"{sm.name}: distribution over the grid"]
+    by = {c[header.index("statistic")]: c for c in cells}
+    e_s, e_H = header.index("e_s"), header.index("e_H")
+    assert by["min"][e_s] == "1.0000e-14 (reference floor)"  # under 1e-9: the reference's, though under round-off
+    assert by["median"][e_s] == "1.5025e-07"  # (5e-10 + 3e-7) / 2: one at the reference floor, one not: no word
+    assert by["max"][e_s] == "1.0000e-06"
+    assert by["min"][e_H] == "1.0000e-16 (round-off)" and by["max"][e_H] == "1.0000e-08"
+    assert by["median"][e_H] == "6.0000e-16 (round-off)"  # both middle runs (2e-16, 1e-15) at round-off
+    assert by["min"][header.index("iterations")] == "2"  # iterations: no floor
+    header, cells = sections[f"{sm.name}: first and last grid values, largest of each column"]
+    first = next(c for c in cells if "first" in c[header.index("run")])
+    assert first[header.index("e_s")] == "5.0000e-10 (reference floor)"
+    assert first[header.index("e_H")] == "1.0000e-15 (round-off)"
+    rows[0]["reference_accuracy"] = math.nan  # a closed form: no reference floor, e_s 5e-10 is the method's
+    sections = md_sections(markdown_table(study, rows))
+    header, cells = sections[f"{sm.name}: first and last grid values, largest of each column"]
+    first = next(c for c in cells if "first" in c[header.index("run")])
+    assert first[header.index("e_s")] == "5.0000e-10"
 
 
 # --------------------------------------------------------------------------- the figure
