@@ -243,7 +243,7 @@ def _state_errors(
 
     def reference(i: int) -> tuple[np.ndarray, float | None]:  # y_ref at the instance's sample times, its accuracy
         problem, times = points[i][0], points[i][4]
-        q_ref, p_ref, _ = reference_solution(problem, times, reference_kind=kind)
+        q_ref, p_ref, _ = reference_solution(problem, times, reference_kind=kind, rtol=c.rtol)
         return np.concatenate([q_ref, p_ref], axis=1), reference_floor(study, instances[points[i][6]])
 
     # a closed form costs microseconds (no process is worth it); an ODE solve some milliseconds per instance

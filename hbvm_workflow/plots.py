@@ -243,7 +243,7 @@ def _convergence_figure(study: Study, ds, W: float):
         for ax, panel in zip(axes, panels):
             _convergence_panel(study, sub_ds, ax, panel, groups, legend, W / ncols)
             if panel[0] == "e_s":
-                _reference_band(ax, reference_floor(study, inst), legend)
+                _reference_band(ax, reference_floor(study, inst), legend, reference_band(study))
     entries = sorted(legend.items(), key=lambda kv: kv[0])
     printed.legend_below(fig, [h for _, (h, _) in entries], [lab for _, (_, lab) in entries], W)
     _plain_log_ticks(fig)
@@ -256,17 +256,23 @@ def reference_floor(study: Study, inst) -> float | None:
     from hbvm_core.metrics import reference_accuracy
 
     c = study.convention
-    return reference_accuracy(inst.problem, inst.t_end, c.norm, study.reference, getattr(c, "reference_kind", "auto"))
+    kind = getattr(c, "reference_kind", "auto")
+    return reference_accuracy(inst.problem, inst.t_end, c.norm, study.reference, kind, getattr(c, "rtol", None))
 
 
-def _reference_band(ax, floor: float | None, legend: dict) -> None:
+def reference_band(study: Study) -> str:
+    """The legend's name of the band below the numerical reference's accuracy: its solver and tolerance."""
+    return f"reference floor (DOP853 at rtol {study.convention.rtol:g}, estimated)"
+
+
+def _reference_band(ax, floor: float | None, legend: dict, name: str) -> None:
     """The band below the reference's accuracy ``floor`` on an e_s panel, named in the legend."""
     if floor is None:
         return
     lo, hi = ax.get_ylim()
     if floor > lo:
         band = ax.axhspan(lo, min(floor, hi), color="C1", alpha=0.15, lw=0, zorder=0)
-        legend.setdefault((3, 0.0, ""), (band, "reference floor (DOP853 at rtol 1e-13, estimated)"))
+        legend.setdefault((3, 0.0, ""), (band, name))
     ax.set_ylim(lo, hi)
 
 
@@ -519,7 +525,7 @@ def _sweep_figure(study: Study, ds, W: float):
     band = _sweep_bands(bands, _sweep_reference_floor(ds, order), x)
     if band is not None:
         handles.append(band)
-        labels.append(f"{REFERENCE_BAND}: C of an e_s below the reference's accuracy")
+        labels.append(f"{reference_band(study)}: C of an e_s below the reference's accuracy")
     _plain_log_ticks(fig, label_room=SWEEP_TICK_ROOM)
     wrapped = [printed.wrap(label, W - LEGEND_HANDLE, printed.MIN_PT) for label in labels]
     legend = printed.legend_below(fig, handles, wrapped, W)
@@ -531,8 +537,6 @@ def _sweep_figure(study: Study, ds, W: float):
 
 #: inches of a legend entry taken by its handle and the gaps around it (its label wraps to the rest of the width)
 LEGEND_HANDLE = 0.6
-#: the legend's name of the band below a numerical reference's accuracy (as the convergence figure's)
-REFERENCE_BAND = "reference floor (DOP853 at rtol 1e-13, estimated)"
 
 
 def _grid_locator(panel_w: float):
@@ -607,7 +611,7 @@ def _reference(study: Study, traj, times):
 
     conv = study.convention
     reference_kind = "exact" if study.reference == "exact" else getattr(conv, "reference_kind", "auto")
-    return reference_solution(traj.problem, times, reference_kind=reference_kind)
+    return reference_solution(traj.problem, times, reference_kind=reference_kind, rtol=conv.rtol)
 
 
 def _norm(study: Study):

@@ -50,7 +50,8 @@ def reference_floor(study: Study, inst) -> float | None:
     from hbvm_core.metrics import reference_accuracy
 
     c = study.convention
-    return reference_accuracy(inst.problem, inst.t_end, c.norm, study.reference, getattr(c, "reference_kind", "auto"))
+    kind = getattr(c, "reference_kind", "auto")
+    return reference_accuracy(inst.problem, inst.t_end, c.norm, study.reference, kind, getattr(c, "rtol", None))
 
 
 def at_reference_floor(e_prev: float, e: float, floor: float | None) -> bool:
@@ -564,6 +565,8 @@ def _errors_words(study: Study) -> str:
         ref = REFERENCE_WORDS[study.reference]
         if study.reference == "reference" and c.reference_kind != "auto":
             ref += f" ({c.reference_kind})"
+        if study.reference == "reference" and getattr(c, "reference_rtol", None) is not None:
+            ref += f" (DOP853 at rtol {c.reference_rtol:g} where an ODE)"
         words = [f"errors {ref}, in the {_norm_words(c.norm)}, sampled {_sample_words(c.sample)}"]
         if c.lambda_sample is not None:
             words.append(f"e_lambda sampled {_sample_words(c.lambda_sample)}")
