@@ -55,33 +55,47 @@ def sample_mask(n_saved: np.ndarray, N: np.ndarray, se: np.ndarray, S: int, samp
     return mask
 
 
-def summary_columns(study: Study, timings: dict | None = None, workers: int = 1) -> dict[str, np.ndarray]:
+def summary_columns(
+    study: Study, timings: dict | None = None, workers: int = 1, use_partials: bool = True, tell=None
+) -> dict[str, np.ndarray]:
     """The columns of errors.csv of a sharded study (COLUMNS + EXTRA + the grid keys) as arrays, one per row in
     plan order, and the round-off flags, ``wall_s`` and ``host`` of errors.zarr. ``timings``: filled with the
     columns of timings.csv but ``backend`` (``host`` and ``worker``: the shards' records'): one per run (h/2
     partners included), plan order.
-    ``workers``: processes for the instances' reference ODE solves."""
+    ``workers``: processes for the instances' reference ODE solves. ``use_partials`` (not with ``reference: self``):
+    e_s, e_hc and the scale of each run from its shard's partial results (``partials.gather``: the states are read
+    only for a shard whose partial is missing or stale; ``tell``: called with a line for each), else from the
+    states of every shard."""
+    from . import partials
     from .shard_worker import row_provenance
     from .shards import DATA, read_all, run_table
     from .tables import ORDER_OF_RATE, REFERENCE_FLOOR
 
     path = shard_store(study.results, study.name)
-    attrs, a = read_all(path, DATA)  # the run table gives the other coordinates
     table = run_table(study)
+    instances = study.instances or [study.instance_of("")]
+    run, partner = row_runs(study)
+    use_partials = use_partials and study.reference != "self"
+    if use_partials:
+        attrs, a, part, _ = partials.gather(study, table, path, tell)
+    else:
+        attrs, a = read_all(path, DATA)  # the run table gives the other coordinates
     if not (np.array_equal(a["hash"], table.hash) and np.array_equal(a["sample_every"], table.sample_every)):
         raise ResultsMismatchError(f"{path}: holds other runs than study {study.name!r} plans; run the solve step")
     S, m = attrs["S"], attrs["m"]
     counts = a["counts"]
     status, fail_step, steps_done, iterations, n_saved = (counts[:, i] for i in (0, 1, 2, 3, 5))
-    y, t = a["y"], a["t"]
-    mask = sample_mask(n_saved, table.N, table.sample_every, S, study.convention.sample)
     ok = status == 0
-    valid = np.arange(S)[None, :] < n_saved[:, None]
-    scale = np.maximum(1.0, np.nanmax(np.where(valid[..., None], np.abs(y), 0.0), axis=(1, 2), initial=0.0))
-    instances = study.instances or [study.instance_of("")]
-    run, partner = row_runs(study)
     at = run if (partner >= 0).any() else slice(None)  # without partners the rows are the runs: views, no copies
-    e_s, e_hc, floors = _state_errors(study, table, y, t, m, mask, ok, run, partner, workers)
+    if use_partials:
+        e_s, e_hc, scale = part[:, 0], part[:, 1], part[:, 2]
+        floors = _accuracies(study, instances, table.combo[ok], workers)
+    else:
+        y, t = a["y"], a["t"]
+        mask = sample_mask(n_saved, table.N, table.sample_every, S, study.convention.sample)
+        valid = np.arange(S)[None, :] < n_saved[:, None]
+        scale = np.maximum(1.0, np.nanmax(np.where(valid[..., None], np.abs(y), 0.0), axis=(1, 2), initial=0.0))
+        e_s, e_hc, floors = _state_errors(study, table, y, t, m, mask, ok, run, partner, workers)
     scalars = a["scalars"]
     nu = attrs["nu"]
     e_H = np.where(ok, scalars[:, 0], np.nan)
@@ -159,6 +173,27 @@ def summary_columns(study: Study, timings: dict | None = None, workers: int = 1)
     return cols
 
 
+def _accuracies(study: Study, instances: list, combos: np.ndarray, workers: int = 1) -> np.ndarray:
+    """The reference's accuracy (``tables.reference_floor``) of each instance with a completed run (``combos``: their
+    instances), NaN for the others and where there is none; a numerical one estimated by ``workers`` processes."""
+    from hbvm_core.references import resolved_kind
+
+    from .forking import forked_map
+    from .tables import reference_floor
+
+    out = np.full(len(instances), np.nan)
+    c = study.convention
+    if study.reference != "reference" or all(
+        resolved_kind(i.problem, c.reference_kind) != "ode" for i in instances[:1]
+    ):
+        return out  # a closed form (one instance tells: the instances share their problem's callbacks) or none
+    todo = np.unique(combos).tolist()
+    found = forked_map(lambda i: reference_floor(study, instances[todo[i]]), len(todo), workers)
+    for ci, floor in zip(todo, found):
+        out[ci] = np.nan if floor is None else floor
+    return out
+
+
 def row_runs(study: Study) -> tuple[np.ndarray, np.ndarray]:
     """(run, partner): per row of the study (plan order) the index of its run in the run table and of its h/2
     partner (``errors.reference: self``; -1: none). Without partners the rows are the runs, in order."""
@@ -194,13 +229,14 @@ def _family_rows(instances: list):
 
 
 def _state_errors(
-    study: Study, table, y, t, m: int, mask, ok, run, partner, workers: int = 1
+    study: Study, table, y, t, m: int, mask, ok, run, partner, workers: int = 1, accuracy: bool = True
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(e_s per row, e_hc per run, the reference's accuracy per instance): e_s against the reference at the row's
     sample points (the closed form or the reference ODE, evaluated once per instance at its distinct sample times,
     and the ODE's accuracy estimated there, ``tables.reference_floor``, NaN where none; a reference that is not the
     closed form by ``workers`` processes, ``forking.forked_map``), or against its h/2 partner's state at the same
-    times (``errors.reference: self``: partner point 2 j sample_every / its sample_every)."""
+    times (``errors.reference: self``: partner point 2 j sample_every / its sample_every). ``accuracy``: False
+    leaves the reference's accuracy unestimated (NaN; a shard's partial results, ``partials``)."""
     from hbvm_core.references import reference_solution, resolved_kind
 
     from .forking import forked_map
@@ -244,7 +280,8 @@ def _state_errors(
     def reference(i: int) -> tuple[np.ndarray, float | None]:  # y_ref at the instance's sample times, its accuracy
         problem, times = points[i][0], points[i][4]
         q_ref, p_ref, _ = reference_solution(problem, times, reference_kind=kind, rtol=c.rtol)
-        return np.concatenate([q_ref, p_ref], axis=1), reference_floor(study, instances[points[i][6]])
+        floor = reference_floor(study, instances[points[i][6]]) if accuracy else None
+        return np.concatenate([q_ref, p_ref], axis=1), floor
 
     # a closed form costs microseconds (no process is worth it); an ODE solve some milliseconds per instance
     spread = workers if any(resolved_kind(problem, kind) != "exact" for problem, *_ in points) else 1
@@ -400,11 +437,14 @@ def _load_xarray() -> None:
     xr.Variable("d", np.zeros(1))
 
 
-def compute_summary_errors(study: Study, out_zarr: str, out_csv: str, out_timings: str, workers: int = 1) -> list[dict]:
+def compute_summary_errors(
+    study: Study, out_zarr: str, out_csv: str, out_timings: str, workers: int = 1, tell=None, use_partials=True
+) -> list[dict]:
     """errors.zarr, errors.csv and timings.csv of a sharded study; returns a short list of row summaries
     ({"status"} per row: what the aggregate step counts). With ``workers`` > 1 errors.zarr is written by a process
     forked at the start (``forking.beside``), which imports xarray while this one computes the columns, then builds
-    the Dataset from the columns handed to it while this one writes the CSV files."""
+    the Dataset from the columns handed to it while this one writes the CSV files. ``tell``: called with a line per
+    shard whose partial results were computed again (``partials.gather``); ``use_partials``: as ``summary_columns``."""
     from .csv_table import write_columns
     from .forking import beside
     from .layout import tmp_dir
@@ -428,7 +468,7 @@ def compute_summary_errors(study: Study, out_zarr: str, out_csv: str, out_timing
     ) + INDEX_COLUMNS
     with beside(_load_xarray, errors_zarr, parallel=workers > 1) as send:
         timing: dict = {}
-        cols = summary_columns(study, timing, workers)
+        cols = summary_columns(study, timing, workers, use_partials, tell)
         send({c: cols[c] for c in dataset_columns})
         grid = tuple(study.grid)
         write_columns(cols, out_csv, COLUMNS + EXTRA + grid, workers)  # its rows' text in two processes
