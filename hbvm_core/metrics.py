@@ -226,6 +226,9 @@ def reference_accuracy(
     return float(np.max(vector_norm(np.concatenate([q - q2, p - p2], axis=1), norm)))
 
 
+#: an e_s at most this many times the numerical reference's accuracy (``reference_accuracy``) measures the reference
+REFERENCE_MARGIN = 10.0
+
 #: an error at most this many machine epsilons times its quantity's scale is round-off (see ``at_roundoff``)
 ROUNDOFF_ULPS = 1000.0
 

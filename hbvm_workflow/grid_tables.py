@@ -137,9 +137,7 @@ def floor_words(column: str, values: np.ndarray, accuracy: np.ndarray) -> np.nda
     """Per value of an error ``column``: REFERENCE_WORD where an e_s is at most REFERENCE_MARGIN times its run's
     reference ``accuracy`` (NaN: none), else ROUNDOFF_WORD where it is at most the round-off floor of a quantity
     of size 1 (``metrics.roundoff_floor``), else ""; "" for the iterations."""
-    from hbvm_core.metrics import roundoff_floor
-
-    from .tables import REFERENCE_MARGIN
+    from hbvm_core.metrics import REFERENCE_MARGIN, roundoff_floor
 
     words = np.full(values.shape, "", dtype=object)
     if column == "mean_iterations":

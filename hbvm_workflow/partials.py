@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from types import SimpleNamespace
 
 import numpy as np
 
@@ -82,50 +81,6 @@ def file_stats(files: dict[str, str]) -> dict[str, list | None]:
     return out
 
 
-class _Instance:
-    """A grid combination for ``compute``: its params, its problem built on first use (``problem``: a callable)."""
-
-    def __init__(self, params: dict, build):
-        self.params, self._build, self._problem = params, build, None
-
-    @property
-    def problem(self):
-        if self._problem is None:
-            self._problem = self._build()
-        return self._problem
-
-
-def compute(errors: dict, instances: list, combo, N, sample_every, counts, t, y, m: int) -> np.ndarray:
-    """The partial [run, COLUMNS] of a shard's runs (``combo``: each run's index into ``instances``, objects with
-    ``problem`` and ``params``): e_s and e_hc as ``ensemble_errors._state_errors`` computes them (the same code),
-    NaN for a failed run; the scale max(1, max |y| over its saved points)."""
-    from hbvm_core.metrics import ErrorConvention
-
-    from .ensemble_errors import _state_errors, sample_mask
-
-    n, S = y.shape[0], y.shape[1]
-    status, n_saved = counts[:, 0], counts[:, 5]
-    convention = ErrorConvention.from_config(errors["convention"])
-    mask = sample_mask(n_saved, np.asarray(N), np.asarray(sample_every), S, convention.sample)
-    ok = status == 0
-    valid = np.arange(S)[None, :] < n_saved[:, None]
-    out = np.full((n, len(COLUMNS)), np.nan)
-    out[:, 2] = np.maximum(1.0, np.nanmax(np.where(valid[..., None], np.abs(y), 0.0), axis=(1, 2), initial=0.0))
-    study = SimpleNamespace(reference=errors["reference"], convention=convention, instances=instances)
-    table = SimpleNamespace(runs=n, combo=np.asarray(combo), sample_every=np.asarray(sample_every))
-    runs = np.arange(n)
-    e_s, e_hc, _ = _state_errors(study, table, y, t, m, mask, ok, runs, np.full(n, -1), accuracy=False)
-    out[:, 0] = np.where(ok, e_s, np.nan)
-    out[:, 1] = np.where(ok, e_hc, np.nan)
-    return out
-
-
-def local(combos: np.ndarray) -> tuple[list[int], np.ndarray]:
-    """(the distinct combinations in order, each run's index among them)."""
-    distinct, inverse = np.unique(np.asarray(combos), return_inverse=True)
-    return distinct.tolist(), inverse.reshape(-1)
-
-
 def write(store: str, slot: int, values: np.ndarray, tmp: str) -> None:
     """The partial of shard ``slot`` as a Zarr array in its group, written under ``tmp`` and renamed into place."""
     import zarr
@@ -184,76 +139,4 @@ def read(store: str, slot: int, record: dict | None, want_key: str, files: dict[
     return values, ""
 
 
-def gather(study, table, path: str, tell=None) -> tuple[dict, dict[str, np.ndarray], np.ndarray, list[str]]:
-    """(attrs, arrays, partial, notes) of a complete sharded store, for the aggregation: its coordinates ``hash``
-    and ``sample_every`` and its ``counts`` and ``scalars`` read whole (their files checked byte for byte against
-    the records, as ``shards.read_all``), and per shard its partial [run, COLUMNS] where ``read`` takes it, else
-    computed again from the shard's states (their files then checked byte for byte too); ``notes``: a line per
-    shard computed again (``tell``: called with each)."""
-    import zarr
-
-    from .integrity import file_digest
-    from .shards import (
-        MissingStoreError,
-        _read_whole,
-        read_record,
-        read_rows,
-        require_format,
-        require_sealed,
-        shard_error,
-        shard_files,
-        shard_problem,
-        slot_digest,
-    )
-
-    attrs = require_format(path)
-    require_sealed(path)
-    R, sr = attrs["runs"], attrs["shard_runs"]
-    g = zarr.open_group(path, mode="r")
-    arrays = {name: np.asarray(g[name][:R]) for name in ("hash", "sample_every")}
-    records = []
-    for slot, a in enumerate(range(0, R, sr)):
-        rec = read_record(path, slot)
-        if (rec or {}).get("digest") != slot_digest(arrays["hash"][a : a + sr], arrays["sample_every"][a : a + sr]):
-            raise MissingStoreError(f"{path}: shard {slot} is not complete; run the workflow again")
-        found = shard_problem(path, slot, rec, deep=False, group=g)  # every file there, of its size
-        files = shard_files(path, slot, g)
-        for name in ("counts", "scalars"):  # read whole below: checked byte for byte, as read_all does
-            want = rec["files"][name]
-            if found is None and want is not None and file_digest(files[name]) != want[1]:
-                found = (name, files[name], "shard file changed after the shard was written (its digest differs)")
-        if found is not None:
-            raise shard_error(path, slot, found)
-        records.append((rec, files))
-    for name in ("counts", "scalars"):
-        arrays[name] = _read_whole(path, g[name], R, sr)
-    partial = np.full((R, len(COLUMNS)), np.nan)
-    errors = errors_spec(study)
-    notes = []
-    for slot, (a, (rec, files)) in enumerate(zip(range(0, R, sr), records)):
-        b = min(a + sr, R)
-        problems = study_problems(study, table.combo[a:b])
-        values, why = read(path, slot, rec, key(errors, problems, rec["digest"], rec["files"]), files, b - a)
-        if values is None:
-            found = shard_problem(path, slot, rec, deep=True, group=g)  # the states it is computed from, as written
-            if found is not None:
-                raise shard_error(path, slot, found)
-            rows = np.arange(a, b)
-            combos, at = local(table.combo[a:b])
-            instances = study.instances or [study.instance_of("")]
-            values = compute(
-                errors,
-                [instances[c] for c in combos],
-                at,
-                table.N[a:b],
-                table.sample_every[a:b],
-                arrays["counts"][a:b],
-                read_rows(path, "t", rows),
-                read_rows(path, "y", rows),
-                attrs["m"],
-            )
-            notes.append(f"shard {slot}: {why}; its errors computed again from its states")
-            if tell is not None:
-                tell(notes[-1])
-        partial[a:b] = values
-    return attrs, arrays, partial, notes
+# END

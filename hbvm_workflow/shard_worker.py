@@ -232,21 +232,21 @@ def compute_shard(spec: dict) -> dict:
 
 
 def _partial(spec: dict, counts, t, y) -> tuple | None:
-    """(values, errors, problems): the shard's partial results (``partials.compute``) for ``shards.write_shard``;
-    None with ``reference: self`` (a partner may be in another shard), or where they cannot be computed here (the
-    aggregation then computes them from the states, and raises what there is to raise)."""
-    from . import partials
+    """(values, errors, problems): the shard's partial results (``state_errors.partial_columns``) for
+    ``shards.write_shard``; None with ``reference: self`` (a partner may be in another shard), or where they cannot
+    be computed here (the aggregation then computes them from the states, and raises what there is to raise)."""
+    from .state_errors import Instance, local, partial_columns
 
     errors = spec.get("errors")
     if not errors or errors["reference"] == "self":
         return None
-    combos, at = partials.local(spec["combo"])
+    combos, at = local(spec["combo"])
     if any(c not in spec["problems"] for c in combos):
         return None
     problems = {c: spec["problems"][c] for c in combos}
-    instances = [partials._Instance(problems[c]["params"], functools.partial(_problem, problems[c])) for c in combos]
+    instances = [Instance(problems[c]["params"], functools.partial(_problem, problems[c])) for c in combos]
     try:
-        values = partials.compute(errors, instances, at, spec["N"], spec["sample_every"], counts, t, y, spec["m"])
+        values = partial_columns(errors, instances, at, spec["N"], spec["sample_every"], counts, t, y, spec["m"])
     except Exception:  # noqa: BLE001 - an optimisation only: the aggregation computes them and says why not
         return None
     return values, errors, problems

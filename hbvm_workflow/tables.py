@@ -20,6 +20,8 @@ import os
 
 import numpy as np
 
+from hbvm_core.metrics import REFERENCE_MARGIN  # noqa: F401  (re-exported: an e_s within it is the reference's)
+
 from . import grid_tables
 from .csv_table import write_rows
 from .grid_tables import is_compact
@@ -39,8 +41,6 @@ ORDER_OF_RATE = {"rate_s": "order_s", "rate_lambda": "order_lambda", "rate_hc": 
 ROUNDOFF = {"rate_s": "roundoff_s", "rate_lambda": "roundoff_lambda", "rate_hc": "roundoff_hc"}
 #: rate column -> the flag (errors.zarr only) of a pair of errors whose finer one is at the reference floor
 REFERENCE_FLOOR = {"rate_s": "reference_floor_s"}
-#: an e_s at most this many times the reference's accuracy (``reference_floor``) measures the reference
-REFERENCE_MARGIN = 10.0
 
 
 def reference_floor(study: Study, inst) -> float | None:

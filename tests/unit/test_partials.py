@@ -16,6 +16,7 @@ from test_shards import _exact_rows, _study
 
 from hbvm_workflow import partials, shards
 from hbvm_workflow.ensemble_errors import summary_columns
+from hbvm_workflow.state_errors import local, partial_columns
 
 #: the states are of size <= 2 and the closed form is evaluated twice the same way: round-off of the state only
 TOL = 1e-14
@@ -23,7 +24,7 @@ TOL = 1e-14
 
 def _store(study, delta_scale: float = 7.0) -> tuple[shards.RunTable, np.ndarray, str]:
     """The study's store, each shard written with the partial results its task would compute (the same code,
-    ``partials.compute``); run r's first coordinate at t = 0.5 off by delta_scale h^2 (returned)."""
+    ``state_errors.partial_columns``); run r's first coordinate at t = 0.5 off by delta_scale h^2 (returned)."""
     table = shards.run_table(study)
     path = shards.shard_store(study.results, study.name)
     os.makedirs(study.dir, exist_ok=True)
@@ -35,9 +36,9 @@ def _store(study, delta_scale: float = 7.0) -> tuple[shards.RunTable, np.ndarray
 
 
 def _write(study, table, path, slot, a, b, rows, with_partial: bool = True) -> None:
-    combos, at = partials.local(table.combo[a:b])
+    combos, at = local(table.combo[a:b])
     errors = partials.errors_spec(study)
-    values = partials.compute(
+    values = partial_columns(
         errors, [study.instances[c] for c in combos], at, table.N[a:b], table.sample_every[a:b],
         rows["counts"], rows["t"], rows["y"], table.m,
     )  # fmt: skip
