@@ -85,6 +85,7 @@ def test_a_sweep_is_one_sharded_store_read_by_grid_key_with_the_errors_of_its_tr
         assert shards.read_record(store, slot)["partial"]["sha256"] == partials.values_digest(values)
         e_s = [float(r["e_s"]) for r in summary[4 * slot : 4 * slot + 4]]  # rows = runs (plan order), 4 a shard
         assert np.allclose(values[:, 0], e_s, rtol=1e-15, atol=0), slot  # errors.csv: floats by repr
+    assert "computed again" not in (tmp_path / "logs" / "sw" / "aggregate.log").read_text()  # every partial taken
 
     # errors.reference self: the h/2 partners are runs of the one store (the last row's is no row's run), and the
     # errors against them are those of the runs saved as trajectories
