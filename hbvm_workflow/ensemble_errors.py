@@ -301,7 +301,11 @@ def summary_dataset(study: Study, cols: dict[str, np.ndarray]):
     each = np.full((*shape, study.dims[1]), np.nan)
     each[idx] = cols["e_g_constraint"]
     accuracy = np.full(shape[2:], np.nan)
-    accuracy[idx[2:]] = cols["reference_accuracy"]
+    found = np.asarray(cols["reference_accuracy"], dtype=float)
+    if study.grid:
+        accuracy[idx[2:]] = found
+    elif found.size:  # one instance: its accuracy, a scalar
+        accuracy[()] = found[0]
     return dense_errors_dataset(study, hs, data, flags, status, host, nval, by_h, each, accuracy)
 
 

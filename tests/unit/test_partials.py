@@ -135,3 +135,25 @@ def test_reference_self_has_no_partial(tmp_path, reference):
     assert partials.errors_spec(study)["reference"] == "self"
     spec = {"errors": partials.errors_spec(study)}
     assert _partial(spec, None, None, None) is None
+
+
+def test_a_summary_study_without_a_grid_aggregates_from_its_partials(tmp_path):
+    """No grid (one instance): the partials taken, e_s the offset put in, errors.zarr's reference_accuracy a scalar
+    (NaN: the closed form)."""
+    from test_shards import SWEEP
+
+    from hbvm_workflow.ensemble_errors import compute_summary_errors
+    from hbvm_workflow.storage import open_errors_at
+    from hbvm_workflow.study import expand_study
+
+    cfg = {k: v for k, v in SWEEP.items() if k not in ("grid", "kind")}
+    study = expand_study("one", {**cfg, "save": "summary", "backend": "auto"}, results=str(tmp_path / "results"))
+    assert not study.grid
+    table, delta, _ = _store(study)
+    cols, lines = _columns(study)
+    assert lines == [] and np.allclose(cols["e_s"], delta, rtol=0, atol=TOL)
+    out = tmp_path / "out"
+    out.mkdir()
+    compute_summary_errors(study, str(out / "e.zarr"), str(out / "e.csv"), str(out / "t.csv"))
+    ds = open_errors_at(str(out / "e.zarr"))
+    assert ds["reference_accuracy"].dims == () and np.isnan(ds["reference_accuracy"].item())
