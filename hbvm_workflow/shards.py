@@ -342,9 +342,13 @@ def _write_record(store: str, slot: int, record: dict) -> None:
 
 
 def remove_record(store: str, slot: int) -> None:
-    """Shard ``slot`` not complete: its record emptied (a group without attributes, so the store stays valid Zarr)."""
+    """Shard ``slot`` not complete: its record emptied (a group without attributes, so the store stays valid Zarr)
+    and its partial results removed (``partials``)."""
+    from . import partials
+
     if read_record(store, slot) is not None:
         _write_record(store, slot, {})
+    partials.remove(store, slot)
 
 
 def shard_files(store: str, slot: int, group=None) -> dict[str, str]:
@@ -728,13 +732,12 @@ def write_shard(
 ) -> None:
     """Write the rows of shard ``slot`` (from row ``start``) of every data array (``arrays``: name -> rows), then
     its partial results (``partial``: (values, errors, problems), ``partials``), then its record (``digest``: of its
-    runs' hashes; ``record``: what else it says). Its old record and partial are removed first."""
+    runs' hashes; ``record``: what else it says). Its old record and partial are removed first (``remove_record``)."""
     import zarr
 
     from . import partials
 
     remove_record(store, slot)
-    partials.remove(store, slot)
     g = zarr.open_group(store, mode="r+")
     n = len(arrays["counts"])
     for name in DATA:
