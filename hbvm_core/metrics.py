@@ -27,7 +27,9 @@ from .trajectory import Trajectory
 REFERENCES = ("exact", "reference", "self")
 NORMS = (1, 2, "inf")
 SAMPLES = ("all", "periods")
-KEYS = ("reference", "norm", "sample", "lambda_sample", "hc_norm", "reference_kind")
+KEYS = ("reference", "norm", "sample", "lambda_sample", "hc_norm", "reference_kind", "reference_rtol")
+#: the tolerance (rtol = atol) of the ODE reference by default
+REFERENCE_RTOL = 1e-13
 
 
 def _check_norm(key: str, value):
@@ -36,6 +38,16 @@ def _check_norm(key: str, value):
     if isinstance(value, bool) or value not in (1, 2):
         raise ConfigError(f"errors.{key} = {value!r}: expected one of 1, 2, inf")
     return int(value)
+
+
+def _check_rtol(value) -> float:
+    """A reference tolerance: a number above the tighter one its accuracy is estimated against, at most 1e-3."""
+    from .references import TIGHT_RTOL
+
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and TIGHT_RTOL < value <= 1e-3
+    if not ok:
+        raise ConfigError(f"errors.reference_rtol = {value!r}: expected a tolerance above {TIGHT_RTOL:g}, at most 1e-3")
+    return float(value)
 
 
 def _check_sample(key: str, value):
@@ -56,6 +68,8 @@ class ErrorConvention:
     lambda_sample: str | float | None = None
     hc_norm: int | str | None = None
     reference_kind: str = "auto"
+    #: the ODE reference's DOP853 tolerance (rtol = atol); None: REFERENCE_RTOL
+    reference_rtol: float | None = None
 
     def __post_init__(self) -> None:
         if self.reference not in REFERENCES:
@@ -65,6 +79,13 @@ class ErrorConvention:
         object.__setattr__(self, "lambda_sample", _check_sample("lambda_sample", self.lambda_sample))
         if self.hc_norm is not None:
             object.__setattr__(self, "hc_norm", _check_norm("hc_norm", self.hc_norm))
+        if self.reference_rtol is not None:
+            object.__setattr__(self, "reference_rtol", _check_rtol(self.reference_rtol))
+
+    @property
+    def rtol(self) -> float:
+        """The ODE reference's tolerance: ``reference_rtol``, else REFERENCE_RTOL."""
+        return REFERENCE_RTOL if self.reference_rtol is None else self.reference_rtol
 
     @classmethod
     def from_config(cls, cfg: dict | None) -> ErrorConvention:
@@ -154,7 +175,8 @@ def errors(traj: Trajectory, convention: ErrorConvention, partner: Trajectory | 
     else:
         reference_kind = c.reference_kind if c.reference == "reference" else "exact"
         # one reference for both samples (the reference ODE: one solve on [0, max time])
-        q_all, p_all, lam_all = reference_solution(pb, np.concatenate([ts, tl]), reference_kind=reference_kind)
+        times = np.concatenate([ts, tl])
+        q_all, p_all, lam_all = reference_solution(pb, times, reference_kind=reference_kind, rtol=c.rtol)
         q_ref, p_ref, lam_ref = q_all[: ts.size], p_all[: ts.size], lam_all[ts.size :]
         y_ref = np.concatenate([q_ref, p_ref], axis=1)
     e_lambda = float(np.max(vector_norm(lam - lam_ref, c.norm), initial=0.0)) if pb.nu else float("nan")
@@ -186,8 +208,11 @@ def rates(h, e) -> np.ndarray:
     return out
 
 
-def reference_accuracy(problem, t_end: float, norm, reference: str = "reference", reference_kind: str = "auto"):
-    """The accuracy of a numerical reference (the ODE by DOP853 at rtol 1e-13): the largest difference, in the
+def reference_accuracy(
+    problem, t_end: float, norm, reference: str = "reference", reference_kind: str = "auto", rtol: float | None = None
+):
+    """The accuracy of a numerical reference (the ODE by DOP853 at ``rtol``, default REFERENCE_RTOL = 1e-13): the
+    largest difference, in the
     vector norm ``norm`` of (q, p), between it and the solution at ``references.TIGHT_RTOL`` over
     ``references.ACCURACY_POINTS`` times of [0, t_end]; None unless ``reference`` is "reference" and
     ``reference_kind`` resolves to the ODE (a closed form and the HBVM reference are accurate to round-off)."""
@@ -196,10 +221,13 @@ def reference_accuracy(problem, t_end: float, norm, reference: str = "reference"
     if reference != "reference" or resolved_kind(problem, reference_kind) != "ode":
         return None
     t = np.linspace(0.0, float(t_end), ACCURACY_POINTS)
-    q, p, _ = reference_solution(problem, t, reference_kind)
+    q, p, _ = reference_solution(problem, t, reference_kind, rtol=REFERENCE_RTOL if rtol is None else rtol)
     q2, p2, _ = reference_solution(problem, t, reference_kind, rtol=TIGHT_RTOL)
     return float(np.max(vector_norm(np.concatenate([q - q2, p - p2], axis=1), norm)))
 
+
+#: an e_s at most this many times the numerical reference's accuracy (``reference_accuracy``) measures the reference
+REFERENCE_MARGIN = 10.0
 
 #: an error at most this many machine epsilons times its quantity's scale is round-off (see ``at_roundoff``)
 ROUNDOFF_ULPS = 1000.0

@@ -26,6 +26,7 @@ import numpy as np
 from hbvm_core.metrics import roundoff_floors
 
 from .layout import COLUMNS, EXTRA, TIMINGS, shard_store
+from .state_errors import _max_per_run, _norm, local, partial_columns, sample_mask, state_errors  # noqa: F401  (re-exported)
 from .storage import ResultsMismatchError
 from .study import Study
 
@@ -35,53 +36,46 @@ INDEX_COLUMNS = ("scheme_index", "combo_index", "n_value")
 STATUS_WORDS = {1: "no convergence", 2: "diverged", 3: "singular", 4: "non-finite state"}
 
 
-def _norm(x: np.ndarray, norm) -> np.ndarray:
-    """Norm over the last axis (1, 2 or inf) of x."""
-    if x.shape[-1] == 0:
-        return np.zeros(x.shape[:-1])
-    if norm == "inf":
-        return np.max(np.abs(x), axis=-1)
-    return np.linalg.norm(x, ord=norm, axis=-1)
-
-
-def sample_mask(n_saved: np.ndarray, N: np.ndarray, se: np.ndarray, S: int, sample) -> np.ndarray:
-    """[run, point]: the saved points that are sample times of the convention's ``sample`` (point j of a run is
-    step j * sample_every, for j <= N // sample_every; the extra last point of a run whose N is not a multiple is
-    the final state only; ``periods`` leaves out t = 0)."""
-    j = np.arange(S)[None, :]
-    mask = (j < n_saved[:, None]) & (j <= (N // se)[:, None])
-    if sample == "periods":
-        mask &= j >= 1
-    return mask
-
-
-def summary_columns(study: Study, timings: dict | None = None, workers: int = 1) -> dict[str, np.ndarray]:
+def summary_columns(
+    study: Study, timings: dict | None = None, workers: int = 1, use_partials: bool = True, tell=None
+) -> dict[str, np.ndarray]:
     """The columns of errors.csv of a sharded study (COLUMNS + EXTRA + the grid keys) as arrays, one per row in
     plan order, and the round-off flags, ``wall_s`` and ``host`` of errors.zarr. ``timings``: filled with the
     columns of timings.csv but ``backend`` (``host`` and ``worker``: the shards' records'): one per run (h/2
     partners included), plan order.
-    ``workers``: processes for the instances' reference ODE solves."""
+    ``workers``: processes for the instances' reference ODE solves. ``use_partials`` (not with ``reference: self``):
+    e_s, e_hc and the scale of each run from its shard's partial results (``gather_partials``: the states are read
+    only for a shard whose partial is missing or stale; ``tell``: called with a line for each), else from the
+    states of every shard."""
     from .shard_worker import row_provenance
     from .shards import DATA, read_all, run_table
     from .tables import ORDER_OF_RATE, REFERENCE_FLOOR
 
     path = shard_store(study.results, study.name)
-    attrs, a = read_all(path, DATA)  # the run table gives the other coordinates
     table = run_table(study)
+    instances = study.instances or [study.instance_of("")]
+    run, partner = row_runs(study)
+    use_partials = use_partials and study.reference != "self"
+    if use_partials:
+        attrs, a, part, _ = gather_partials(study, table, path, tell)
+    else:
+        attrs, a = read_all(path, DATA)  # the run table gives the other coordinates
     if not (np.array_equal(a["hash"], table.hash) and np.array_equal(a["sample_every"], table.sample_every)):
         raise ResultsMismatchError(f"{path}: holds other runs than study {study.name!r} plans; run the solve step")
     S, m = attrs["S"], attrs["m"]
     counts = a["counts"]
     status, fail_step, steps_done, iterations, n_saved = (counts[:, i] for i in (0, 1, 2, 3, 5))
-    y, t = a["y"], a["t"]
-    mask = sample_mask(n_saved, table.N, table.sample_every, S, study.convention.sample)
     ok = status == 0
-    valid = np.arange(S)[None, :] < n_saved[:, None]
-    scale = np.maximum(1.0, np.nanmax(np.where(valid[..., None], np.abs(y), 0.0), axis=(1, 2), initial=0.0))
-    instances = study.instances or [study.instance_of("")]
-    run, partner = row_runs(study)
     at = run if (partner >= 0).any() else slice(None)  # without partners the rows are the runs: views, no copies
-    e_s, e_hc, floors = _state_errors(study, table, y, t, m, mask, ok, run, partner, workers)
+    if use_partials:
+        e_s, e_hc, scale = part[:, 0], part[:, 1], part[:, 2]
+        floors = _accuracies(study, instances, table.combo[ok], workers)
+    else:
+        y, t = a["y"], a["t"]
+        mask = sample_mask(n_saved, table.N, table.sample_every, S, study.convention.sample)
+        valid = np.arange(S)[None, :] < n_saved[:, None]
+        scale = np.maximum(1.0, np.nanmax(np.where(valid[..., None], np.abs(y), 0.0), axis=(1, 2), initial=0.0))
+        e_s, e_hc, floors = state_errors(study, table, y, t, m, mask, ok, run, partner, workers)
     scalars = a["scalars"]
     nu = attrs["nu"]
     e_H = np.where(ok, scalars[:, 0], np.nan)
@@ -152,10 +146,32 @@ def summary_columns(study: Study, timings: dict | None = None, workers: int = 1)
     )
     for key, values in grid_values.items():
         cols[key] = values[combo]
+    cols["reference_accuracy"] = floors[combo]  # the reference's accuracy of each row's instance (NaN: none)
     cols["wall_s"] = wall[at]
     cols["host"] = where["host"][at]  # errors.zarr's: the host of the row's run
     cols.update(zip(INDEX_COLUMNS, (scheme, combo, n)))  # errors.zarr's indices (n -1: none)
     return cols
+
+
+def _accuracies(study: Study, instances: list, combos: np.ndarray, workers: int = 1) -> np.ndarray:
+    """The reference's accuracy (``tables.reference_floor``) of each instance with a completed run (``combos``: their
+    instances), NaN for the others and where there is none; a numerical one estimated by ``workers`` processes."""
+    from hbvm_core.references import resolved_kind
+
+    from .forking import forked_map
+    from .tables import reference_floor
+
+    out = np.full(len(instances), np.nan)
+    c = study.convention
+    if study.reference != "reference" or all(
+        resolved_kind(i.problem, c.reference_kind) != "ode" for i in instances[:1]
+    ):
+        return out  # a closed form (one instance tells: the instances share their problem's callbacks) or none
+    todo = np.unique(combos).tolist()
+    found = forked_map(lambda i: reference_floor(study, instances[todo[i]]), len(todo), workers)
+    for ci, floor in zip(todo, found):
+        out[ci] = np.nan if floor is None else floor
+    return out
 
 
 def row_runs(study: Study) -> tuple[np.ndarray, np.ndarray]:
@@ -174,107 +190,6 @@ def row_runs(study: Study) -> tuple[np.ndarray, np.ndarray]:
         run += map(index.__getitem__, cols["job"])
         partner += map(index.__getitem__, cols["partner"])
     return np.array(run, dtype=np.int64), np.array(partner, dtype=np.int64)
-
-
-def _family_rows(instances: list):
-    """The instances as arrays over them (``hbvm_core.ensemble_runs.Rows`` of their problem's Family: params rows,
-    M), where the first instance's problem has a Family that takes their params; else None (a problem each)."""
-    from hbvm_core.ensemble_runs import Rows
-    from hbvm_core.problems.family import family_of
-
-    if len(instances) < 2:
-        return None
-    family = family_of(instances[0].problem)
-    keys = set(instances[0].params)
-    if family is None or not keys <= set(family.shapes) or any(set(i.params) != keys for i in instances):
-        return None
-    values = {k: np.asarray([inst.params[k] for inst in instances], dtype=float) for k in keys}
-    return Rows(family, family.broadcast(values, len(instances)))
-
-
-def _state_errors(
-    study: Study, table, y, t, m: int, mask, ok, run, partner, workers: int = 1
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(e_s per row, e_hc per run, the reference's accuracy per instance): e_s against the reference at the row's
-    sample points (the closed form or the reference ODE, evaluated once per instance at its distinct sample times,
-    and the ODE's accuracy estimated there, ``tables.reference_floor``, NaN where none; a reference that is not the
-    closed form by ``workers`` processes, ``forking.forked_map``), or against its h/2 partner's state at the same
-    times (``errors.reference: self``: partner point 2 j sample_every / its sample_every)."""
-    from hbvm_core.references import reference_solution, resolved_kind
-
-    from .forking import forked_map
-    from .tables import reference_floor
-
-    c = study.convention
-    R = table.runs
-    e_s, e_hc = np.full(R, np.nan), np.full(R, np.nan)
-    instances = study.instances or [study.instance_of("")]
-    floors = np.full(len(instances), np.nan)
-    hc_norm = c.norm if c.hc_norm is None else c.hc_norm
-    points = []  # per instance with ok runs: its problem, runs, each point's run among them, states, distinct times
-    family = _family_rows(instances)
-    if family is not None:  # the hidden constraint of every instance's points at once, nothing built per instance
-        rows = np.flatnonzero(ok)
-        ri, pj = np.nonzero(mask[rows])
-        yq = y[rows[ri], pj]
-        hc = np.einsum(
-            "nmk,nm->nk", family.G(yq[:, :m], table.combo[rows[ri]]), family.minv(yq[:, m:], table.combo[rows[ri]])
-        )
-        e_hc[rows] = _max_per_run(_norm(hc, hc_norm), ri, rows.size)
-    by_combo = np.argsort(table.combo, kind="stable")  # the runs of each instance, found once (not a scan each)
-    starts = np.searchsorted(table.combo[by_combo], np.arange(len(instances) + 1))
-    for ci, inst in enumerate(instances):
-        if family is not None and study.reference in ("none", "self"):
-            break  # nothing else needs the instances' problems
-        rows = np.sort(by_combo[starts[ci] : starts[ci + 1]])
-        rows = rows[ok[rows]]
-        if not rows.size:
-            continue
-        ri, pj = np.nonzero(mask[rows])
-        yq = y[rows[ri], pj]  # [points, 2m]
-        if family is None:
-            hc = inst.problem.hidden_constraint(yq[:, :m], yq[:, m:])
-            e_hc[rows] = _max_per_run(_norm(hc, hc_norm), ri, rows.size)
-        if study.reference not in ("none", "self"):
-            points.append((inst.problem, rows, ri, yq, *np.unique(t[rows[ri], pj], return_inverse=True), ci))
-
-    kind = c.reference_kind if c.reference == "reference" else "exact"
-
-    def reference(i: int) -> tuple[np.ndarray, float | None]:  # y_ref at the instance's sample times, its accuracy
-        problem, times = points[i][0], points[i][4]
-        q_ref, p_ref, _ = reference_solution(problem, times, reference_kind=kind)
-        return np.concatenate([q_ref, p_ref], axis=1), reference_floor(study, instances[points[i][6]])
-
-    # a closed form costs microseconds (no process is worth it); an ODE solve some milliseconds per instance
-    spread = workers if any(resolved_kind(problem, kind) != "exact" for problem, *_ in points) else 1
-    for (_, rows, ri, yq, _, inverse, ci), (y_ref, floor) in zip(points, forked_map(reference, len(points), spread)):
-        e_s[rows] = _max_per_run(_norm(yq - y_ref[inverse.reshape(-1)], c.norm), ri, rows.size)
-        floors[ci] = np.nan if floor is None else floor
-    if study.reference != "self":  # the rows are the runs
-        return e_s, e_hc, floors
-    out = np.full(run.size, np.nan)
-    both = np.flatnonzero(ok[run] & ok[partner])
-    r, p = run[both], partner[both]
-    k, j = np.nonzero(mask[r])
-    se = table.sample_every
-    pj = j * 2 * se[r[k]] // se[p[k]]  # the partner's point at the row's step j sample_every (h/2: twice as many)
-    tr, tp = t[r[k], j], t[p[k], pj]
-    off = np.abs(tr - tp) > 1e-9 * np.maximum(1.0, np.abs(tr))
-    if off.any():  # the expansion checked the sampling: stored times that disagree are not this study's runs
-        i = int(np.flatnonzero(off)[0])
-        raise ResultsMismatchError(
-            f"{shard_store(study.results, study.name)}: run {int(r[k[i]])} at t = {tr[i]!r} and its h/2 run "
-            f"{int(p[k[i]])} at t = {tp[i]!r}: the sample times differ; run the solve step"
-        )
-    out[both] = _max_per_run(_norm(y[r[k], j] - y[p[k], pj], c.norm), k, both.size)
-    return out, e_hc, floors
-
-
-def _max_per_run(values: np.ndarray, run: np.ndarray, runs: int) -> np.ndarray:
-    """max of ``values`` per run (``run``: the run of each value, sorted), 0 for a run without points."""
-    out = np.zeros(runs)
-    np.maximum.at(out, run, values)
-    return out
 
 
 def _rates(h: np.ndarray, e: np.ndarray, block: np.ndarray, scale: np.ndarray, reference=None):
@@ -385,7 +300,13 @@ def summary_dataset(study: Study, cols: dict[str, np.ndarray]):
         by_h.setdefault(hs[j], set()).add(None if v < 0 else v)
     each = np.full((*shape, study.dims[1]), np.nan)
     each[idx] = cols["e_g_constraint"]
-    return dense_errors_dataset(study, hs, data, flags, status, host, nval, by_h, each)
+    accuracy = np.full(shape[2:], np.nan)
+    found = np.asarray(cols["reference_accuracy"], dtype=float)
+    if study.grid:
+        accuracy[idx[2:]] = found
+    elif found.size:  # one instance: its accuracy, a scalar
+        accuracy[()] = found[0]
+    return dense_errors_dataset(study, hs, data, flags, status, host, nval, by_h, each, accuracy)
 
 
 def _load_xarray() -> None:
@@ -397,11 +318,14 @@ def _load_xarray() -> None:
     xr.Variable("d", np.zeros(1))
 
 
-def compute_summary_errors(study: Study, out_zarr: str, out_csv: str, out_timings: str, workers: int = 1) -> list[dict]:
+def compute_summary_errors(
+    study: Study, out_zarr: str, out_csv: str, out_timings: str, workers: int = 1, tell=None, use_partials=True
+) -> list[dict]:
     """errors.zarr, errors.csv and timings.csv of a sharded study; returns a short list of row summaries
     ({"status"} per row: what the aggregate step counts). With ``workers`` > 1 errors.zarr is written by a process
     forked at the start (``forking.beside``), which imports xarray while this one computes the columns, then builds
-    the Dataset from the columns handed to it while this one writes the CSV files."""
+    the Dataset from the columns handed to it while this one writes the CSV files. ``tell``: called with a line per
+    shard whose partial results were computed again (``gather_partials``); ``use_partials``: as ``summary_columns``."""
     from .csv_table import write_columns
     from .forking import beside
     from .layout import tmp_dir
@@ -420,11 +344,12 @@ def compute_summary_errors(study: Study, out_zarr: str, out_csv: str, out_timing
         "h",
         "status",
         "e_g_constraint",
+        "reference_accuracy",
         "host",
     ) + INDEX_COLUMNS
     with beside(_load_xarray, errors_zarr, parallel=workers > 1) as send:
         timing: dict = {}
-        cols = summary_columns(study, timing, workers)
+        cols = summary_columns(study, timing, workers, use_partials, tell)
         send({c: cols[c] for c in dataset_columns})
         grid = tuple(study.grid)
         write_columns(cols, out_csv, COLUMNS + EXTRA + grid, workers)  # its rows' text in two processes
@@ -432,3 +357,81 @@ def compute_summary_errors(study: Study, out_zarr: str, out_csv: str, out_timing
         timing["backend"] = row_backends(shard_store(study.results, study.name), np.arange(R))  # its record's
         write_columns(timing, out_timings, TIMINGS + grid)
     return [{"status": s} for s in cols["status"]]
+
+
+def gather_partials(study, table, path: str, tell=None) -> tuple[dict, dict[str, np.ndarray], np.ndarray, list[str]]:
+    """(attrs, arrays, partial, notes) of a complete sharded store, for the aggregation: its coordinates ``hash``
+    and ``sample_every`` and its ``counts`` and ``scalars`` read whole (their files checked byte for byte against
+    the records, as ``shards.read_all``), and per shard its partial [run, COLUMNS] where ``read`` takes it, else
+    computed again from the shard's states (their files then checked byte for byte too); ``notes``: a line per
+    shard computed again (``tell``: called with each)."""
+    import zarr
+
+    from . import partials
+    from .integrity import file_digest
+    from .shards import (
+        MissingStoreError,
+        _read_whole,
+        read_record,
+        read_rows,
+        require_format,
+        require_sealed,
+        shard_error,
+        shard_files,
+        shard_problem,
+        slot_digest,
+    )
+
+    attrs = require_format(path)
+    require_sealed(path)
+    R, sr = attrs["runs"], attrs["shard_runs"]
+    g = zarr.open_group(path, mode="r")
+    arrays = {name: np.asarray(g[name][:R]) for name in ("hash", "sample_every")}
+    records = []
+    for slot, a in enumerate(range(0, R, sr)):
+        rec = read_record(path, slot)
+        if (rec or {}).get("digest") != slot_digest(arrays["hash"][a : a + sr], arrays["sample_every"][a : a + sr]):
+            raise MissingStoreError(f"{path}: shard {slot} is not complete; run the workflow again")
+        found = shard_problem(path, slot, rec, deep=False, group=g)  # every file there, of its size
+        files = shard_files(path, slot, g)
+        for name in ("counts", "scalars"):  # read whole below: checked byte for byte, as read_all does
+            want = rec["files"][name]
+            if found is None and want is not None and file_digest(files[name]) != want[1]:
+                found = (name, files[name], "shard file changed after the shard was written (its digest differs)")
+        if found is not None:
+            raise shard_error(path, slot, found)
+        records.append((rec, files))
+    for name in ("counts", "scalars"):
+        arrays[name] = _read_whole(path, g[name], R, sr)
+    partial = np.full((R, len(partials.COLUMNS)), np.nan)
+    errors = partials.errors_spec(study)
+    notes = []
+    for slot, (a, (rec, files)) in enumerate(zip(range(0, R, sr), records)):
+        b = min(a + sr, R)
+        problems = partials.study_problems(study, table.combo[a:b])
+        values, why = partials.read(
+            path, slot, rec, partials.key(errors, problems, rec["digest"], rec["files"]), files, b - a
+        )
+        if values is None:
+            found = shard_problem(path, slot, rec, deep=True, group=g)  # the states it is computed from, as written
+            if found is not None:
+                raise shard_error(path, slot, found)
+            rows = np.arange(a, b)
+            combos, at = local(table.combo[a:b])
+            instances = study.instances or [study.instance_of("")]
+            values = partial_columns(
+                errors,
+                [instances[c] for c in combos],
+                at,
+                table.N[a:b],
+                table.sample_every[a:b],
+                arrays["counts"][a:b],
+                read_rows(path, "t", rows),
+                read_rows(path, "y", rows),
+                attrs["m"],
+            )
+            notes.append(f"shard {slot}: {why}; its errors computed again from its states")
+            if tell is not None:
+                tell(notes[-1])
+        partial[a:b] = values
+    return attrs, arrays, partial, notes

@@ -6,6 +6,12 @@ and max over the grid of each error column and of the mean iterations per step (
 rows of the extreme grid values: the first and the last grid combination and, per column, the run where it is
 largest. A column with no number in the whole study (e_s and e_lambda with ``reference: none``) is left out.
 The size is independent of the grid's: per method, (3 + 2 + columns) rows per step size.
+
+An error at a floor says so, in the words of the convergence tables (``tables._cells``): "(reference floor)" after
+an e_s at most REFERENCE_MARGIN times its run's reference accuracy (``reference_accuracy``: the instance's
+``tables.reference_floor``), said first; else "(round-off)" after an error at most ROUNDOFF_ULPS eps (the round-off
+floor of a quantity of size 1, ``metrics.roundoff_floor``). A statistic has the words of the run it is (min, max;
+the median: of both middle runs where they agree).
 """
 
 from __future__ import annotations
@@ -60,8 +66,15 @@ class Step:
     def column(self, name: str) -> np.ndarray:
         """The rows' values of an errors.csv column as floats (NaN where missing), computed once."""
         if name not in self._columns:
-            self._columns[name] = np.array([r.get(name) for r in self.rows], dtype=float)
+            self._columns[name] = np.array([r.get(name, math.nan) for r in self.rows], dtype=float)
         return self._columns[name]
+
+    def words(self, name: str) -> np.ndarray:
+        """Per row, the words of its value of an error column at a floor (``floor_words``), computed once."""
+        key = ("words", name)
+        if key not in self._columns:
+            self._columns[key] = floor_words(name, self.column(name), self.column("reference_accuracy"))
+        return self._columns[key]
 
 
 @dataclass
@@ -96,10 +109,44 @@ def statistics(step: Step, column: str) -> tuple[float, float, float]:
     return float(x.min()), float(np.median(x)), float(x.max())
 
 
-def _fmt(column: str, v: float) -> str:
+def statistic_words(step: Step, column: str) -> tuple[str, str, str]:
+    """The floor words (``floor_words``) of the (min, median, max) of ``column``: those of the run that is the
+    minimum and of the run that is the maximum; of the median's run, or of both middle runs where they agree."""
+    x = step.column(column)
+    ok = np.flatnonzero(np.isfinite(x))
+    if not ok.size:
+        return "", "", ""
+    words = step.words(column)[ok]
+    ranked = np.argsort(x[ok], kind="stable")
+    middle = {words[ranked[(ok.size - 1) // 2]], words[ranked[ok.size // 2]]}
+    return str(words[ranked[0]]), middle.pop() if len(middle) == 1 else "", str(words[ranked[-1]])
+
+
+def _fmt(column: str, v: float, word: str = "") -> str:
     if not math.isfinite(v):
         return "—"
-    return f"{v:.5g}" if column == "mean_iterations" else f"{v:.4e}"
+    text = f"{v:.5g}" if column == "mean_iterations" else f"{v:.4e}"
+    return f"{text} ({word})" if word else text
+
+
+#: the words of an error at a floor (those of the convergence tables' rate cells)
+ROUNDOFF_WORD, REFERENCE_WORD = "round-off", "reference floor"
+
+
+def floor_words(column: str, values: np.ndarray, accuracy: np.ndarray) -> np.ndarray:
+    """Per value of an error ``column``: REFERENCE_WORD where an e_s is at most REFERENCE_MARGIN times its run's
+    reference ``accuracy`` (NaN: none), else ROUNDOFF_WORD where it is at most the round-off floor of a quantity
+    of size 1 (``metrics.roundoff_floor``), else ""; "" for the iterations."""
+    from hbvm_core.metrics import REFERENCE_MARGIN, roundoff_floor
+
+    words = np.full(values.shape, "", dtype=object)
+    if column == "mean_iterations":
+        return words
+    with np.errstate(invalid="ignore"):
+        words[values <= roundoff_floor(1.0)] = ROUNDOFF_WORD
+        if column == "e_s":
+            words[values <= REFERENCE_MARGIN * accuracy] = REFERENCE_WORD
+    return words
 
 
 def grid_header(study: Study) -> str:
@@ -139,9 +186,9 @@ def _h_cells(step: Step, label: str) -> list[str]:
     return [str(step.n), h] if label == "n" else [h]
 
 
-def _extremes(step: Step, columns) -> list[tuple[str, dict]]:
-    """(what, row): the first and last grid combination, and per column the row where it is largest; one entry
-    per row, its reasons joined ("last, max e_H")."""
+def _extremes(step: Step, columns) -> list[tuple[str, int]]:
+    """(what, row index): the first and last grid combination, and per column the row where it is largest; one
+    entry per row, its reasons joined ("last, max e_H")."""
     picked: dict[int, list] = {}
     order: list[int] = []
 
@@ -159,7 +206,7 @@ def _extremes(step: Step, columns) -> list[tuple[str, dict]]:
         x = step.column(c)
         if np.isfinite(x).any():
             pick(int(np.nanargmax(x)), f"max {head}")
-    return [(", ".join(picked[i]), step.rows[i]) for i in order]
+    return [(", ".join(picked[i]), i) for i in order]
 
 
 def grid_words(study: Study) -> str:
@@ -179,16 +226,18 @@ def sections(study: Study, rows: list[dict]) -> tuple[list[Section], list[str]]:
         dist = []
         for step in block:
             stats = [statistics(step, c) for c, _ in columns]
+            words = [statistic_words(step, c) for c, _ in columns]
             for j, name in enumerate(STATISTICS):
                 lead = _h_cells(step, label) + [str(len(step.rows)), str(len(step.failed))] if j == 0 else None
                 lead = lead or [""] * (len(_labels(label)) + 2)
-                dist.append(lead + [name] + [_fmt(c, s[j]) for (c, _), s in zip(columns, stats)])
+                dist.append(lead + [name] + [_fmt(c, s[j], w[j]) for (c, _), s, w in zip(columns, stats, words)])
         header = [*_labels(label), "runs", "failed", "statistic", *heads]
         out.append(Section(f"{sm.name}: distribution over the grid", header, dist))
         extreme = []
         for step in block:
-            for why, r in _extremes(step, columns):
-                cells = [_fmt(c, float(np.nan if r.get(c) is None else r[c])) for c, _ in columns]
+            for why, i in _extremes(step, columns):
+                r = step.rows[i]
+                cells = [_fmt(c, step.column(c)[i], step.words(c)[i]) for c, _ in columns]
                 extreme.append([grid_cell(study, r), *_h_cells(step, label), why, r["status"], *cells])
         header = [grid_header(study), *_labels(label), "run", "status", *heads]
         out.append(Section(f"{sm.name}: first and last grid values, largest of each column", header, extreme))

@@ -29,14 +29,6 @@ MAX_POINTS = 20000
 PANEL_POINTS = 4000
 
 
-def _figure(nrows: int, ncols: int = 1, size=(7.0, 2.2), sharex: bool = False):
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(size[0] * ncols / max(ncols, 1), size[1] * nrows + 0.6))
-    axes = fig.subplots(nrows, ncols, squeeze=False, sharex=sharex)
-    return fig, axes
-
-
 def log_locator(lo: float, hi: float, room: int = 12):
     """A major-tick locator for a log axis over [lo, hi] with at least three ticks and at most ``room`` (as
     many labels as fit the axis): decades where the range holds three (every second or third decade on a long
@@ -58,10 +50,10 @@ def log_locator(lo: float, hi: float, room: int = 12):
     return LogLocator(base=10, subs=fits, numticks=40)
 
 
-def _plain_log_ticks(fig) -> None:
+def _plain_log_ticks(fig, label_room: float = 0.2) -> None:
     """At least three labelled ticks on every log axis: plainly from 0.001 to 1000, else as $10^{-6}$
     (``printed.tick_label``; matplotlib's default labels only the decades: one label on an axis spanning less
-    than a decade)."""
+    than a decade); on a y axis at most one per ``label_room`` inches of its height."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
 
     from .printed import tick_label
@@ -70,7 +62,7 @@ def _plain_log_ticks(fig) -> None:
         box = ax.bbox  # before the layout: near enough to say how many labels fit
         for axis, scale, lim, room in (
             (ax.xaxis, ax.get_xscale(), ax.get_xlim, box.width / fig.dpi / 0.3),  # a label is about 0.25 in wide
-            (ax.yaxis, ax.get_yscale(), ax.get_ylim, box.height / fig.dpi / 0.2),  # and 0.12 in high
+            (ax.yaxis, ax.get_yscale(), ax.get_ylim, box.height / fig.dpi / label_room),  # 0.12 in high
         ):
             if scale != "log":
                 continue
@@ -82,50 +74,6 @@ def _plain_log_ticks(fig) -> None:
             axis.set_minor_formatter(NullFormatter())
 
 
-#: fixed margins (inches) of the figures' grids: room for tick labels, axis labels and titles
-#: (hspace: a row's tick labels and "h" below it and the title of the row below; left: a y label beside tick
-#: labels of six characters; tests/unit/test_figure_layout.py draws every figure and checks that no texts
-#: overlap or leave the figure)
-MARGINS = {"left": 1.0, "right": 0.2, "bottom": 0.55, "top": 0.45, "suptitle": 0.3, "wspace": 0.85, "hspace": 0.85}
-
-
-def fixed_layout(fig, legend_rows: int = 0) -> None:
-    """Place the figure's grid of axes with the fixed MARGINS (in inches).
-
-    What tight_layout or the constrained layout would find for these figures, without the extra
-    draws they cost (measured: a table2 convergence figure takes 2.2 s with the constrained layout,
-    0.6 s with these margins).
-    """
-    W, H = fig.get_size_inches()
-    nrows, ncols = fig.axes[0].get_subplotspec().get_gridspec().get_geometry()
-    m = MARGINS
-    top = m["top"] + (m["suptitle"] if fig.get_suptitle() else 0.0)
-    bottom = m["bottom"] + LEGEND_ROW * legend_rows
-    axes_w = (W - m["left"] - m["right"] - (ncols - 1) * m["wspace"]) / ncols
-    axes_h = (H - bottom - top - (nrows - 1) * m["hspace"]) / nrows
-    fig.subplots_adjust(
-        left=m["left"] / W,
-        right=1 - m["right"] / W,
-        bottom=bottom / H,
-        top=1 - top / H,
-        wspace=m["wspace"] / axes_w,
-        hspace=m["hspace"] / axes_h,
-    )
-
-
-#: inches below the axes per row of a figure legend
-LEGEND_ROW = 0.22
-
-
-def save(fig, png: str, pdf: str, legend_rows: int = 0) -> None:
-    _plain_log_ticks(fig)
-    fixed_layout(fig, legend_rows)
-    fig.savefig(png, dpi=150)
-    fig.savefig(pdf)
-
-
-#: exact zeros (exact conservation) are drawn at this value on log axes, and the panel says so
-ZERO_FLOOR = 1e-18
 #: per method: marker, line style and marker size (decreasing, hollow: coinciding curves stay visible)
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 LINESTYLES = ("-", "--", "-.", (0, (5, 1, 1, 1, 1, 1)))
@@ -142,12 +90,6 @@ def method_style(i: int) -> dict:
         "mew": 1.2,
         "lw": 1.2,
     }
-
-
-def _positive(x: np.ndarray) -> np.ndarray:
-    """x with exact zeros at ZERO_FLOOR (a log axis cannot show 0)."""
-    x = np.asarray(x, dtype=float)
-    return np.where(x > 0, x, np.where(x == 0, ZERO_FLOOR, np.nan))
 
 
 def envelope(t: np.ndarray, y: np.ndarray, max_points: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
@@ -301,7 +243,7 @@ def _convergence_figure(study: Study, ds, W: float):
         for ax, panel in zip(axes, panels):
             _convergence_panel(study, sub_ds, ax, panel, groups, legend, W / ncols)
             if panel[0] == "e_s":
-                _reference_band(ax, reference_floor(study, inst), legend)
+                _reference_band(ax, reference_floor(study, inst), legend, reference_band(study))
     entries = sorted(legend.items(), key=lambda kv: kv[0])
     printed.legend_below(fig, [h for _, (h, _) in entries], [lab for _, (_, lab) in entries], W)
     _plain_log_ticks(fig)
@@ -314,17 +256,23 @@ def reference_floor(study: Study, inst) -> float | None:
     from hbvm_core.metrics import reference_accuracy
 
     c = study.convention
-    return reference_accuracy(inst.problem, inst.t_end, c.norm, study.reference, getattr(c, "reference_kind", "auto"))
+    kind = getattr(c, "reference_kind", "auto")
+    return reference_accuracy(inst.problem, inst.t_end, c.norm, study.reference, kind, getattr(c, "rtol", None))
 
 
-def _reference_band(ax, floor: float | None, legend: dict) -> None:
+def reference_band(study: Study) -> str:
+    """The legend's name of the band below the numerical reference's accuracy: its solver and tolerance."""
+    return f"reference floor (DOP853 at rtol {study.convention.rtol:g}, estimated)"
+
+
+def _reference_band(ax, floor: float | None, legend: dict, name: str) -> None:
     """The band below the reference's accuracy ``floor`` on an e_s panel, named in the legend."""
     if floor is None:
         return
     lo, hi = ax.get_ylim()
     if floor > lo:
         band = ax.axhspan(lo, min(floor, hi), color="C1", alpha=0.15, lw=0, zorder=0)
-        legend.setdefault((3, 0.0, ""), (band, "reference floor (DOP853 at rtol 1e-13, estimated)"))
+        legend.setdefault((3, 0.0, ""), (band, name))
     ax.set_ylim(lo, hi)
 
 
@@ -452,78 +400,178 @@ def sweep_axis(ds, key: str) -> tuple[np.ndarray, np.ndarray, str]:
 
 def _sweep_curve(ax, x, y, style: dict, log: bool) -> tuple[object, bool]:
     """One curve of a sweep panel (markers only up to MARKED_POINTS values, ``min_max_bins`` beyond SWEEP_POINTS);
-    (the line, whether it has exact zeros drawn at ZERO_FLOOR)."""
+    (the line, whether it has exact zeros: on a log axis, gaps in the line and marks on the panel's floor,
+    ``printed.zero_marks``)."""
+    from . import printed
+
     y = np.asarray(y, dtype=float)
-    zero = bool(log and np.any(y == 0))
+    zero = False
     if log:
-        y = _positive(y)
+        zero = printed.zero_marks(ax, x, y, color=style["color"], marker="|", s=10, lw=0.6)
+        y = printed.nonzero(y)
     if x.size > MARKED_POINTS:
         style = {**style, "marker": "none", "lw": 0.9}
     (line,) = ax.plot(*min_max_bins(x, y), **style)
     return line, zero
 
 
-def _finite_rows(values: np.ndarray) -> list[int]:
-    """The step-size indices (rows of a (h, value) array) with any finite number."""
-    return [j for j in range(values.shape[0]) if np.isfinite(values[j]).any()]
+def _finest_and_coarsest(values: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Per grid value (column of a (h, value) array, h decreasing) the index of its finest and of its coarsest
+    step size with a number (the step sizes of a grid value may be its own: T/n of its own period T); (None,
+    None) where no grid value has one. A grid value without any has index -1 (its NaN there is drawn as a gap)."""
+    finite = np.isfinite(values)
+    if not finite.any():
+        return None, None
+    some = finite.any(axis=0)
+    fine = np.where(some, values.shape[0] - 1 - np.argmax(finite[::-1], axis=0), -1)
+    return fine, np.where(some, np.argmax(finite, axis=0), -1)
+
+
+def _steps_words(h: np.ndarray, at: np.ndarray, which: str = "finest") -> str:
+    """The step size of the curve through rows ``at`` (-1: none): "h = 0.00625", or "each value's finest h"."""
+    distinct = np.unique(h[at[at >= 0]])
+    return f"h = {distinct[0]:.4g}" if distinct.size == 1 else f"each value's {which} h"
+
+
+#: the y label of each sweep panel
+SWEEP_YLABELS = {
+    "e_s": r"$e_s / h^p$",
+    "mean_iterations": "iterations",
+    "e_H": r"$e_H$",
+    "e_g": r"$e_g$",
+}
+#: inches per labelled major tick of a sweep panel's log y axis (mathtext labels such as $10^{-12}$ are about 0.14 in
+#: high; a label every 0.3 in leaves a gap of one label between two)
+SWEEP_TICK_ROOM = 0.3
 
 
 def sweep_plot(study: Study, ds, png: str, pdf: str):
     """A one-key grid study (kind sweep): per method against the grid value (``sweep_panels``): the error
     constant e_s / h^p at the finest step (p: the method's reference order of e_s, ``reference_order``, else 2),
-    where there is a reference; the mean iterations per step, e_H and e_g (log) at the finest step size (solid)
-    and the coarsest (dotted). Never blank: with ``reference: none`` the other panels are drawn. Returns the
-    figure."""
+    where there is a reference, with the band below the reference's accuracy (errors.zarr ``reference_accuracy``)
+    shaded in it; the mean iterations per step, e_H and e_g (log) at the finest step size (solid) and the coarsest
+    (dotted). At the study's printed width (``printed.width``): panels of at least MIN_PANEL_W inches, the legend
+    below them. Never blank: with ``reference: none`` the other panels are drawn. Returns the figure."""
+    from . import printed
+
+    with printed.style():
+        fig = _sweep_figure(study, ds, printed.width(study))
+        printed.save(fig, png, pdf)
+    return fig
+
+
+def _sweep_figure(study: Study, ds, W: float):
+    from . import printed
+
     (key,) = study.grid
     x, order, xlabel = sweep_axis(ds, key)
     panels = sweep_panels(study, ds)
-    ncols = 2 if len(panels) == 4 else len(panels)
-    fig, axes = _figure(math.ceil(len(panels) / ncols), ncols, size=(4.0 * ncols, 3.2))
-    flat = list(axes.flat)
+    nrows, ncols = panel_grid(len(panels), W)
+    panel_w = W / ncols
+    panel_h = min(2.0, 0.8 * panel_w)
+    title = printed.wrap(_suptitle(study), W, printed.STYLE["figure.titlesize"])
+    H = nrows * panel_h + 0.2 * (title.count("\n") + 1) + 0.15
+    fig = printed.new_figure(W, H)
+    fig.suptitle(title)
+    axes = list(fig.subplots(nrows, ncols, squeeze=False).ravel())
+    for ax in axes[len(panels) :]:
+        fig.delaxes(ax)  # an empty slot of the grid: nothing drawn
     zeros = [False] * len(panels)
-    handles = []
+    handles, labels, bands = [], [], []
     for i in range(ds.sizes["scheme"]):
         sub = ds.isel(scheme=i)
         h = sub.h.values
-        style = method_style(i)
+        style = printed.at_print_size(method_style(i))
         words, line = [], None
-        for k, (ax, (var, _)) in enumerate(zip(flat, panels)):
+        for k, (ax, (var, _)) in enumerate(zip(axes, panels)):
             values = np.asarray(sub[var].values, dtype=float)[:, order]
-            ok = _finite_rows(values)
-            if not ok:
+            fine, coarse = _finest_and_coarsest(values)
+            if fine is None:
                 continue
-            fine, coarse = ok[-1], ok[0]
+            at = np.arange(values.shape[1])
             if var == "e_s":
                 p = reference_order(study, study.methods[i], "e_s")[0] or 2.0
-                line, _ = _sweep_curve(ax, x, values[fine] / h[fine] ** p, style, log=True)
-                words.append(f"C = e_s / h^{p:g} at h = {h[fine]:.4g}")
+                hp = h[fine] ** p
+                line, zero = _sweep_curve(ax, x, values[fine, at] / hp, style, log=True)
+                zeros[k] |= zero
+                words.append(f"C = e_s / h^{p:g} at {_steps_words(h, fine)}")
+                bands.append((ax, hp, style["color"]))
                 continue
             log = var != "mean_iterations"
-            line, zero = _sweep_curve(ax, x, values[fine], style, log)
+            line, zero = _sweep_curve(ax, x, values[fine, at], style, log)
             zeros[k] |= zero
-            if coarse != fine:
-                _, zero = _sweep_curve(ax, x, values[coarse], {**style, "ls": ":", "alpha": 0.6}, log)
+            if not np.array_equal(coarse, fine):
+                _, zero = _sweep_curve(ax, x, values[coarse, at], {**style, "ls": ":", "alpha": 0.6}, log)
                 zeros[k] |= zero
-                steps = f"h = {h[fine]:.4g} solid, {h[coarse]:.4g} dotted"
+                coarsest = _steps_words(h, coarse, "coarsest").removeprefix("h = ").removeprefix("each value's ")
+                steps = f"{_steps_words(h, fine)} solid, {coarsest} dotted"
             else:
-                steps = f"h = {h[fine]:.4g}"
+                steps = _steps_words(h, fine)
             if steps not in words:
                 words.append(steps)
         if line is not None:
-            handles.append((line, f"{sub.name.values}: {'; '.join(words)}"))
-    for ax, (var, title), zero in zip(flat, panels, zeros):
+            handles.append(line)
+            labels.append(f"{sub.name.values}: {'; '.join(words)}")
+    for ax, (var, title), zero in zip(axes, panels, zeros):
         if var != "mean_iterations":
             ax.set_yscale("log")
-        ax.set_title(title + (f" (0 at {ZERO_FLOOR:g})" if zero else ""), fontsize=10)
+        if zero:
+            printed.floor_room(ax)
+        printed.set_title(ax, title + (f" ({printed.ZERO_NOTE})" if zero else ""), panel_w)
         ax.set_xlabel(xlabel)
-        ax.grid(True, which="both", alpha=0.3)
-    for ax in flat[len(panels) :]:
-        ax.remove()
-    if handles:
-        fig.legend(*zip(*handles), loc="lower center", ncol=1, fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0))
-    fig.suptitle(_suptitle(study), fontsize=10)
-    save(fig, png, pdf, legend_rows=len(handles) + 1 if handles else 0)
+        ax.set_ylabel(SWEEP_YLABELS[var])
+        ax.xaxis.set_major_locator(_grid_locator(panel_w))
+        ax.grid(True, which="major", alpha=0.3)
+    band = _sweep_bands(bands, _sweep_reference_floor(ds, order), x)
+    if band is not None:
+        handles.append(band)
+        labels.append(f"{reference_band(study)}: C of an e_s below the reference's accuracy")
+    _plain_log_ticks(fig, label_room=SWEEP_TICK_ROOM)
+    wrapped = [printed.wrap(label, W - LEGEND_HANDLE, printed.MIN_PT) for label in labels]
+    legend = printed.legend_below(fig, handles, wrapped, W)
+    if legend is not None:  # the figure grows by the legend's height: the panels keep theirs
+        tall = legend.get_window_extent(fig.canvas.get_renderer()).height / fig.dpi
+        fig.set_size_inches(W, H + tall + 0.05)
     return fig
+
+
+#: inches of a legend entry taken by its handle and the gaps around it (its label wraps to the rest of the width)
+LEGEND_HANDLE = 0.6
+
+
+def _grid_locator(panel_w: float):
+    """Major ticks of a sweep panel's grid axis: as many as fit its width at about 0.45 in per label, at 1, 2 or 5
+    times a power of ten."""
+    from matplotlib.ticker import MaxNLocator
+
+    from .printed import AXIS_ROOM
+
+    return MaxNLocator(nbins=max(2, int((panel_w - AXIS_ROOM) / 0.45)), steps=[1, 2, 5, 10])
+
+
+def _sweep_reference_floor(ds, order) -> np.ndarray | None:
+    """The reference's estimated accuracy at each grid value, in the order of the figure's x (errors.zarr
+    ``reference_accuracy``; NaN: a closed form or none), or None where there is none at any."""
+    if "reference_accuracy" not in ds:
+        return None
+    floor = np.asarray(ds["reference_accuracy"].values, dtype=float).reshape(-1)[order]
+    return floor if np.isfinite(floor).any() else None
+
+
+def _sweep_bands(bands: list, floor: np.ndarray | None, x: np.ndarray):
+    """Per method's error-constant curve (``bands``: its axes, h^p and colour), the band below the reference's
+    accuracy in its units (``floor`` / h^p at each grid value, as the convergence figure's band below e_s): a
+    constant in it measures the reference, not the method. Returns one band (for the legend), or None."""
+    band = None
+    if floor is None:
+        return None
+    for ax, hp, color in bands:
+        lo, hi = ax.get_ylim()
+        edge = np.minimum(floor / hp, hi)
+        if np.nanmax(edge) > lo:
+            band = ax.fill_between(x, lo, edge, color=color, alpha=0.15, lw=0, zorder=0)
+        ax.set_ylim(lo, hi)
+    return band
 
 
 def _reference_line(ax, h, y, p, how: str, color):
@@ -563,7 +611,7 @@ def _reference(study: Study, traj, times):
 
     conv = study.convention
     reference_kind = "exact" if study.reference == "exact" else getattr(conv, "reference_kind", "auto")
-    return reference_solution(traj.problem, times, reference_kind=reference_kind)
+    return reference_solution(traj.problem, times, reference_kind=reference_kind, rtol=conv.rtol)
 
 
 def _norm(study: Study):

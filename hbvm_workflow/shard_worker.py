@@ -9,6 +9,7 @@ before a local cluster starts its workers.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import platform
@@ -226,8 +227,29 @@ def compute_shard(spec: dict) -> dict:
         "worker": worker,
         **{f"{key}s": run_lengths(values) for key, values in where.items()},  # hosts, workers: per run
     }
-    write_shard(store, slot, a, out, spec["digest"], result)
+    write_shard(store, slot, a, out, spec["digest"], result, _partial(spec, counts, t, y))
     return result
+
+
+def _partial(spec: dict, counts, t, y) -> tuple | None:
+    """(values, errors, problems): the shard's partial results (``state_errors.partial_columns``) for
+    ``shards.write_shard``; None with ``reference: self`` (a partner may be in another shard), or where they cannot
+    be computed here (the aggregation then computes them from the states, and raises what there is to raise)."""
+    from .state_errors import Instance, local, partial_columns
+
+    errors = spec.get("errors")
+    if not errors or errors["reference"] == "self":
+        return None
+    combos, at = local(spec["combo"])
+    if any(c not in spec["problems"] for c in combos):
+        return None
+    problems = {c: spec["problems"][c] for c in combos}
+    instances = [Instance(problems[c]["params"], functools.partial(_problem, problems[c])) for c in combos]
+    try:
+        values = partial_columns(errors, instances, at, spec["N"], spec["sample_every"], counts, t, y, spec["m"])
+    except Exception:  # noqa: BLE001 - an optimisation only: the aggregation computes them and says why not
+        return None
+    return values, errors, problems
 
 
 #: what a shard's record says of where each of its runs was computed, as run lengths (``<key>s``)

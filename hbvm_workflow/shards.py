@@ -342,9 +342,13 @@ def _write_record(store: str, slot: int, record: dict) -> None:
 
 
 def remove_record(store: str, slot: int) -> None:
-    """Shard ``slot`` not complete: its record emptied (a group without attributes, so the store stays valid Zarr)."""
+    """Shard ``slot`` not complete: its record emptied (a group without attributes, so the store stays valid Zarr)
+    and its partial results removed (``partials``)."""
+    from . import partials
+
     if read_record(store, slot) is not None:
         _write_record(store, slot, {})
+    partials.remove(store, slot)
 
 
 def shard_files(store: str, slot: int, group=None) -> dict[str, str]:
@@ -667,10 +671,12 @@ def read_rows(store: str, name: str, rows: np.ndarray) -> np.ndarray:
 def shard_spec(study, table: RunTable, shard: Shard, modules: dict | None = None) -> dict:
     """What a shard task needs (plain data: arrays, the planned problem and method entries): ``solve_shard``'s
     argument."""
+    from .partials import errors_spec
+
     a, b = shard.start, shard.stop
     rows = np.arange(a, b)[shard.compute]
     schemes = sorted(set(table.scheme[rows].tolist()))
-    combos = sorted(set(table.combo[rows].tolist()))
+    combos = sorted(set(table.combo[a:b].tolist()))  # the copied rows' too: the shard's partial results need them
     instances = study.instances or [study.instance_of("")]
     methods = study.methods
     return {
@@ -700,6 +706,7 @@ def shard_spec(study, table: RunTable, shard: Shard, modules: dict | None = None
             }
             for i in combos
         },
+        "errors": errors_spec(study),  # for the shard's partial results (``partials``)
         "compensated": bool(study.cfg["compensated"]),
         # the study's key; the shard task decides where it runs (``shard_worker.solve_shard``)
         "backend": study.cfg["backend"],
@@ -714,10 +721,21 @@ def shard_key(spec: dict) -> str:
     return f"shard-{spec['study']}-{spec['slot']}-{spec['digest']}"
 
 
-def write_shard(store: str, slot: int, start: int, arrays: dict[str, np.ndarray], digest: str, record: dict) -> None:
+def write_shard(
+    store: str,
+    slot: int,
+    start: int,
+    arrays: dict[str, np.ndarray],
+    digest: str,
+    record: dict,
+    partial: tuple | None = None,
+) -> None:
     """Write the rows of shard ``slot`` (from row ``start``) of every data array (``arrays``: name -> rows), then
-    its record (``digest``: of its runs' hashes; ``record``: what else it says). Its old record is removed first."""
+    its partial results (``partial``: (values, errors, problems), ``partials``), then its record (``digest``: of its
+    runs' hashes; ``record``: what else it says). Its old record and partial are removed first (``remove_record``)."""
     import zarr
+
+    from . import partials
 
     remove_record(store, slot)
     g = zarr.open_group(store, mode="r+")
@@ -725,7 +743,16 @@ def write_shard(store: str, slot: int, start: int, arrays: dict[str, np.ndarray]
     for name in DATA:
         g[name][start : start + n] = arrays[name]
     files = shard_file_record(store, slot)  # what the readers check the shard's files by (``shard_problem``)
-    _write_record(store, slot, {"format": FORMAT, "slot": slot, "digest": digest, "runs": n, "files": files, **record})
+    head = {"format": FORMAT, "slot": slot, "digest": digest, "runs": n, "files": files}
+    if partial is not None:
+        values, errors, problems = partial
+        partials.write(store, slot, values, os.path.join(os.path.dirname(os.path.abspath(store)), TMP_DIR))
+        head["partial"] = {
+            "key": partials.key(errors, problems, digest, files),
+            "stats": partials.file_stats(shard_files(store, slot, g)),
+            "sha256": partials.values_digest(values),
+        }
+    _write_record(store, slot, {**head, **record})
 
 
 def run_lengths(values: np.ndarray) -> list[list]:

@@ -32,7 +32,7 @@ def aggregate(study: Study, zarr: str, csv: str, timings: str, log_path: str, wo
     t0 = time.perf_counter()
     for p in clean_temporaries(study.dir):  # e.g. the errors.zarr of a killed aggregation
         log.info(f"removed the leftover temporary {p}")
-    rows = compute_summary_errors(study, zarr, csv, timings, workers)
+    rows = compute_summary_errors(study, zarr, csv, timings, workers, tell=log.info)
     failed = sum(r["status"] != "ok" for r in rows)
     log.info(f"aggregated {plural(len(rows), 'row')} ({failed} not ok) in {time.perf_counter() - t0:.2f} s")
     return f"{study.name}: {plural(len(rows), 'row')}, {failed} not ok"

@@ -20,6 +20,8 @@ import os
 
 import numpy as np
 
+from hbvm_core.metrics import REFERENCE_MARGIN  # noqa: F401  (re-exported: an e_s within it is the reference's)
+
 from . import grid_tables
 from .csv_table import write_rows
 from .grid_tables import is_compact
@@ -39,8 +41,6 @@ ORDER_OF_RATE = {"rate_s": "order_s", "rate_lambda": "order_lambda", "rate_hc": 
 ROUNDOFF = {"rate_s": "roundoff_s", "rate_lambda": "roundoff_lambda", "rate_hc": "roundoff_hc"}
 #: rate column -> the flag (errors.zarr only) of a pair of errors whose finer one is at the reference floor
 REFERENCE_FLOOR = {"rate_s": "reference_floor_s"}
-#: an e_s at most this many times the reference's accuracy (``reference_floor``) measures the reference
-REFERENCE_MARGIN = 10.0
 
 
 def reference_floor(study: Study, inst) -> float | None:
@@ -50,7 +50,8 @@ def reference_floor(study: Study, inst) -> float | None:
     from hbvm_core.metrics import reference_accuracy
 
     c = study.convention
-    return reference_accuracy(inst.problem, inst.t_end, c.norm, study.reference, getattr(c, "reference_kind", "auto"))
+    kind = getattr(c, "reference_kind", "auto")
+    return reference_accuracy(inst.problem, inst.t_end, c.norm, study.reference, kind, getattr(c, "rtol", None))
 
 
 def at_reference_floor(e_prev: float, e: float, floor: float | None) -> bool:
@@ -204,6 +205,8 @@ def _block_rows(study: Study, study_method, inst, floor: float | None = None) ->
     if rows and cache.get("recomputed"):  # runs recomputed here: their manifest entries are refreshed (aggregate)
         rows[0]["_recomputed"] = list(cache["recomputed"])
     block_rates(rows, floor)
+    for row in rows:
+        row["reference_accuracy"] = math.nan if floor is None else float(floor)
     return rows
 
 
@@ -361,17 +364,23 @@ def errors_dataset(study: Study, rows: list[dict]):
     for row in rows:
         by_h.setdefault(row["h"], set()).add(row["n"])
     each = np.full((*shape, study.dims[1]), np.nan)
+    accuracy = np.full(shape[2:], np.nan)
     for row in rows:
         if row.get("e_g_constraint") is not None:
             at = (mi[row["method"]], hi[row["h"]], *position(row))
             each[at] = row["e_g_constraint"]
-    return dense_errors_dataset(study, hs, data, flags, status, host, nval, by_h, each)
+        if row.get("reference_accuracy") is not None:
+            accuracy[position(row)] = row["reference_accuracy"]
+    return dense_errors_dataset(study, hs, data, flags, status, host, nval, by_h, each, accuracy)
 
 
-def dense_errors_dataset(study: Study, hs, data: dict, flags: dict, status, host, nval, by_h: dict, e_g_constraint):
+def dense_errors_dataset(
+    study: Study, hs, data: dict, flags: dict, status, host, nval, by_h: dict, e_g_constraint, accuracy=None
+):
     """errors.zarr's Dataset from its arrays over (scheme, h, *grid) (``errors_dataset``; the sharded studies'
     ``ensemble_errors``): ``hs`` the step sizes decreasing, ``by_h`` h -> its set of row labels n,
-    ``e_g_constraint`` the error of each constraint over (scheme, h, *grid, constraint) (unused for nu = 0)."""
+    ``e_g_constraint`` the error of each constraint over (scheme, h, *grid, constraint) (unused for nu = 0),
+    ``accuracy`` the reference's estimated accuracy over (*grid) (``reference_floor``; NaN: none)."""
     import xarray as xr
 
     grid = study.grid
@@ -405,6 +414,11 @@ def dense_errors_dataset(study: Study, hs, data: dict, flags: dict, status, host
         ds[f] = (dims, flags.get(f, np.zeros(status.shape, dtype=bool)))
         what = f"{RATES[rate]} at this h within {REFERENCE_MARGIN:g} times the reference's estimated accuracy (no rate)"
         ds[f].attrs.update(long_name=what, units="1")
+    ds["reference_accuracy"] = (tuple(grid), np.full(status.shape[2:], np.nan) if accuracy is None else accuracy)
+    ds["reference_accuracy"].attrs.update(
+        long_name="the numerical reference's estimated accuracy (reference_floor); NaN: a closed form or none",
+        units="1",
+    )
     ds["status"] = (dims, status)
     ds["status"].attrs.update(
         long_name="run status", units="1", flag_values=[-1, 0, 1, 2], flag_meanings="not_run ok failed partner_failed"
@@ -551,6 +565,8 @@ def _errors_words(study: Study) -> str:
         ref = REFERENCE_WORDS[study.reference]
         if study.reference == "reference" and c.reference_kind != "auto":
             ref += f" ({c.reference_kind})"
+        if study.reference == "reference" and getattr(c, "reference_rtol", None) is not None:
+            ref += f" (DOP853 at rtol {c.reference_rtol:g} where an ODE)"
         words = [f"errors {ref}, in the {_norm_words(c.norm)}, sampled {_sample_words(c.sample)}"]
         if c.lambda_sample is not None:
             words.append(f"e_lambda sampled {_sample_words(c.lambda_sample)}")
@@ -826,6 +842,7 @@ def rows_from_outputs(study: Study, csv_path: str, zarr_path: str) -> list[dict]
     hs = {float(x): j for j, x in enumerate(ds.h.values)}
     names = (*ROUNDOFF.values(), *REFERENCE_FLOOR.values())
     flags = {flag: np.asarray(ds[flag].values, dtype=bool) for flag in names if flag in ds}  # read once, not per row
+    accuracy = np.asarray(ds["reference_accuracy"].values, dtype=float) if "reference_accuracy" in ds else None
     position = study.grid_positions()
     rows = []
     for (study_method, inst, r), raw in zip(expected, found):
@@ -839,5 +856,6 @@ def rows_from_outputs(study: Study, csv_path: str, zarr_path: str) -> list[dict]
         at = (labels[study_method.label], hs[r.h], *position(inst.values))
         for flag, values in flags.items():
             row[flag] = bool(values[at])
+        row["reference_accuracy"] = math.nan if accuracy is None else float(accuracy[at[2:]])
         rows.append(row)
     return rows

@@ -172,7 +172,7 @@ def test_a_shard_the_file_system_refuses_is_returned_as_data_and_said_once_for_t
     assert shards.read_record(path, 0) is not None  # an earlier record: emptied before the shard is written
     write = shards.write_shard
 
-    def full_disk(store, slot, start, arrays, digest, rec):  # the record's temporary cut short by the full disk
+    def full_disk(store, slot, start, arrays, digest, rec, partial=None):  # the record's temporary cut short
         with open(f"{shard_record(store, slot)}.{os.getpid()}.tmp", "w") as fh:
             fh.write("{")
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.path.join(store, "y", "c", "0"))

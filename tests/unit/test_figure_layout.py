@@ -204,6 +204,38 @@ def test_no_text_overlaps_or_leaves_the_figure(plot, solved, tmp_path):
     assert problems(fig) == [], plot
 
 
+#: a sweep's title of 90 characters
+LONG_TITLE_SWEEP = "A sweep of the conical pendulum over its length, HBVM(2,2) and HBVM(1,1), a published title"
+
+
+def _sweep_study(values: int, width: str, title: str = LONG_TITLE_SWEEP):
+    grid = {"length": [round(0.5 + 1.5 * i / max(values - 1, 1), 12) for i in range(values)]}
+    cfg = {**CONICAL, "kind": "sweep", "grid": grid, "expected_rates": {"e_s": "2s"}, "title": title}
+    return expand_study("w", {**cfg, "backend": "auto", "figure": {"width": width}})  # nothing runs here
+
+
+@pytest.mark.parametrize("width", ["single", "double"])
+@pytest.mark.parametrize("values", [3, 400])
+def test_the_sweep_figure_reads_at_its_printed_size(values, width, tmp_path):
+    """The sweep figure at one column's and at the page's width (``figure: {width: ...}``), over 3 and 400 grid
+    values (markers; lines): drawn at that width, its log axes' errors over 14 decades (e_H, e_g made up from
+    1e-16 to 1e-2) with labelled ticks that neither overlap nor leave the figure, no text under 7 pt."""
+    study = _sweep_study(values, width)
+    ds = made_up_dataset(study, _orders)
+    spread = 10.0 ** np.linspace(-16, -2, ds.sizes["length"])  # fourteen decades along the grid
+    ds["e_H"][:] = spread
+    ds["e_g"][:] = spread[::-1]
+    fig = plots.sweep_plot(study, ds, f"{tmp_path}/f.png", f"{tmp_path}/f.pdf")
+    assert fig.get_figwidth() == pytest.approx(printed.WIDTHS[width])
+    assert problems(fig, printed.WIDTHS[width]) == [], (values, width)
+    for ax in fig.axes:
+        if ax.get_yscale() == "log":
+            shown = [t for t in ax.get_yticklabels() if t.get_text() and ax.get_ylim()[0] <= t.get_position()[1]]
+            assert len(shown) >= 3, ax.get_title()  # labelled, and few enough not to touch (problems)
+    pdf = (tmp_path / "f.pdf").read_bytes()
+    assert b"/FontFile2" in pdf and b"/Type3" not in pdf
+
+
 def test_the_check_finds_an_overlap_and_a_clipped_title():
     """The checker itself: two texts at one place, and a title wider than its figure, are found."""
     from matplotlib.figure import Figure

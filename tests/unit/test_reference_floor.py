@@ -93,3 +93,17 @@ def test_the_summary_path_applies_the_same_rule():
     assert order[:7] == pytest.approx([4.0] * 7, abs=1e-9) and math.isnan(order[7])
     rate, _, below = _rates(h, e, block, scale, np.full(h.size, np.nan))  # NaN: no reference floor
     assert not below.any() and rate[7] == pytest.approx(4.0, abs=1e-9)
+
+
+def test_a_looser_reference_has_a_higher_floor_and_a_bad_tolerance_is_one_line():
+    """errors.reference_rtol: DOP853 at rtol 1e-6 over [0, 2] is accurate to within two decades of its tolerance
+    (1e-8 .. 1e-4), far above the default's (1e-14 .. 1e-11); a tolerance at or under the estimate's own 2.5e-14, or
+    above 1e-3, is a one-line ConfigError naming the key."""
+    from hbvm_core.errors import ConfigError
+
+    loose = _study(reference="reference", reference_rtol=1e-6)
+    assert 1e-8 <= reference_floor(loose, loose.instance_of("")) <= 1e-4
+    for bad in (1e-15, 1e-2, True):
+        with pytest.raises(ConfigError, match=r"errors\.reference_rtol") as err:
+            _study(reference="reference", reference_rtol=bad)
+        assert "\n" not in str(err.value)

@@ -95,6 +95,11 @@ def md_sections(text: str) -> dict[str, tuple[list[str], list[list[str]]]]:
     return out
 
 
+def number(cell: str) -> float:
+    """A table cell's number, without its floor words ("1.0000e-15 (round-off)")."""
+    return float(cell.split(" (")[0])
+
+
 def column_of(rows, study, label, h, column):
     return np.array([r[column] for r in rows if r["method"] == label and r["h"] == h], dtype=float)
 
@@ -122,7 +127,7 @@ def test_the_distribution_over_the_grid_is_numpys_min_median_max(exact):
                 x = column_of(rows, study, sm.label, h, column)
                 x = x[np.isfinite(x)]
                 want = [np.min(x), np.median(x), np.max(x)]
-                got = [float(c[header.index(name)]) for c in block]
+                got = [number(c[header.index(name)]) for c in block]
                 # printed with 5 significant digits: half a unit of the fifth
                 assert got == pytest.approx(want, rel=5e-5), (sm.label, h, name)
 
@@ -157,7 +162,7 @@ def test_the_first_last_and_worst_grid_values_appear(exact):
                 worst = int(np.nanargmax(x))
                 (line,) = [c for c in at_h if f"max {name}" in c[2].split(", ")]
                 assert float(line[0]) == VALUES[worst], (sm.label, h, name)
-                assert float(line[header.index(name)]) == pytest.approx(x[worst], rel=5e-5)
+                assert number(line[header.index(name)]) == pytest.approx(x[worst], rel=5e-5)
 
 
 def headers(table, text: str) -> list[list[str]]:
@@ -187,6 +192,44 @@ def test_without_a_reference_no_column_of_em_dashes(no_reference, table):
                 assert column and set(column) - {"—"}, (heading, name)
 
 
+def test_errors_at_a_floor_say_so_in_the_summary():
+    """Hand-made rows of one method at one h, their reference accurate to 1e-10 (so e_s <= 1e-9 is the reference's,
+    REFERENCE_MARGIN = 10) and round-off at 1000 eps = 2.2e-13: the words of each statistic are those of the run it
+    is, "reference floor" before "round-off" for e_s; e_H's tiny values are round-off; a value above both is bare."""
+    from hbvm_workflow.tables import REFERENCE_MARGIN
+
+    assert REFERENCE_MARGIN == 10.0
+    study = sweep("reference")
+    sm = study.methods[0]
+    #            e_s     e_H    (grid value: VALUES[j])
+    made = [(5e-10, 1e-15), (1e-14, 2e-16), (1e-6, 1e-8), (3e-7, 1e-16)]  # e_s sorted: 1e-14, 5e-10 | 3e-7, 1e-6
+    rows = []
+    for j, (e_s, e_H) in enumerate(made):
+        row = {"method": sm.label, "name": sm.name, "h": HS[0], "n": None, "status": "ok", "error": ""}
+        row.update(combo=f"theta_dot0={VALUES[j]}", theta_dot0=VALUES[j], e_s=e_s, e_H=e_H, mean_iterations=2.0)
+        row.update(e_lambda=math.nan, e_g=math.nan, e_hc=math.nan, reference_accuracy=1e-10)
+        rows.append(row)
+    sections = md_sections(markdown_table(study, rows))
+    header, cells = sections[f"{sm.name}: distribution over the grid"]
+    by = {c[header.index("statistic")]: c for c in cells}
+    e_s, e_H = header.index("e_s"), header.index("e_H")
+    assert by["min"][e_s] == "1.0000e-14 (reference floor)"  # under 1e-9: the reference's, though under round-off
+    assert by["median"][e_s] == "1.5025e-07"  # (5e-10 + 3e-7) / 2: one at the reference floor, one not: no word
+    assert by["max"][e_s] == "1.0000e-06"
+    assert by["min"][e_H] == "1.0000e-16 (round-off)" and by["max"][e_H] == "1.0000e-08"
+    assert by["median"][e_H] == "6.0000e-16 (round-off)"  # both middle runs (2e-16, 1e-15) at round-off
+    assert by["min"][header.index("iterations")] == "2"  # iterations: no floor
+    header, cells = sections[f"{sm.name}: first and last grid values, largest of each column"]
+    first = next(c for c in cells if "first" in c[header.index("run")])
+    assert first[header.index("e_s")] == "5.0000e-10 (reference floor)"
+    assert first[header.index("e_H")] == "1.0000e-15 (round-off)"
+    rows[0]["reference_accuracy"] = math.nan  # a closed form: no reference floor, e_s 5e-10 is the method's
+    sections = md_sections(markdown_table(study, rows))
+    header, cells = sections[f"{sm.name}: first and last grid values, largest of each column"]
+    first = next(c for c in cells if "first" in c[header.index("run")])
+    assert first[header.index("e_s")] == "5.0000e-10"
+
+
 # --------------------------------------------------------------------------- the figure
 def drawn(ax) -> list[np.ndarray]:
     """The finite y data of each line drawn on ``ax``."""
@@ -208,7 +251,7 @@ def figure_without_reference(no_reference, tmp_path_factory):
 def test_a_sweep_figure_without_a_reference_is_not_blank(no_reference, figure_without_reference):
     study, rows = no_reference
     fig, tmp_path = figure_without_reference
-    titles = [ax.get_title() for ax in fig.axes]
+    titles = [ax.get_title().replace("\n", " ") for ax in fig.axes]
     assert titles == ["mean iterations per step", "energy error max |H − H0|", "constraint error max |g|"]
     for ax, column in zip(fig.axes, ("mean_iterations", "e_H", "e_g")):
         lines = drawn(ax)
@@ -227,7 +270,7 @@ def test_a_sweep_figure_without_a_reference_is_not_blank(no_reference, figure_wi
 def test_a_sweep_figure_with_a_reference_adds_the_error_constant(exact, tmp_path):
     study, rows = exact
     fig = plots.sweep_plot(study, errors_dataset(study, rows), str(tmp_path / "f.png"), str(tmp_path / "f.pdf"))
-    assert [ax.get_title() for ax in fig.axes][0] == "error constant e_s / h^p"
+    assert [ax.get_title().replace("\n", " ") for ax in fig.axes][0] == "error constant e_s / h^p"
     assert len(fig.axes) == 4 and all(drawn(ax) for ax in fig.axes)
     # the constant at the finest h, p from expected_rates (2s): C = e_s / h^p
     for i, sm in enumerate(study.methods):

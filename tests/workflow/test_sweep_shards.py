@@ -73,6 +73,19 @@ def test_a_sweep_is_one_sharded_store_read_by_grid_key_with_the_errors_of_its_tr
         assert a["rate_s"] == "" or abs(float(a["rate_s"]) - float(b["rate_s"])) < 1e-6
         assert a["e_lambda"] == ""  # a summary keeps the last multiplier only
     assert (res / "sw" / "sw.png").stat().st_size > 10_000
+    # each shard task wrote its runs' partial results beside its shard (a Zarr array in its group), as its record
+    # says (their digest), and the aggregation took e_s from them: the same numbers as errors.csv
+    import zarr
+
+    from hbvm_workflow import partials, shards
+
+    store = str(res / "sw" / "runs.zarr")
+    for slot in range(3):
+        values = np.asarray(zarr.open_array(f"{store}/shards/{slot}/partial", mode="r")[...])
+        assert shards.read_record(store, slot)["partial"]["sha256"] == partials.values_digest(values)
+        e_s = [float(r["e_s"]) for r in summary[4 * slot : 4 * slot + 4]]  # rows = runs (plan order), 4 a shard
+        assert np.allclose(values[:, 0], e_s, rtol=1e-15, atol=0), slot  # errors.csv: floats by repr
+    assert "computed again" not in (tmp_path / "logs" / "sw" / "aggregate.log").read_text()  # every partial taken
 
     # errors.reference self: the h/2 partners are runs of the one store (the last row's is no row's run), and the
     # errors against them are those of the runs saved as trajectories

@@ -34,7 +34,7 @@ def aggregate_study(
     for p in clean_temporaries(study.dir):  # e.g. the errors.zarr of a killed aggregation
         log.info(f"removed the leftover temporary {p}")
     if study.cfg.get("save") == "summary":  # one sharded store: the errors over its run dimension at once
-        rows = compute_summary_errors(study, out.zarr, out.csv, out.timings, workers)
+        rows = compute_summary_errors(study, out.zarr, out.csv, out.timings, workers, tell=log.info)
     else:
         rows = compute_errors(study, out.zarr, out.csv, out.timings, workers)
     failed = sum(r["status"] != "ok" for r in rows)
