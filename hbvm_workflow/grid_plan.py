@@ -1,0 +1,200 @@
+"""A grid's instances planned as arrays: no problem built per grid value (``save: summary`` studies).
+
+``family_instances`` plans the instances of a grid of a problem whose factory has a ``Family`` that says how to
+(``hbvm_core.problems.family``: ``periods``, ``published``, ``recorded``; the built-in planar and conical pendulum and
+every formula problem): the first general instance is built and validated in full, as ``study._instances`` does
+for the first of each code; the others are checked as arrays -- the factory's own checks (``Family.rows``), the
+mass positive, the period positive, the initial data consistent (g(q0) = 0, G(q0)^T M^-1 p0 = 0, G^T M^-1 G regular:
+``hbvm_core.problem.inconsistent_instance``'s rules) -- and identified by their structure (``problem_structure``
+written from one template: ``fingerprint.structures_at``). An instance at the published values is built, as the
+factory returns another problem there. Anything the arrays do not settle -- a check that fails, a value that is not
+a finite number, an identity that differs from the one of an instance built to compare -- returns None: the study
+is then planned instance by instance, which names the first bad one in one line, as it always has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from hbvm_core.errors import ConfigError, NonFiniteError, ProblemError
+
+from .layout import combo_name
+from .templates import Template, json_scalar
+
+
+class Steps(NamedTuple):
+    """The study's own steps (``hbvm_workflow.study``), which the arrays' planning takes for the instances it
+    builds: the Instance class, ``build_problem``, ``_interval``, ``_validate`` and ``_convention``."""
+
+    instance: Callable
+    build_problem: Callable
+    interval: Callable
+    validate: Callable
+    convention: Callable
+
+
+def family_instances(
+    where: str, cfg: dict, grid: dict, combos: list[dict], steps: Steps
+) -> tuple[list, list, tuple] | None:
+    """``study._instances`` of ``combos`` (the grid's combinations, in order) by arrays, or None where they are to
+    be planned one by one (see the module docstring)."""
+    try:
+        return _family_instances(where, cfg, grid, combos, steps)
+    except (ConfigError, ProblemError, NonFiniteError, ValueError, TypeError, ArithmeticError):
+        return None  # the instance-by-instance planning says what is wrong, in its own words
+
+
+def _numbers(grid: dict) -> bool:
+    """Every grid value a finite float, or every value of a key an int (no bools, strings or lists)."""
+    for values in grid.values():
+        kinds = {type(v) for v in values}
+        if kinds not in ({float}, {int}) or any(json_scalar(v) is None for v in values):
+            return False
+        if any(v == 0 and str(v).startswith("-") for v in values):  # -0.0: named apart from 0.0, equal to it
+            return False
+    return True
+
+
+def _family_instances(
+    where: str, cfg: dict, grid: dict, combos: list[dict], steps: Steps
+) -> tuple[list, list, tuple] | None:
+    from hbvm_core.checks import derivative_checks
+    from hbvm_core.fingerprint import fingerprint_of, problem_structure, structures_at
+    from hbvm_core.problem import CONSISTENCY_TOL, MAX_CONDITION, deferred_validation
+    from hbvm_core.problems.family import family_of
+
+    Instance, build_problem, _interval, _validate, _convention = steps
+
+    R = len(combos)
+    if R < 3 or not _numbers(grid):
+        return None
+    entry, check, fixed = cfg["problem"], cfg.get("check_derivatives", True), cfg["params"]
+    keys = list(grid)
+    names = {k: {v: combo_name({k: v}) for v in grid[k]} for k in keys}  # each value's name once
+    inst_keys = [",".join(names[k][c[k]] for k in keys) for c in combos]
+    if len(set(inst_keys)) != R:
+        return None
+    built: dict[int, Any] = {}
+
+    def build(i: int):
+        if i not in built:
+            what = f"{where}[{inst_keys[i]}]"
+            built[i] = build_problem(what, entry, {**fixed, **combos[i]}, check)
+        return built[i]
+
+    with deferred_validation(), derivative_checks(check):
+        family = family_of(build(0))
+        if family is None or family.recorded is None:
+            return None
+        if any(k not in family.shapes or family.shapes[k] != () for k in [*keys, *fixed]):
+            return None
+        columns = {k: np.array([c[k] for c in combos], dtype=float) for k in keys}
+        published = np.zeros(R, dtype=bool)
+        if family.published is not None:  # the factory returns the published problem at these values
+            published[:] = True
+            for k, v in family.published.items():
+                published &= columns[k] == v if k in columns else {**family.published, **fixed}[k] == v
+        general = np.flatnonzero(~published)
+        if general.size < 2:
+            return None
+        first, last = int(general[0]), int(general[-1])
+        rep = build(first)
+        for i in np.flatnonzero(published).tolist():
+            build(i)
+        build(last)  # built to compare its identity with the arrays' (below)
+        full = family.broadcast(columns, R)
+        K, q0, p0, mass = family.rows(full)
+        periods = family.periods(full) if family.periods is not None else None
+    if (rep.period is None) != (periods is None) or family_of(rep) is None:
+        return None
+    m, nu = rep.m, rep.nu
+    if q0.shape != (R, m) or not (np.isfinite(q0).all() and np.isfinite(p0).all()):
+        return None
+    if mass is None:
+        if rep.M is not None:
+            return None
+        v = p0
+    else:
+        if not (np.isfinite(mass).all() and (mass > 0).all()) or (rep.M is None) != bool((mass == 1.0).all()):
+            return None
+        if rep._diag is None and rep.M is not None:  # a full mass matrix: not as rows
+            return None
+        v = p0 / mass
+    if periods is not None and not (np.isfinite(periods).all() and (periods > 0).all()):
+        return None
+    if nu:  # inconsistent_instance's checks on every row
+        with np.errstate(all="ignore"):
+            g = np.asarray(family.g(q0, K), dtype=float).reshape(R, nu)
+            G = np.asarray(family.G(q0, K), dtype=float).reshape(R, m, nu)
+            if not (np.isfinite(g).all() and np.isfinite(G).all()):
+                return None
+            MG = G if mass is None else G / mass[:, :, None]
+            scale = 1.0 + np.abs(q0).max(1) + np.abs(p0).max(1)
+            hidden = np.einsum("rmk,rm->rk", G, v)
+            A = np.einsum("rmi,rmj->rij", G, MG)
+            bad = np.abs(g).max(1) > CONSISTENCY_TOL * scale
+            bad |= np.abs(hidden).max(1) > CONSISTENCY_TOL * scale * (1.0 + np.abs(G).max((1, 2)))
+            bad |= ~(np.linalg.cond(A) <= MAX_CONDITION)
+        if bad[~published].any():
+            return None
+    # the instances
+    t_end = None
+    if "periods" in cfg and periods is not None:
+        t_end = (float(cfg["periods"]) * periods).tolist()
+        if not all(x > 0 for x in t_end):
+            return None
+    rep_t_end = _interval(f"{where}[{inst_keys[first]}]", cfg, rep)
+    period_list = periods.tolist() if periods is not None else None
+    instances = []
+    for i, (key, values) in enumerate(zip(inst_keys, combos)):
+        what = f"{where}[{key}]"
+        pb = built.get(i)
+        if pb is not None:
+            ti, period = _interval(what, cfg, pb), pb.period
+        else:
+            ti = rep_t_end if t_end is None else t_end[i]
+            period = None if period_list is None else period_list[i]
+        instances.append(
+            Instance(
+                key,
+                values,
+                {**fixed, **values},
+                pb,
+                "",
+                ti,
+                period,
+                where=what,
+                problem_entry=entry,
+                check_derivatives=check,
+            )  # fmt: skip
+        )
+    # the identities: the general instances' structures from a template of the first one's params
+    recorded = family.recorded
+    params = dict(rep.params)
+    if any(k not in params or params[k] != recorded(combos[first][k]) for k in keys):
+        return None
+    marks = tuple(f"\x00{k}\x00" for k in keys)
+    template = Template(params | dict(zip(keys, marks)), marks)
+    texts = {k: {v: json_scalar(recorded(v)) for v in grid[k]} for k in keys}
+    if any(t is None for col in texts.values() for t in col.values()):
+        return None
+    params_texts = [template.fill(*(texts[k][c[k]] for k in keys)) for c in combos]
+    structures = structures_at(rep, params_texts)
+    if structures[last] != problem_structure(built[last]) or structures[first] != problem_structure(rep):
+        return None  # the arrays do not give the instances' own identity: plan them one by one
+    for i, (inst, structure) in enumerate(zip(instances, structures)):
+        if i in built:
+            structure = problem_structure(built[i])
+        inst.fingerprint, inst.structure = fingerprint_of(structure), structure
+        inst.probe = None  # computed when first read (``study._Probe``)
+    # what study._instances checks of the first instance of each code, and returns
+    order = sorted({first, *np.flatnonzero(published).tolist()})
+    representatives = [built[i] for i in order]
+    conventions = None
+    for i in order:
+        _validate(instances[i].where, entry, built[i], check)
+        conventions = _convention(instances[i].where, cfg, built[i])
+    return instances, representatives, conventions
