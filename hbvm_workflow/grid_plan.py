@@ -14,6 +14,7 @@ is then planned instance by instance, which names the first bad one in one line,
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -21,8 +22,7 @@ import numpy as np
 
 from hbvm_core.errors import ConfigError, NonFiniteError, ProblemError
 
-from .layout import combo_name
-from .templates import Template, json_scalar
+from .templates import Template, json_texts
 
 
 class Steps(NamedTuple):
@@ -47,15 +47,16 @@ def family_instances(
         return None  # the instance-by-instance planning says what is wrong, in its own words
 
 
-def _numbers(grid: dict) -> bool:
-    """Every grid value a finite float, or every value of a key an int (no bools, strings or lists)."""
-    for values in grid.values():
-        kinds = {type(v) for v in values}
-        if kinds not in ({float}, {int}) or any(json_scalar(v) is None for v in values):
-            return False
-        if any(v == 0 and str(v).startswith("-") for v in values):  # -0.0: named apart from 0.0, equal to it
-            return False
-    return True
+def _names(values: list, texts: list[str]) -> list[str]:
+    """``layout.short_h`` of each of a key's values (floats; an int as it is: ``layout.combo_name``), its JSON text
+    (``texts``: the repr) at hand."""
+    if type(values[0]) is int:
+        return texts
+    out = []
+    for v, exact in zip(values, texts):
+        short = format(v, ".12g")
+        out.append(exact if float(short) == v else short)
+    return out
 
 
 def _family_instances(
@@ -69,12 +70,13 @@ def _family_instances(
     Instance, build_problem, _interval, _validate, _convention = steps
 
     R = len(combos)
-    if R < 3 or not _numbers(grid):
-        return None
-    entry, check, fixed = cfg["problem"], cfg.get("check_derivatives", True), cfg["params"]
     keys = list(grid)
-    names = {k: {v: combo_name({k: v}) for v in grid[k]} for k in keys}  # each value's name once
-    inst_keys = [",".join(names[k][c[k]] for k in keys) for c in combos]
+    texts = {k: json_texts(grid[k]) for k in keys}  # each value's JSON, once (the combinations: their product)
+    if R < 3 or any(None in t or len(set(map(type, grid[k]))) != 1 for k, t in texts.items()):
+        return None  # a value that is not a number, or a key of ints and floats: one by one
+    entry, check, fixed = cfg["problem"], cfg.get("check_derivatives", True), cfg["params"]
+    names = [[f"{k}={name}" for name in _names(grid[k], texts[k])] for k in keys]
+    inst_keys = [",".join(parts) for parts in itertools.product(*names)] if len(keys) > 1 else names[0]
     if len(set(inst_keys)) != R:
         return None
     built: dict[int, Any] = {}
@@ -91,7 +93,8 @@ def _family_instances(
             return None
         if any(k not in family.shapes or family.shapes[k] != () for k in [*keys, *fixed]):
             return None
-        columns = {k: np.array([c[k] for c in combos], dtype=float) for k in keys}
+        axes = np.meshgrid(*(np.asarray(grid[k], dtype=float) for k in keys), indexing="ij")  # the last fastest
+        columns = {k: axis.ravel() for k, axis in zip(keys, axes)}
         published = np.zeros(R, dtype=bool)
         if family.published is not None:  # the factory returns the published problem at these values
             published[:] = True
@@ -178,10 +181,10 @@ def _family_instances(
         return None
     marks = tuple(f"\x00{k}\x00" for k in keys)
     template = Template(params | dict(zip(keys, marks)), marks)
-    texts = {k: {v: json_scalar(recorded(v)) for v in grid[k]} for k in keys}
-    if any(t is None for col in texts.values() for t in col.values()):
+    recorded_texts = [json_texts([recorded(v) for v in grid[k]]) for k in keys]
+    if any(None in t for t in recorded_texts):
         return None
-    params_texts = [template.fill(*(texts[k][c[k]] for k in keys)) for c in combos]
+    params_texts = list(map(template.fill, *zip(*itertools.product(*recorded_texts))))
     structures = structures_at(rep, params_texts)
     if structures[last] != problem_structure(built[last]) or structures[first] != problem_structure(rep):
         return None  # the arrays do not give the instances' own identity: plan them one by one

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import itertools
 import json
 import operator
 import os
@@ -127,17 +128,19 @@ def _shared_fields(groups: list[dict]) -> dict:
     method, ...) once (``job_fields``), the others per group (``job_groups``)."""
     if len(groups) < 2:
         return {"job_groups": groups}
-    first = groups[0]["fields"]
+    fields = [g["fields"] for g in groups]
     shared = {}
-    for key, value in first.items():
-        column = [g["fields"][key] for g in groups]
-        if all(x is value for x in column):
+    for key, value in fields[0].items():
+        if all(map(operator.is_, map(operator.itemgetter(key), fields), itertools.repeat(value))):
             shared[key] = value
+    own = [k for k in fields[0] if k not in shared]
+    if not own:
+        return {"job_fields": shared, "job_groups": [{"fields": {}, "runs": g["runs"]} for g in groups]}
+    of_group = operator.itemgetter(*own)
+    rows = map(of_group, fields) if len(own) > 1 else ((v,) for v in map(of_group, fields))
     return {
         "job_fields": shared,
-        "job_groups": [
-            {"fields": {k: v for k, v in g["fields"].items() if k not in shared}, "runs": g["runs"]} for g in groups
-        ],
+        "job_groups": [{"fields": dict(zip(own, values)), "runs": g["runs"]} for values, g in zip(rows, groups)],
     }
 
 

@@ -844,7 +844,7 @@ def _method_columns(
     period (``_runs_plan``: a grid's instances repeat them), each run's hash written from one template of the hash
     input (``templates.Template``: the instances differ in their params, fingerprint and interval, the runs in h);
     instance by instance (``_run_columns``) where a value is not a number such a template takes."""
-    from .templates import Template, json_scalar
+    from .templates import Template, json_scalar, json_texts
 
     keys = list(study.grid)
     marks = ("\x00fingerprint\x00", *(f"\x00{k}\x00" for k in keys), "\x00t_end\x00", "\x00h\x00")
@@ -863,7 +863,7 @@ def _method_columns(
     sha256 = hashlib.sha256
     label = study_method.label
     # the instances are the grid's combinations in order (``_combinations``): their values' JSON, each written once
-    values_texts = itertools.product(*([json_scalar(v) for v in study.grid[k]] for k in keys))
+    values_texts = itertools.product(*(json_texts(study.grid[k]) for k in keys))
     for inst, texts in zip(instances, values_texts):
         t_text = json_scalar(inst.t_end)
         at = (inst.t_end, inst.period if by_period else None)

@@ -23,6 +23,16 @@ def json_scalar(x: Any) -> str | None:
     return None
 
 
+def json_texts(values: list) -> list[str | None]:
+    """``json_scalar`` of each value (a grid key's 10^5 values: as one map where they are all floats or all ints)."""
+    kinds = set(map(type, values))
+    if kinds == {float} and all(map(math.isfinite, values)):
+        return list(map(float.__repr__, values))
+    if kinds == {int}:
+        return list(map(int.__repr__, values))
+    return [json_scalar(v) for v in values]
+
+
 class Template:
     """``json.dumps(record, sort_keys=True, default=repr)`` of records like ``record``, in which the values at
     ``marks`` (strings put in the record in their place) differ: ``fill(*texts)`` with each mark's JSON text in the
