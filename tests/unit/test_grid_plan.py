@@ -173,3 +173,14 @@ def test_the_plan_leaves_a_sweeps_probes_to_the_jobs_that_check_them(tmp_path):
         own = problem_probe(inst.problem)  # the problem built now, its values evaluated: the oracle
         assert json.loads(inst.probe) == own
         assert json.loads(group["fields"]["problem_probe"]) == own
+
+
+def test_a_shard_computes_the_probes_of_the_problems_its_task_checks_only(tmp_path):
+    from hbvm_workflow.shards import _checked_combos
+
+    family = expand_study("s", conical(), results=str(tmp_path))  # a Family takes the instances as arrays
+    assert _checked_combos(family, family.instances, [2, 5, 7]) == {2}
+    assert all(inst.probe_pending for inst in family.instances[3:])
+    own = sweep("test_grid_instances:drifting_pendulum", {"length": [0.6, 0.9, 1.3]}, methods=[{"k": 2, "s": 2}])
+    one_by_one = expand_study("s", own, results=str(tmp_path))  # a factory of the user's: a problem per value
+    assert _checked_combos(one_by_one, one_by_one.instances, [0, 1, 2]) == {0, 1, 2}
