@@ -400,11 +400,15 @@ class PlannedJobs(_BuiltOnDemand, Mapping):
         steps at one ``save_every``, so it is the group's largest (what the limits check). Of groups whose longest
         runs have the same steps and ``save_every`` (a grid's instances), only the first: they store as much. Their
         problem_probe as planned (None where it is still to be computed)."""
-        out, seen = [], set()
+        out, seen, same = [], set(), set()
         for g in self._groups:
             hs, t_end = g["runs"]["h"], g["fields"]["t_end"]
             if not hs:
                 continue
+            shared = (id(hs), t_end, g["fields"]["save_every"])  # a grid's groups share their list of h
+            if shared in same:
+                continue
+            same.add(shared)
             steps = [round(t_end / h) for h in hs]  # as _steps (half to even, as numpy's rint)
             i = steps.index(max(steps))
             key = (steps[i], g["fields"]["save_every"])

@@ -864,8 +864,10 @@ def _method_columns(
     label = study_method.label
     # the instances are the grid's combinations in order (``_combinations``): their values' JSON, each written once
     values_texts = itertools.product(*(json_texts(study.grid[k]) for k in keys))
+    t_end, t_text = None, None
     for inst, texts in zip(instances, values_texts):
-        t_text = json_scalar(inst.t_end)
+        if inst.t_end is not t_end:  # a grid's instances share theirs (the config's t_end) or have one each
+            t_end, t_text = inst.t_end, json_scalar(inst.t_end)
         at = (inst.t_end, inst.period if by_period else None)
         plan = plans.get(at)
         if plan is None:
@@ -881,7 +883,8 @@ def _method_columns(
             base = {f: getattr(first, f) for f in JOB_FIELDS if f not in RUN_FIELDS}
         identity = dict(problem_fingerprint=inst.fingerprint, problem_structure=inst.structure, problem_probe=probe)
         fields = dict(base, params=inst.params, t_end=inst.t_end, combo=inst.key, **identity)
-        head = (json.dumps(inst.fingerprint), *texts, t_text)
+        fingerprint = inst.fingerprint  # hex digits: its JSON is itself in quotes
+        head = (f'"{fingerprint}"' if fingerprint.isalnum() else json.dumps(fingerprint), *texts, t_text)
         hashes = [sha256(template.fill(*head, h).encode()).hexdigest()[:16] for h in h_texts]
         prefix = f"{label}/{inst.key}/" if inst.key else f"{label}/"  # Job.id
         count = len(ns)
