@@ -180,7 +180,9 @@ def _family_instances(
     if any(k not in params or params[k] != recorded(combos[first][k]) for k in keys):
         return None
     marks = tuple(f"\x00{k}\x00" for k in keys)
-    template = Template(params | dict(zip(keys, marks)), marks)
+    template = Template.of(params | dict(zip(keys, marks)), marks)
+    if template is None:
+        return None
     recorded_texts = [json_texts([recorded(v) for v in grid[k]]) for k in keys]
     if any(None in t for t in recorded_texts):
         return None

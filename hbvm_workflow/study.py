@@ -851,10 +851,7 @@ def _method_columns(
     proto = Job(h=0.0, **_fixed_fields(study, study_method, instances[0], numerics))
     proto.params = {**instances[0].params, **dict(zip(keys, marks[1:-2]))}
     proto.h, proto.t_end, proto.problem_fingerprint = marks[-1], marks[-2], marks[0]
-    try:
-        template = Template(proto.hash_input(), marks)
-    except ValueError:  # a mark that the hash input holds twice or not at all
-        template = None
+    template = Template.of(proto.hash_input(), marks)  # None: a mark that the hash input holds twice or not at all
     plans: dict[tuple, tuple] = {}  # (t_end, period) -> the runs of an instance with them (``_runs_plan``)
     rule = {k: raw[k] for k in STEP_KEYS if k in raw} or {k: study.cfg[k] for k in STEP_KEYS if k in study.cfg}
     conv = study.convention

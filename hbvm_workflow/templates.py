@@ -36,21 +36,25 @@ def json_texts(values: list) -> list[str | None]:
 class Template:
     """``json.dumps(record, sort_keys=True, default=repr)`` of records like ``record``, in which the values at
     ``marks`` (strings put in the record in their place) differ: ``fill(*texts)`` with each mark's JSON text in the
-    order of ``marks``. ValueError where a mark is not in the dump exactly once."""
+    order of ``marks`` (``of``: None where a mark is not in the dump exactly once)."""
 
-    def __init__(self, record: dict, marks: tuple[str, ...]):
+    def __init__(self, form: str):
+        self._format = form
+
+    @classmethod
+    def of(cls, record: dict, marks: tuple[str, ...]) -> Template | None:
         text = json.dumps(record, sort_keys=True, default=repr)
         found = []
         for i, mark in enumerate(marks):
             quoted = json.dumps(mark)
             if text.count(quoted) != 1:
-                raise ValueError(f"mark {mark!r} is in the record {text.count(quoted)} times")
+                return None
             found.append((text.index(quoted), len(quoted), i))
         pieces, at = [], 0
         for start, size, i in sorted(found):
             pieces.append(text[at:start].replace("{", "{{").replace("}", "}}") + f"{{{i}}}")
             at = start + size
-        self._format = "".join(pieces) + text[at:].replace("{", "{{").replace("}", "}}")
+        return cls("".join(pieces) + text[at:].replace("{", "{{").replace("}", "}}"))
 
     def fill(self, *texts: str) -> str:
         """The record's JSON with ``texts`` in place of the marks."""
