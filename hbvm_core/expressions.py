@@ -475,31 +475,20 @@ class Model:
             # the generated code reads c[j]: a row per point [n, P] is read as its columns (K.T), one row as is
             return lambda *args: f(*args[:-1], args[-1].T if np.ndim(args[-1]) == 2 else args[-1])
 
-        def initial(v: dict[str, np.ndarray]) -> tuple:
-            """K, q0, p0, the mass rows (None for a full M) and the periods (None without one) at the rows."""
+        def rows(v: dict[str, np.ndarray]) -> tuple:
             K = np.stack([np.asarray(v[k], dtype=float) for k in names], axis=1) if names else np.zeros((1, 0))
             R = K.shape[0]
             q0, p0 = np.empty((R, m)), np.empty((R, m))
             mass = np.empty((R, m)) if form != "full" else None
-            period = np.empty(R) if self.period is not None else None
             with np.errstate(all="ignore"):
                 for r in range(R):
                     try:
-                        qr, pr, mr, tr = mod.initial(K[r])
+                        qr, pr, mr, _ = mod.initial(K[r])
                     except (ArithmeticError, ValueError) as exc:
                         raise ConfigError(f"problem {self.name!r} (run {r}): q0, p0 or mass: {exc}") from None
                     q0[r], p0[r] = qr, pr
                     if mass is not None:
                         mass[r] = mr if form == "diagonal" else mr[0]
-                    if period is not None:
-                        period[r] = tr
-            return K, q0, p0, mass, period
-
-        def periods(v: dict[str, np.ndarray]) -> np.ndarray | None:
-            return None if self.period is None else initial(v)[4]
-
-        def rows(v: dict[str, np.ndarray]) -> tuple:
-            K, q0, p0, mass, _ = initial(v)
             finite = np.isfinite(q0).all(axis=1) & np.isfinite(p0).all(axis=1)
             if mass is not None:
                 finite &= np.isfinite(mass).all(axis=1)
@@ -517,7 +506,7 @@ class Model:
         callbacks = [per_point(getattr(mod, key)) for key in ("U", "grad_U", "g", "G", "d2g")]
         return Family(
             self.name, dict(values), {k: () for k in names}, rows, *callbacks,
-            build=self.problem, form=lambda: problem, periods=periods, recorded=float,
+            build=self.problem, form=lambda: problem,
         )  # fmt: skip
 
 

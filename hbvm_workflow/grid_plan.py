@@ -1,15 +1,18 @@
 """A grid's instances planned as arrays: no problem built per grid value (``save: summary`` studies).
 
-``family_instances`` plans the instances of a grid of a problem whose factory has a ``Family`` that says how to
-(``hbvm_core.problems.family``: ``periods``, ``published``, ``recorded``; the built-in planar and conical pendulum and
-every formula problem): the first general instance is built and validated in full, as ``study._instances`` does
-for the first of each code; the others are checked as arrays -- the factory's own checks (``Family.rows``), the
-mass positive, the period positive, the initial data consistent (g(q0) = 0, G(q0)^T M^-1 p0 = 0, G^T M^-1 G regular:
-``hbvm_core.problem.inconsistent_instance``'s rules) -- and identified by their structure (``problem_structure``
-written from one template: ``fingerprint.structures_at``). An instance at the published values is built, as the
-factory returns another problem there. Anything the arrays do not settle -- a check that fails, a value that is not
-a finite number, an identity that differs from the one of an instance built to compare -- returns None: the study
-is then planned instance by instance, which names the first bad one in one line, as it always has.
+``family_instances`` plans the instances of a grid of a problem whose factory's ``Family``
+(``hbvm_core.problems.family``) this module knows how to plan (``planning``: a formula problem's, the built-in
+planar and conical pendulum's): the first general instance is built and validated in full, as ``study._instances``
+does for the first of each code; the others are checked as arrays -- the factory's own checks (``Family.rows``),
+the mass positive, the period positive, the initial data consistent (g(q0) = 0, G(q0)^T M^-1 p0 = 0, G^T M^-1 G
+regular: ``hbvm_core.problem.inconsistent_instance``'s rules) -- and identified by their structure
+(``problem_structure`` written from one template: ``fingerprint.structures_at``). An instance at the published
+values is built, as the factory returns another problem there. Anything the arrays do not settle -- a check that
+fails, a value that is not a finite number, an identity that differs from the one of an instance built to compare
+-- returns None: the study is then planned instance by instance, which names the first bad one in one line.
+
+What is known of a factory lives here, not in ``hbvm_core.problems``: a problem's identity covers the source of
+the modules that define its callbacks (``hbvm_core.fingerprint``), which this knowledge would change.
 """
 
 from __future__ import annotations
@@ -23,6 +26,58 @@ import numpy as np
 from hbvm_core.errors import ConfigError, NonFiniteError, ProblemError
 
 from .templates import Template, json_texts
+
+
+class Planning(NamedTuple):
+    """What a study needs to plan a family's instances without building them: ``periods(values)``, the period of
+    each row of keyword values (None: the instances have none); ``published``, the keyword values at which the
+    factory returns the published problem instead of the general one; ``recorded(x)``, how a problem's ``params``
+    record a keyword's number."""
+
+    periods: Callable[[dict[str, np.ndarray]], np.ndarray | None]
+    published: dict[str, Any] | None
+    recorded: Callable[[Any], Any]
+
+
+def _as_given(x: Any) -> Any:
+    return x
+
+
+def _no_period(values: dict) -> None:
+    return None
+
+
+def _conical_periods(values: dict) -> np.ndarray:
+    """2 pi / w at the rows of length, gravity, as ``parametric._conical`` (r = length / sqrt 2, w^2 = gravity / r)."""
+    r = values["length"] * 2.0**-0.5
+    return 2.0 * np.pi / np.sqrt(values["gravity"] / r)
+
+
+#: the built-in factories planned as arrays (``hbvm_core.problems.parametric``), by name
+PARAMETRIC = {
+    "planar_pendulum": Planning(_no_period, {"theta_dot0": 1.0, "length": 1.0, "gravity": 1.0}, _as_given),
+    "conical_pendulum": Planning(_conical_periods, {"length": 1.0, "gravity": 1.0}, _as_given),
+}
+
+
+def planning(family) -> Planning | None:
+    """How to plan the instances of ``family`` as arrays, or None (one by one): a formula problem's (its model's
+    ``initial`` run by run for the periods; params recorded as floats), or a built-in factory of ``PARAMETRIC``."""
+    from hbvm_core.expressions import Model
+
+    model = getattr(family.build, "__self__", None)
+    if isinstance(model, Model):
+
+        def periods(values: dict) -> np.ndarray | None:
+            if model.period is None:
+                return None
+            K = np.stack([np.asarray(values[k], dtype=float) for k in model.param_names], axis=1)
+            with np.errstate(all="ignore"):
+                return np.array([float(model.module.initial(row)[3]) for row in K])
+
+        return Planning(periods, None, float)
+    module = getattr(family.build, "__module__", "")
+    return PARAMETRIC.get(family.name) if module == "hbvm_core.problems.parametric" else None
 
 
 class Steps(NamedTuple):
@@ -89,17 +144,18 @@ def _family_instances(
 
     with deferred_validation(), derivative_checks(check):
         family = family_of(build(0))
-        if family is None or family.recorded is None:
+        plan = None if family is None else planning(family)
+        if plan is None:
             return None
         if any(k not in family.shapes or family.shapes[k] != () for k in [*keys, *fixed]):
             return None
         axes = np.meshgrid(*(np.asarray(grid[k], dtype=float) for k in keys), indexing="ij")  # the last fastest
         columns = {k: axis.ravel() for k, axis in zip(keys, axes)}
         published = np.zeros(R, dtype=bool)
-        if family.published is not None:  # the factory returns the published problem at these values
+        if plan.published is not None:  # the factory returns the published problem at these values
             published[:] = True
-            for k, v in family.published.items():
-                published &= columns[k] == v if k in columns else {**family.published, **fixed}[k] == v
+            for k, v in plan.published.items():
+                published &= columns[k] == v if k in columns else {**plan.published, **fixed}[k] == v
         general = np.flatnonzero(~published)
         if general.size < 2:
             return None
@@ -110,7 +166,7 @@ def _family_instances(
         build(last)  # built to compare its identity with the arrays' (below)
         full = family.broadcast(columns, R)
         K, q0, p0, mass = family.rows(full)
-        periods = family.periods(full) if family.periods is not None else None
+        periods = plan.periods(full)
     if (rep.period is None) != (periods is None) or family_of(rep) is None:
         return None
     m, nu = rep.m, rep.nu
@@ -175,7 +231,7 @@ def _family_instances(
             )  # fmt: skip
         )
     # the identities: the general instances' structures from a template of the first one's params
-    recorded = family.recorded
+    recorded = plan.recorded
     params = dict(rep.params)
     if any(k not in params or params[k] != recorded(combos[first][k]) for k in keys):
         return None

@@ -11,11 +11,6 @@ gives, for R runs at once and without building a Problem per run:
 - ``form()``: the instance with the general (parametric) compiled callbacks. A factory at its defaults returns
   the published problem (its own callbacks and fingerprint); its ``form()`` is the same problem with the general
   callbacks, so that it runs in one ensemble block with the factory's other instances.
-
-What a study needs to plan many instances without building them (``hbvm_workflow.grid_plan``), where the factory
-gives it: ``periods(values)``, the period of each row (None: the instances have none); ``published``, the keyword
-values at which the factory returns the published problem instead of the general one; ``recorded(x)``, how a
-problem's ``params`` record a keyword's number (``float``, or as given).
 """
 
 from __future__ import annotations
@@ -47,9 +42,6 @@ class Family:
     d2g: Callable
     build: Callable[..., object]
     form: Callable[[], object]
-    periods: Callable[[dict[str, np.ndarray]], np.ndarray | None] | None = None
-    published: dict[str, Any] | None = None
-    recorded: Callable[[Any], Any] | None = None
 
     def arrays(self, given: dict, sizes: dict) -> dict[str, np.ndarray]:
         """The keywords as arrays: ``given`` (a number or an array [R, *shape] each) over this instance's values;

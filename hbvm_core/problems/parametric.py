@@ -128,14 +128,7 @@ def _family(name: str, values: dict, shapes: dict, rows, callbacks: tuple, build
     problem, whose general form ``build`` makes on first use)."""
     form = (lambda: instance) if instance is not None else functools.cache(lambda: build(**values))
     U, grad_U, g, G, d2g = callbacks
-    periods, published = PLANNED.get(name, (None, None))
-    recorded = _as_given if name in PLANNED else None
-    return Family(name, dict(values), shapes, rows, U, grad_U, g, G, d2g, build, form, periods, published, recorded)
-
-
-def _as_given(x):
-    """A keyword's number as the general instance's ``params`` record it: as given."""
-    return x
+    return Family(name, dict(values), shapes, rows, U, grad_U, g, G, d2g, build, form)
 
 
 def _column(K, j: int) -> np.ndarray:
@@ -284,12 +277,6 @@ def conical_rows(v: dict) -> tuple:
     return K, np.stack([r, zero, -r], axis=1), np.stack([zero, r * w, zero], axis=1), None
 
 
-def conical_periods(v: dict) -> np.ndarray:
-    """The period 2 pi / w of conical pendula at the rows of length, gravity (as ``_conical``: w^2 = gravity / r)."""
-    r = v["length"] * 2.0**-0.5
-    return 2.0 * np.pi / np.sqrt(v["gravity"] / r)
-
-
 CONICAL = {"length": (), "gravity": ()}
 CONICAL_CALLBACKS = (conical_U, conical_grad_U, conical_g, _circle_G, _circle_d2g)
 
@@ -340,14 +327,6 @@ def _conical(length: float, gravity: float) -> Problem:
         params=values,
     )
     return attach(pb, _family("conical_pendulum", values, CONICAL, conical_rows, CONICAL_CALLBACKS, _conical, pb))
-
-
-#: the factories whose instances a study plans as arrays (``Family.periods``, ``Family.published``): name ->
-#: (the periods of rows, or None where the general instances have none; the keywords of the published problem)
-PLANNED = {
-    "planar_pendulum": (None, {"theta_dot0": 1.0, "length": 1.0, "gravity": 1.0}),
-    "conical_pendulum": (conical_periods, {"length": 1.0, "gravity": 1.0}),
-}
 
 
 # --------------------------------------------------------------------------- modified pendulum
