@@ -293,11 +293,36 @@ def problem_structure(problem) -> str:
             _CODE_PARTS[code] = parts
             snapshot.add(code)
     what |= parts
-    # the sorted JSON of the whole record, written from its parts' (each sorted JSON, as json.dumps nests them)
-    text = "{" + ", ".join(f"{json.dumps(k)}: {v}" for k, v in sorted(what.items())) + "}"
-    value = hashlib.sha256(b"hbvm-problem-structure/2\n" + text.encode()).hexdigest()[:16]
+    value = _structure_digest(_structure_text(what))
     problem.__dict__[_STRUCTURE] = value
     return value
+
+
+def _structure_text(what: dict[str, str]) -> str:
+    """The sorted JSON of a structure's record, written from its parts' (each sorted JSON, as json.dumps nests them)."""
+    return "{" + ", ".join(f"{json.dumps(k)}: {v}" for k, v in sorted(what.items())) + "}"
+
+
+def _structure_digest(text: str) -> str:
+    return hashlib.sha256(b"hbvm-problem-structure/2\n" + text.encode()).hexdigest()[:16]
+
+
+def structures_at(problem, params_texts: Iterable[str]) -> list[str]:
+    """The ``problem_structure`` of problems of ``problem``'s code, name and sizes whose params have the JSON texts
+    ``params_texts`` (``json.dumps(params, sort_keys=True, default=repr)``): a grid's instances, none built."""
+    mark = "\x00params\x00"
+    what = {
+        "name": json.dumps(problem.name, default=repr),
+        "params": mark,
+        "sizes": json.dumps([problem.m, problem.nu]),
+    } | _code_parts(problem)
+    before, after = _structure_text(what).split(mark)
+    return [_structure_digest(before + text + after) for text in params_texts]
+
+
+def fingerprint_of(structure: str) -> str:
+    """``problem_fingerprint`` of a problem whose ``problem_structure`` is ``structure``."""
+    return _fingerprint(structure)
 
 
 #: code_key -> the structure's parts of that code (``_code_parts``), valid within a ``sources_snapshot``

@@ -16,7 +16,9 @@ plan rewritten meanwhile by a run with another problem or config is refused in o
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
+import itertools
 import json
 import operator
 import os
@@ -27,11 +29,11 @@ from typing import Any
 from hbvm_core.errors import HBVMError
 
 from .layout import plan_dir, plan_path
-from .runs import JOB_FIELDS, RUN_FIELDS, Job, PlannedJobs, PlannedRows, _jobs_of, _rows_of, row_columns
+from .runs import JOB_FIELDS, RUN_FIELDS, Job, PlannedJobs, PlannedRows, _groups_of, _jobs_of, _rows_of, row_columns
 from .study import Instance, Study, StudyMethod
 
 #: the format of a plan file (a reader refuses another)
-FORMAT = "hbvm-plan/2"
+FORMAT = "hbvm-plan/3"
 #: the config keys that the expansion of the studies reads (``config.load_studies``)
 PLANNED_KEYS = ("results", "studies", "method_modules", "limits")
 #: what a plan records of an instance and of a method (beside its rows)
@@ -67,11 +69,23 @@ def study_record(study: Study) -> dict:
         "cfg": study.cfg,
         "dims": list(study.dims),
         "grid": study.grid,
-        "instances": [{f: getattr(inst, f) for f in INSTANCE_FIELDS} for inst in study.instances],
+        "instances": _instance_columns(study.instances),
         "methods": [{f: getattr(m, f) for f in METHOD_FIELDS} | {"rows": row_columns(m.rows)} for m in study.methods],
         **_job_record(study.jobs),
         "runs_digest": study.runs_digest(),  # the name of its solve marker: a job need not hash every run again
     }
+
+
+def _instance_columns(instances: list[Instance]) -> dict:
+    """The instances' ``INSTANCE_FIELDS`` as columns; a probe None while it is still to be computed (a sweep's
+    instances: a job computes it where it checks a problem against it, ``shards.shard_spec``)."""
+    cols = _columns(instances, tuple(f for f in INSTANCE_FIELDS if f != "probe"))
+    return cols | {"probe": [None if inst.probe_pending else inst.probe for inst in instances]}
+
+
+def _instances_of(cols: dict) -> list[dict]:
+    """The instances of ``_instance_columns`` one by one."""
+    return [dict(zip(INSTANCE_FIELDS, values)) for values in zip(*(cols[f] for f in INSTANCE_FIELDS))]
 
 
 def _columns(items, names: tuple) -> dict:
@@ -83,8 +97,8 @@ def _job_record(jobs) -> dict:
     """The jobs (a list, or a study's mapping) as groups (``job_groups``): per run of a method and instance only
     its h, run, store and hash, the other fields once per group (a summary study's expansion has them so already);
     the jobs one by one (``jobs``) where a group's runs differ in another field."""
-    if isinstance(jobs, PlannedJobs):
-        return {"job_groups": jobs.groups}
+    if isinstance(jobs, PlannedJobs):  # a group's problem_probe None while its instance's is (``_instance_columns``)
+        return _shared_fields(jobs.raw_groups)
     jobs = list(jobs.values() if isinstance(jobs, Mapping) else jobs)
     shared = tuple(f for f in JOB_FIELDS if f not in RUN_FIELDS)
     of_group = operator.attrgetter(*shared)
@@ -106,6 +120,27 @@ def _job_record(jobs) -> dict:
             {"fields": g["fields"], "runs": _columns(g["runs"], RUN_FIELDS) | {"hash": [j.hash for j in g["runs"]]}}
             for g in groups
         ]
+    }
+
+
+def _shared_fields(groups: list[dict]) -> dict:
+    """The job groups with the fields that every group holds as the same object (a sweep's groups: the problem, the
+    method, ...) once (``job_fields``), the others per group (``job_groups``)."""
+    if len(groups) < 2:
+        return {"job_groups": groups}
+    fields = [g["fields"] for g in groups]
+    shared = {}
+    for key, value in fields[0].items():
+        if all(map(operator.is_, map(operator.itemgetter(key), fields), itertools.repeat(value))):
+            shared[key] = value
+    own = [k for k in fields[0] if k not in shared]
+    if not own:
+        return {"job_fields": shared, "job_groups": [{"fields": {}, "runs": g["runs"]} for g in groups]}
+    of_group = operator.itemgetter(*own)
+    rows = map(of_group, fields) if len(own) > 1 else ((v,) for v in map(of_group, fields))
+    return {
+        "job_fields": shared,
+        "job_groups": [{"fields": dict(zip(own, values)), "runs": g["runs"]} for values, g in zip(rows, groups)],
     }
 
 
@@ -131,7 +166,7 @@ def study_from_record(rec: dict) -> Study:
             check_derivatives=check,
             where=f"{where}[{i['key']}]" if i["key"] else where,
         )  # fmt: skip
-        for i in rec["instances"]
+        for i in _instances_of(rec["instances"])
     ]
     summary = rec["cfg"].get("save") == "summary" and "job_groups" in rec
     methods = [
@@ -147,7 +182,7 @@ def study_from_record(rec: dict) -> Study:
         )  # fmt: skip
         for m in rec["methods"]
     ]
-    jobs = PlannedJobs(rec["job_groups"]) if summary else {job.id: job for job in _jobs_of(rec)}
+    jobs = PlannedJobs(_groups_of(rec)) if summary else {job.id: job for job in _jobs_of(rec)}
     study = Study(
         name=rec["name"],
         kind=rec["kind"],
@@ -168,6 +203,10 @@ def study_from_record(rec: dict) -> Study:
         grid=rec["grid"],
         instances=instances,
     )
+    if isinstance(jobs, PlannedJobs):  # the probes the parse left to be computed: from the instances, when read
+        from .study import _group_probe
+
+        jobs.fill_with(functools.partial(_group_probe, study))
     if isinstance(rec.get("runs_digest"), str):  # Study.runs_digest of these jobs, as the parse computed it
         study._digest = ((id(jobs), len(jobs)), rec["runs_digest"])
     return study

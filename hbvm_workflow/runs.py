@@ -337,6 +337,15 @@ class PlannedJobs(_BuiltOnDemand, Mapping):
     def __len__(self) -> int:
         return self._len
 
+    def fill_with(self, fill) -> None:
+        """``fill``: group -> its problem_probe, for the groups whose probe is None (computed when first read)."""
+        self._fill = fill
+
+    @property
+    def raw_groups(self) -> list[dict]:
+        """The groups as planned (a probe still to be computed: None)."""
+        return self._groups
+
     @property
     def groups(self) -> list[dict]:
         """The groups as the plan records them (``job_groups``): per method and instance its fields, its runs'
@@ -360,10 +369,10 @@ class PlannedJobs(_BuiltOnDemand, Mapping):
         """[[id, hash], ...] (``Study.job_hashes``) from the columns."""
         return [list(pair) for pair in zip(self.ids(), self.hashes())]
 
-    def _run(self, group: dict, i: int = 0) -> Job:
-        """The Job of run ``i`` of a group."""
+    def _run(self, group: dict, i: int = 0, probe: bool = True) -> Job:
+        """The Job of run ``i`` of a group (``probe``: with its problem_probe, computed if it is still to be)."""
         runs = group["runs"]
-        job = Job(**self._filled(group)["fields"], **{f: runs[f][i] for f in RUN_FIELDS})
+        job = Job(**(self._filled(group) if probe else group)["fields"], **{f: runs[f][i] for f in RUN_FIELDS})
         job._hash = runs["hash"][i]
         return job
 
@@ -389,18 +398,23 @@ class PlannedJobs(_BuiltOnDemand, Mapping):
     def longest(self) -> list[Job]:
         """Per group the Job of its run of the most steps (the first of them): a run's stored bytes grow with its
         steps at one ``save_every``, so it is the group's largest (what the limits check). Of groups whose longest
-        runs have the same steps and ``save_every`` (a grid's instances), only the first: they store as much."""
-        out, seen = [], set()
+        runs have the same steps and ``save_every`` (a grid's instances), only the first: they store as much. Their
+        problem_probe as planned (None where it is still to be computed)."""
+        out, seen, same = [], set(), set()
         for g in self._groups:
             hs, t_end = g["runs"]["h"], g["fields"]["t_end"]
             if not hs:
                 continue
+            shared = (id(hs), t_end, g["fields"]["save_every"])  # a grid's groups share their list of h
+            if shared in same:
+                continue
+            same.add(shared)
             steps = [round(t_end / h) for h in hs]  # as _steps (half to even, as numpy's rint)
             i = steps.index(max(steps))
             key = (steps[i], g["fields"]["save_every"])
             if key not in seen:
                 seen.add(key)
-                out.append(self._run(g, i))
+                out.append(self._run(g, i, probe=False))  # what the limits read: no probe evaluated
         return out
 
     def columns(self) -> dict:
@@ -424,11 +438,20 @@ class PlannedJobs(_BuiltOnDemand, Mapping):
         return out
 
 
+def _groups_of(rec: dict) -> list[dict]:
+    """The job groups of a study record with each group's fields whole (``_shared_fields`` undone; the shared
+    values one object for all the groups)."""
+    shared = rec.get("job_fields")
+    if not shared:
+        return rec["job_groups"]
+    return [{"fields": {**shared, **g["fields"]}, "runs": g["runs"]} for g in rec["job_groups"]]
+
+
 def _jobs_of(rec: dict) -> list[Job]:
     if "jobs" in rec:
         return [Job(**j) for j in rec["jobs"]]
     out = []
-    for group in rec["job_groups"]:
+    for group in _groups_of(rec):
         fields, runs = group["fields"], group["runs"]
         # the hash the parse computed (its plan is data it wrote; a worker's store records the hash it recomputes)
         for *values, digest in zip(*(runs[f] for f in RUN_FIELDS), runs["hash"]):

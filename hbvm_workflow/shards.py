@@ -679,6 +679,7 @@ def shard_spec(study, table: RunTable, shard: Shard, modules: dict | None = None
     combos = sorted(set(table.combo[a:b].tolist()))  # the copied rows' too: the shard's partial results need them
     instances = study.instances or [study.instance_of("")]
     methods = study.methods
+    checked = _checked_combos(study, instances, combos)
     return {
         "study": study.name,
         "store": os.path.abspath(shard_store(study.results, study.name)),
@@ -700,7 +701,7 @@ def shard_spec(study, table: RunTable, shard: Shard, modules: dict | None = None
                 "problem": study.cfg["problem"],
                 "params": instances[i].params,
                 "structure": instances[i].structure,
-                "probe": instances[i].probe,
+                "probe": instances[i].probe if i in checked or not instances[i].probe_pending else None,
                 "where": instances[i].where or f"studies.{study.name}",
                 "module_file": (modules or {}).get(i, ""),
             }
@@ -714,6 +715,21 @@ def shard_spec(study, table: RunTable, shard: Shard, modules: dict | None = None
         "m": table.m,
         "nu": table.nu,
     }
+
+
+def _checked_combos(study, instances: list, combos: list[int]) -> set[int]:
+    """The grid combinations of a shard whose problem the shard task builds and checks against its planned probe
+    (``shard_worker.Structures``): where the problem's Family takes the instances' params as arrays, the first
+    only; otherwise each. Only these have their probe computed here (a sweep's probes are planned lazily)."""
+    from hbvm_core.problems.family import family_of
+
+    if len(combos) < 2:
+        return set(combos)
+    family = family_of(instances[combos[0]].problem)
+    keys = set(instances[combos[0]].params)
+    if family is None or not keys <= set(family.shapes) or any(set(instances[c].params) != keys for c in combos):
+        return set(combos)
+    return {combos[0]}
 
 
 def shard_key(spec: dict) -> str:

@@ -29,6 +29,7 @@ are a ConfigError.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import hashlib
 import itertools
@@ -75,6 +76,9 @@ METHOD_META_KEYS = (*STEP_KEYS, "label")
 REFERENCES = ("exact", "reference", "self", "none")
 #: the most rows of a Zarr chunk (schema.yaml: chunk): a chunk is built in memory
 MAX_CHUNK = 2**22
+#: whether a summary study's grid is planned as arrays where its problem's family allows (``grid_plan``); False:
+#: instance by instance (the route the arrays are compared with)
+ARRAYS = contextvars.ContextVar("hbvm_grid_arrays", default=True)
 
 
 class _Probe:
@@ -406,16 +410,17 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
     with paused(), sources_snapshot():  # the instances share their modules: their files read once
         if columnar:  # identified first: a sharded store records no identity to snap to
             for inst in instances:
-                _identify(study, inst, [])
+                if not inst.structure:  # planned as arrays: identified there (``grid_plan``)
+                    _identify(study, inst, [])
         for i, raw in enumerate(cfg["methods"]):
             where_i = f"{where}.methods[{i}]"
             study_method = _method(where_i, raw, cfg, study.methods, representatives)
             numerics = method_fingerprint(study_method.entry)  # once per method: the instances share it
             rows: dict[str, list] = {key: [] for key in ROW_FIELDS}
-            for inst in instances:
-                if columnar:
-                    groups.append(_run_columns(study, study_method, raw, where_i, inst, numerics, rows))
-                else:
+            if columnar:
+                groups += _method_columns(study, study_method, raw, where_i, instances, numerics, rows)
+            else:
+                for inst in instances:
                     _add_runs(study, study_method, raw, where_i, inst, numerics)
             if columnar:
                 study_method.rows = PlannedRows(rows)
@@ -444,12 +449,20 @@ def _instances(where: str, cfg: dict, grid: dict) -> tuple[list[Instance], list,
     from hbvm_core.problem import deferred_validation, inconsistent_instance
 
     entry, check = cfg["problem"], cfg.get("check_derivatives", True)
+    combinations = _combinations(grid)
+    if grid and cfg.get("save") == "summary" and ARRAYS.get():  # a sweep's instances as arrays, where they can be
+        from .grid_plan import Steps, family_instances
+
+        steps = Steps(Instance, build_problem, _interval, _validate, _convention)
+        planned = family_instances(where, cfg, grid, combinations, steps)
+        if planned is not None:
+            return planned
     instances: list[Instance] = []
     keys: set[str] = set()  # the combinations' names (a set: the parse stays linear in grid values)
     codes: dict[tuple, list[Instance]] = {}
     factory = None
     with deferred_validation(), derivative_checks(check):
-        for values in _combinations(grid):
+        for values in combinations:
             params = {**cfg["params"], **values}
             what = f"{where}[{combo_name(values)}]" if values else where
             problem = build_problem(what, entry, params, check, factory)
@@ -822,6 +835,89 @@ def _run_columns(
     fields = {f: getattr(proto, f) for f in JOB_FIELDS if f not in RUN_FIELDS}
     runs = len(hs)
     return {"fields": fields, "runs": {"h": hs, "run": names, "store": [""] * runs, "hash": hashes_at(proto, hs)}}
+
+
+def _method_columns(
+    study: Study, study_method: StudyMethod, raw: dict, where: str, instances: list, numerics: str, rows: dict
+) -> list[dict]:
+    """``_run_columns`` of every instance of a summary study for one method: the runs planned once per interval and
+    period (``_runs_plan``: a grid's instances repeat them), each run's hash written from one template of the hash
+    input (``templates.Template``: the instances differ in their params, fingerprint and interval, the runs in h);
+    instance by instance (``_run_columns``) where a value is not a number such a template takes."""
+    from .templates import Template, json_scalar, json_texts
+
+    keys = list(study.grid)
+    marks = ("\x00fingerprint\x00", *(f"\x00{k}\x00" for k in keys), "\x00t_end\x00", "\x00h\x00")
+    proto = Job(h=0.0, **_fixed_fields(study, study_method, instances[0], numerics))
+    proto.params = {**instances[0].params, **dict(zip(keys, marks[1:-2]))}
+    proto.h, proto.t_end, proto.problem_fingerprint = marks[-1], marks[-2], marks[0]
+    template = Template.of(proto.hash_input(), marks)  # None: a mark that the hash input holds twice or not at all
+    plans: dict[tuple, tuple] = {}  # (t_end, period) -> the runs of an instance with them (``_runs_plan``)
+    rule = {k: raw[k] for k in STEP_KEYS if k in raw} or {k: study.cfg[k] for k in STEP_KEYS if k in study.cfg}
+    conv = study.convention
+    by_period = "period_divisions" in rule or "periods" in (conv.sample, conv.lambda_sample)  # else the same runs
+    groups, base = [], None
+    sha256 = hashlib.sha256
+    label = study_method.label
+    # the instances are the grid's combinations in order (``_combinations``): their values' JSON, each written once
+    values_texts = itertools.product(*(json_texts(study.grid[k]) for k in keys))
+    t_end, t_text = None, None
+    for inst, texts in zip(instances, values_texts):
+        if inst.t_end is not t_end:  # a grid's instances share theirs (the config's t_end) or have one each
+            t_end, t_text = inst.t_end, json_scalar(inst.t_end)
+        at = (inst.t_end, inst.period if by_period else None)
+        plan = plans.get(at)
+        if plan is None:
+            plan = plans[at] = _runs_plan(study, raw, where, inst)
+        ns, row_hs, hs, names, partner_names, h_texts = plan
+        if template is None or t_text is None or None in texts or None in h_texts:  # as _run_columns does
+            groups.append(_run_columns(study, study_method, raw, where, inst, numerics, rows))
+            continue
+        probe = None if inst.probe_pending else inst.probe
+        if base is None:
+            identity = dict(problem_fingerprint="", problem_structure="", problem_probe=None)
+            first = Job(h=0.0, **_fixed_fields(study, study_method, inst, numerics), **identity)
+            base = {f: getattr(first, f) for f in JOB_FIELDS if f not in RUN_FIELDS}
+        identity = dict(problem_fingerprint=inst.fingerprint, problem_structure=inst.structure, problem_probe=probe)
+        fields = dict(base, params=inst.params, t_end=inst.t_end, combo=inst.key, **identity)
+        fingerprint = inst.fingerprint  # hex digits: its JSON is itself in quotes
+        head = (f'"{fingerprint}"' if fingerprint.isalnum() else json.dumps(fingerprint), *texts, t_text)
+        hashes = [sha256(template.fill(*head, h).encode()).hexdigest()[:16] for h in h_texts]
+        prefix = f"{label}/{inst.key}/" if inst.key else f"{label}/"  # Job.id
+        count = len(ns)
+        for key, column in zip(
+            ROW_FIELDS,
+            ([label] * count, ns, row_hs, [prefix + run for run in names[:count]],
+             [None if p is None else prefix + p for p in partner_names], [inst.key] * count),
+        ):  # fmt: skip
+            rows[key] += column
+        groups.append({"fields": fields, "runs": {"h": hs, "run": names, "store": [""] * len(hs), "hash": hashes}})
+    return groups
+
+
+def _runs_plan(study: Study, raw: dict, where: str, inst: Instance) -> tuple:
+    """The runs of one method for an instance (its interval and period), as ``_run_columns`` plans them: (the rows'
+    n, the rows' h, every run's h, every run's name (the rows' runs first, in row order, then the h/2 partners that
+    are no row's run), each row's partner's name or None, every run's h as JSON)."""
+    from .templates import json_scalar
+
+    ns, row_hs, hs, names, partners = [], [], [], [], []
+    halves: dict[str, float] = {}
+    for n, h, runs in _step_runs(study, None, raw, where, inst):
+        (hh, _, _, _, run), *partner = runs
+        ns.append(n)
+        row_hs.append(h)
+        hs.append(hh)
+        names.append(run)
+        for half, _, _, _, name in partner:
+            halves.setdefault(name, half)
+        partners.append(partner[0][4] if partner else None)
+    rows_runs = set(names)
+    for name, half in halves.items():
+        if name not in rows_runs:
+            names.append(name)
+            hs.append(half)
+    return ns, row_hs, hs, names, partners, [json_scalar(h) for h in hs]
 
 
 def build_problem(where: str, problem_entry: str, params: dict, check_derivatives: bool = True, factory=None):

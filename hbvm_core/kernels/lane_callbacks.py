@@ -24,7 +24,7 @@ import textwrap
 import types
 from pathlib import Path
 
-from .registry import callback_source
+from .modules import callback_source
 
 
 def _source_tree(f) -> ast.FunctionDef | None:
