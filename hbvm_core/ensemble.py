@@ -371,7 +371,7 @@ def lockstep_refusal(runner, m: int, nu: int, method=None) -> str | None:
     import os
 
     from .kernels import lanes
-    from .kernels.runner import SOLVER_CODES, CompiledRunner
+    from .kernels.driver import SOLVER_CODES, CompiledRunner
 
     if os.environ.get("HBVM_LANES", "1") == "0":
         return "HBVM_LANES=0 turns lockstep off"

@@ -75,7 +75,7 @@ class Instances:
     def check(self, runner) -> None:
         """Every instance shares the first's compiled loop (ProblemError naming the first that differs), and its
         compiled callbacks agree with its numpy ones at its own params; then the per-run rows."""
-        from .kernels.runner import check_callbacks, cholesky_factor
+        from .kernels.driver import check_callbacks, cholesky_factor
 
         head, first = self.instances[0], self.first
         ref = _loop_key(head)
@@ -159,10 +159,10 @@ class Rows:
 
     def check(self, runner) -> None:
         """The compiled callbacks agree with the family's numpy ones at the first and the last run's params and q0
-        (``kernels.runner.check_callbacks``, on a view of the family at that run's params)."""
+        (``kernels.driver.check_callbacks``, on a view of the family at that run's params)."""
         from types import SimpleNamespace
 
-        from .kernels.runner import check_callbacks
+        from .kernels.driver import check_callbacks
 
         f, first = self.family, self.first
         for run in sorted({0, self.K.shape[0] - 1}):
@@ -233,7 +233,7 @@ def check_start(runs, q0: np.ndarray, p0: np.ndarray) -> None:
 
 def start_multipliers(runner, runs, q0: np.ndarray, p0: np.ndarray, nu: int) -> np.ndarray:
     """lam0 of each run: lambda(q0, p0) for the blended solver (as ``blended.initial_multiplier``), else 0."""
-    from .kernels.runner import SOLVER_CODES
+    from .kernels.driver import SOLVER_CODES
 
     R = q0.shape[0]
     if nu == 0 or getattr(runner, "solver", None) != SOLVER_CODES["blended"]:

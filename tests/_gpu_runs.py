@@ -17,7 +17,7 @@ import numpy as np
 from hbvm_core import ConvergenceError, integrate
 from hbvm_core.blended import initial_multiplier
 from hbvm_core.kernels.cuda import device_name, run_block_cuda
-from hbvm_core.kernels.runner import cholesky_factor
+from hbvm_core.kernels.driver import cholesky_factor
 from hbvm_core.methods import HBVM, RATTLE, PolynomialHBVM
 from hbvm_core.problems.parametric import conical_pendulum, planar_pendulum, tethered_satellites
 

@@ -2,7 +2,7 @@
 
 ``run_block_cuda(runner, inputs)`` integrates a block of runs on the GPU:
 ``runner`` is the per-run runner of (method, representative problem)
-(``kernels.runner``: ``CompiledRunner``, ``PolynomialRunner``, ``RattleRunner``;
+(``kernels.driver``: ``CompiledRunner``, ``PolynomialRunner``, ``RattleRunner``;
 its loop module gives the compile-time sizes and the callbacks), ``inputs``
 the block call's arrays, run axis first (``kernels/ensemble.BLOCK_INPUTS``:
 ``q0 [R, m]``, ``p0``, ``h [R]``, ``N [R]``, ``sample_every [R]``,

@@ -35,7 +35,7 @@ FORMS = frozenset({"loop", "block", "lanes", "cuda", "functions"})
 
 
 #: the module of the Python drivers of the loops (``LoopDescription.runner`` names a class of it)
-DRIVERS = "hbvm_core.kernels.runner"
+DRIVERS = "hbvm_core.kernels.driver"
 
 
 def template_path(template: str) -> Path:

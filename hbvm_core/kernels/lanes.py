@@ -280,7 +280,7 @@ def minv(L, x):
 def applies(runner, m: int, nu: int) -> bool:
     """Whether a runner's loop has a lockstep form that pays: HBVM's constant multiplier, fixed point (any M,
     any params per run), and k s m (nu + 1) at most ``LANE_WORK_MAX``."""
-    from .runner import SOLVER_CODES, CompiledRunner
+    from .driver import SOLVER_CODES, CompiledRunner
 
     if type(runner) is not CompiledRunner or runner.solver != SOLVER_CODES["fixed-point"]:
         return False

@@ -13,9 +13,9 @@
   step's rows into a compiled loop's buffers by that rule (the numpy path's ``_Buffer`` does it there).
 - ``record_failure``: a failed step's status, step, iterations and increment into ``info``;
 - ``buffer_rows``: the rows of a save buffer, the numpy path's and the compiled loops';
-- the status codes of a compiled loop's ``run_chunk`` (``kernels.runner`` turns them into errors);
+- the status codes of a compiled loop's ``run_chunk`` (``kernels.driver`` turns them into errors);
 - ``name_failed_step``: which step a failure that a callback's non-finite value caused is charged to, for every
-  method and path (the numpy loop in ``integrate``, the compiled ones in ``kernels.runner``).
+  method and path (the numpy loop in ``integrate``, the compiled ones in ``kernels.driver``).
 
 Imports numpy only (no numba): the numpy path imports it too.
 """

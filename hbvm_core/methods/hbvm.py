@@ -189,7 +189,7 @@ class HBVM(HBVMBase):
         "methods/hbvm.py", "methods/_small.py", "sparse/hbvm.py", "sparse/structure.py", "sparse/normal.py",
         "sparse/factor.py", "sparse/path.py", "sparse/blended.py", "legendre.py", "solvers.py", "blended.py",
         "integrate.py",
-        "kernels/hbvm.py", "kernels/runner.py", "kernels/rules.py", "kernels/linalg.py", "kernels/lanes.py",
+        "kernels/hbvm.py", "kernels/driver.py", "kernels/rules.py", "kernels/linalg.py", "kernels/lanes.py",
     )  # fmt: skip
     #: H and g where U and g are polynomials of degree <= 2k/s (docs/method.md 3)
     conserves: ClassVar[frozenset[str]] = frozenset({"H", "g"})

@@ -87,13 +87,13 @@ class IDA(ContinuousMethod):
 class CompiledCallbacks:
     """grad_U, G and g of a problem's ``Kernels`` as numba functions with their output arrays, for one point.
 
-    Checked against the numpy callbacks near q0 (``kernels.runner.check_callbacks``): a mismatch is an error."""
+    Checked against the numpy callbacks near q0 (``kernels.driver.check_callbacks``): a mismatch is an error."""
 
     def __init__(self, problem: Problem):
         from types import SimpleNamespace
 
         from ..kernels.registry import NO_CONSTRAINTS, resolve_callback
-        from ..kernels.runner import check_callbacks
+        from ..kernels.driver import check_callbacks
 
         kernels, m, nu = problem.kernels, problem.m, problem.nu
         self.params = np.array(kernels.params, dtype=float).reshape(-1)

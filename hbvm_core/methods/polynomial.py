@@ -51,7 +51,7 @@ class PolynomialHBVM(HBVMBase):
     )
     numerics_sources: ClassVar[tuple[str, ...]] = (
         "methods/polynomial.py", "methods/hbvm.py", "methods/_small.py", "legendre.py", "solvers.py",
-        "blended.py", "integrate.py", "kernels/polynomial.py", "kernels/runner.py", "kernels/rules.py",
+        "blended.py", "integrate.py", "kernels/polynomial.py", "kernels/driver.py", "kernels/rules.py",
         "kernels/linalg.py",
     )  # fmt: skip
     COMPILED_NEEDS: ClassVar[frozenset[str] | None] = frozenset({"G"})

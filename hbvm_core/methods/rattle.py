@@ -46,7 +46,7 @@ class RATTLE(Method):
     numerics_sources: ClassVar[tuple[str, ...]] = (
         "methods/rattle.py", "methods/_small.py", "sparse/rattle.py", "sparse/structure.py",
         "sparse/normal.py", "sparse/factor.py", "sparse/path.py", "solvers.py", "integrate.py", "kernels/rattle.py",
-        "kernels/runner.py", "kernels/rules.py", "kernels/linalg.py",
+        "kernels/driver.py", "kernels/rules.py", "kernels/linalg.py",
     )  # fmt: skip
     COMPILED_NEEDS: ClassVar[frozenset[str] | None] = frozenset({"G", "g"})
     #: the compiled loop (kernels/description.py): template kernels/rattle.py, which also evaluates g; its Newton

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BUILTIN = {n for n, c in vars(builtins).items() if isinstance(c, type) and issubclass(c, BaseException)}
 #: (file, exception) -> why it is not an HBVMError
 ALLOWED = {
-    ("hbvm_core/kernels/runner.py", "RuntimeError"): "an invariant of the compiled loop (a bug, never raised); the "
+    ("hbvm_core/kernels/driver.py", "RuntimeError"): "an invariant of the compiled loop (a bug, never raised); the "
     "file is a numerics source, whose every change recomputes every stored run",
     ("hbvm_core/kernels/registry.py", "ValueError"): "a template's @inline_source helper written against the "
     "generator's rules: an error of the package's own source, raised when the package is developed",

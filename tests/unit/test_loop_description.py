@@ -12,7 +12,7 @@ from hbvm_core.kernels import cuda_source
 from hbvm_core.kernels.description import INFO, STATE, LoopDescription, field_constants
 from hbvm_core.kernels.ensemble import block_source, chunk_parameters
 from hbvm_core.kernels.registry import expanded_template
-from hbvm_core.kernels.runner import LoopRunner
+from hbvm_core.kernels.driver import LoopRunner
 from hbvm_core.methods import HBVM, RATTLE, PolynomialHBVM, method_from_entry
 from hbvm_core.problem import REFERENCE_LOOP
 

@@ -160,26 +160,26 @@ def test_the_order_of_top_level_effects_counts(tmp_path):
 
 
 def test_moved_kernel_files_leave_the_identity_of_hbvm(tmp_path):
-    """In a copy of the package: kernels/runner.py renamed to kernels/driver.py (its imports rewritten) and the
+    """In a copy of the package: kernels/driver.py renamed to kernels/time_loop.py (its imports rewritten) and the
     template kernels/hbvm.py moved into kernels/templates/ (imported by none: the generator reads it by path)."""
     copy = tmp_path / "hbvm_core"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    moves = {"kernels/runner.py": "kernels/driver.py", "kernels/hbvm.py": "kernels/templates/hbvm.py"}
+    moves = {"kernels/driver.py": "kernels/time_loop.py", "kernels/hbvm.py": "kernels/templates/hbvm.py"}
     for old, new in moves.items():
         (copy / new).parent.mkdir(exist_ok=True)
         (copy / old).rename(copy / new)
     for path in copy.rglob("*.py"):
         text = path.read_text()
-        edited = re.sub(r"\bkernels\.runner\b", "kernels.driver", text).replace("from .runner ", "from .driver ")
+        edited = re.sub(r"\bkernels\.driver\b", "kernels.time_loop", text).replace("from .driver ", "from .time_loop ")
         for old, new in moves.items():
             edited = edited.replace(f'"{old}"', f'"{new}"')
         if edited != text:
             path.write_text(edited)
-    assert "kernels/driver.py" in (copy / "methods/hbvm.py").read_text()
+    assert "kernels/time_loop.py" in (copy / "methods/hbvm.py").read_text()
     sources = tuple(moves.get(rel, rel) for rel in HBVM.numerics_sources)
     moved = type("HBVM", (), {"numerics_sources": sources, "__module__": HBVM.__module__, "__qualname__": "HBVM"})
     assert numerics_digest(moved, copy) == numerics_digest(HBVM)
     # and an edit of the moved driver still shows
-    driver = copy / "kernels/driver.py"
+    driver = copy / "kernels/time_loop.py"
     driver.write_text(driver.read_text().replace("import numpy as np", "import numpy as np\nEXTRA = 1", 1))
     assert numerics_digest(moved, copy) != numerics_digest(HBVM)

@@ -78,7 +78,7 @@ def test_compiled_matches_numpy(name, k, s, h, steps):
 @pytest.mark.slow  # compiles loops of its own (tens of seconds on 2 cores)
 def test_loop_specialised_on_k_and_s_matches(conical, monkeypatch):
     """HBVM_SPECIALISE_KS=1: a loop compiled for HBVM(2,2) only (its own module), same trajectory."""
-    from hbvm_core.kernels.runner import CompiledRunner
+    from hbvm_core.kernels.driver import CompiledRunner
 
     monkeypatch.setenv("HBVM_SPECIALISE_KS", "1")
     runner = CompiledRunner(hc.HBVM(2, 2), conical)
@@ -244,7 +244,7 @@ def nan_theta_pendulum():
 @pytest.mark.slow  # compiles loops of its own (tens of seconds on 2 cores)
 def test_callbacks_in_a_closure_fall_back_to_an_uncached_module():
     """Callbacks that cannot be imported by name still run compiled (in-memory module, compiled per process)."""
-    from hbvm_core.kernels.runner import CompiledRunner
+    from hbvm_core.kernels.driver import CompiledRunner
 
     pb = nan_theta_pendulum()
     assert not hasattr(CompiledRunner(hc.HBVM(2, 2), pb).module, "__file__")
@@ -289,7 +289,7 @@ CACHE_SCRIPT = textwrap.dedent(
     """
     import json, time
     import hbvm_core as hc
-    from hbvm_core.kernels.runner import CompiledRunner
+    from hbvm_core.kernels.driver import CompiledRunner
     pb = hc.get_problem("conical_pendulum")
     method = hc.HBVM(2, 2)
     runner = CompiledRunner(method, pb)

@@ -128,7 +128,7 @@ def test_lane_source_rewrites_every_lane_value():
     constants = {"M_SIZE": 3, "NU_SIZE": 1, "HAS_M": True, "DIAG_M": False, "L_SIZE": 3, "SOLVER": 0, "K_SIZE": 2,
                  "S_SIZE": 2, "LANES": lanes.LANES, "LANE_PARAMS": True, "POINT_CALLBACKS": ("grad_U",),
                  "PARAM_CALLBACKS": ("G",)}  # fmt: skip
-    from hbvm_core.kernels.runner import constant_tables
+    from hbvm_core.kernels.driver import constant_tables
 
     source = lanes.lane_source(constants, constant_tables(2, 2))
     tree = ast.parse(source)
