@@ -62,8 +62,8 @@ def scan(problem, R: int) -> tuple[np.ndarray, np.ndarray]:
 def block_inputs(problem, method, runner, R: int, h: float, steps: int) -> dict:
     """The block call's inputs of the scan (run axis first)."""
     from hbvm_core.blended import initial_multiplier
-    from hbvm_core.kernels.ensemble import shared_arguments
     from hbvm_core.kernels.driver import cholesky_factor
+    from hbvm_core.kernels.ensemble import shared_arguments
 
     q0, p0 = scan(problem, R)
     lam0 = initial_multiplier(problem) if getattr(runner, "solver", 0) else np.zeros(problem.nu)

@@ -92,8 +92,8 @@ class CompiledCallbacks:
     def __init__(self, problem: Problem):
         from types import SimpleNamespace
 
-        from ..kernels.registry import NO_CONSTRAINTS, resolve_callback
         from ..kernels.driver import check_callbacks
+        from ..kernels.registry import NO_CONSTRAINTS, resolve_callback
 
         kernels, m, nu = problem.kernels, problem.m, problem.nu
         self.params = np.array(kernels.params, dtype=float).reshape(-1)

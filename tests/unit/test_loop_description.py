@@ -10,9 +10,9 @@ from hbvm_core.__main__ import compiled_loops, loop_method, warm_tasks
 from hbvm_core.errors import ConfigError
 from hbvm_core.kernels import cuda_source
 from hbvm_core.kernels.description import INFO, STATE, LoopDescription, field_constants
+from hbvm_core.kernels.driver import LoopRunner
 from hbvm_core.kernels.ensemble import block_source, chunk_parameters
 from hbvm_core.kernels.registry import expanded_template
-from hbvm_core.kernels.driver import LoopRunner
 from hbvm_core.methods import HBVM, RATTLE, PolynomialHBVM, method_from_entry
 from hbvm_core.problem import REFERENCE_LOOP
 
