@@ -40,8 +40,10 @@ def solve_small(A, b, n):
     """b <- A^{-1} b by Gaussian elimination with partial pivoting (A overwritten); False if singular.
 
     Written without an early exit and with the row swap as a loop over the candidate rows, so that the lockstep
-    form (``kernels/lanes.py``) is this same source rewritten: a per-lane branch becomes masked stores, and a
-    swap with row ``piv`` a select per candidate row (no gather at a per-lane index). Once a pivot column is zero
+    form (``kernels/lanes.py``) is this same source rewritten: a per-lane branch becomes masked stores, and the
+    swap with row ``piv`` is a blend sw x + (1 - sw) y per candidate row, sw 0 or 1, with no branch (no gather at a
+    per-lane index; as a masked tuple swap the lockstep loop took wrong rows where a lane pivoted: a formula
+    problem with l1 < l2, tests/verification/test_lanes_params.py). Once a pivot column is zero
     or not finite, the columns after it are searched but not eliminated, and there is no back substitution."""
     nonsingular = True
     for col in range(n):
@@ -53,10 +55,14 @@ def solve_small(A, b, n):
             nonsingular = False
         if nonsingular:
             for row in range(col + 1, n):
-                if row == piv:
-                    for jj in range(n):
-                        A[col, jj], A[row, jj] = A[row, jj], A[col, jj]
-                    b[col], b[row] = b[row], b[col]
+                sw = 1.0 if row == piv else 0.0  # the swap as a blend: exact for finite values (sw is 0 or 1)
+                for jj in range(n):
+                    a_col, a_row = A[col, jj], A[row, jj]
+                    A[col, jj] = sw * a_row + (1.0 - sw) * a_col
+                    A[row, jj] = sw * a_col + (1.0 - sw) * a_row
+                b_col, b_row = b[col], b[row]
+                b[col] = sw * b_row + (1.0 - sw) * b_col
+                b[row] = sw * b_col + (1.0 - sw) * b_row
             for row in range(col + 1, n):
                 fac = A[row, col] / A[col, col]
                 if fac != 0.0:

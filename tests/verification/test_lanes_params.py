@@ -184,6 +184,35 @@ def test_formula_problem_with_a_mass_matrix_over_its_params(monkeypatch):
             assert_close(getattr(lock, key)[r], getattr(one, key), N, f"{key} of run {r}")
 
 
+#: two masses on rods in space (m = 6, nu = 3: a 3 x 3 multiplier system), the second held in the plane y = 0;
+#: q0 with both rods along x, p0 tangent to every constraint for any l1 (a researcher's sweep over l1)
+RODS = {
+    "name": "rods_in_space",
+    "coordinates": ["x1", "y1", "z1", "x2", "y2", "z2"],
+    "params": {"m1": 1.0, "m2": 2.0, "l1": 1.0, "l2": 0.7, "grav": 9.81},
+    "mass": ["m1", "m1", "m1", "m2", "m2", "m2"],
+    "potential": "grav*(m1*z1 + m2*z2)",
+    "constraints": ["x1**2 + y1**2 + z1**2 - l1**2", "(x2 - x1)**2 + (y2 - y1)**2 + (z2 - z1)**2 - l2**2", "y2"],
+    "q0": ["l1", 0, 0, "l1 + l2", 0, 0],
+    "p0": [0, "0.5*m1", 0, 0, 0, "0.3*m2"],
+}
+
+
+@pytest.mark.slow
+def test_lanes_that_pivot_differently_in_one_block(monkeypatch):
+    """A grid over l1 across l2 (0.5 to 1.5 against 0.7) with nu = 3: in one block some lanes swap rows of the
+    multiplier system and others do not; every run as the per-run block's (no run fails: a swap written as a
+    masked tuple assignment took wrong rows here, and a fifth of the runs diverged)."""
+    from hbvm_core.expressions import factory
+
+    method, N, h = hc.HBVM(4, 2), 100, 0.01
+    values = {"l1": np.linspace(0.5, 1.5, 3 * lanes.LANES)}
+    lock = against_per_run_block(
+        monkeypatch, lambda: hc.integrate_ensemble(factory(RODS)(), method, h, N, params=values, sample_every=5), N
+    )
+    assert np.all(lock.status == OK)
+
+
 def full_mass(a: float, c: float) -> np.ndarray:
     """A full M coupling x and z (y alone, so that M^-1 p0 stays tangent for the conical pendulum's p0 along y)."""
     return np.array([[2.0 * a, 0.0, c], [0.0, 1.5 * a, 0.0], [c, 0.0, a]])

@@ -55,7 +55,8 @@ CASES = [
     (
         "unknown problem",
         cfg(problem="no_such_problem"),
-        "studies.bad.problem = 'no_such_problem': unknown problem; built-in problems are branched_tree, chain, closed_chain, conical_pendulum,",
+        "studies.bad.problem = 'no_such_problem': unknown problem; built-in problems are branched_tree, chain, "
+        "closed_chain, conical_pendulum,",
     ),
     (
         "factory module does not import",
