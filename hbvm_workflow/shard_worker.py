@@ -195,7 +195,7 @@ def compute_shard(spec: dict) -> dict:
             sample_every=spec["sample_every"][rows],
             compensated=spec["compensated"],
             backend=backend,
-            threads=int(spec.get("threads", 1)),  # the solve's spread: a shard's runs over this worker's cores
+            threads=numba_threads(int(spec.get("threads", 1))),  # the solve's spread: a shard over this worker's cores
         )
         backends.add(res.backend)
         ran[rows] = res.backend
@@ -286,6 +286,20 @@ def record_provenance(record: dict | None, n: int) -> dict[str, np.ndarray]:
 def row_provenance(store: str, rows: np.ndarray) -> dict[str, np.ndarray]:
     """{"host", "worker"}: where each of the runs ``rows`` of a sharded store was computed (its shard's record)."""
     return rows_from_records(store, rows, record_provenance)
+
+
+def numba_threads(wanted: int) -> int:
+    """The numba threads a shard task may use, at most ``wanted``: the environment's NUMBA_NUM_THREADS (a worker's
+    ``env``) where numba's threads are not yet launched; else the count they were launched with (by an earlier task
+    of this worker, or in the process a local worker was forked from), and the environment set back to it, since
+    numba reads it again at each compile and refuses a launched pool's count changed."""
+    import numba
+
+    try:
+        numba.config.reload_config()
+    except RuntimeError:  # "Cannot set NUMBA_NUM_THREADS to a different value once the threads have been launched"
+        os.environ["NUMBA_NUM_THREADS"] = str(numba.config.NUMBA_NUM_THREADS)
+    return max(1, min(wanted, numba.config.NUMBA_NUM_THREADS))
 
 
 def _on_this_host(spec: dict, f, *args, **kwargs):
