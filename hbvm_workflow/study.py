@@ -195,7 +195,7 @@ class Study:
     expected_rates: dict
     results: str
     cfg: dict
-    #: (m, nu) of the problem
+    #: (m, nu) of the problem, the largest over the grid's instances (a grid over a chain's size)
     dims: tuple[int, int] = (0, 0)
     #: the problem built from the config (once, by expand_study); read it as ``built_problem``
     _problem: Any = field(default=None, repr=False, compare=False)
@@ -395,7 +395,7 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
         results=results,
         cfg=cfg,
         _problem=problem,
-        dims=(int(problem.m), int(problem.nu)),
+        dims=(max(int(i.problem.m) for i in instances), max(int(i.problem.nu) for i in instances)),
         grid=grid,
         instances=instances,
     )
