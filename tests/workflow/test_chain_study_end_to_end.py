@@ -10,6 +10,8 @@ is linear) computed from the stored q and p, and each link's length |q_i - q_(i-
 
 from __future__ import annotations
 
+import os
+
 import matplotlib
 import numpy as np
 
@@ -68,6 +70,9 @@ def test_a_chain_study_over_its_size_runs_and_stores_every_run(tmp_path):
         # each rod keeps its unit length (g = 0) to round-off of the coordinates, |q| up to n
         assert np.max(np.abs(_link_lengths(q) - 1.0)) <= 100 * EPS * n * steps
         assert np.max(np.abs(ds["g"].values)) <= 100 * EPS * n * steps
+        # the store holds its rows (q, p: 2 (steps + 1) 2n floats) and a probe of the problem of G's nonzeros,
+        # not of a dense G (4 points x 2n x n: 64 MB at n = 1000)
+        assert os.path.getsize(job.store) <= 2**21 + 4 * 8 * (steps + 1) * 2 * n  # q, p, g, hc rows, 2 MiB else
         for name in ("q", "p"):  # chunked over time and dof, each chunk within CHUNK_BYTES
             rows, columns = ds[name].encoding["chunks"]
             assert 8 * rows * columns <= CHUNK_BYTES and columns <= 2 * n
