@@ -14,7 +14,7 @@ the last place apart. Nothing here hashes such values bit for bit:
   expressions) is hashed by it instead of its sources.
 - ``problem_probe(problem)`` records its values: q0, p0, M, period, and the
   values of its callbacks (U, grad_U, g, G, d2g, compiled callbacks) at q0 and
-  at three fixed probe points near it. Two records agree (``probe_mismatch``)
+  at three fixed probe points near it (a sparse G: its pattern and nonzeros). Two records agree (``probe_mismatch``)
   when every value is within ``PROBE_RTOL`` times the scale of its quantity
   (the largest magnitude over the probe points).
 - ``problem_fingerprint(problem)`` is the identity of the structure alone;
