@@ -14,7 +14,7 @@ the last place apart. Nothing here hashes such values bit for bit:
   expressions) is hashed by it instead of its sources.
 - ``problem_probe(problem)`` records its values: q0, p0, M, period, and the
   values of its callbacks (U, grad_U, g, G, d2g, compiled callbacks) at q0 and
-  at three fixed probe points near it. Two records agree (``probe_mismatch``)
+  at three fixed probe points near it (a sparse G: its pattern and nonzeros). Two records agree (``probe_mismatch``)
   when every value is within ``PROBE_RTOL`` times the scale of its quantity
   (the largest magnitude over the probe points).
 - ``problem_fingerprint(problem)`` is the identity of the structure alone;
@@ -420,9 +420,13 @@ def _probe(problem) -> dict:
         "M": _record(None if problem.M is None else np.asarray(problem.M, dtype=float)),
         "period": _record(None if problem.period is None else [float(problem.period)]),
     }
+    sparse = getattr(problem, "sparse", None)
     for key in ("U", "grad_U", "g", "G"):
         f = getattr(problem, key)
-        out[key] = None if f is None else _record(_call(f, Q))
+        out[key] = None if f is None or (key == "G" and sparse is not None) else _record(_call(f, Q))
+    if sparse is not None:  # G by its nonzeros (pattern and values): a 1000-link chain's dense G is 2 10^6 numbers
+        out["G"] = _record(_call(sparse.values, Q))
+        out["G.pattern"] = _record(np.concatenate([sparse.rows, sparse.cols]).astype(float))
     out["d2g"] = None if problem.d2g is None else _record(_call(problem.d2g, Q, V))
     kernels = problem.kernels
     if kernels is not None:

@@ -210,7 +210,7 @@ class ZarrSink:
         try:
             for name, (dims, dtype, fill, long_name, description) in self.SPEC.items():
                 shape = tuple(size[d] for d in dims)
-                chunks = (rows[dims[0]],) + tuple(max(1, n) for n in shape[1:])
+                chunks = chunk_shape(rows[dims[0]], shape[1:])
                 attrs = {"long_name": long_name, "description": description}
                 self.writer.create(name, shape, chunks, dtype, fill, dims, attrs)
         except BaseException:  # a full disk already: close the zip here (the caller has no sink to abort)
@@ -254,6 +254,22 @@ class ZarrSink:
     def abort(self) -> None:
         """Close the unfinished zip (the caller removes it)."""
         self.writer.abort()
+
+
+#: the most bytes of one chunk of a 2-d array (float64 rows of q, p, lam, g, hc): a 1000-link chain's q
+#: (2000 values a row) is chunked over dof as well as over time, about this size
+CHUNK_BYTES = 4 * 2**20
+#: the most columns of one chunk: 4096 float64 values, 32 KiB a row
+CHUNK_COLUMNS = 4096
+
+
+def chunk_shape(rows: int, trailing: tuple) -> tuple:
+    """(rows, columns) of a chunk: at most ``rows`` rows and CHUNK_COLUMNS columns, within CHUNK_BYTES of
+    float64 (fewer rows where the columns are many); a 1-d array's chunk is ``rows`` rows."""
+    if not trailing:
+        return (rows,)
+    columns = max(1, min(int(trailing[0]), CHUNK_COLUMNS))
+    return (max(1, min(rows, CHUNK_BYTES // (8 * columns))), columns)
 
 
 def chunk_record(path: str, names) -> dict[str, dict[str, int]]:

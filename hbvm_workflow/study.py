@@ -195,7 +195,7 @@ class Study:
     expected_rates: dict
     results: str
     cfg: dict
-    #: (m, nu) of the problem
+    #: (m, nu) of the problem, the largest over the grid's instances (a grid over a chain's size)
     dims: tuple[int, int] = (0, 0)
     #: the problem built from the config (once, by expand_study); read it as ``built_problem``
     _problem: Any = field(default=None, repr=False, compare=False)
@@ -363,6 +363,12 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.2g} s"
 
 
+def _largest_dims(problems) -> tuple[int, int]:
+    """(m, nu) of the largest of ``problems`` (the instances built so far: a grid over a chain's size builds each;
+    a planned grid, whose instances differ in values only, its first)."""
+    return max(int(p.m) for p in problems), max(int(p.nu) for p in problems)
+
+
 def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
     """Check one study entry and expand it into methods, rows and jobs (see the module docstring).
 
@@ -395,7 +401,7 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
         results=results,
         cfg=cfg,
         _problem=problem,
-        dims=(int(problem.m), int(problem.nu)),
+        dims=_largest_dims([problem, *(i.built for i in instances if i.built is not None)]),
         grid=grid,
         instances=instances,
     )

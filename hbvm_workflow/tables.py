@@ -368,7 +368,8 @@ def errors_dataset(study: Study, rows: list[dict]):
     for row in rows:
         if row.get("e_g_constraint") is not None:
             at = (mi[row["method"]], hi[row["h"]], *position(row))
-            each[at] = row["e_g_constraint"]
+            g_i = np.asarray(row["e_g_constraint"], dtype=float)  # an instance with fewer constraints: NaN after
+            each[(*at, slice(0, g_i.size))] = g_i
         if row.get("reference_accuracy") is not None:
             accuracy[position(row)] = row["reference_accuracy"]
     return dense_errors_dataset(study, hs, data, flags, status, host, nval, by_h, each, accuracy)

@@ -159,11 +159,19 @@ class ZipStoreWriter:
             pad = np.full((chunk_shape[0] - block.shape[0],) + block.shape[1:], _fill_value(meta), dtype=dtype)
             block = np.concatenate([block.astype(dtype), pad])
         i = self.done[name]
-        # the trailing dimensions are one chunk each (chunk_shape = shape there)
-        key = "c/" + "/".join([str(i)] + ["0"] * (len(chunk_shape) - 1))
-        data = encode_chunk(block, dtype)
-        self._put(f"{name}/{key}", data)
-        self.sizes[name][key] = len(data)
+        # a 2-d array may be chunked over its second dimension too (storage.chunk_shape): one chunk per
+        # column block, the edge block padded with the fill value as the edge rows are
+        width = block.shape[1] if block.ndim > 1 else 1
+        step = chunk_shape[1] if len(chunk_shape) > 1 else 1
+        for j, start in enumerate(range(0, width, step)):
+            part = block[:, start : start + step] if block.ndim > 1 else block
+            if part.ndim > 1 and part.shape[1] < step:
+                pad = np.full((part.shape[0], step - part.shape[1]), _fill_value(meta), dtype=dtype)
+                part = np.concatenate([part.astype(dtype), pad], axis=1)
+            key = "c/" + "/".join([str(i), str(j)][: len(chunk_shape)])
+            data = encode_chunk(part, dtype)
+            self._put(f"{name}/{key}", data)
+            self.sizes[name][key] = len(data)
         self.done[name] = i + 1
 
     def flush(self) -> None:

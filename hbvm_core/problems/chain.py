@@ -85,8 +85,15 @@ def chain(
     theta0: float = 0.5,
     omega0: float = 0.0,
     linear_algebra: str = "auto",
+    links: int | None = None,
 ) -> Problem:
-    """A planar chain of n beads and n rods pinned at the origin (m = 2 n, nu = n)."""
+    """A planar chain of n beads and n rods pinned at the origin (m = 2 n, nu = n).
+
+    ``links`` is n by another name, the one a study's ``grid`` uses (``n`` names the step counts there)."""
+    if links is not None:
+        if n != 10 and n != links:
+            raise ConfigError(f"links = {links!r}: n = {n!r} given too; give one of them")
+        n = links
     n = _count("n", n, 1)
     length, mass = _per("length", length, n), _per("mass", mass, n)
     theta, omega = _per("theta0", theta0, n, False), _per("omega0", omega0, n, False)

@@ -9,7 +9,8 @@ K0 = d/dq [grad U + G lam0](q0) and the derivatives of G's nonzeros at q0 come f
 grad_U and of G's values along one direction per colour of the coordinates (two coordinates share a colour when
 no constraint touches both: a chain needs 4 colours whatever its length), so their cost does not grow with m;
 U's Hessian is taken to couple only coordinates that share a constraint (the chain's U is linear) -- a K0
-missing other couplings slows the iteration, the solution is the same. Each iteration factorises J by SuperLU.
+missing other couplings slows the iteration, the solution is the same. Each iteration factorises J by SuperLU, its
+column ordering (COLAMD) found once per stepper (``column_order``).
 """
 
 from __future__ import annotations
@@ -81,6 +82,22 @@ def derivatives(problem, q0: np.ndarray, lam: np.ndarray):
     return K0.tocsr(), dG
 
 
+def column_order(stepper, J) -> tuple[np.ndarray, np.ndarray]:
+    """SuperLU's COLAMD column ordering of J (column k of J to place order[k]) and its inverse (the columns of J
+    in that order), found once per stepper from its first J: J's pattern is the structure's at every step (B2),
+    so each iteration factorises J[:, gather] with the natural ordering and reads x_k = y[order[k]]."""
+    from scipy.sparse.linalg import splu
+
+    found = getattr(stepper, "blended_order", None)
+    if found is None or found[0].size != J.shape[1]:
+        try:
+            order = splu(J, permc_spec="COLAMD").perm_c
+        except RuntimeError as exc:
+            raise np.linalg.LinAlgError(str(exc)) from None
+        found = stepper.blended_order = (order, np.argsort(order))
+    return found
+
+
 def blended(stepper, q0, p0, Mp0, h, gamma, n=0, t=0.0):
     """As ``hbvm_core.blended.blended`` on the problem's sparse G: (gamma, (lam, psi_0, rho_0, Q), iterations)."""
     from scipy import sparse
@@ -115,11 +132,12 @@ def blended(stepper, q0, p0, Mp0, h, gamma, n=0, t=0.0):
              [sparse.csr_matrix((Cv.ravel(), (r21 - s * m, c21)), shape=(nu, s * m)), None]],
             format="csc",
         )  # fmt: skip
+        order, gather = column_order(stepper, J)
         try:
-            lu = splu(J, permc_spec="COLAMD")
+            lu = splu(J[:, gather], permc_spec="NATURAL")
         except RuntimeError as exc:
             raise np.linalg.LinAlgError(str(exc)) from None
-        delta = -lu.solve(np.concatenate([F1.ravel(), F2]))
+        delta = -lu.solve(np.concatenate([F1.ravel(), F2]))[order]
         new = gamma + delta[: s * m].reshape(s, m)
         d = float(np.max(np.abs(new - gamma)))
         if not np.isfinite(d):
