@@ -37,8 +37,9 @@ def errors_spec(study) -> dict:
 
 
 def problems_identity(problems: dict) -> str:
-    """The grid combinations' problems as planned (combination -> [problem, params, structure, probe])."""
-    ident = {str(c): [p["problem"], p["params"], p["structure"], p["probe"]] for c, p in sorted(problems.items())}
+    """The grid combinations' problems as planned (combination -> [problem, params, structure]); not their probes,
+    which a plan records only for the combinations a shard task checks (a Family's group: its first)."""
+    ident = {str(c): [p["problem"], p["params"], p["structure"]] for c, p in sorted(problems.items())}
     return json.dumps(ident, sort_keys=True, default=repr)
 
 

@@ -33,8 +33,10 @@ from .storage import StoreError
 _PROBLEMS: dict[str, Any] = {}
 
 
-def _problem(p: dict):
-    """A shard's problem of one grid combination, built once per worker and checked against the planned identity."""
+def _problem(p: dict, checked_in_group: bool = False):
+    """A shard's problem of one grid combination, built once per worker and checked against the planned identity
+    (``checked_in_group``: a combination of a Family's group that the plan gave no probe of, since the task checks
+    the group's first, ``Structures.first``: built, not checked again)."""
     from hbvm_core.checks import derivative_checks
     from hbvm_core.fingerprint import problem_mismatch
     from hbvm_core.problems import get_problem
@@ -45,7 +47,7 @@ def _problem(p: dict):
     if key not in _PROBLEMS:
         with derivative_checks(False):  # checked when the study was expanded
             problem = get_problem(p["problem"], **p["params"])
-        if p["structure"]:
+        if p["structure"] and not (checked_in_group and not p["probe"]):
             why = problem_mismatch(problem, p["structure"], json.loads(p["probe"]) if p["probe"] else None)
             if why is not None:
                 raise WorkerError(
@@ -87,15 +89,23 @@ class Structures:
             self._first[g] = _problem(self.problems[self.members[g][0]])
         return self._first[g]
 
-    def runs(self, g: int, combos: np.ndarray) -> tuple:
-        """(problems, params) of the runs of group ``g`` whose combinations are ``combos``."""
+    def shared(self, c: int) -> bool:
+        """Whether combination ``c``'s runs go through its group's Family: the group's first problem (checked) with
+        the combinations' params as arrays."""
         from hbvm_core.problems.family import family_of
 
-        problem = self.first(g)
-        family = family_of(problem)
+        g = self.group[int(c)]
+        family = family_of(self.first(g))
         members = self.members[g]
         keys = set(self.problems[members[0]]["params"])
-        if family is None or len(members) == 1 or not keys <= set(family.shapes):
+        return family is not None and len(members) > 1 and keys <= set(family.shapes)
+
+    def runs(self, g: int, combos: np.ndarray) -> tuple:
+        """(problems, params) of the runs of group ``g`` whose combinations are ``combos``."""
+        problem = self.first(g)
+        members = self.members[g]
+        keys = set(self.problems[members[0]]["params"])
+        if not self.shared(members[0]):
             return [_problem(self.problems[c]) for c in combos.tolist()], None
         order = {c: j for j, c in enumerate(members)}
         at = np.array([order[c] for c in combos.tolist()], dtype=np.int64)
@@ -244,7 +254,11 @@ def _partial(spec: dict, counts, t, y) -> tuple | None:
     if any(c not in spec["problems"] for c in combos):
         return None
     problems = {c: spec["problems"][c] for c in combos}
-    instances = [Instance(problems[c]["params"], functools.partial(_problem, problems[c])) for c in combos]
+    groups = Structures(spec["problems"])  # a group's first problem checked (Structures.first), as the runs were
+    instances = [
+        Instance(problems[c]["params"], functools.partial(_problem, problems[c], checked_in_group=groups.shared(c)))
+        for c in combos
+    ]
     try:
         values = partial_columns(errors, instances, at, spec["N"], spec["sample_every"], counts, t, y, spec["m"])
     except Exception:  # noqa: BLE001 - an optimisation only: the aggregation computes them and says why not
