@@ -107,14 +107,20 @@ def _parsed(data: bytes) -> tuple[str, tuple]:
             if isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
                 node.body = body[1:] or [ast.Pass()]
     found = hashlib.sha256(ast.dump(tree).encode()).hexdigest()[:16], tuple(imports)
-    try:  # a cache that cannot be written costs the parse again next time, nothing else
+    _cache_write(path, found)
+    return found
+
+
+def _cache_write(path: Path, value) -> None:
+    """``value`` as JSON at ``path`` in the digest cache, published by a rename; a cache that cannot be written
+    costs the work again next time, nothing else."""
+    try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
         with os.fdopen(fd, "w") as fh:
-            json.dump(found, fh)
+            json.dump(value, fh)
         os.replace(tmp, path)
     except OSError:
         pass
-    return found
 
 
 @functools.cache
@@ -568,13 +574,7 @@ def _numerics(package: str, sources: tuple[tuple[str, bytes | None], ...], root:
     except (OSError, ValueError):
         pass
     found = canonical_digest(dict(sources), package, root)
-    try:  # a cache that cannot be written costs the digest again next time, nothing else
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(found, fh)
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    _cache_write(path, found)
     return found
 
 
