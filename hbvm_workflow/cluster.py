@@ -343,13 +343,17 @@ def slurm_security(kw: dict, security) -> dict:
 
 
 def squeue_states(ids: list[str]) -> dict[str, str]:
-    """{job id: "STATE REASON"} of SLURM jobs as ``squeue`` gives them (a job it no longer lists: none); where
-    squeue cannot be run, {"": what went wrong}."""
+    """{job id: "STATE REASON"} of SLURM jobs as ``squeue -t all`` gives them: pending and running, and ended
+    ones while slurmctld keeps them (``MinJobAge``), e.g. "COMPLETED" or "FAILED NonZeroExitCode" (a reason of
+    "None" left out); a job it no longer lists: none; where squeue cannot be run, {"": what went wrong}."""
     if not ids:
         return {}
     try:
         out = subprocess.run(
-            ["squeue", "-h", "-j", ",".join(ids), "-o", "%i %T %r"], capture_output=True, text=True, timeout=30
+            ["squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", "%i %T %r"],
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
     except (OSError, subprocess.SubprocessError) as exc:
         return {"": f"squeue: {exc}"}
@@ -357,7 +361,7 @@ def squeue_states(ids: list[str]) -> dict[str, str]:
     for line in out.stdout.splitlines():
         job, _, state = line.strip().partition(" ")
         if job:
-            states[job] = state.strip()
+            states[job] = state.strip().removesuffix(" None")
     if not states and out.returncode and out.stderr.strip():
         states[""] = f"squeue: {out.stderr.strip().splitlines()[0]}"
     return states

@@ -429,6 +429,14 @@ def test_the_shipped_profile_spreads_a_large_summary_study_over_both_compute_hos
             assert abs(x - y) <= 10 * 2.2e-16 * 1.4e6 * abs(y) + 1e-14, (key, a, b)
 
 
+def log_tails(workdir: Path, lines: int = 15) -> str:
+    """The last lines of each worker job's log (logs/dask-slurm/*.err), for a failure message."""
+    out = []
+    for path in sorted((workdir / "logs" / "dask-slurm").glob("*.err")):
+        out += [f"== {path.name}", *path.read_text(errors="replace").splitlines()[-lines:]]
+    return "\n".join(out)
+
+
 def read_csv_rows(path: Path) -> list[dict]:
     with open(path, newline="") as fh:
         return list(csv.DictReader(fh))
@@ -485,9 +493,15 @@ def test_a_worker_job_that_cannot_start_is_named_and_min_workers_decides(tmp_pat
     """Two worker jobs, room for one: the other is named in one line with its squeue state; with min_workers 1 the
     client goes on with one worker, with min_workers 2 it stops."""
     node = lab.compute[0]
-    proc = lab.run(lab.head, sys.executable, "-c", ONE_AT_A_TIME, node, "1", cwd=tmp_path, timeout=150)
+    watch = SqueueWatch(lab)
+    watch.start()
+    try:
+        proc = lab.run(lab.head, sys.executable, "-c", ONE_AT_A_TIME, node, "1", cwd=tmp_path, timeout=150)
+    finally:
+        watch.stop()
     out = proc.stdout
-    assert "went on with 1 worker(s)" in out, out + proc.stderr
+    # on failure: what squeue showed of the two jobs and the end of each worker's log
+    assert "went on with 1 worker(s)" in out, "\n".join([out + proc.stderr, watch.report(), log_tails(tmp_path)])
     told = [line for line in out.splitlines() if line.startswith("told:")]
     assert len(told) == 1 and "1 of 2 worker jobs not started within dask.worker_timeout = 30 s" in told[0], out
     assert re.search(r"\(\d+ PENDING \w+\); 1 Dask worker\(s\) joined: going on", told[0]), told[0]

@@ -18,6 +18,7 @@ from hbvm_workflow.cluster import job_started, squeue_states, worker_shortfall
 
 JOBS = {"SLURMCluster-0": "101", "SLURMCluster-1": "102", "SLURMCluster-2": "103"}
 STATES = {"102": "PENDING Resources", "103": "PENDING BeginTime"}
+ENDED = {"104": "COMPLETED"}  # a job that ran and ended: its state, the reason "None" left out
 
 
 @pytest.fixture
@@ -26,7 +27,8 @@ def squeue(tmp_path, monkeypatch):
     script = tmp_path / "bin" / "squeue"
     script.parent.mkdir()
     script.write_text(
-        '#!/bin/sh\necho "$@" > "$(dirname "$0")/args"\nprintf "102 PENDING Resources\\n103 PENDING BeginTime\\n"\n'
+        '#!/bin/sh\necho "$@" > "$(dirname "$0")/args"\n'
+        'printf "102 PENDING Resources\\n103 PENDING BeginTime\\n104 COMPLETED None\\n"\n'
     )
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", f"{script.parent}{os.pathsep}{os.environ['PATH']}")
@@ -60,8 +62,10 @@ def test_the_jobs_not_started_are_named_and_min_workers_decides():
 
 
 def test_squeue_states_are_read_from_squeue(squeue):
-    assert squeue_states(["102", "103"]) == STATES
-    assert squeue.read_text().split() == ["-h", "-j", "102,103", "-o", "%i", "%T", "%r"]  # echo joins the words
+    assert squeue_states(["102", "103", "104"]) == STATES | ENDED
+    # -t all: an ended job is named by its state (COMPLETED, FAILED, CANCELLED), not as missing
+    args = ["-h", "-t", "all", "-j", "102,103,104", "-o", "%i", "%T", "%r"]
+    assert squeue.read_text().split() == args  # echo joins the words
     assert squeue_states([]) == {}
 
 
