@@ -93,67 +93,106 @@ class RATTLE(Method):
         return self.LOOP.runner_class()(self, problem)
 
 
+class DenseRattle:
+    """G as the (m, nu) array of ``Problem.G``, M^-1 by the problem's factor: the products and solves of one
+    RATTLE step (``sparse.rattle.SparseRattle`` is the same on G's nonzeros)."""
+
+    name = "dense"
+
+    def __init__(self, problem: Problem) -> None:
+        self.problem = problem
+
+    def G(self, Q: np.ndarray) -> np.ndarray:
+        """G at the one point Q (1, m), (m, nu)."""
+        return self.problem.G(Q)[0]
+
+    def minv(self, v: np.ndarray) -> np.ndarray:
+        return self.problem.minv(v)
+
+    def minv_G(self, G: np.ndarray) -> np.ndarray:
+        return self.problem.minv(G)
+
+    def times(self, G: np.ndarray, lam: np.ndarray) -> np.ndarray:
+        """G lam."""
+        return G @ lam
+
+    def newton(self, G1: np.ndarray, MG0: np.ndarray, r: np.ndarray, c: float) -> np.ndarray:
+        """dlam with J dlam = -r, J = -c G(q1)^T M^-1 G(q0) = d g(q1) / d lam."""
+        return solve_small(-c * (G1.T @ MG0), -r)
+
+    def velocity(self, G1: np.ndarray, MG1: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """x with G1^T M^-1 G1 x = G1^T v."""
+        return solve_small(G1.T @ MG1, G1.T @ v)
+
+
+def rattle_step(pb: Problem, rule: StoppingRule, algebra, q0, p0, h: float, lam: np.ndarray, n: int, t: float):
+    """One RATTLE step (the module's equations, nu > 0) from the multiplier guess lam, with G's products and
+    solves those of ``algebra`` (``DenseRattle`` or ``sparse.rattle.SparseRattle``); Newton on lam to the
+    round-off ``rule`` on the change of q1. Returns (dq, dp, lam, Newton iterations); ConvergenceError on
+    failure, worded as ``RATTLE_REASONS``."""
+    Q0 = q0[None, :]
+    f0 = pb.grad_U(Q0)[0]
+    G0 = algebra.G(Q0)
+    MG0 = algebra.minv_G(G0)
+    qfree = q0 + h * algebra.minv(p0 - 0.5 * h * f0)  # q1 without the constraint force
+    c = 0.5 * h * h
+    d_prev = np.inf
+    with np.errstate(all="ignore"):
+        for it in range(1, rule.max_iter + 1):
+            q1 = qfree - c * algebra.times(MG0, lam)
+            Q1 = q1[None, :]
+            r = pb.g(Q1)[0]
+            try:
+                dlam = algebra.newton(algebra.G(Q1), MG0, r, c)
+            except np.linalg.LinAlgError as exc:
+                raise ConvergenceError(n, t, float("nan"), it, f"singular Newton matrix ({exc})") from None
+            lam = lam + dlam
+            d = float(np.max(np.abs(c * algebra.times(MG0, dlam))))  # change of q1
+            if not np.isfinite(d):
+                pb.check_finite(Q1, n, t)
+                raise ConvergenceError(n, t, d, it, "non-finite Newton increment (diverged)")
+            if rule.done(d, d_prev, max(1.0, float(np.max(np.abs(q1))))):
+                break
+            d_prev = d
+        else:
+            raise ConvergenceError(n, t, d, rule.max_iter, "Newton on the position constraint did not converge")
+    q1 = qfree - c * algebra.times(MG0, lam)
+    Q1 = q1[None, :]
+    ph = p0 - 0.5 * h * (f0 + algebra.times(G0, lam))
+    p_star = ph - 0.5 * h * pb.grad_U(Q1)[0]
+    G1 = algebra.G(Q1)
+    try:
+        mu = algebra.velocity(G1, algebra.minv_G(G1), algebra.minv(p_star)) / (0.5 * h)
+    except np.linalg.LinAlgError as exc:  # the compiled loop's SINGULAR after the Newton iterations
+        raise ConvergenceError(n, t, float("nan"), it, f"singular Newton matrix ({exc})") from None
+    p1 = p_star - 0.5 * h * algebra.times(G1, mu)
+    return q1 - q0, p1 - p0, lam, it
+
+
 class RattleStepper:
-    """One RATTLE step at a time; warm-starts Newton from the previous step's lam. On the sparse path
-    (``sparse.path``) its steps are ``sparse.rattle.SparseRattle``'s; ``linear_algebra`` says which."""
+    """One RATTLE step at a time; warm-starts Newton from the previous step's lam. Its linear algebra is
+    ``DenseRattle``'s, or on the sparse path (``sparse.path``) ``sparse.rattle.SparseRattle``'s;
+    ``linear_algebra`` says which."""
 
     def __init__(self, method: RATTLE, problem: Problem):
         self.method = method
         self.problem = problem
         self.lam = np.zeros(problem.nu)
-        self.sparse = SparseRattle(problem, method.rule) if problem.nu and sparse_path(problem) else None
+        sparse = problem.nu and sparse_path(problem)
+        self.algebra = SparseRattle(problem) if sparse else DenseRattle(problem)
 
     @property
     def linear_algebra(self) -> str:
         """How the multiplier systems are solved: "sparse" or "dense"."""
-        return "dense" if self.sparse is None else "sparse"
+        return self.algebra.name
 
     def step(self, q0: np.ndarray, p0: np.ndarray, h: float, n: int = 0, t: float = 0.0):
         """Advance (q0, p0) by h; returns (dq, dp, lam, Newton iterations)."""
-        if self.sparse is not None:
-            dq, dp, self.lam, it = self.sparse.step(q0, p0, h, self.lam.copy(), n, t)
-            return dq, dp, self.lam, it
-        pb, rule = self.problem, self.method.rule
-        Q0 = q0[None, :]
-        f0 = pb.grad_U(Q0)[0]
+        pb = self.problem
         if pb.nu == 0:  # Stormer-Verlet
-            ph = p0 - 0.5 * h * f0
+            ph = p0 - 0.5 * h * pb.grad_U(q0[None, :])[0]
             q1 = q0 + h * pb.minv(ph)
             p1 = ph - 0.5 * h * pb.grad_U(q1[None, :])[0]
             return q1 - q0, p1 - p0, np.zeros(0), 1
-        G0 = pb.G(Q0)[0]  # (m, nu)
-        MG0 = pb.minv(G0)
-        qfree = q0 + h * pb.minv(p0 - 0.5 * h * f0)  # q1 without the constraint force
-        lam = self.lam.copy()
-        c = 0.5 * h * h
-        d_prev = np.inf
-        with np.errstate(all="ignore"):
-            for it in range(1, rule.max_iter + 1):
-                q1 = qfree - c * (MG0 @ lam)
-                Q1 = q1[None, :]
-                r = pb.g(Q1)[0]
-                J = -c * (pb.G(Q1)[0].T @ MG0)  # d g(q1) / d lam
-                try:
-                    dlam = solve_small(J, -r)
-                except np.linalg.LinAlgError as exc:
-                    raise ConvergenceError(n, t, float("nan"), it, f"singular Newton matrix ({exc})") from None
-                lam = lam + dlam
-                d = float(np.max(np.abs(c * (MG0 @ dlam))))  # change of q1
-                if not np.isfinite(d):
-                    pb.check_finite(Q1, n, t)
-                    raise ConvergenceError(n, t, d, it, "non-finite Newton increment (diverged)")
-                if rule.done(d, d_prev, max(1.0, float(np.max(np.abs(q1))))):
-                    break
-                d_prev = d
-            else:
-                raise ConvergenceError(n, t, d, rule.max_iter, "Newton on the position constraint did not converge")
-        q1 = qfree - c * (MG0 @ lam)
-        Q1 = q1[None, :]
-        ph = p0 - 0.5 * h * (f0 + G0 @ lam)
-        p_star = ph - 0.5 * h * pb.grad_U(Q1)[0]
-        G1 = pb.G(Q1)[0]
-        MG1 = pb.minv(G1)
-        mu = solve_small(G1.T @ MG1, G1.T @ pb.minv(p_star)) / (0.5 * h)
-        p1 = p_star - 0.5 * h * (G1 @ mu)
-        self.lam = lam
-        return q1 - q0, p1 - p0, lam, it
+        dq, dp, self.lam, it = rattle_step(pb, self.method.rule, self.algebra, q0, p0, h, self.lam.copy(), n, t)
+        return dq, dp, self.lam, it
