@@ -26,8 +26,9 @@ no Hessians. The iteration
 
     J (dgamma, dlam) = -(F1, F2),   gamma += dgamma,   lam += dlam
 
-stops by the same rule as the fixed point (solvers.StoppingRule on
-max|dgamma|). The frozen block A11 is factorised once per step; the coupling
+is iterated by the fixed point's own loop (solvers.fixed_point, the same
+stopping rule on max|dgamma|): ``newton_map`` is the map gamma -> gamma +
+dgamma. The frozen block A11 is factorised once per step; the coupling
 blocks, which cost no extra evaluations (rho is in the residual), are
 refreshed every iteration -- freezing them too (a first version) made the
 iteration slower than the fixed point at large h, because the constraint
@@ -109,18 +110,23 @@ def residual(stepper, q0, Mp0, h, gamma, lam):
     return np.concatenate([F1.ravel(), F2]), (psi[0], rho[0], Q, rho)
 
 
-def blended(stepper, q0, p0, Mp0, h, gamma, n=0, t=0.0):
-    """Solve the step by simplified Newton; returns (gamma, (lam, psi_0, rho_0, Q), iterations) like the sweep."""
+def newton_map(stepper, q0, Mp0, h, n=0, t=0.0):
+    """The iteration as the map gamma -> (gamma + dgamma, (lam, psi_0, rho_0, Q)) that ``solvers.fixed_point``
+    iterates (the fixed point's stopping rule on max|dgamma|): each call solves J (dgamma, dlam) = -(F1, F2) at
+    (gamma, lam) and carries lam + dlam to the next, lam starting from the stepper's ``blended_lam``. Returns
+    (the map, None: no terms for the rule's scale)."""
     # here: this module is imported with every compiled runner (``initial_multiplier``), which needs no scipy.linalg
     from scipy.linalg import lu_factor, lu_solve
 
-    pb, rule = stepper.problem, stepper.method.rule
+    pb = stepper.problem
     s, m = stepper.tab.s, pb.m
-    lam = getattr(stepper, "blended_lam", None)
-    lam = initial_multiplier(pb) if lam is None else lam
+    lam = initial_multiplier(pb) if stepper.blended_lam is None else stepper.blended_lam
     K0, Hg = hessians(stepper, q0, lam)
-    d_prev = np.inf
-    for it in range(1, rule.max_iter + 1):
+    it = 0
+
+    def newton(gamma):
+        nonlocal lam, it
+        it += 1
         F, (psi0, rho0, Q, rho) = residual(stepper, q0, Mp0, h, gamma, lam)
         J = newton_matrix(stepper, h, K0, Hg, gamma, rho)
         if not np.all(np.isfinite(J)):
@@ -129,15 +135,7 @@ def blended(stepper, q0, p0, Mp0, h, gamma, n=0, t=0.0):
         if np.any(np.diag(lu[0]) == 0.0):
             raise np.linalg.LinAlgError("Singular matrix")
         delta = -lu_solve(lu, F, check_finite=False)
-        new = gamma + delta[: s * m].reshape(s, m)
-        d = float(np.max(np.abs(new - gamma)))
-        if not np.isfinite(d):
-            raise ConvergenceError(n, t, d, it, "non-finite increment (diverged)")
-        scale = max(1.0, float(np.max(np.abs(new))))
-        gamma = new
         lam = lam + delta[s * m :]
-        if rule.done(d, d_prev, scale):
-            stepper.blended_lam = lam
-            return gamma, (lam, psi0, rho0, Q), it
-        d_prev = d
-    raise ConvergenceError(n, t, d, rule.max_iter, "no convergence")
+        return gamma + delta[: s * m].reshape(s, m), (lam, psi0, rho0, Q)
+
+    return newton, None

@@ -265,6 +265,7 @@ class HBVMStepper:
         self.problem = problem
         self.tab = method.tableau
         self.gamma: np.ndarray | None = None
+        self.blended_lam: np.ndarray | None = None  # the blended iteration's multiplier at the last step
         self.sparse = None
         if sparse_path(problem):
             self.sparse = SparseSweep(self.tab, problem)
@@ -303,23 +304,10 @@ class HBVMStepper:
         pb = self.problem
         Mp0 = pb.minv(p0)
         gamma = self.initial_guess(Mp0)
-
-        def F(gm):
-            return self.sweep(q0, p0, Mp0, h, gm)
-
         try:
             with np.errstate(all="ignore"):
-                if self.method.solver == "blended" and self.sparse is not None:
-                    from ..sparse.blended import blended
-
-                    gamma, aux, iters = blended(self, q0, p0, Mp0, h, gamma, n, t)
-                elif self.method.solver == "blended":
-                    from ..blended import blended
-
-                    gamma, aux, iters = blended(self, q0, p0, Mp0, h, gamma, n, t)
-                else:
-                    terms = None if self.sparse is None else self.sparse.terms
-                    gamma, aux, iters = fixed_point(F, gamma, self.method.rule, n, t, terms)
+                F, terms = self.iteration(q0, p0, Mp0, h, n, t)
+                gamma, aux, iters = fixed_point(F, gamma, self.method.rule, n, t, terms)
         except (ConvergenceError, np.linalg.LinAlgError) as exc:
             self._name_non_finite(q0, h, gamma, n, t)
             if isinstance(exc, np.linalg.LinAlgError):
@@ -327,9 +315,22 @@ class HBVMStepper:
             raise
         lam, psi0, rho0, _ = aux
         self.gamma = gamma
+        if self.method.solver == "blended":
+            self.blended_lam = lam
         dq = h * gamma[0]
         force = psi0 if pb.nu == 0 else psi0 + self.constraint_force(rho0, lam)
         return dq, -h * force, lam, iters
+
+    def iteration(self, q0, p0, Mp0, h, n: int, t: float):
+        """The map gamma -> (gamma_new, aux) that ``solvers.fixed_point`` iterates to round-off, and its terms
+        (None, or the sparse path's scales of the rule): the sweep, or the blended (simplified-Newton) step."""
+        if self.method.solver != "blended":
+            return (lambda gm: self.sweep(q0, p0, Mp0, h, gm)), (None if self.sparse is None else self.sparse.terms)
+        if self.sparse is not None:
+            from ..sparse.blended import newton_map
+        else:
+            from ..blended import newton_map
+        return newton_map(self, q0, Mp0, h, n, t)
 
     def constraint_force(self, rho0: np.ndarray, lam: np.ndarray) -> np.ndarray:
         """rho_0 lam, the constraint force of the step (p1 = p0 - h (psi_0 + rho_0 lam), docs/method.md 3)."""
