@@ -1,5 +1,6 @@
 """The sparse path (hbvm_core.sparse) on chains of beads and rods: against an independent solver in the
-link angles, H and g at round-off for 1000 links, equal to the dense path, a closed loop and a tree."""
+link angles, H and g at round-off for 1000 links, equal to the dense path (and failing as it does), a closed loop
+and a tree."""
 
 from __future__ import annotations
 
@@ -119,6 +120,19 @@ def test_sparse_path_equals_the_dense_path(factory, kw, method):
     assert np.abs(sparse.q - dense.q).max() <= 10 * EPS * scale * steps
     assert np.abs(sparse.p - dense.p).max() <= 10 * EPS * scale * steps
     assert np.abs(sparse.lam - dense.lam).max() <= 10 * EPS * scale * steps * 2 / h**2
+
+
+def test_sparse_rattle_fails_where_and_as_the_dense_rattle_fails():
+    """At h = 0.5 on unit rods Newton on the position constraint stops converging within a few steps: the sparse
+    path, the same iteration on other linear algebra, fails at the same step with the dense path's words
+    (methods/rattle.py, RATTLE_REASONS)."""
+    failures = []
+    for algebra in ("dense", "sparse"):
+        with pytest.raises(hc.ConvergenceError) as info:
+            hc.integrate(chain(n=16, theta0=0.3, linear_algebra=algebra), RATTLE(), 0.5, 10.0)
+        failures.append((info.value.step, info.value.reason))
+    assert failures[0] == failures[1]
+    assert failures[0][1] == "Newton on the position constraint did not converge"
 
 
 @pytest.mark.parametrize(
