@@ -116,9 +116,10 @@ def main(argv=None) -> None:
             problem = build(n, path)
             for name, method in METHODS.items():
                 rows.append({"method": name, "path": path, **time_case(problem, method, n, path)})
-    lo, hi = args.sizes[1], args.sizes[-1]
-    growth = {name: {key: exponent(rows, key, name, lo, hi) for key in ("cpu_ms_per_step", "cpu_us_per_sweep")}
-              for name in METHODS}  # fmt: skip
+    # the growth from the second size to the last (the first may be dense): none with fewer than three sizes
+    lo, hi = args.sizes[min(1, len(args.sizes) - 1)], args.sizes[-1]
+    keys = ("cpu_ms_per_step", "cpu_us_per_sweep")
+    growth = {} if lo == hi else {name: {key: exponent(rows, key, name, lo, hi) for key in keys} for name in METHODS}
     builds = [{"n": n, "build_s": build_time(n)} for n in args.sizes]
     memory = None if args.no_memory else peak_memory(args.sizes[-1])
     out = {"machine": machine(), "rows": rows, "growth": {"from": lo, "to": hi, **growth}, "build": builds,
