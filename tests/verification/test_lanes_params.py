@@ -221,7 +221,8 @@ def full_mass(a: float, c: float) -> np.ndarray:
 @pytest.mark.slow
 def test_full_mass_matrix_per_run_with_a_callback_called_lane_by_lane(monkeypatch):
     """Conical pendula of different gravities, each with a full M of its own, and a grad_U without a per-point
-    form (``sliced_grad_U``: called once per lane): every run is the per-run block's."""
+    form (``sliced_grad_U``: called once per lane): every run is the per-run block's, and the first and last their
+    own per-run compiled loop's (M^-1 in the lanes is ``linalg.minv`` rewritten, its triangular loops unrolled)."""
     method, N = hc.HBVM(1, 1), 30
     R = lanes.MIN_GROUP + 2
     runs = []
@@ -241,3 +242,8 @@ def test_full_mass_matrix_per_run_with_a_callback_called_lane_by_lane(monkeypatc
     )
     constants = lanes.constants_of(method.compiled_runner(runs[0]), runs[0], per_lane=True, has_m=True)
     assert constants["PARAM_CALLBACKS"] == ("grad_U",) and constants["POINT_CALLBACKS"] == ()
+    for r in (0, R - 1):
+        one = hc.integrate(runs[r], method, h[r], h[r] * N, save_every=5, backend="numba")
+        n = one.q.shape[0]
+        for key in ("q", "p"):
+            assert_close(getattr(lock, key)[r, :n], getattr(one, key), N, f"{key} of run {r}")
