@@ -77,7 +77,7 @@ import numpy as np
 from ..errors import ConfigError
 from . import lane_callbacks
 from .callbacks import CALLBACK_NAMES
-from .description import template_path
+from .description import template_path, template_source
 from .modules import by_key, generated_module, module_tag
 from .registry import LOOP_BINDING, SHARED, bound_callbacks, expand_inline, resolve_callback, timed_loops
 
@@ -320,7 +320,7 @@ def bind_point_callbacks(module: types.ModuleType, kernels, constants: dict) -> 
 def lane_source(constants: dict, tables: tuple[np.ndarray, ...]) -> str:
     """The lockstep module's source: the template with ``run_lanes`` pasted and rewritten (module docstring);
     ``tables`` are the method's Ihat, W, X, E (``TABLES``)."""
-    template = template_path("hbvm").read_text()
+    template = template_source("hbvm")
     template = template[: template.index("@njit(cache=CACHE)\ndef run_chunk(")]  # the helpers, not the loop
     shared = [path.read_text() for path in SHARED]
     driver = re.sub(r"\\\n\s*", "", LANE_DRIVER)  # the driver's calls are one line each for expand_inline
@@ -770,10 +770,11 @@ def _lane_module(constants: dict, kernels, tables: tuple[np.ndarray, ...]) -> ty
     import numba
 
     # the module is a function of what makes it (this generator, the builder of modules, registry's expansion, the
-    # template and its shared helpers, the constants, the tables, the callbacks, numba): hashed without writing the
-    # source, so that a process finds a module written before without generating it again (some 0.1 s each)
+    # template, its preamble and shared helpers, the constants, the tables, the callbacks, numba): hashed without
+    # writing the source, so that a process finds a module written before without generating it again (some 0.1 s)
     here = Path(__file__)
-    files = (here, here.with_name("modules.py"), here.with_name("registry.py"), template_path("hbvm"), *SHARED)
+    files = (here, here.with_name("modules.py"), here.with_name("registry.py"), template_path("hbvm"))
+    files += (here.with_name("description.py"), template_path("preamble"), *SHARED)
     parts = [path.read_bytes() for path in files]
     parts += [np.ascontiguousarray(table, dtype=float).tobytes() for table in tables]
     tag = module_tag("lanes", parts, numba.__version__, callbacks, constants)
