@@ -10,6 +10,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from user_problems import RODS_IN_SPACE
 
 import hbvm_core as hc
 from hbvm_core.kernels import kernel, lanes
@@ -184,20 +185,6 @@ def test_formula_problem_with_a_mass_matrix_over_its_params(monkeypatch):
             assert_close(getattr(lock, key)[r], getattr(one, key), N, f"{key} of run {r}")
 
 
-#: two masses on rods in space (m = 6, nu = 3: a 3 x 3 multiplier system), the second held in the plane y = 0;
-#: q0 with both rods along x, p0 tangent to every constraint for any l1 (a researcher's sweep over l1)
-RODS = {
-    "name": "rods_in_space",
-    "coordinates": ["x1", "y1", "z1", "x2", "y2", "z2"],
-    "params": {"m1": 1.0, "m2": 2.0, "l1": 1.0, "l2": 0.7, "grav": 9.81},
-    "mass": ["m1", "m1", "m1", "m2", "m2", "m2"],
-    "potential": "grav*(m1*z1 + m2*z2)",
-    "constraints": ["x1**2 + y1**2 + z1**2 - l1**2", "(x2 - x1)**2 + (y2 - y1)**2 + (z2 - z1)**2 - l2**2", "y2"],
-    "q0": ["l1", 0, 0, "l1 + l2", 0, 0],
-    "p0": [0, "0.5*m1", 0, 0, 0, "0.3*m2"],
-}
-
-
 @pytest.mark.slow
 def test_lanes_that_pivot_differently_in_one_block(monkeypatch):
     """A grid over l1 across l2 (0.5 to 1.5 against 0.7) with nu = 3: in one block some lanes swap rows of the
@@ -207,9 +194,11 @@ def test_lanes_that_pivot_differently_in_one_block(monkeypatch):
 
     method, N, h = hc.HBVM(4, 2), 100, 0.01
     values = {"l1": np.linspace(0.5, 1.5, 3 * lanes.LANES)}
-    lock = against_per_run_block(
-        monkeypatch, lambda: hc.integrate_ensemble(factory(RODS)(), method, h, N, params=values, sample_every=5), N
-    )
+
+    def run():
+        return hc.integrate_ensemble(factory(RODS_IN_SPACE)(), method, h, N, params=values, sample_every=5)
+
+    lock = against_per_run_block(monkeypatch, run, N)
     assert np.all(lock.status == OK)
 
 
