@@ -26,6 +26,21 @@ PENDULUM_EXPRESSIONS = {
     "p0": ["length", 0],
 }
 
+#: Two masses on rods in space as expressions (m = 6, nu = 3: a 3 x 3 multiplier system; M = diag(m1 x3, m2 x3),
+#: not the identity): m1 on a rod of length l1 from the origin, m2 on a rod l2 from m1, held in the plane y = 0. q0
+#: has both rods along x and p0 is tangent to every constraint for any l1, so a sweep over l1 has consistent
+#: initial data everywhere (a researcher's sweep: ``benchmarks.researcher_sweep`` runs the same problem).
+RODS_IN_SPACE = {
+    "name": "rods_in_space",
+    "coordinates": ["x1", "y1", "z1", "x2", "y2", "z2"],
+    "params": {"m1": 1.0, "m2": 2.0, "l1": 1.0, "l2": 0.7, "grav": 9.81},
+    "mass": ["m1", "m1", "m1", "m2", "m2", "m2"],
+    "potential": "grav*(m1*z1 + m2*z2)",
+    "constraints": ["x1**2 + y1**2 + z1**2 - l1**2", "(x2 - x1)**2 + (y2 - y1)**2 + (z2 - z1)**2 - l2**2", "y2"],
+    "q0": ["l1", 0, 0, "l1 + l2", 0, 0],
+    "p0": [0, "0.5*m1", 0, 0, 0, "0.3*m2"],
+}
+
 
 def double_pendulum(
     m1: float = 1.0, m2: float = 2.0, a: float = 0.6, b: float = -0.4, w1: float = 0.5, w2: float = 1.0

@@ -1,13 +1,14 @@
 """What a compiled loop is, declared once by the method that owns it: ``LoopDescription``.
 
 A compiled loop exists in several forms, all generated from one template ``kernels/<template>.py`` (its
-``run_chunk``): the per-run loop and the ensemble's block (``registry``), the lockstep block (``lanes``), the GPU
-kernel (``cuda``). What those generators, the Python driver (``runner``), the command line (``python -m hbvm_core
-kernels warm``) and the tests need to know of a loop is its description: the template, the callbacks its module
-binds, the roles of ``run_chunk``'s arguments that are not the same for every template, the named fields of its
-``state`` and ``info`` vectors, the failure reason of each status code, the forms it has, and the loops ``warm``
-compiles. Each method declares its own (``HBVM.LOOP``, ``PolynomialHBVM.LOOP``, ``RATTLE.LOOP``; the reference's
-``problem.REFERENCE_LOOP``); the tables of the generators are read from them.
+``run_chunk``; its imports and the names the generator binds are the templates' shared preamble,
+``kernels/preamble.py``, pasted by ``template_source``): the per-run loop and the ensemble's block (``registry``),
+the lockstep block (``lanes``), the GPU kernel (``cuda``). What those generators, the Python driver (``runner``),
+the command line (``python -m hbvm_core kernels warm``) and the tests need to know of a loop is its description: the
+template, the callbacks its module binds, the roles of ``run_chunk``'s arguments that are not the same for every
+template, the named fields of its ``state`` and ``info`` vectors, the failure reason of each status code, the forms
+it has, and the loops ``warm`` compiles. Each method declares its own (``HBVM.LOOP``, ``PolynomialHBVM.LOOP``,
+``RATTLE.LOOP``; the reference's ``problem.REFERENCE_LOOP``); the tables of the generators are read from them.
 
 The fields of ``state`` and ``info`` (``STATE``, ``INFO``) become module constants of every generated module
 (``field_source``: ``STATE_POINTS = 2``, ...), which the generated text and the driver read by name. Imports no
@@ -16,6 +17,8 @@ numba.
 
 from __future__ import annotations
 
+import ast
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +44,24 @@ DRIVERS = "hbvm_core.kernels.driver"
 def template_path(template: str) -> Path:
     """The file of a template: ``kernels/<template>.py``."""
     return Path(__file__).with_name(f"{template}.py")
+
+
+#: the line that opens a template: its preamble, which ``template_source`` pastes in its place
+PREAMBLE_LINE = re.compile(r"^from hbvm_core\.kernels\.preamble import \*.*\n", re.M)
+
+
+def template_source(template: str) -> str:
+    """The text of a template with its preamble pasted (``kernels/preamble.py``'s code, its docstring left out,
+    in the place of the line that imports it): the text every generator starts from."""
+    text = template_path(template).read_text()
+    preamble = template_path("preamble").read_text()
+    tree = ast.parse(preamble)
+    start = tree.body[0].end_lineno if ast.get_docstring(tree) is not None else 0
+    code = "".join(preamble.splitlines(keepends=True)[start:]).lstrip("\n")
+    pasted, count = PREAMBLE_LINE.subn(lambda _: code, text, count=1)
+    if count != 1:
+        raise ConfigError(f"template {template!r}: no line 'from hbvm_core.kernels.preamble import *'")
+    return pasted
 
 
 def field_constants(state: tuple[str, ...] = STATE, info: tuple[str, ...] = INFO) -> dict[str, int]:
@@ -94,6 +115,10 @@ class LoopDescription:
     def path(self) -> Path:
         """The template's file."""
         return template_path(self.template)
+
+    def source(self) -> str:
+        """The template's text with its preamble pasted (``template_source``)."""
+        return template_source(self.template)
 
     def has(self, form: str) -> bool:
         """Whether the loop has this form (``FORMS``)."""

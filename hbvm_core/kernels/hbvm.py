@@ -27,37 +27,11 @@ fixes them too, one module per HBVM(k, s): 1.0-1.7x faster depending on the
 problem and solver (measured: ``runner.specialise_ks``).
 """
 
-import numpy as np
-from numba import njit
+from hbvm_core.kernels.preamble import *  # noqa: F403 (the builder pastes kernels/preamble.py here)
 
-from hbvm_core.kernels.linalg import minv, solve_small  # noqa: F401 (pasted by the generator)
-from hbvm_core.kernels.rules import (  # noqa: F401 (pasted by the generator)
-    DIVERGED,
-    NO_CONVERGENCE,
-    NON_FINITE_STATE,
-    OK,
-    SINGULAR,
-    compensated_add,
-    converged,
-    inline_source,
-    record_failure,
-    save_rows,
-)
-
-CACHE = True  # the generator writes False for callbacks that cannot be imported by name
-# the fields of run_chunk's state and info: set by the generated module from the loop's description
-# (kernels/description.py, ``field_source``)
-STATE_N = STATE_HAVE_PREV = STATE_POINTS = STATE_STEPS = STATE_ITERATIONS = STATE_MAX_ITERATIONS = None
-STATE_COMPENSATED = INFO_STATUS = INFO_STEP = INFO_ITERATIONS = INFO_INCREMENT = None
-# Bound by the generated module: the problem's compiled callbacks, and compile-time constants (numba freezes
-# globals) -- m, nu, whether M != I, and the solver -- so the small loops unroll and unused code is pruned.
-grad_U = grad_U_original = None
-G = G_original = None
-M_SIZE = 0
-NU_SIZE = 0
+# and HBVM's own compile-time constants: k, s and the solver
 K_SIZE = 0  # > 0: k and s are compile-time constants too (else run-time: one loop for every HBVM(k, s))
 S_SIZE = 0
-HAS_M = False
 SOLVER = 0
 
 # solver and warm-start codes (the status codes of run_chunk and the stopping rule: kernels/rules.py)

@@ -47,8 +47,10 @@ its result is not kept).
 
 Where it applies (``applies``): HBVM with a constant multiplier and the
 fixed-point solver, k s m (nu + 1) at most ``LANE_WORK_MAX``. Each lane takes
-its run's own M (``HAS_M``: the run's Cholesky factor is a lane array; ``minv``
-is ``LANE_MINV``, with a shortcut where every M is diagonal) and its own params
+its run's own M (``HAS_M``: the run's Cholesky factor is a lane array;
+``linalg.minv`` rewritten as the rest, its sizes the constant L_SIZE, with the
+products with the zeros off the diagonal dropped where every M is diagonal,
+``DIAGONAL``) and its own params
 row: a module with ``LANE_PARAMS`` hands the callbacks that read params their
 per-point form (``lane_callbacks.per_point``: a params row per stage point, the
 loop over points still along the lanes), or, where a callback cannot be so
@@ -75,7 +77,7 @@ import numpy as np
 from ..errors import ConfigError
 from . import lane_callbacks
 from .callbacks import CALLBACK_NAMES
-from .description import template_path
+from .description import template_path, template_source
 from .modules import by_key, generated_module, module_tag
 from .registry import LOOP_BINDING, SHARED, bound_callbacks, expand_inline, resolve_callback, timed_loops
 
@@ -116,6 +118,10 @@ BATCH_ARRAYS = {"Q": ("K_SIZE", "M_SIZE"), "gU": ("K_SIZE", "M_SIZE"), "GQ": ("K
 #: module, which numba freezes into the compiled code, so that their entries fold into the unrolled arithmetic
 #: (and the loops over lanes read one array only, WK)
 TABLES = ("Ihat", "W", "X", "E")
+#: lane arrays that are diagonal in every lane when a constant says so: the Cholesky factor of a diagonal M
+#: (DIAG_M). Its products with the zeros off the diagonal are dropped (``LaneRewriter._unroll``): acc - 0 y is
+#: acc for finite y, so ``linalg.minv`` becomes x_a / L_aa / L_aa
+DIAGONAL = {"L": "DIAG_M"}
 #: the lane index of a lane loop
 LANE = "_ln"
 
@@ -252,30 +258,6 @@ def lane_block(q0, p0, h0, N0, every0, run, warm, rule, L_in, params, compensate
                 lam_out[src, b] = lam_prev[b] if code == OK and Nl[_ln] > 0 else np.nan
 '''
 
-#: ``linalg.minv`` for the lanes: x <- M^{-1} x with L a lane array (L_SIZE = m where M != I); the same operations
-#: in the same order, its loops of compile-time length (so the triangular ones unroll). A diagonal M (DIAG_M: every
-#: run's factor diagonal) skips the products with the zeros off the diagonal: x_a / L_aa / L_aa, as the full
-#: substitution gives for finite values (acc - 0 x_c is acc)
-LANE_MINV = '''
-@inline_source
-def minv(L, x):
-    """x <- M^{-1} x in place for a vector x: forward then back substitution with the lane's L (HAS_M only)."""
-    if DIAG_M:
-        for minv_a in range(L_SIZE):
-            x[minv_a] = (x[minv_a] / L[minv_a, minv_a]) / L[minv_a, minv_a]
-    else:
-        for minv_a in range(L_SIZE):
-            minv_acc = x[minv_a]
-            for minv_c in range(minv_a):
-                minv_acc -= L[minv_a, minv_c] * x[minv_c]
-            x[minv_a] = minv_acc / L[minv_a, minv_a]
-        for minv_a in range(L_SIZE - 1, -1, -1):
-            minv_acc = x[minv_a]
-            for minv_c in range(minv_a + 1, L_SIZE):
-                minv_acc -= L[minv_c, minv_a] * x[minv_c]
-            x[minv_a] = minv_acc / L[minv_a, minv_a]
-'''
-
 
 def applies(runner, m: int, nu: int) -> bool:
     """Whether a runner's loop has a lockstep form that pays: HBVM's constant multiplier, fixed point (any M,
@@ -338,15 +320,14 @@ def bind_point_callbacks(module: types.ModuleType, kernels, constants: dict) -> 
 def lane_source(constants: dict, tables: tuple[np.ndarray, ...]) -> str:
     """The lockstep module's source: the template with ``run_lanes`` pasted and rewritten (module docstring);
     ``tables`` are the method's Ihat, W, X, E (``TABLES``)."""
-    template = template_path("hbvm").read_text()
+    template = template_source("hbvm")
     template = template[: template.index("@njit(cache=CACHE)\ndef run_chunk(")]  # the helpers, not the loop
     shared = [path.read_text() for path in SHARED]
-    shared = [_replace_helper(text, "minv", LANE_MINV) if "\ndef minv(" in text else text for text in shared]
     driver = re.sub(r"\\\n\s*", "", LANE_DRIVER)  # the driver's calls are one line each for expand_inline
     if constants["HAS_M"]:  # M^{-1} psi_j and M^{-1} rho_j are lane arrays of their own (else psi and rho)
         driver = driver.replace("psi, rho, psi, rho,", "psi, rho, Mpsi, Mrho,")
     expanded = expand_inline(template + "\nfrom numba import prange  # noqa: E402\n" + driver, *shared)
-    tree = ast.parse(expanded)
+    tree = _LaneShapes().visit(ast.parse(expanded))
     slots = _slots(constants)
     values = dict(constants) | {"OK": 0}
     tree = LaneRewriter(slots, values).visit(tree)
@@ -354,15 +335,6 @@ def lane_source(constants: dict, tables: tuple[np.ndarray, ...]) -> str:
     total = sum(size for _, size in slots.values())
     frozen = "".join(f"TABLE_{name} = np.array({table.tolist()!r})\n" for name, table in zip(TABLES, tables))
     return ast.unparse(tree) + f"\n\nLANE_SLOTS = {total}\n" + frozen
-
-
-def _replace_helper(source: str, name: str, replacement: str) -> str:
-    """The template's source with the ``@inline_source`` helper ``name`` replaced."""
-    tree = ast.parse(source)
-    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
-    lines = source.splitlines()
-    start = min(d.lineno for d in node.decorator_list) - 1
-    return "\n".join(lines[:start] + replacement.strip("\n").splitlines() + lines[node.end_lineno :]) + "\n"
 
 
 def _slots(constants: dict) -> dict[str, tuple[int, int]]:
@@ -426,14 +398,18 @@ class LaneRewriter(ast.NodeTransformer):
 
     def _unroll(self, body: list[ast.stmt]) -> list[ast.stmt]:
         """Loops over a constant range whose body holds a loop with a range that depends on them (the triangular
-        loops of the elimination) unrolled here: LLVM unrolls the inner loops first, and could not count these."""
+        loops of the elimination) unrolled here: LLVM unrolls the inner loops first, and could not count these.
+        Where an array of ``DIAGONAL`` is diagonal, the loops that read it at their variable are unrolled too, and
+        the products with its entries off the diagonal dropped (``_off_diagonal``)."""
         out: list[ast.stmt] = []
         for stmt in body:
             if isinstance(stmt, (ast.For, ast.If, ast.While)):
                 stmt.body = self._unroll(stmt.body)
                 stmt.orelse = self._unroll(stmt.orelse)
+            if self._off_diagonal(stmt):
+                continue
             bounds = self._range(stmt) if isinstance(stmt, ast.For) else None
-            if bounds is None or not self._dependent(stmt):
+            if bounds is None or not (self._dependent(stmt) or self._reads_diagonal(stmt)):
                 out.append(stmt)
                 continue
             for value in range(*bounds):
@@ -441,6 +417,35 @@ class LaneRewriter(ast.NodeTransformer):
                     copy = _Substitute(stmt.target.id, value).visit(copy_module.deepcopy(inner))
                     out += self._unroll(self._fold([copy]))
         return out
+
+    def _diagonal(self) -> set[str]:
+        """The arrays of ``DIAGONAL`` that are diagonal in this module."""
+        return {name for name, flag in DIAGONAL.items() if self.constants.get(flag)}
+
+    def _reads_diagonal(self, loop: ast.For) -> bool:
+        """Whether ``loop`` reads a diagonal array at an index that holds its variable."""
+        diagonal, name = self._diagonal(), loop.target.id
+        return any(
+            isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Load) and getattr(n.value, "id", None) in diagonal
+            and any(isinstance(i, ast.Name) and i.id == name for i in ast.walk(n.slice))
+            for stmt in loop.body for n in ast.walk(stmt)
+        )  # fmt: skip
+
+    def _off_diagonal(self, stmt: ast.stmt) -> bool:
+        """Whether ``stmt`` is ``acc -= D[a, c] * y`` (or ``+=``, either factor) with D diagonal and the constants
+        a != c: a product with a zero, which leaves acc as it is for finite y."""
+        if not (isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, (ast.Add, ast.Sub))):
+            return False
+        product = stmt.value
+        if not (isinstance(product, ast.BinOp) and isinstance(product.op, ast.Mult)):
+            return False
+        diagonal = self._diagonal()
+        for factor in (product.left, product.right):
+            if isinstance(factor, ast.Subscript) and getattr(factor.value, "id", None) in diagonal:
+                index = factor.slice.elts if isinstance(factor.slice, ast.Tuple) else []
+                if all(isinstance(i, ast.Constant) for i in index) and len({i.value for i in index}) > 1:
+                    return True
+        return False
 
     def _range(self, loop: ast.For) -> tuple[int, ...] | None:
         """The bounds of ``for x in range(...)`` when they are compile-time constants, else None."""
@@ -693,6 +698,21 @@ def _evaluate(expr: ast.expr, constants: dict):
     return eval(compile(tree, "<lane constant>", "eval"), {"__builtins__": {}}, dict(constants))  # noqa: S307
 
 
+class _LaneShapes(ast.NodeTransformer):
+    """``X.shape[i]`` of a lane array X replaced by its size's constant (``LANE_ARRAYS``): the shared helpers'
+    sizes (``linalg.minv``'s ``L.shape[0]``) become compile-time constants, so their loops unroll."""
+
+    def visit_Subscript(self, node: ast.Subscript):
+        self.generic_visit(node)
+        shape = node.value
+        if (
+            isinstance(shape, ast.Attribute) and shape.attr == "shape" and isinstance(shape.value, ast.Name)
+            and shape.value.id in LANE_ARRAYS and isinstance(node.slice, ast.Constant)
+        ):  # fmt: skip
+            return ast.copy_location(ast.Name(LANE_ARRAYS[shape.value.id][node.slice.value], ast.Load()), node)
+        return node
+
+
 class _Substitute(ast.NodeTransformer):
     """A loop variable replaced by its value (for unrolling)."""
 
@@ -750,10 +770,11 @@ def _lane_module(constants: dict, kernels, tables: tuple[np.ndarray, ...]) -> ty
     import numba
 
     # the module is a function of what makes it (this generator, the builder of modules, registry's expansion, the
-    # template and its shared helpers, the constants, the tables, the callbacks, numba): hashed without writing the
-    # source, so that a process finds a module written before without generating it again (some 0.1 s each)
+    # template, its preamble and shared helpers, the constants, the tables, the callbacks, numba): hashed without
+    # writing the source, so that a process finds a module written before without generating it again (some 0.1 s)
     here = Path(__file__)
-    files = (here, here.with_name("modules.py"), here.with_name("registry.py"), template_path("hbvm"), *SHARED)
+    files = (here, here.with_name("modules.py"), here.with_name("registry.py"), template_path("hbvm"))
+    files += (here.with_name("description.py"), template_path("preamble"), *SHARED)
     parts = [path.read_bytes() for path in files]
     parts += [np.ascontiguousarray(table, dtype=float).tobytes() for table in tables]
     tag = module_tag("lanes", parts, numba.__version__, callbacks, constants)

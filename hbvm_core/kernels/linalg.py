@@ -5,7 +5,7 @@
 (they become the caller's locals). Imports no numba (numba compiles the pasted code).
 
 - ``minv``: x <- M^{-1} x by the lower Cholesky factor M = L L^T (``runner.cholesky_factor``; a diagonal M
-  has a diagonal factor), a no-op for the empty factor of M = I;
+  has a diagonal factor), a no-op for the empty factor of M = I (the lockstep blocks rewrite this source too);
 - ``solve_small``: b <- A^{-1} b by Gaussian elimination with partial pivoting, False when A is singular or
   not finite (as ``methods._small.solve_small`` raises for the numpy path): the one small dense solve of every
   template and form (the lockstep blocks rewrite this source, ``kernels/lanes.py``).
@@ -20,19 +20,20 @@ from .rules import inline_source
 
 @inline_source
 def minv(L, x):
-    """x <- M^{-1} x in place for a vector x: forward then back substitution with L (no-op for M = I)."""
-    minv_m = L.shape[0]
-    if minv_m > 0:
-        for minv_a in range(minv_m):
-            minv_acc = x[minv_a]
-            for minv_c in range(minv_a):
-                minv_acc -= L[minv_a, minv_c] * x[minv_c]
-            x[minv_a] = minv_acc / L[minv_a, minv_a]
-        for minv_a in range(minv_m - 1, -1, -1):
-            minv_acc = x[minv_a]
-            for minv_c in range(minv_a + 1, minv_m):
-                minv_acc -= L[minv_c, minv_a] * x[minv_c]
-            x[minv_a] = minv_acc / L[minv_a, minv_a]
+    """x <- M^{-1} x in place for a vector x: forward then back substitution with L (no-op for M = I).
+
+    Its sizes are ``L.shape[0]`` (no local), so that the lockstep form (``kernels/lanes.py``) is this same source
+    rewritten: there the size is the constant L_SIZE and the triangular loops unroll."""
+    for minv_a in range(L.shape[0]):
+        minv_acc = x[minv_a]
+        for minv_c in range(minv_a):
+            minv_acc -= L[minv_a, minv_c] * x[minv_c]
+        x[minv_a] = minv_acc / L[minv_a, minv_a]
+    for minv_a in range(L.shape[0] - 1, -1, -1):
+        minv_acc = x[minv_a]
+        for minv_c in range(minv_a + 1, L.shape[0]):
+            minv_acc -= L[minv_c, minv_a] * x[minv_c]
+        x[minv_a] = minv_acc / L[minv_a, minv_a]
 
 
 @inline_source

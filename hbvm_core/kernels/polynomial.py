@@ -17,35 +17,7 @@ M^{-1} x, the small solve) by ``registry.expand_inline``: no array crosses a
 call. Plain loops instead of numpy's matmul/solve keep the compile time to seconds.
 """
 
-import numpy as np
-from numba import njit
-
-from hbvm_core.kernels.linalg import minv, solve_small  # noqa: F401 (pasted by the generator)
-from hbvm_core.kernels.rules import (  # noqa: F401 (pasted by the generator)
-    DIVERGED,
-    NO_CONVERGENCE,
-    NON_FINITE_STATE,
-    OK,
-    SINGULAR,
-    compensated_add,
-    converged,
-    inline_source,
-    record_failure,
-    save_rows,
-)
-
-CACHE = True  # the generator writes False for callbacks that cannot be imported by name
-# the fields of run_chunk's state and info: set by the generated module from the loop's description
-# (kernels/description.py, ``field_source``)
-STATE_N = STATE_HAVE_PREV = STATE_POINTS = STATE_STEPS = STATE_ITERATIONS = STATE_MAX_ITERATIONS = None
-STATE_COMPENSATED = INFO_STATUS = INFO_STEP = INFO_ITERATIONS = INFO_INCREMENT = None
-# bound by the generated module: the problem's compiled callbacks (inlined copies, and the originals), and
-# compile-time constants (numba freezes globals): m, nu and whether M != I
-grad_U = grad_U_original = None
-G = G_original = None
-M_SIZE = 0
-NU_SIZE = 0
-HAS_M = False
+from hbvm_core.kernels.preamble import *  # noqa: F403 (the builder pastes kernels/preamble.py here)
 
 
 @inline_source

@@ -10,15 +10,10 @@ problem's compiled callbacks, with m and nu as constants; ``Problem.multiplier``
 (m, m) array, or an empty (0, 0) array for M = I.
 """
 
-import numpy as np
-from numba import njit
+from hbvm_core.kernels.preamble import *  # noqa: F403 (the builder pastes kernels/preamble.py here)
 
-CACHE = True  # the generator writes False for callbacks that cannot be imported by name
-grad_U = grad_U_original = None
-G = G_original = None
+# d2g, bound by the generated module as the other callbacks (kernels/preamble.py)
 d2g = d2g_original = None
-M_SIZE = 0
-NU_SIZE = 0
 
 
 @njit(cache=CACHE)

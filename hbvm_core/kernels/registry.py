@@ -327,9 +327,10 @@ def bound_callbacks(names, kernels: Kernels, nu: int) -> dict[str, tuple[object,
 
 
 def expanded_template(description: LoopDescription) -> str:
-    """The template's source with its helpers and the shared ones pasted (``expand_inline``), and the module
+    """The template's source (its preamble pasted, ``description.source``) with its helpers and the shared ones
+    pasted (``expand_inline``), and the module
     constants of the state and info fields (``description.field_source``): the text every form starts from."""
-    source = expand_inline(description.path.read_text(), *(path.read_text() for path in SHARED))
+    source = expand_inline(description.source(), *(path.read_text() for path in SHARED))
     return source + description.field_source()
 
 

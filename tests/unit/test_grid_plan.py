@@ -8,6 +8,7 @@ import copy
 import json
 
 import pytest
+from user_problems import RODS_IN_SPACE
 
 from hbvm_core.errors import ConfigError
 from hbvm_core.fingerprint import problem_probe, problem_structure
@@ -16,17 +17,6 @@ from hbvm_workflow.plan import read_plan, study_record, write_plan
 from hbvm_workflow.runs import run_hash
 from hbvm_workflow.study import expand_study
 
-#: a formula problem with M != I whose every length l1 gives consistent initial data (benchmarks.researcher_sweep's)
-RODS = {
-    "name": "rods_in_space",
-    "coordinates": ["x1", "y1", "z1", "x2", "y2", "z2"],
-    "params": {"m1": 1.0, "m2": 2.0, "l1": 1.0, "l2": 0.7, "grav": 9.81},
-    "mass": ["m1", "m1", "m1", "m2", "m2", "m2"],
-    "potential": "grav*(m1*z1 + m2*z2)",
-    "constraints": ["x1**2 + y1**2 + z1**2 - l1**2", "(x2 - x1)**2 + (y2 - y1)**2 + (z2 - z1)**2 - l2**2", "y2"],
-    "q0": ["l1", 0, 0, "l1 + l2", 0, 0],
-    "p0": [0, "0.5*m1", 0, 0, 0, "0.3*m2"],
-}
 #: a pendulum of length L started at x = 1 (off its circle unless L = 1), with a period (for periods: and
 #: period_divisions)
 OFF_CIRCLE = {
@@ -79,8 +69,8 @@ def both_routes(cfg: dict, tmp_path):
 
 
 CASES = {
-    "formula": sweep(RODS, {"l1": {"linspace": [0.5, 1.5, 7]}}),
-    "formula-ints": sweep(RODS, {"l1": {"arange": [1, 5, 1]}}),
+    "formula": sweep(RODS_IN_SPACE, {"l1": {"linspace": [0.5, 1.5, 7]}}),
+    "formula-ints": sweep(RODS_IN_SPACE, {"l1": {"arange": [1, 5, 1]}}),
     "conical": conical(),
     "conical-periods": conical(t_end=None, h=None, periods=2, methods=[{"k": 2, "s": 2, "period_divisions": [10, 20]}]),
     "formula-period": sweep(
@@ -123,7 +113,7 @@ def test_a_formula_grid_builds_no_problem_per_value(tmp_path, monkeypatch):
     calls = []
     build = expressions.Model.problem
     monkeypatch.setattr(expressions.Model, "problem", lambda self, **kw: calls.append(kw) or build(self, **kw))
-    planned = expand_study("s", sweep(RODS, {"l1": {"linspace": [0.5, 1.5, 1000]}}), results=str(tmp_path))
+    planned = expand_study("s", sweep(RODS_IN_SPACE, {"l1": {"linspace": [0.5, 1.5, 1000]}}), results=str(tmp_path))
     assert len(planned.jobs) == 1000 and len(calls) <= 3
 
 
@@ -159,7 +149,7 @@ def test_a_factorys_own_check_names_the_bad_instance(tmp_path):
 
 
 def test_the_plan_leaves_a_sweeps_probes_to_the_jobs_that_check_them(tmp_path):
-    cfg = {"results": str(tmp_path), "studies": {"s": sweep(RODS, {"l1": [0.6, 0.9, 1.3, 1.4]})}}
+    cfg = {"results": str(tmp_path), "studies": {"s": sweep(RODS_IN_SPACE, {"l1": [0.6, 0.9, 1.3, 1.4]})}}
     from hbvm_workflow.config import load_studies
 
     studies = load_studies(copy.deepcopy(cfg))

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import pytest
 
 from hbvm_core.__main__ import compiled_loops, loop_method, warm_tasks
 from hbvm_core.errors import ConfigError
 from hbvm_core.kernels import cuda_source
-from hbvm_core.kernels.description import INFO, STATE, LoopDescription, field_constants
+from hbvm_core.kernels.description import INFO, STATE, LoopDescription, field_constants, template_source
 from hbvm_core.kernels.driver import LoopRunner
 from hbvm_core.kernels.ensemble import block_source, chunk_parameters
 from hbvm_core.kernels.registry import expanded_template
@@ -81,3 +83,16 @@ def test_a_description_names_a_template_and_forms_that_exist():
     with pytest.raises(ConfigError, match="callbacks \\['gradU'\\]"):
         LoopDescription(template="hbvm", callbacks=("gradU",))
     assert REFERENCE_LOOP.runner is None and REFERENCE_LOOP.forms == {"functions"}
+
+
+@pytest.mark.parametrize("template", ["hbvm", "polynomial", "rattle", "reference"])
+def test_a_template_with_its_preamble_pasted_defines_every_name_it_reads(template):
+    """A template imports the shared preamble whole (kernels/preamble.py; ruff's F405 is off for the templates):
+    pasted in (``template_source``), the text holds the preamble's lines, the in-memory module's ``CACHE = True``
+    among them, and reads no name it does not define or import, by ruff's pyflakes rules on that text."""
+    pytest.importorskip("ruff")
+    source = template_source(template)
+    assert "import *" not in source and "\nCACHE = True" in source
+    args = [sys.executable, "-m", "ruff", "check", "--isolated", "--select", "F", "--stdin-filename", f"{template}.py"]
+    run = subprocess.run([*args, "-"], input=source, capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from hbvm_core.kernels.cuda_source import SCALAR_MATH, to_cuda
-from hbvm_core.kernels.description import template_path
+from hbvm_core.kernels.description import template_source
 from hbvm_core.kernels.registry import SHARED, expand_inline
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,7 +109,7 @@ def _conserves(blocks: dict, case: str) -> None:
 
 # --------------------------------------------------------------------------- the generated source (no numba.cuda)
 def _expanded(template: str) -> str:
-    return expand_inline(template_path(template).read_text(), *(path.read_text() for path in SHARED))
+    return expand_inline(template_source(template), *(path.read_text() for path in SHARED))
 
 
 @pytest.mark.parametrize("template", ("hbvm", "polynomial", "rattle"))

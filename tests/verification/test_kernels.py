@@ -356,7 +356,7 @@ def test_kernel_templates_expand_to_one_loop_with_short_functions():
     pasted = [line[4:].split("(")[0] for text in shared for line in text.splitlines() if line.startswith("def ")]
     assert {"converged", "compensated_add", "save_rows", "minv", "solve_small"} <= set(pasted)
     for loop in (HBVM.LOOP, PolynomialHBVM.LOOP, RATTLE.LOOP):  # the time loops (the reference's has none)
-        name, source = loop.template, loop.path.read_text()
+        name, source = loop.template, loop.source()
         helpers = [line[4:].split("(")[0] for line in source.splitlines() if line.startswith("def _")]
         expanded = expand_inline(source, *shared)
         code = "\n".join(line for line in expanded.splitlines() if not line.strip().startswith("#"))

@@ -145,6 +145,58 @@ def test_lane_source_rewrites_every_lane_value():
     assert "grad_U(Q, gU, P)" not in calls and "G(Q, GQ, P)" not in calls
 
 
+def lane_slots_read(source: str, name: str, constants: dict) -> set[int]:
+    """The slots of the lane array ``name`` (offsets within it) that the lockstep block reads from WK, the loops
+    over constant ranges (those that are left, the inner ones of a substitution) run through by hand."""
+    import ast
+
+    first, size = lanes._slots(constants)[name]
+    read: set[int] = set()
+
+    def walk(node: ast.AST, env: dict) -> None:
+        if isinstance(node, ast.For) and isinstance(node.target, ast.Name) and node.target.id != lanes.LANE:
+            try:
+                values = list(eval(ast.unparse(node.iter), {"range": range}, env))  # noqa: S307 - generated text
+            except NameError:  # a range of run-time values (the steps, the sweeps): binds nothing read here
+                values = None
+            if values is not None:
+                for value in values:
+                    for stmt in node.body:
+                        walk(stmt, env | {node.target.id: value})
+                return
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and getattr(node.value, "id", "") == "WK":
+            flat = node.slice  # WK[(slot) * LANES + _ln]
+            if isinstance(flat, ast.BinOp) and isinstance(flat.left, ast.BinOp):
+                try:
+                    slot = eval(ast.unparse(flat.left.left), {}, env)  # noqa: S307 - the generator's offsets
+                except NameError:
+                    slot = None
+                if isinstance(slot, int) and first <= slot < first + size:
+                    read.add(slot - first)
+        for child in ast.iter_child_nodes(node):
+            walk(child, env)
+
+    walk(ast.parse(source), dict(constants))
+    return read
+
+
+@pytest.mark.parametrize("diagonal", [False, True])
+def test_lane_inverse_is_linalg_minv_rewritten(diagonal):
+    """M^-1 in the lanes is ``linalg.minv`` rewritten (its sizes L.shape[0] the constant L_SIZE): for a full M the
+    block reads the m (m + 1) / 2 entries of the lower factor L (forward with L, back with L^T), for a diagonal M
+    only the m on its diagonal (the products with its zeros dropped); no shape of a lane array is left."""
+    from hbvm_core.kernels.driver import constant_tables
+
+    m = 3
+    constants = {"M_SIZE": m, "NU_SIZE": 1, "HAS_M": True, "DIAG_M": diagonal, "L_SIZE": m, "SOLVER": 0,
+                 "K_SIZE": 2, "S_SIZE": 2, "LANES": lanes.LANES, "LANE_PARAMS": False, "POINT_CALLBACKS": (),
+                 "PARAM_CALLBACKS": ()}  # fmt: skip
+    source = lanes.lane_source(constants, constant_tables(2, 2))
+    assert ".shape" not in source.split("def lane_block", 1)[1].split("for n in range(nmax)", 1)[1]
+    lower, on_diagonal = {a * m + c for a in range(m) for c in range(a + 1)}, {a * m + a for a in range(m)}
+    assert lane_slots_read(source, "L", constants) == (on_diagonal if diagonal else lower)
+
+
 @pytest.mark.slow
 def test_lockstep_three_constraints(monkeypatch):
     """The tethered satellites (m = 9, nu = 3: the multiplier system solved with its row swaps as selects) in

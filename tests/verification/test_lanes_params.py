@@ -10,6 +10,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from user_problems import RODS_IN_SPACE
 
 import hbvm_core as hc
 from hbvm_core.kernels import kernel, lanes
@@ -184,20 +185,6 @@ def test_formula_problem_with_a_mass_matrix_over_its_params(monkeypatch):
             assert_close(getattr(lock, key)[r], getattr(one, key), N, f"{key} of run {r}")
 
 
-#: two masses on rods in space (m = 6, nu = 3: a 3 x 3 multiplier system), the second held in the plane y = 0;
-#: q0 with both rods along x, p0 tangent to every constraint for any l1 (a researcher's sweep over l1)
-RODS = {
-    "name": "rods_in_space",
-    "coordinates": ["x1", "y1", "z1", "x2", "y2", "z2"],
-    "params": {"m1": 1.0, "m2": 2.0, "l1": 1.0, "l2": 0.7, "grav": 9.81},
-    "mass": ["m1", "m1", "m1", "m2", "m2", "m2"],
-    "potential": "grav*(m1*z1 + m2*z2)",
-    "constraints": ["x1**2 + y1**2 + z1**2 - l1**2", "(x2 - x1)**2 + (y2 - y1)**2 + (z2 - z1)**2 - l2**2", "y2"],
-    "q0": ["l1", 0, 0, "l1 + l2", 0, 0],
-    "p0": [0, "0.5*m1", 0, 0, 0, "0.3*m2"],
-}
-
-
 @pytest.mark.slow
 def test_lanes_that_pivot_differently_in_one_block(monkeypatch):
     """A grid over l1 across l2 (0.5 to 1.5 against 0.7) with nu = 3: in one block some lanes swap rows of the
@@ -207,9 +194,11 @@ def test_lanes_that_pivot_differently_in_one_block(monkeypatch):
 
     method, N, h = hc.HBVM(4, 2), 100, 0.01
     values = {"l1": np.linspace(0.5, 1.5, 3 * lanes.LANES)}
-    lock = against_per_run_block(
-        monkeypatch, lambda: hc.integrate_ensemble(factory(RODS)(), method, h, N, params=values, sample_every=5), N
-    )
+
+    def run():
+        return hc.integrate_ensemble(factory(RODS_IN_SPACE)(), method, h, N, params=values, sample_every=5)
+
+    lock = against_per_run_block(monkeypatch, run, N)
     assert np.all(lock.status == OK)
 
 
@@ -221,7 +210,8 @@ def full_mass(a: float, c: float) -> np.ndarray:
 @pytest.mark.slow
 def test_full_mass_matrix_per_run_with_a_callback_called_lane_by_lane(monkeypatch):
     """Conical pendula of different gravities, each with a full M of its own, and a grad_U without a per-point
-    form (``sliced_grad_U``: called once per lane): every run is the per-run block's."""
+    form (``sliced_grad_U``: called once per lane): every run is the per-run block's, and the first and last their
+    own per-run compiled loop's (M^-1 in the lanes is ``linalg.minv`` rewritten, its triangular loops unrolled)."""
     method, N = hc.HBVM(1, 1), 30
     R = lanes.MIN_GROUP + 2
     runs = []
@@ -241,3 +231,8 @@ def test_full_mass_matrix_per_run_with_a_callback_called_lane_by_lane(monkeypatc
     )
     constants = lanes.constants_of(method.compiled_runner(runs[0]), runs[0], per_lane=True, has_m=True)
     assert constants["PARAM_CALLBACKS"] == ("grad_U",) and constants["POINT_CALLBACKS"] == ()
+    for r in (0, R - 1):
+        one = hc.integrate(runs[r], method, h[r], h[r] * N, save_every=5, backend="numba")
+        n = one.q.shape[0]
+        for key in ("q", "p"):
+            assert_close(getattr(lock, key)[r, :n], getattr(one, key), N, f"{key} of run {r}")
