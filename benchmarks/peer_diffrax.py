@@ -151,6 +151,7 @@ class Hbvm:
         last = res.n_saved - 1
         out = summary(family, res.q[np.arange(R), last], res.p[np.arange(R), last])
         out["H_error_hbvm"] = float(np.max(res.H_error))  # the library's own, over the same two points
+        out["sweeps_per_step"] = float(np.sum(res.iterations) / np.sum(res.steps))
         return out
 
     def search(self, family: dict, small: dict, target: float) -> dict:
@@ -356,7 +357,8 @@ def show(r: dict) -> None:
     h = r["hbvm"]
     print(
         f"{r['family']} R={r['runs']} target {r['target']:.0e} (load {r['load']}):\n"
-        f"  hbvm {h['method']} N={h['N']}: cpu {h['cpu_s']:.3f} s, wall {h['wall_s']:.3f} s; error {h['error']:.2e}, "
+        f"  hbvm {h['method']} N={h['N']} ({h['sweeps_per_step']:.1f} sweeps/step): cpu {h['cpu_s']:.3f} s, "
+        f"wall {h['wall_s']:.3f} s; error {h['error']:.2e}, "
         f"|H-H0| {h['H_error']:.1e}, |g| {h['g_error']:.1e}; first call {h['first_call_s']:.1f} s [{r['hbvm_note']}]",
         flush=True,
     )
