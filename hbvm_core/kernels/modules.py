@@ -31,6 +31,7 @@ import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from .fold import fold_constants
 
 #: tag -> generated module, every form's (the tags differ by prefix and content)
 _MODULES: dict[str, types.ModuleType] = {}
@@ -136,11 +137,12 @@ def generated_module(
         if text is None and path.exists():
             module = import_generated(stem, name, path.read_text())
         else:
-            text = source() if text is None else text
+            text = fold_constants(source() if text is None else text, constants)
             module = import_generated(stem, name, _with_footer(text, callbacks, constants, binding, origin))
     else:
         module = types.ModuleType(name)
-        code = (source() if text is None else text).replace("\nCACHE = True", "\nCACHE = False", 1)
+        code = fold_constants(source() if text is None else text, constants)
+        code = code.replace("\nCACHE = True", "\nCACHE = False", 1)
         exec(compile(code, f"<hbvm kernel {tag}>", "exec"), module.__dict__)  # noqa: S102
         bind = binding.resolve()
         for key, (f, _) in callbacks.items():
