@@ -443,7 +443,7 @@ def lane_groups(runner, inputs: dict) -> list[np.ndarray]:
 
 def lane_blocks(runs: np.ndarray, params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``runs`` (ordered by ``lane_groups``) in blocks of LANES lanes, parted into the blocks whose runs share one
-    params row and those whose lanes differ: (shared, per_lane), each the rows of ``lanes.run_lanes`` (whole
+    params row and those whose lanes differ: (shared, per_lane), each the rows of ``lanes.run_lanes_numba`` (whole
     blocks, a block's empty lanes -1)."""
     from .kernels.lanes import LANES, lane_rows
 

@@ -438,7 +438,7 @@ def block_cached(method, problem) -> bool | None:
         loops = [runner.module.run_block]
         if lanes.applies(runner, problem.m, problem.nu):  # the lockstep block's module too (kernels/lanes.py)
             module = lanes.lane_module(problem, runner)
-            loops += [module.run_lanes, module.lane_block]
+            loops += [module.lane_block]
         return all(bool(loop._cache._cache_file._load_index()) for loop in loops)
     except Exception:  # noqa: BLE001 - no cache to read: the caller falls back to the scalar loop's marker
         return None

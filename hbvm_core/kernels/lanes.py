@@ -70,6 +70,7 @@ import contextlib
 import copy as copy_module
 import re
 import types
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -131,25 +132,14 @@ LANE = "_ln"
 #: vectorise: the loads and the saved points), ``batch_views()`` binds the callbacks' arrays Q, gU, GQ to their
 #: views of WK; a line ending in a backslash goes on in the next (one line a call, for ``expand_inline``)
 LANE_DRIVER = '''
-@njit(parallel=True, cache=CACHE)
-def run_lanes(q0, p0, h0, N0, every0, rows, warm, rule, L_in, params, compensated,
-              status_out, fail_step, steps, iterations, max_iterations, n_saved, t, q_out, p_out, lam_out):
-    """The runs rows[b LANES:(b + 1) LANES] of each block b in lockstep, one per lane (kernels/lanes.py); a row
-    of -1 is an empty lane. L_in [R, m, m] (each run's Cholesky factor of M; [R, 0, 0] for M = I) and params
-    [R, P] are the runs' own rows. Outputs at each run's own row, as ``run_block`` writes them. (The blocks are
-    handed to threads here; each is its own compiled call, which LLVM vectorises as a function of its own.)"""
-    for blk in prange(rows.shape[0] // LANES):
-        lane_block(q0, p0, h0, N0, every0, rows[blk * LANES : (blk + 1) * LANES], warm, rule, L_in, params,
-                   compensated, status_out, fail_step, steps, iterations, max_iterations, n_saved, t, q_out, p_out,
-                   lam_out)
-
-
-@njit(cache=CACHE, error_model="numpy")
+@njit(cache=CACHE, error_model="numpy", nogil=True)
 def lane_block(q0, p0, h0, N0, every0, run, warm, rule, L_in, params, compensated,
                status_out, fail_step, steps, iterations, max_iterations, n_saved, t, q_out, p_out, lam_out):
-    """One block of LANES runs in lockstep (``run``: their rows, -1 for an empty lane). P: the first run's params
-    row (the callbacks' where the lanes share it); PL [LANES, P]: each lane's, PP [K LANES, P]: each stage
-    point's (Fortran-ordered, as Q), where they differ (LANE_PARAMS)."""
+    """One block of LANES runs in lockstep (``run``: their rows, -1 for an empty lane; ``run_lanes_numba`` hands
+    the blocks to threads). L_in [R, m, m] (each run's Cholesky factor of M; [R, 0, 0] for M = I) and params
+    [R, P] are the runs' own rows; outputs at each run's own row, as ``run_block`` writes them. P: the first
+    run's params row (the callbacks' where the lanes share it); PL [LANES, P]: each lane's, PP [K LANES, P]: each
+    stage point's (Fortran-ordered, as Q), where they differ (LANE_PARAMS)."""
     rtol, stall, max_iter = rule[0], rule[1], int(rule[2])
     WK = np.zeros(LANE_SLOTS * LANES)
     batch_views()
@@ -326,7 +316,7 @@ def lane_source(constants: dict, tables: tuple[np.ndarray, ...]) -> str:
     driver = re.sub(r"\\\n\s*", "", LANE_DRIVER)  # the driver's calls are one line each for expand_inline
     if constants["HAS_M"]:  # M^{-1} psi_j and M^{-1} rho_j are lane arrays of their own (else psi and rho)
         driver = driver.replace("psi, rho, psi, rho,", "psi, rho, Mpsi, Mrho,")
-    expanded = expand_inline(template + "\nfrom numba import prange  # noqa: E402\n" + driver, *shared)
+    expanded = expand_inline(template + "\n" + driver, *shared)
     tree = _LaneShapes().visit(ast.parse(expanded))
     slots = _slots(constants)
     values = dict(constants) | {"OK": 0}
@@ -825,7 +815,7 @@ def run_lanes_numba(runner, module, inputs: dict, runs: np.ndarray, out: dict) -
     if getattr(module, "_hbvm_unavailable", None):
         raise LockstepUnavailable(module._hbvm_unavailable)
     rows = lane_rows(runs)
-    if module.run_lanes.signatures:
+    if module.lane_block.signatures:
         _call(module, runner, inputs, rows, out)
         return
     try:
@@ -839,10 +829,29 @@ def run_lanes_numba(runner, module, inputs: dict, runs: np.ndarray, out: dict) -
 
 
 def _call(module, runner, inputs: dict, rows: np.ndarray, out: dict) -> None:
-    module.run_lanes(
-        inputs["q0"], inputs["p0"], inputs["h"], inputs["N"], inputs["sample_every"], rows, runner.warm,
-        runner.rule, np.ascontiguousarray(inputs["L"]), np.ascontiguousarray(inputs["params"]),
+    """``lane_block`` on each block of ``rows``: the first here (it compiles, or loads, the block), the others
+    handed one at a time to ``numba.get_num_threads()`` threads (the block releases the GIL). A ``prange`` over
+    the blocks in a compiled wrapper would have LLVM optimise the block's code a second time inside the wrapper:
+    some 40% of the module's compile time."""
+    import numba
+
+    head = (inputs["q0"], inputs["p0"], inputs["h"], inputs["N"], inputs["sample_every"])
+    tail = (
+        runner.warm, runner.rule, np.ascontiguousarray(inputs["L"]), np.ascontiguousarray(inputs["params"]),
         bool(inputs["compensated"]),
         out["status"], out["fail_step"], out["steps"], out["iterations"], out["max_iterations"], out["n_saved"],
         out["t"], out["q"], out["p"], out["lam"],
     )  # fmt: skip
+
+    def block(b: int) -> None:
+        module.lane_block(*head, rows[b * LANES : (b + 1) * LANES], *tail)
+
+    blocks = rows.size // LANES
+    block(0)
+    threads = min(numba.get_num_threads(), blocks - 1)
+    if threads > 1:
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            list(pool.map(block, range(1, blocks)))  # raises the first block's error, if any
+    else:
+        for b in range(1, blocks):
+            block(b)

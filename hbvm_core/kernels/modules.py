@@ -31,6 +31,7 @@ import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
 from .fold import fold_constants
 
 #: tag -> generated module, every form's (the tags differ by prefix and content)

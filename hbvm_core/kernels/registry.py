@@ -24,7 +24,7 @@ numba and Python versions and numba's cache directory: ``is_compiled`` reads
 it, so telling a cold loop from a cached one needs no numba internals.
 
 Every generated module's loops (``LOOPS``) time their compilation: the first call of ``run_chunk``,
-``run_block``, ``run_lanes`` (or the reference's ``rhs``, ``multiplier``) for a signature appends a
+``run_block``, ``lane_block`` (or the reference's ``rhs``, ``multiplier``) for a signature appends a
 ``LoopTime`` to ``LOOP_TIMES`` -- the module, the loop, the seconds, and whether numba loaded it from its disk
 cache -- which the workflow reads and logs (``loop_times``).
 
@@ -70,7 +70,7 @@ _COMPILED: dict[object, object] = {}  # plain function marked by ``kernel`` -> i
 LOOPS = {
     "run_chunk": "per-run loop",
     "run_block": "ensemble block",
-    "run_lanes": "lockstep block",
+    "lane_block": "lockstep block",
     "rhs": "reference right-hand side",
     "multiplier": "reference multiplier",
 }
