@@ -52,10 +52,11 @@ CBRT_EPS = float(np.finfo(float).eps) ** (1.0 / 3.0)
 
 
 def initial_multiplier(problem) -> np.ndarray:
-    """lam0 of the first step: lambda(q0, p0) (docs/method.md 1) when the problem has d2g, else zeros."""
+    """lam0 of the first step: lambda(q0, p0) (docs/method.md 1) when the problem has d2g, else zeros; by numpy's
+    callbacks (one point: no compiled reference module for it)."""
     if problem.nu == 0 or problem.d2g is None:
         return np.zeros(problem.nu)
-    return problem.multiplier(problem.q0[None, :], problem.p0[None, :])[0]
+    return problem.multiplier(problem.q0[None, :], problem.p0[None, :], compiled=False)[0]
 
 
 def hessians(stepper, q0: np.ndarray, lam: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:

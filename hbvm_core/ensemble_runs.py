@@ -128,7 +128,7 @@ class Instances:
 
         def one(pb, r):
             n = q[r].shape[0]
-            return pb.multiplier(q[r], p[r]) if pb.d2g is not None else np.zeros((n, nu))
+            return pb.multiplier(q[r], p[r], compiled=False) if pb.d2g is not None else np.zeros((n, nu))
 
         return self._each(runs, one, (q.shape[0], nu))
 

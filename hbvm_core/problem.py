@@ -323,11 +323,15 @@ class Problem:
             self._reference = (module, np.ascontiguousarray(minv), np.array(k.params, dtype=float))
         return self._reference
 
-    def multiplier(self, q: Array, p: Array) -> Array:
-        """lambda(q, p) = [G^T M^{-1} G]^{-1} [d2g(v, v) - G^T M^{-1} grad U], v = M^{-1} p (docs/method.md 1)."""
+    def multiplier(self, q: Array, p: Array, compiled: bool = True) -> Array:
+        """lambda(q, p) = [G^T M^{-1} G]^{-1} [d2g(v, v) - G^T M^{-1} grad U], v = M^{-1} p (docs/method.md 1).
+
+        ``compiled``: by the compiled reference module where the problem has one (compiled on first use); False
+        for a few points, where numpy's callbacks cost less than a compile (the compiled module where they lack
+        d2g)."""
         if self.nu == 0:
             return np.zeros((q.shape[0], 0))
-        compiled = self.compiled_reference()
+        compiled = self.compiled_reference() if compiled or self.d2g is None else None
         if compiled is not None:
             module, minv, params = compiled
             out = np.empty((q.shape[0], self.nu))
