@@ -339,6 +339,7 @@ def warm_up(specs: list[dict], processes: int = 1, tell=None) -> int:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
+    from hbvm_core.kernels.lanes import LANES
     from hbvm_core.methods import method_label
     from hbvm_core.problems import problem_name
 
@@ -347,6 +348,7 @@ def warm_up(specs: list[dict], processes: int = 1, tell=None) -> int:
     loops: dict[str, tuple] = {}
     for spec in specs:
         compute = np.asarray(spec["compute"], dtype=np.int64)
+        groups = Structures(spec["problems"])
         for i, c in set(zip(spec["scheme"][compute].tolist(), spec["combo"][compute].tolist())):
             problem = spec["problems"][c]
             pkey = entry_key(problem)  # one problem built per problem entry, not per grid value
@@ -356,36 +358,45 @@ def warm_up(specs: list[dict], processes: int = 1, tell=None) -> int:
                 except Exception:  # noqa: BLE001 - the shard task reports it
                     loops[pkey] = (pkey,)
             key = json.dumps([spec["methods"][i]["entry"], repr(loops[pkey])], sort_keys=True)
-            distinct.setdefault(key, (spec["methods"][i], problem, float(spec["h"][0])))
+            if key not in distinct:
+                # the shard's own road: the first combinations of c's group (its params as arrays, as the shard
+                # task gives them), enough runs for a lockstep block
+                members = groups.members[groups.group[int(c)]][:LANES]
+                problems = {m: spec["problems"][m] for m in members}
+                distinct[key] = (spec["methods"][i], problems, float(spec["h"][0]))
             studies.setdefault(key, set()).add(spec["study"])
     if not distinct:
         return 0
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=max(1, min(processes, len(distinct))), mp_context=ctx) as pool:
         times = list(pool.map(_warm_one, distinct.values()))
-    for key, (meth, problem, _), loops in zip(distinct, distinct.values(), times):
+    for key, (meth, problems, _), loops in zip(distinct, distinct.values(), times):
         for loop in loops if tell is not None else ():
-            name = f"{problem_name(problem['problem'])}, {method_label(meth['entry'])}"
+            name = f"{problem_name(next(iter(problems.values()))['problem'])}, {method_label(meth['entry'])}"
             tell(studies[key], f"{name}: {loop.phrase()}")
     return len(distinct)
 
 
 def _warm_one(item: tuple) -> list:
-    """One ensemble of ``MIN_GROUP`` one-step runs of (method, problem, h); returns the loops it compiled or loaded
-    (``registry.LoopTime``)."""
+    """One-step runs of (method, a group's first combinations, h) by the shard task's road (``Structures.runs``:
+    the group's params as arrays where it has a Family), at least ``MIN_GROUP`` of them, so that the loop the shard
+    tasks will take (a lockstep block with a params row per lane, or the per-run block) is the one compiled here;
+    returns the loops it compiled or loaded (``registry.LoopTime``)."""
     from hbvm_core import integrate_ensemble
     from hbvm_core.kernels import registry
     from hbvm_core.kernels.lanes import MIN_GROUP
     from hbvm_core.methods import load_method_modules, method_from_entry
 
-    meth, problem, h = item
+    meth, problems, h = item
     since = len(registry.LOOP_TIMES)
     try:
         if meth["module"]:
             load_method_modules([meth["module"]])
-        # as many runs as a lockstep block takes (kernels/lanes.py), so that its module is compiled here too
-        runs = np.full(MIN_GROUP, h)
-        integrate_ensemble([_problem(problem)], method_from_entry(meth["entry"]), runs, 1, backend="numba")
+        groups = Structures(problems)
+        combos = np.resize(np.asarray(groups.members[0], dtype=np.int64), max(MIN_GROUP, len(groups.members[0])))
+        runs, params = groups.runs(0, combos)
+        h_runs = np.full(combos.size, h)
+        integrate_ensemble(runs, method_from_entry(meth["entry"]), h_runs, 1, params=params, backend="numba")
     except Exception:  # noqa: BLE001 - the shard task reports it
         pass
     return registry.loop_times(since)
