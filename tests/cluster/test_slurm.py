@@ -150,7 +150,7 @@ def assert_same_errors(path: Path, reference: Path) -> None:
 
 
 SQUEUE_FIELDS = {"id": "%i", "name": "%j", "state": "%T", "cpus": "%C", "mem": "%m", "time": "%l", "comment": "%k"}
-SQUEUE_FIELDS |= {"nodes": "%N"}
+SQUEUE_FIELDS |= {"nodes": "%N", "workdir": "%Z"}
 
 
 def squeue_jobs(lab: Lab, *args: str) -> list[dict]:
@@ -161,11 +161,13 @@ def squeue_jobs(lab: Lab, *args: str) -> list[dict]:
 
 
 class SqueueWatch(threading.Thread):
-    """Polls squeue every 0.3 s: every (job, state, ...) it saw, with the first time, for the jobs started meanwhile."""
+    """Polls squeue every 0.3 s: every (job, state, ...) it saw, with the first time, for the jobs started meanwhile
+    from ``workdir`` (their working directory: this test's, so that a test sees and cancels its own jobs only)."""
 
-    def __init__(self, lab: Lab) -> None:
+    def __init__(self, lab: Lab, workdir: Path) -> None:
         super().__init__(daemon=True)
         self.lab = lab
+        self.workdir = Path(workdir).resolve()
         self.before = {j["id"] for j in squeue_jobs(lab)}
         self.seen: dict[tuple, float] = {}
         self.t0 = time.monotonic()
@@ -178,7 +180,7 @@ class SqueueWatch(threading.Thread):
             except (OSError, subprocess.SubprocessError):
                 jobs = []
             for j in jobs:
-                if j["id"] not in self.before:
+                if j["id"] not in self.before and Path(j["workdir"]).resolve().is_relative_to(self.workdir):
                     self.seen.setdefault(tuple(j.values()), time.monotonic() - self.t0)
             self.halt.wait(0.3)
 
@@ -199,7 +201,7 @@ class SqueueWatch(threading.Thread):
     def report(self) -> str:
         lines = ["  t/s  JOBID NAME                 STATE       CPUS MIN_MEMORY TIME_LIMIT NODES  COMMENT"]
         for key, t in sorted(self.seen.items(), key=lambda kv: kv[1]):
-            i, name, state, cpus, mem, limit, comment, nodes = key
+            i, name, state, cpus, mem, limit, comment, nodes, _ = key
             lines.append(
                 f"{t:5.1f} {i:>6} {name[:20]:20} {state:11} {cpus:>4} {mem:>10} {limit:>10} {nodes:6} {comment}"
             )
@@ -250,7 +252,7 @@ def test_the_shipped_profile_spreads_the_studies_over_the_compute_hosts(
     again on its compute host: it reads the plan of the head's parse, which alone expanded the config."""
     write_config(tmp_path, STUDIES, resources=RESOURCES, dask={"n_workers": WORKERS})
     trace = traced(tmp_path, monkeypatch)
-    watch = SqueueWatch(lab)
+    watch = SqueueWatch(lab, tmp_path)
     watch.start()
     t0 = time.monotonic()
     try:
@@ -312,7 +314,7 @@ def test_dask_workers_run_as_slurm_jobs_on_both_compute_hosts(tmp_path, lab, loc
         "worker_timeout": 120,
     }
     write_config(tmp_path, dask=dask)
-    watch = SqueueWatch(lab)
+    watch = SqueueWatch(lab, tmp_path)
     watch.start()
     t0 = time.monotonic()
     try:
@@ -388,7 +390,7 @@ def test_the_shipped_profile_spreads_a_large_summary_study_over_both_compute_hos
     snakemake_here(local, "--cores", "2")
     spread = tmp_path / "spread"
     write_config(spread, {"sw": SWEEP}, **config)
-    watch = SqueueWatch(lab)
+    watch = SqueueWatch(lab, tmp_path)
     watch.start()
     t0 = time.monotonic()
     try:
@@ -493,7 +495,7 @@ def test_a_worker_job_that_cannot_start_is_named_and_min_workers_decides(tmp_pat
     """Two worker jobs, room for one: the other is named in one line with its squeue state; with min_workers 1 the
     client goes on with one worker, with min_workers 2 it stops."""
     node = lab.compute[0]
-    watch = SqueueWatch(lab)
+    watch = SqueueWatch(lab, tmp_path)
     watch.start()
     try:
         proc = lab.run(lab.head, sys.executable, "-c", ONE_AT_A_TIME, node, "1", cwd=tmp_path, timeout=150)
