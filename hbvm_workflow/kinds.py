@@ -4,7 +4,7 @@ Snakemake rules (``workflow/rules/common.smk``: a study's targets).
 
 A study of any kind is solved by the rule ``solve`` and aggregated by the rule ``aggregate`` (a study with
 ``save: summary``: both by one job of the rule ``solve_summary``, ``summary_job``): errors.csv, and its figure
-``<study>.png``/``.pdf`` by ``figures.study_plot`` from its ``plot`` key; the files a kind adds are written by
+``<study>.png``/``.pdf`` by ``plot_dispatch.study_plot`` from its ``plot`` key; the files a kind adds are written by
 rules of their own (``workflow/rules/beyond.smk``: ``<kind>.md``, ``<kind>.csv``).
 """
 

@@ -106,8 +106,8 @@ def study_status(study) -> dict[str, int]:
 
 def studies(config: dict) -> list[str]:
     """One line per study of the config: name, kind, problem, runs and their status."""
-    from .config import load_studies
-    from .jobs import plural
+    from .loading import load_studies
+    from .script_support import plural
 
     lines = []
     for name, study in load_studies(config).items():

@@ -565,7 +565,7 @@ def _recorded(jobs):
 
 
 def _study_entry(where: str, cfg: dict) -> dict:
-    """The study entry with the schema's defaults (``config.defaults``) and its kind, plot and chunk checked."""
+    """The study entry with the schema's defaults (``schema.defaults``) and its kind, plot and chunk checked."""
     kind = cfg.get("kind", "convergence")
     cfg = {**defaults("study"), "plot": KINDS[kind].plots[0] if kind in KINDS else "convergence", **cfg}
     if cfg["kind"] not in KINDS:

@@ -24,7 +24,7 @@ from matplotlib.legend import Legend  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
 from hbvm_workflow import beyond, kinds, plots, printed  # noqa: E402
-from hbvm_workflow.config import load_studies  # noqa: E402
+from hbvm_workflow.loading import load_studies  # noqa: E402
 from hbvm_workflow.study import expand_study  # noqa: E402
 from hbvm_workflow.tables import errors_dataset, study_rows  # noqa: E402
 from hbvm_workflow.worker import solve_job  # noqa: E402

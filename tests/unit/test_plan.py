@@ -14,8 +14,8 @@ from user_problems import PENDULUM_EXPRESSIONS
 import hbvm_core.fingerprint as fp
 from hbvm_core.errors import HBVMError
 from hbvm_workflow import plan
-from hbvm_workflow.config import load_studies
 from hbvm_workflow.layout import plan_path
+from hbvm_workflow.loading import load_studies
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ import yaml
 
 from hbvm_core.errors import ConfigError
 from hbvm_core.problems.spherical import PERIOD
-from hbvm_workflow.config import SCHEMA, load_studies, validate_config
+from hbvm_workflow.loading import SCHEMA, load_studies, validate_config
 from hbvm_workflow.study import expand_study, method_label, step_sizes
 
 ROOT = Path(__file__).resolve().parents[2]

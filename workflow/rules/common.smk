@@ -18,7 +18,7 @@ from snakemake.logging import logger
 from hbvm_core.errors import ConfigError
 from hbvm_workflow import layout
 from hbvm_workflow.cluster import study_spreads
-from hbvm_workflow.config import load_studies
+from hbvm_workflow.loading import load_studies
 from hbvm_workflow.kinds import KINDS as STUDY_KINDS
 from hbvm_workflow.plan import planned_studies, write_plan
 from hbvm_workflow.runs import work_seconds, workers_for

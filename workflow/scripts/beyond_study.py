@@ -6,7 +6,7 @@ import time
 
 
 def main(smk) -> None:
-    from hbvm_workflow.jobs import job_locks, one_line_errors
+    from hbvm_workflow.script_support import job_locks, one_line_errors
 
     # the run lock, and the lock of the folder it writes (results/<study>/ or results/beyond/)
     with one_line_errors(smk.log), job_locks(smk.config, [smk.wildcards.study]):
