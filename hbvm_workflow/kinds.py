@@ -52,8 +52,8 @@ class StudyKind:
 
 
 KINDS: dict[str, StudyKind] = {
-    kind.name: kind
-    for kind in (
+    kind_def.name: kind_def
+    for kind_def in (
         StudyKind(
             "convergence", ("convergence", "solution_error", "invariants", "constraint_panels"), CONVERGENCE_FILES,
             grid=True,
@@ -68,4 +68,4 @@ KINDS: dict[str, StudyKind] = {
 
 def plot_names() -> list[str]:
     """Every plot of every kind, in order."""
-    return list(dict.fromkeys(p for kind in KINDS.values() for p in kind.plots))
+    return list(dict.fromkeys(p for kind_def in KINDS.values() for p in kind_def.plots))

@@ -55,7 +55,7 @@ def study_record(study: Study) -> dict:
     """A study as JSON-ready data: everything ``load_studies`` computed, problems left out."""
     return {
         "name": study.name,
-        "kind": study.kind,
+        "kind": study.study_kind,
         "title": study.title,
         "problem": study.problem,
         "params": study.params,
@@ -185,7 +185,7 @@ def study_from_record(rec: dict) -> Study:
     jobs = PlannedJobs(_groups_of(rec)) if summary else {job.id: job for job in _jobs_of(rec)}
     study = Study(
         name=rec["name"],
-        kind=rec["kind"],
+        study_kind=rec["kind"],
         title=rec["title"],
         problem=rec["problem"],
         params=rec["params"],

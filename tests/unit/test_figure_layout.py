@@ -379,7 +379,7 @@ def _convergence(name):
 def _beyond(study, tmp):
     from hbvm_workflow import layout
 
-    if study.kind == "work_precision":
+    if study.study_kind == "work_precision":
         rows = beyond.work_precision_rows(study, layout.errors_csv(study.results, study.name))
         return beyond.work_precision_plot(
             [(study.title, rows)], f"{tmp}/f.png", f"{tmp}/f.pdf", repeats=1, width=printed.width(study)

@@ -51,7 +51,8 @@ def same(a, b) -> None:
     assert a.convention == b.convention
     keys = ("key", "values", "params", "fingerprint", "t_end", "period", "structure", "probe")
     assert [[getattr(i, k) for k in keys] for i in a.instances] == [[getattr(i, k) for k in keys] for i in b.instances]
-    for f in ("name", "kind", "title", "problem", "params", "t_end", "period", "reference", "plot", "cfg", "dims"):
+    fields = ("name", "study_kind", "title", "problem", "params", "t_end", "period", "reference", "plot", "cfg")
+    for f in (*fields, "dims"):
         assert getattr(a, f) == getattr(b, f), f
 
 

@@ -29,7 +29,7 @@ def write(smk) -> None:
     study = planned_studies(config, [name])[name]
     out = smk.output
     n = beyond.write_study(study, smk.input.csv, out.md, out.csv)
-    logging.info(f"{study.kind}: {n} runs in the figure and tables, {time.perf_counter() - t0:.2f} s")
+    logging.info(f"{study.study_kind}: {n} runs in the figure and tables, {time.perf_counter() - t0:.2f} s")
 
 
 if __name__ == "__main__":
