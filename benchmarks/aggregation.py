@@ -43,8 +43,8 @@ def _bytes(store: str, names: tuple[str, ...], slots: int) -> float:
 
 
 def run(runs: int, repeats: int, keep: str | None = None) -> dict:
-    from hbvm_workflow.config import load_studies
     from hbvm_workflow.ensemble_errors import compute_summary_errors, summary_columns
+    from hbvm_workflow.loading import load_studies
 
     config = sweep_config(runs, "summary")
     with tempfile.TemporaryDirectory() as tmp:

@@ -28,7 +28,7 @@ t0 = time.perf_counter()
 import yaml
 import hbvm_core.fingerprint as fp
 from hbvm_workflow import study as st
-from hbvm_workflow.config import load_studies
+from hbvm_workflow.loading import load_studies
 
 spent = {"structure": 0.0, "probe": 0.0, "numerics": 0.0, "snap": 0.0}
 

@@ -7,7 +7,7 @@ Two problems: the formula problem of ``benchmarks.researcher_sweep`` (``kind: sw
 the built-in conical pendulum over ``length`` x ``gravity`` (a ``save: summary`` convergence study, a two-key grid
 of 10^(d//2) x the rest values, HBVM(2,2)); ``--steps`` steps of h = 0.01, no reference. Per grid size:
 
-- parse and plan: a fresh Python process expands the config as the Snakefile does (``config.load_studies``, the
+- parse and plan: a fresh Python process expands the config as the Snakefile does (``loading.load_studies``, the
   runs' digest, the work estimate) and writes the plan (``plan.write_plan``, what Snakemake's onstart does);
   its imports apart (they are the same at any size);
 - dry run: ``snakemake -n`` in a clean folder (of ``TARGETS``: the conical study's errors.csv);
@@ -69,8 +69,8 @@ def _cpu() -> float:
 def inner(cfg_path: str, write: bool) -> dict:
     """The parse (and plan) in this process, as the Snakefile's: what each step takes."""
     c0, w0 = _cpu(), time.perf_counter()
-    import hbvm_workflow.config  # noqa: F401  (what common.smk imports)
-    from hbvm_workflow.config import load_studies
+    import hbvm_workflow.loading  # noqa: F401  (what common.smk imports)
+    from hbvm_workflow.loading import load_studies
     from hbvm_workflow.plan import write_plan
     from hbvm_workflow.runs import work_seconds
 

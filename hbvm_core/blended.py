@@ -26,7 +26,7 @@ no Hessians. The iteration
 
     J (dgamma, dlam) = -(F1, F2),   gamma += dgamma,   lam += dlam
 
-is iterated by the fixed point's own loop (solvers.fixed_point, the same
+is iterated by the fixed point's own loop (fixed_point.fixed_point, the same
 stopping rule on max|dgamma|): ``newton_map`` is the map gamma -> gamma +
 dgamma. The frozen block A11 is factorised once per step; the coupling
 blocks, which cost no extra evaluations (rho is in the residual), are
@@ -112,7 +112,7 @@ def residual(stepper, q0, Mp0, h, gamma, lam):
 
 
 def newton_map(stepper, q0, Mp0, h, n=0, t=0.0):
-    """The iteration as the map gamma -> (gamma + dgamma, (lam, psi_0, rho_0, Q)) that ``solvers.fixed_point``
+    """The iteration as the map gamma -> (gamma + dgamma, (lam, psi_0, rho_0, Q)) that ``fixed_point.fixed_point``
     iterates (the fixed point's stopping rule on max|dgamma|): each call solves J (dgamma, dlam) = -(F1, F2) at
     (gamma, lam) and carries lam + dlam to the next, lam starting from the stepper's ``blended_lam``. Returns
     (the map, None: no terms for the rule's scale)."""

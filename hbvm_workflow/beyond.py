@@ -481,19 +481,19 @@ def _convention_note(study: Study) -> str:
 
 def study_figure(study: Study, png: str, pdf: str) -> None:
     """The study's figure, results/<study>/<study>.png (called by the aggregate rule after errors.csv is written)."""
-    if study.kind == "work_precision":
+    if study.study_kind == "work_precision":
         rows = work_precision_rows(study, layout.errors_csv(study.results, study.name))
         targets, repeats = accuracy_targets(study), timing_repeats(study)
         work_precision_plot([(study.title, rows)], png, pdf, targets, repeats, printed.width(study))
-    elif study.kind == "long_time":
+    elif study.study_kind == "long_time":
         long_time_plot([(study.title, list(long_time_runs(study)))], png, pdf, printed.width(study))
     else:
-        raise ConfigError(f"study {study.name!r}: kind {study.kind!r} has no work-precision or long-time figure")
+        raise ConfigError(f"study {study.name!r}: kind {study.study_kind!r} has no work-precision or long-time figure")
 
 
 def write_study(study: Study, errors_csv: str, md: str, out_csv: str) -> int:
     """The tables of one work_precision or long_time study; returns the number of runs in them."""
-    if study.kind == "work_precision":
+    if study.study_kind == "work_precision":
         rows = work_precision_rows(study, errors_csv)
         targets = accuracy_targets(study)
         table = time_to_accuracy(rows, targets)
@@ -501,12 +501,12 @@ def write_study(study: Study, errors_csv: str, md: str, out_csv: str) -> int:
         write_text(text + time_to_accuracy_markdown(table, targets), md)
         write_csv(table, out_csv, TTA_COLUMNS)
         return len(rows)
-    if study.kind == "long_time":
+    if study.study_kind == "long_time":
         table = long_time_table(study, long_time_runs(study))
         write_text(f"# {study.title}: long-time drift\n\n" + long_time_markdown(table), md)
         write_csv(table, out_csv, LT_COLUMNS)
         return len(table)
-    raise ConfigError(f"study {study.name!r}: kind {study.kind!r} has no work-precision or long-time tables")
+    raise ConfigError(f"study {study.name!r}: kind {study.study_kind!r} has no work-precision or long-time tables")
 
 
 def write_time_to_accuracy(studies: list[Study], out_csv: str) -> int:
@@ -528,9 +528,9 @@ def _width(studies: list[Study]) -> float:
     return printed.width(studies[0]) if studies else WIDTHS[DEFAULT_WIDTH]
 
 
-def write_summary(kind: str, studies: list[Study], png: str, pdf: str, md: str, out_csv: str) -> None:
-    """The figure and table over every study of ``kind`` (results/beyond/)."""
-    if kind == "work_precision":
+def write_summary(study_kind: str, studies: list[Study], png: str, pdf: str, md: str, out_csv: str) -> None:
+    """The figure and table over every study of ``study_kind`` (results/beyond/)."""
+    if study_kind == "work_precision":
         panels, table = [], []
         targets = accuracy_targets(studies[0]) if studies else TARGETS
         for st in studies:
@@ -544,7 +544,7 @@ def write_summary(kind: str, studies: list[Study], png: str, pdf: str, md: str, 
         write_text(text, md)
         write_csv(table, out_csv, TTA_COLUMNS)
         return
-    if kind == "long_time":
+    if study_kind == "long_time":
         panels, table = [], []
         for st in studies:
             runs = list(long_time_runs(st))
@@ -554,4 +554,4 @@ def write_summary(kind: str, studies: list[Study], png: str, pdf: str, md: str, 
         write_text("# Long-time drift\n\n" + long_time_markdown(table), md)
         write_csv(table, out_csv, LT_COLUMNS)
         return
-    raise ConfigError(f"kind {kind!r}: expected work_precision or long_time")
+    raise ConfigError(f"kind {study_kind!r}: expected work_precision or long_time")

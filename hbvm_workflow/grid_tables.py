@@ -47,7 +47,7 @@ def combinations(study: Study) -> int:
 
 def is_compact(study: Study) -> bool:
     """Whether the study's tables are the compact summary: a sweep, or a grid of more than COMPACT_COMBINATIONS."""
-    return bool(study.grid) and (study.kind == "sweep" or combinations(study) > COMPACT_COMBINATIONS)
+    return bool(study.grid) and (study.study_kind == "sweep" or combinations(study) > COMPACT_COMBINATIONS)
 
 
 @dataclass

@@ -37,23 +37,23 @@ def grid_values(where: str, values) -> list:
             f"{where} = {values!r}: expected a non-empty list of values or one range "
             "({linspace: [start, stop, num]}, {logspace: [start_exp, stop_exp, num]} or {arange: [start, stop, step]})"
         )
-    ((kind, args),) = values.items()
-    where = f"{where}.{kind}"
-    third = "step" if kind == "arange" else "num"
+    ((spacing, args),) = values.items()
+    where = f"{where}.{spacing}"
+    third = "step" if spacing == "arange" else "num"
     if not isinstance(args, list) or len(args) != 3:
         raise ConfigError(f"{where} = {args!r}: expected 3 numbers [start, stop, {third}]")
     for name, x in zip(("start", "stop", third), args):
         if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
             raise ConfigError(f"{where} = {args!r}: {name} = {x!r} is not a finite number")
     start, stop, third_value = args
-    if kind == "arange":
+    if spacing == "arange":
         return arange(where, start, stop, third_value)
     if isinstance(third_value, float) and third_value.is_integer():
         third_value = int(third_value)
     if not isinstance(third_value, int) or not 1 <= third_value <= MAX_RANGE_VALUES:
         raise ConfigError(f"{where} = {args!r}: num = {args[2]!r}: expected an integer from 1 to {MAX_RANGE_VALUES}")
     xs = linspace(float(start), float(stop), third_value)
-    if kind == "logspace":
+    if spacing == "logspace":
         xs = [power10(x) for x in xs]
         if not all(0.0 < x < math.inf for x in xs):
             raise ConfigError(f"{where} = {args!r}: 10 ** {max(args[:2], key=abs)!r} is not a finite float above 0")

@@ -4,7 +4,7 @@ Snakemake rules (``workflow/rules/common.smk``: a study's targets).
 
 A study of any kind is solved by the rule ``solve`` and aggregated by the rule ``aggregate`` (a study with
 ``save: summary``: both by one job of the rule ``solve_summary``, ``summary_job``): errors.csv, and its figure
-``<study>.png``/``.pdf`` by ``figures.study_plot`` from its ``plot`` key; the files a kind adds are written by
+``<study>.png``/``.pdf`` by ``plot_dispatch.study_plot`` from its ``plot`` key; the files a kind adds are written by
 rules of their own (``workflow/rules/beyond.smk``: ``<kind>.md``, ``<kind>.csv``).
 """
 
@@ -52,8 +52,8 @@ class StudyKind:
 
 
 KINDS: dict[str, StudyKind] = {
-    kind.name: kind
-    for kind in (
+    kind_def.name: kind_def
+    for kind_def in (
         StudyKind(
             "convergence", ("convergence", "solution_error", "invariants", "constraint_panels"), CONVERGENCE_FILES,
             grid=True,
@@ -68,4 +68,4 @@ KINDS: dict[str, StudyKind] = {
 
 def plot_names() -> list[str]:
     """Every plot of every kind, in order."""
-    return list(dict.fromkeys(p for kind in KINDS.values() for p in kind.plots))
+    return list(dict.fromkeys(p for kind_def in KINDS.values() for p in kind_def.plots))

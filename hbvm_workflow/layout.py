@@ -246,22 +246,22 @@ def aggregate_outputs(results: str, study: str) -> dict[str, str]:
     return errors_outputs(results, study) | render_outputs(results, study)
 
 
-def beyond_table(results: str, study: str, kind: str, ext: str) -> str:
-    """<results>/<study>/<kind>.<ext> (kind: work_precision or long_time; ext: md or csv)."""
-    return os.path.join(results, study, f"{kind}.{ext}")
+def beyond_table(results: str, study: str, study_kind: str, ext: str) -> str:
+    """<results>/<study>/<study_kind>.<ext> (study_kind: work_precision or long_time; ext: md or csv)."""
+    return os.path.join(results, study, f"{study_kind}.{ext}")
 
 
-def study_files(results: str, study: str, kind: str, names: tuple[str, ...]) -> list[str]:
-    """The files of a study of ``kind`` by their keys (``hbvm_workflow.kinds``): those of
+def study_files(results: str, study: str, study_kind: str, names: tuple[str, ...]) -> list[str]:
+    """The files of a study of ``study_kind`` by their keys (``hbvm_workflow.kinds``): those of
     ``aggregate_outputs``, and ``kind_md``, ``kind_csv`` for its kind's table (``beyond_table``)."""
     files = aggregate_outputs(results, study)
-    files |= {f"kind_{ext}": beyond_table(results, study, kind, ext) for ext in ("md", "csv")}
+    files |= {f"kind_{ext}": beyond_table(results, study, study_kind, ext) for ext in ("md", "csv")}
     return [files[name] for name in names]
 
 
-def beyond_summary(results: str, kind: str, ext: str) -> str:
-    """<results>/beyond/<kind>.<ext>: the summary over every study of ``kind`` (ext in ``SUMMARIES``)."""
-    return os.path.join(results, BEYOND, f"{kind}.{ext}")
+def beyond_summary(results: str, study_kind: str, ext: str) -> str:
+    """<results>/beyond/<study_kind>.<ext>: the summary over every study of ``study_kind`` (ext in ``SUMMARIES``)."""
+    return os.path.join(results, BEYOND, f"{study_kind}.{ext}")
 
 
 def time_to_accuracy_csv(results: str) -> str:

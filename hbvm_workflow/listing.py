@@ -57,14 +57,14 @@ def method_keys(cls) -> list[str]:
 
 
 def methods() -> list[str]:
-    """One line per method kind: the entry's ``method`` value, its keys, and what it is."""
+    """One line per method: the entry's ``method`` value, its keys, and what it is."""
     from hbvm_core.methods import METHODS
 
     lines = []
-    for kind, cls in METHODS.items():
+    for method_name, cls in METHODS.items():
         keys = ", ".join(method_keys(cls))
         summary = getattr(cls, "SUMMARY", "") or _first_line(cls)
-        lines.append(f"{kind}: keys {keys or '(none)'}  {summary}")
+        lines.append(f"{method_name}: keys {keys or '(none)'}  {summary}")
     lines.append("(method: hbvm is the default: {k: 2, s: 2} is an HBVM entry)")
     return lines
 
@@ -106,15 +106,15 @@ def study_status(study) -> dict[str, int]:
 
 def studies(config: dict) -> list[str]:
     """One line per study of the config: name, kind, problem, runs and their status."""
-    from .config import load_studies
-    from .jobs import plural
+    from .loading import load_studies
+    from .script_support import plural
 
     lines = []
     for name, study in load_studies(config).items():
         jobs = getattr(study, "jobs", {}) or {}
         counts = study_status(study)
         status = ", ".join(f"{n} {what}" for what, n in counts.items())
-        lines.append(f"{name} ({study.kind}, {study.problem}): {plural(len(jobs), 'run')}: {status}")
+        lines.append(f"{name} ({study.study_kind}, {study.problem}): {plural(len(jobs), 'run')}: {status}")
     return lines
 
 

@@ -1,6 +1,6 @@
 """The plan: the config expanded once per workflow run, written by the parse and read by every job.
 
-The Snakefile's parse expands the config into studies (``config.load_studies``: problems built, each
+The Snakefile's parse expands the config into studies (``loading.load_studies``: problems built, each
 instance's identity snapped to its stores, every run named and hashed) and writes them here with
 ``write_plan``. The job scripts (solve, aggregate, render, the beyond-the-paper steps) and a remote job's own
 parse read them back with ``planned_studies``: no config is expanded and no problem fingerprinted again.
@@ -34,7 +34,7 @@ from .study import Instance, Study, StudyMethod
 
 #: the format of a plan file (a reader refuses another)
 FORMAT = "hbvm-plan/3"
-#: the config keys that the expansion of the studies reads (``config.load_studies``)
+#: the config keys that the expansion of the studies reads (``loading.load_studies``)
 PLANNED_KEYS = ("results", "studies", "method_modules", "limits")
 #: what a plan records of an instance and of a method (beside its rows)
 INSTANCE_FIELDS = ("key", "values", "params", "fingerprint", "t_end", "period", "structure", "probe")
@@ -55,7 +55,7 @@ def study_record(study: Study) -> dict:
     """A study as JSON-ready data: everything ``load_studies`` computed, problems left out."""
     return {
         "name": study.name,
-        "kind": study.kind,
+        "kind": study.study_kind,
         "title": study.title,
         "problem": study.problem,
         "params": study.params,
@@ -185,7 +185,7 @@ def study_from_record(rec: dict) -> Study:
     jobs = PlannedJobs(_groups_of(rec)) if summary else {job.id: job for job in _jobs_of(rec)}
     study = Study(
         name=rec["name"],
-        kind=rec["kind"],
+        study_kind=rec["kind"],
         title=rec["title"],
         problem=rec["problem"],
         params=rec["params"],
@@ -303,10 +303,10 @@ def planned_jobs(results: str) -> dict[str, Job]:
 
 def planned_studies(config: dict, names=None) -> dict[str, Study]:
     """The studies of a job: read from the plan its workflow run's parse wrote, or (no plan: a dry run's
-    config, a results folder the parse did not see) expanded here (``config.load_studies``)."""
+    config, a results folder the parse did not see) expanded here (``loading.load_studies``)."""
     from hbvm_core.methods import load_method_modules
 
-    from .config import load_studies
+    from .loading import load_studies
     from .schema import validate_config
 
     if config.get("method_modules"):  # their methods are part of the schema

@@ -256,8 +256,10 @@ def reference_floor(study: Study, inst) -> float | None:
     from hbvm_core.metrics import reference_accuracy
 
     c = study.convention
-    kind = getattr(c, "reference_kind", "auto")
-    return reference_accuracy(inst.problem, inst.t_end, c.norm, study.reference, kind, getattr(c, "rtol", None))
+    reference_kind = getattr(c, "reference_kind", "auto")
+    return reference_accuracy(
+        inst.problem, inst.t_end, c.norm, study.reference, reference_kind, getattr(c, "rtol", None)
+    )
 
 
 def reference_band(study: Study) -> str:

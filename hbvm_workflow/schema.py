@@ -1,7 +1,7 @@
 """The config schema (``schema.yaml``, shipped in this package): its defaults and one validation.
 
 The schema is the only place config defaults live; ``defaults`` reads them back for the
-code that needs them, and ``validate_config`` fills them in. ``config.load_studies`` is
+code that needs them, and ``validate_config`` fills them in. ``loading.load_studies`` is
 the entry point that uses both. A method entry's own keys are not in the file: ``schema``
 adds those the registered methods declare (``Method.ENTRY_KEYS``, ``method_entry_keys``),
 and the study's ``kind`` and ``plot`` values of the study kinds (``kinds.KINDS``).

@@ -160,8 +160,8 @@ def compute_shard(spec: dict) -> dict:
     t0 = time.perf_counter()
     store, slot, a, b = spec["store"], spec["slot"], spec["start"], spec["stop"]
     n, S, m, nu = b - a, spec["S"], spec["m"], spec["nu"]
-    backend = spec.get("backend", "numba")
-    if backend == "cuda":  # a demanded GPU that this host lacks: before the store is touched
+    requested = spec.get("backend", "numba")  # what the study asks for; what ran: ``ran`` (per run), ``used``
+    if requested == "cuda":  # a demanded GPU that this host lacks: before the store is touched
         _on_this_host(spec, require_gpu)
     # the backend of each run; a copied one's from its source, read before this shard's record (with retry_failed
     # a source) is removed
@@ -181,7 +181,7 @@ def compute_shard(spec: dict) -> dict:
         for name, arr in out.items():
             arr[src["dst"]] = read_rows(src["store"], name, src["src"])
     compute = np.asarray(spec["compute"], dtype=np.int64)
-    backends, notes = set(), set()
+    used, notes = set(), set()
     # one call per method and problem structure: a problem built once per structure, the grid combinations'
     # params given to it as arrays over the runs (its Family); a structure without one, a problem per combination
     groups = Structures(spec["problems"])
@@ -204,10 +204,10 @@ def compute_shard(spec: dict) -> dict:
             params=params,
             sample_every=spec["sample_every"][rows],
             compensated=spec["compensated"],
-            backend=backend,
+            backend=requested,
             threads=numba_threads(int(spec.get("threads", 1))),  # the solve's spread: a shard over this worker's cores
         )
-        backends.add(res.backend)
+        used.add(res.backend)
         ran[rows] = res.backend
         if res.backend_note:
             notes.add(res.backend_note)
@@ -230,7 +230,7 @@ def compute_shard(spec: dict) -> dict:
         "copied": int(n - compute.size),
         "failed": int(np.count_nonzero(counts[:, 0] != 0)),
         "wall_s": wall,
-        "backend": ",".join(sorted(backends)) or "copied",
+        "backend": ",".join(sorted(used)) or "copied",
         "backends": run_lengths(ran),
         "note": "; ".join(sorted(notes)),
         "host": host,

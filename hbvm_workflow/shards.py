@@ -565,7 +565,7 @@ def prepare(study, retry_failed: bool, log) -> tuple[RunTable, list[Shard], dict
     """The solve step's reuse: (the run table, the shards to compute, counts of the reused runs). Creates the
     store when there is none or its runs changed (the old one kept as ``runs.previous.zarr``, the source of the
     rows it holds); a damaged shard is set aside and logged, naming the array."""
-    from .jobs import plural
+    from .script_support import plural
 
     table = run_table(study)
     path = shard_store(study.results, study.name)

@@ -99,16 +99,16 @@ def state_errors(
         if study.reference not in ("none", "self"):
             points.append((inst.problem, rows, ri, yq, *np.unique(t[rows[ri], pj], return_inverse=True), ci))
 
-    kind = c.reference_kind if c.reference == "reference" else "exact"
+    reference_kind = c.reference_kind if c.reference == "reference" else "exact"
 
     def reference(i: int) -> tuple[np.ndarray, float | None]:  # y_ref at the instance's sample times, its accuracy
         problem, times = points[i][0], points[i][4]
-        q_ref, p_ref, _ = reference_solution(problem, times, reference_kind=kind, rtol=c.rtol)
+        q_ref, p_ref, _ = reference_solution(problem, times, reference_kind=reference_kind, rtol=c.rtol)
         floor = reference_floor(study, instances[points[i][6]]) if accuracy else None
         return np.concatenate([q_ref, p_ref], axis=1), floor
 
     # a closed form costs microseconds (no process is worth it); an ODE solve some milliseconds per instance
-    spread = workers if any(resolved_kind(problem, kind) != "exact" for problem, *_ in points) else 1
+    spread = workers if any(resolved_kind(problem, reference_kind) != "exact" for problem, *_ in points) else 1
     for (_, rows, ri, yq, _, inverse, ci), (y_ref, floor) in zip(points, forked_map(reference, len(points), spread)):
         e_s[rows] = _max_per_run(_norm(yq - y_ref[inverse.reshape(-1)], c.norm), ri, rows.size)
         floors[ci] = np.nan if floor is None else floor

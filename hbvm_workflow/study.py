@@ -181,7 +181,7 @@ class Study:
     """An expanded study: rows per method, jobs by id, the error convention."""
 
     name: str
-    kind: str
+    study_kind: str
     title: str
     problem: str
     params: dict
@@ -386,7 +386,7 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
     problem, t_end = instances[0].problem, instances[0].t_end
     study = Study(
         name=name,
-        kind=cfg["kind"],
+        study_kind=cfg["kind"],
         title=cfg.get("title") or name,
         problem=problem_name(cfg["problem"]),
         params=dict(cfg["params"]),
@@ -565,9 +565,9 @@ def _recorded(jobs):
 
 
 def _study_entry(where: str, cfg: dict) -> dict:
-    """The study entry with the schema's defaults (``config.defaults``) and its kind, plot and chunk checked."""
-    kind = cfg.get("kind", "convergence")
-    cfg = {**defaults("study"), "plot": KINDS[kind].plots[0] if kind in KINDS else "convergence", **cfg}
+    """The study entry with the schema's defaults (``schema.defaults``) and its kind, plot and chunk checked."""
+    study_kind = cfg.get("kind", "convergence")
+    cfg = {**defaults("study"), "plot": KINDS[study_kind].plots[0] if study_kind in KINDS else "convergence", **cfg}
     if cfg["kind"] not in KINDS:
         raise ConfigError(f"{where}.kind = {cfg['kind']!r}: expected one of {', '.join(KINDS)}")
     cfg.setdefault("save", KINDS[cfg["kind"]].save)
@@ -678,7 +678,7 @@ def _grid(where: str, cfg: dict) -> dict:
     if not grid:
         return {}
     if not KINDS[cfg["kind"]].grid:
-        with_grid = " and ".join(name for name, kind in KINDS.items() if kind.grid)
+        with_grid = " and ".join(name for name, kind_def in KINDS.items() if kind_def.grid)
         raise ConfigError(f"{where}.grid: a grid is for {with_grid} studies, not kind {cfg['kind']}")
     try:
         factory = resolve_factory(cfg["problem"])

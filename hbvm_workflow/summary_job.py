@@ -25,7 +25,7 @@ def aggregate(study: Study, zarr: str, csv: str, timings: str, log_path: str, wo
     """errors.zarr, errors.csv and timings.csv of a solved sharded study, as rule aggregate writes them
     (``ensemble_errors.compute_summary_errors``), its line in the study's aggregate log; returns a one-line summary."""
     from .ensemble_errors import compute_summary_errors
-    from .jobs import plural, study_logger
+    from .script_support import plural, study_logger
     from .storage import clean_temporaries
 
     log = study_logger("aggregate", study.name, log_path)
@@ -41,7 +41,7 @@ def aggregate(study: Study, zarr: str, csv: str, timings: str, log_path: str, wo
 def job_outputs(smk) -> dict[str, dict[str, str]]:
     """Per summary study of a solve job (``smk``: its ``snakemake`` object): the paths of its zarr, csv, timings
     and aggregate log (none: the job aggregates no study)."""
-    from .jobs import as_list
+    from .script_support import as_list
 
     out: dict[str, dict[str, str]] = {}
     for key in ("zarr", "csv", "timings"):

@@ -50,8 +50,10 @@ def reference_floor(study: Study, inst) -> float | None:
     from hbvm_core.metrics import reference_accuracy
 
     c = study.convention
-    kind = getattr(c, "reference_kind", "auto")
-    return reference_accuracy(inst.problem, inst.t_end, c.norm, study.reference, kind, getattr(c, "rtol", None))
+    reference_kind = getattr(c, "reference_kind", "auto")
+    return reference_accuracy(
+        inst.problem, inst.t_end, c.norm, study.reference, reference_kind, getattr(c, "rtol", None)
+    )
 
 
 def at_reference_floor(e_prev: float, e: float, floor: float | None) -> bool:
@@ -793,7 +795,7 @@ def compute_errors(
     timings = out_timings or timings_beside(out_csv)
     measured = run_timings(study, rows)
     extra = ()
-    if study.kind == "work_precision":  # the best of repeated timings, one run at a time (beyond.measure)
+    if study.study_kind == "work_precision":  # the best of repeated timings, one run at a time (beyond.measure)
         from .beyond import measure, timing_repeats
         from .layout import MEASURED
 

@@ -12,11 +12,11 @@ from typing import ClassVar
 import numpy as np
 
 from ..errors import ConfigError, ConvergenceError
+from ..fixed_point import StoppingRule, fixed_point
 from ..kernels.description import LoopDescription
 from ..kernels.rules import DIVERGED, NO_CONVERGENCE, NON_FINITE_STATE, SINGULAR
 from ..legendre import Tableau, tableau
 from ..problem import Problem
-from ..solvers import StoppingRule, fixed_point
 from ..sparse.hbvm import SparseSweep
 from ..sparse.path import sparse_path
 from .base import BOOLEAN, EntryKey, Method, entry_text, only_keys
@@ -187,7 +187,7 @@ class HBVM(HBVMBase):
     )
     numerics_sources: ClassVar[tuple[str, ...]] = (
         "methods/hbvm.py", "methods/_small.py", "sparse/hbvm.py", "sparse/structure.py", "sparse/normal.py",
-        "sparse/factor.py", "sparse/path.py", "sparse/blended.py", "legendre.py", "solvers.py", "blended.py",
+        "sparse/factor.py", "sparse/path.py", "sparse/blended.py", "legendre.py", "fixed_point.py", "blended.py",
         "integrate.py",
         "kernels/hbvm.py", "kernels/driver.py", "kernels/rules.py", "kernels/linalg.py", "kernels/lanes.py",
     )  # fmt: skip
@@ -322,7 +322,7 @@ class HBVMStepper:
         return dq, -h * force, lam, iters
 
     def iteration(self, q0, p0, Mp0, h, n: int, t: float):
-        """The map gamma -> (gamma_new, aux) that ``solvers.fixed_point`` iterates to round-off, and its terms
+        """The map gamma -> (gamma_new, aux) that ``fixed_point.fixed_point`` iterates to round-off, and its terms
         (None, or the sparse path's scales of the rule): the sweep, or the blended (simplified-Newton) step."""
         if self.method.solver != "blended":
             return (lambda gm: self.sweep(q0, p0, Mp0, h, gm)), (None if self.sparse is None else self.sparse.terms)

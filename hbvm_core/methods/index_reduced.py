@@ -24,8 +24,8 @@ from typing import ClassVar
 import numpy as np
 
 from ..errors import ConfigError, ConvergenceError
+from ..fixed_point import StoppingRule
 from ..problem import Problem
-from ..solvers import StoppingRule
 from ._small import solve_small
 from .base import BOOLEAN, EntryKey
 from .continuous import ContinuousMethod, OutputGridStepper
@@ -45,7 +45,7 @@ class DOP853(ContinuousMethod):
     SOLVER: ClassVar[str] = "DOP853"
     numerics_sources: ClassVar[tuple[str, ...]] = (
         "methods/index_reduced.py", "methods/continuous.py", "methods/polynomial.py", "methods/_small.py",
-        "solvers.py", "kernels/rules.py", "integrate.py",
+        "fixed_point.py", "kernels/rules.py", "integrate.py",
     )  # fmt: skip
     ENTRY_KEYS: ClassVar[dict[str, EntryKey]] = {
         **ContinuousMethod.ENTRY_KEYS,

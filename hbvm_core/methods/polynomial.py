@@ -21,10 +21,10 @@ from typing import ClassVar
 import numpy as np
 
 from ..errors import ConfigError, ConvergenceError
+from ..fixed_point import StoppingRule, fixed_point
 from ..kernels.description import LoopDescription
 from ..legendre import shifted_legendre
 from ..problem import Problem
-from ..solvers import StoppingRule, fixed_point
 from ._small import solve_small
 from .base import only_keys
 from .hbvm import HBVM_REASONS, HBVMBase, initial_gamma
@@ -50,7 +50,7 @@ class PolynomialHBVM(HBVMBase):
         warm={"polynomial": ("HBVM polynomial", {"method": "hbvm", "k": 2, "s": 2, "multiplier": "polynomial"})},
     )
     numerics_sources: ClassVar[tuple[str, ...]] = (
-        "methods/polynomial.py", "methods/hbvm.py", "methods/_small.py", "legendre.py", "solvers.py",
+        "methods/polynomial.py", "methods/hbvm.py", "methods/_small.py", "legendre.py", "fixed_point.py",
         "blended.py", "integrate.py", "kernels/polynomial.py", "kernels/driver.py", "kernels/rules.py",
         "kernels/linalg.py",
     )  # fmt: skip

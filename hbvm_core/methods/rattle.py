@@ -18,10 +18,10 @@ from typing import ClassVar
 import numpy as np
 
 from ..errors import ConvergenceError
+from ..fixed_point import StoppingRule
 from ..kernels.description import LoopDescription
 from ..kernels.rules import DIVERGED, NO_CONVERGENCE, NON_FINITE_STATE, SINGULAR
 from ..problem import Problem
-from ..solvers import StoppingRule
 from ..sparse.path import sparse_path
 from ..sparse.rattle import SparseRattle
 from ._small import solve_small
@@ -45,7 +45,7 @@ class RATTLE(Method):
     method_name: ClassVar[str] = "rattle"
     numerics_sources: ClassVar[tuple[str, ...]] = (
         "methods/rattle.py", "methods/_small.py", "sparse/rattle.py", "sparse/structure.py",
-        "sparse/normal.py", "sparse/factor.py", "sparse/path.py", "solvers.py", "integrate.py", "kernels/rattle.py",
+        "sparse/normal.py", "sparse/factor.py", "sparse/path.py", "fixed_point.py", "integrate.py", "kernels/rattle.py",
         "kernels/driver.py", "kernels/rules.py", "kernels/linalg.py",
     )  # fmt: skip
     COMPILED_NEEDS: ClassVar[frozenset[str] | None] = frozenset({"G", "g"})

@@ -68,7 +68,7 @@ class SparseSweep:
 
     def terms(self) -> tuple[float, float]:
         """The largest term the last sweep summed into gamma (h X M^-1 rho lam, h X M^-1 psi), and that times
-        sqrt(cond(G^T M^-1 G)) at q0: the scales of gamma's round-off (``solvers.fixed_point``). An error
+        sqrt(cond(G^T M^-1 G)) at q0: the scales of gamma's round-off (``fixed_point.fixed_point``). An error
         eps |b| / lambda_min of lam moves G lam by eps |b| / sqrt(lambda_min), i.e. eps sqrt(cond) times the
         terms."""
         return self.size, self.size * self.amplification

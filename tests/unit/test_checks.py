@@ -135,7 +135,7 @@ def test_the_switch_turns_the_derivative_checks_off():
 
 def test_the_study_key_turns_the_derivative_checks_off():
     from hbvm_core.errors import ConfigError
-    from hbvm_workflow.config import load_studies
+    from hbvm_workflow.loading import load_studies
 
     study = {
         "problem": "bad_problems:bead_on_parabola",

@@ -13,7 +13,7 @@ from hbvm_core.errors import ConfigError
 from hbvm_core.methods import method_from_entry
 from hbvm_core.problems import BUILTIN
 from hbvm_workflow.__main__ import main
-from hbvm_workflow.config import load_studies
+from hbvm_workflow.loading import load_studies
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ def study(problem, **extra):
 
 
 def load(problem, **extra):
-    from hbvm_workflow.config import load_studies
+    from hbvm_workflow.loading import load_studies
 
     return load_studies({"studies": {"s": study(problem, **extra)}, "results": "results-unused"})["s"]
 

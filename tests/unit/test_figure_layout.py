@@ -24,7 +24,7 @@ from matplotlib.legend import Legend  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
 from hbvm_workflow import beyond, kinds, plots, printed  # noqa: E402
-from hbvm_workflow.config import load_studies  # noqa: E402
+from hbvm_workflow.loading import load_studies  # noqa: E402
 from hbvm_workflow.study import expand_study  # noqa: E402
 from hbvm_workflow.tables import errors_dataset, study_rows  # noqa: E402
 from hbvm_workflow.worker import solve_job  # noqa: E402
@@ -379,7 +379,7 @@ def _convergence(name):
 def _beyond(study, tmp):
     from hbvm_workflow import layout
 
-    if study.kind == "work_precision":
+    if study.study_kind == "work_precision":
         rows = beyond.work_precision_rows(study, layout.errors_csv(study.results, study.name))
         return beyond.work_precision_plot(
             [(study.title, rows)], f"{tmp}/f.png", f"{tmp}/f.pdf", repeats=1, width=printed.width(study)

@@ -213,9 +213,9 @@ def test_every_method_declares_the_sources_of_its_numbers():
     [
         ("HBVM", "legendre.py", "npleg.leggauss(k)", "npleg.leggauss(k)  # same"),
         ("HBVM", "legendre.py", "    return out", "    return out  # same"),
-        ("HBVM", "solvers.py", "max_iter: int = ", "max_iter: int = 1 + "),  # the stopping rule
+        ("HBVM", "fixed_point.py", "max_iter: int = ", "max_iter: int = 1 + "),  # the stopping rule
         ("PolynomialHBVM", "legendre.py", "X[0, 0] = 0.5", "X[0, 0] = 0.5000001"),  # the coefficients
-        ("RATTLE", "solvers.py", "max_iter: int = ", "max_iter: int = 1 + "),
+        ("RATTLE", "fixed_point.py", "max_iter: int = ", "max_iter: int = 1 + "),
         ("IDA", "methods/ida.py", "_FREE = 1e30", "_FREE = 1e29"),
     ],
 )

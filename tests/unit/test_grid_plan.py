@@ -150,7 +150,7 @@ def test_a_factorys_own_check_names_the_bad_instance(tmp_path):
 
 def test_the_plan_leaves_a_sweeps_probes_to_the_jobs_that_check_them(tmp_path):
     cfg = {"results": str(tmp_path), "studies": {"s": sweep(RODS_IN_SPACE, {"l1": [0.6, 0.9, 1.3, 1.4]})}}
-    from hbvm_workflow.config import load_studies
+    from hbvm_workflow.loading import load_studies
 
     studies = load_studies(copy.deepcopy(cfg))
     path = write_plan(cfg, studies)

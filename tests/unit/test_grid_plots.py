@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from hbvm_workflow import plots
-from hbvm_workflow.config import load_studies
+from hbvm_workflow.loading import load_studies
 from hbvm_workflow.worker import solve_job
 
 LENGTHS = [1.0, 2.0]

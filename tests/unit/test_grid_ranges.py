@@ -10,8 +10,8 @@ import pytest
 from user_problems import PERTURB_ULPS
 
 from hbvm_core.errors import ConfigError
-from hbvm_workflow.config import load_studies
 from hbvm_workflow.grids import grid_values
+from hbvm_workflow.loading import load_studies
 from hbvm_workflow.study import expand_study
 
 SWEEP = {

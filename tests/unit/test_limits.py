@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from hbvm_core.errors import ConfigError
-from hbvm_workflow.config import defaults, load_studies
+from hbvm_workflow.loading import defaults, load_studies
 from hbvm_workflow.study import check_limits, expand_study
 from hbvm_workflow.worker import run_to_store
 
@@ -69,7 +69,7 @@ def test_stores_that_do_not_fit_the_free_space_are_refused(tmp_path):
 def test_the_published_and_beyond_studies_are_within_the_defaults():
     import yaml
 
-    from hbvm_workflow.config import SCHEMA
+    from hbvm_workflow.loading import SCHEMA
 
     root = SCHEMA.parent.parent
     cfg = yaml.safe_load((root / "config" / "config.yaml").read_text())

@@ -13,7 +13,7 @@ HEAVY = ("scipy", "dask", "distributed", "xarray")
 
 PARSE = """
 import json, sys
-from hbvm_workflow.config import load_studies
+from hbvm_workflow.loading import load_studies
 from hbvm_workflow.cluster import rule_resources
 from hbvm_workflow.plan import write_plan
 from hbvm_workflow.summary_job import aggregated_in_solve

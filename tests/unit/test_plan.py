@@ -14,8 +14,8 @@ from user_problems import PENDULUM_EXPRESSIONS
 import hbvm_core.fingerprint as fp
 from hbvm_core.errors import HBVMError
 from hbvm_workflow import plan
-from hbvm_workflow.config import load_studies
 from hbvm_workflow.layout import plan_path
+from hbvm_workflow.loading import load_studies
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,7 +51,8 @@ def same(a, b) -> None:
     assert a.convention == b.convention
     keys = ("key", "values", "params", "fingerprint", "t_end", "period", "structure", "probe")
     assert [[getattr(i, k) for k in keys] for i in a.instances] == [[getattr(i, k) for k in keys] for i in b.instances]
-    for f in ("name", "kind", "title", "problem", "params", "t_end", "period", "reference", "plot", "cfg", "dims"):
+    fields = ("name", "study_kind", "title", "problem", "params", "t_end", "period", "reference", "plot", "cfg")
+    for f in (*fields, "dims"):
         assert getattr(a, f) == getattr(b, f), f
 
 

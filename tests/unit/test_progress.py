@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import logging
 
-from hbvm_workflow.jobs import FILE_ONLY, Progress, study_logger
+from hbvm_workflow.script_support import FILE_ONLY, Progress, study_logger
 
 
 class _Terminal(io.StringIO):

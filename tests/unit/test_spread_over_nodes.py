@@ -88,7 +88,7 @@ def test_the_solve_step_chooses_the_cluster_of_a_summary_study_and_says_why(tmp_
     from pathlib import Path
 
     from hbvm_workflow import cluster
-    from hbvm_workflow.config import load_studies
+    from hbvm_workflow.loading import load_studies
     from hbvm_workflow.runs import work_seconds
 
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):

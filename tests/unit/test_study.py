@@ -11,7 +11,7 @@ import yaml
 
 from hbvm_core.errors import ConfigError
 from hbvm_core.problems.spherical import PERIOD
-from hbvm_workflow.config import SCHEMA, load_studies, validate_config
+from hbvm_workflow.loading import SCHEMA, load_studies, validate_config
 from hbvm_workflow.study import expand_study, method_label, step_sizes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -324,15 +324,15 @@ def test_grid_is_in_the_schema():
 
 def test_the_shipped_sweep_study_and_a_sweep_needs_one_grid_key(published):
     st = published["sweep_amplitude"]
-    assert st.kind == "sweep" and st.plot == "sweep" and len(st.instances) == 7 and len(st.jobs) == 2 * 7 * 4
+    assert st.study_kind == "sweep" and st.plot == "sweep" and len(st.instances) == 7 and len(st.jobs) == 2 * 7 * 4
     with pytest.raises(ConfigError, match=r"studies\.w: kind sweep needs a grid of exactly one key, got 0"):
         expand_study("w", small(kind="sweep"))
 
 
 def test_shipped_beyond_studies_run_every_method_on_its_fastest_backend(published):
     """The work-precision studies leave the backend to each method (auto); the long-time ones include IDA."""
-    wp = [s for s in published.values() if s.kind == "work_precision"]
-    lt = [s for s in published.values() if s.kind == "long_time"]
+    wp = [s for s in published.values() if s.study_kind == "work_precision"]
+    lt = [s for s in published.values() if s.study_kind == "long_time"]
     assert wp and lt
     for study in wp:
         assert {job.backend for job in study.jobs.values()} == {"auto"}, study.name

@@ -8,7 +8,7 @@ import pytest
 
 import hbvm_core as hc
 from hbvm_core.errors import ConvergenceError
-from hbvm_core.solvers import StoppingRule
+from hbvm_core.fixed_point import StoppingRule
 
 CASES = [
     ("planar_pendulum", 2, 2, 0.05, 100),

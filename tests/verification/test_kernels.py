@@ -16,9 +16,9 @@ from user_problems import double_pendulum
 
 import hbvm_core as hc
 from hbvm_core.errors import ConfigError, ConvergenceError, NonFiniteError, ProblemError
+from hbvm_core.fixed_point import StoppingRule
 from hbvm_core.integrate import MemorySink
 from hbvm_core.kernels import Kernels
-from hbvm_core.solvers import StoppingRule
 
 #: (problem, k, s, h, steps) -- short runs, one compiled module per problem
 CASES = [

@@ -106,7 +106,7 @@ def main_job(tmp_path_factory) -> Path:
             run([sys.executable, f"readme_block_{i}.py"], work)
             ran.append(f"python block {i}")
         elif lang == "yaml" and "studies:" in text:
-            from hbvm_workflow.config import load_studies
+            from hbvm_workflow.loading import load_studies
 
             assert load_studies({"studies": yaml.safe_load(text)["studies"]}), text
     assert any(step.startswith("snakemake") for step in ran), ran  # the main job ran

@@ -89,7 +89,7 @@ def test_a_grid_study_of_the_modified_pendulum_draws_a_curve_per_value(tmp_path)
     import yaml
 
     from hbvm_workflow import plots
-    from hbvm_workflow.config import load_studies
+    from hbvm_workflow.loading import load_studies
 
     study = {
         "problem": "modified_pendulum",

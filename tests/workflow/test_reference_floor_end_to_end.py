@@ -16,8 +16,8 @@ import pytest
 matplotlib.use("Agg")
 
 from hbvm_workflow import layout, plots  # noqa: E402
-from hbvm_workflow.config import load_studies  # noqa: E402
-from hbvm_workflow.figures import study_plot  # noqa: E402
+from hbvm_workflow.loading import load_studies  # noqa: E402
+from hbvm_workflow.plot_dispatch import study_plot  # noqa: E402
 from hbvm_workflow.storage import open_errors_at  # noqa: E402
 from hbvm_workflow.tables import compute_errors, rows_from_outputs, write_tables  # noqa: E402
 from hbvm_workflow.worker import solve_job  # noqa: E402

@@ -296,7 +296,7 @@ def test_the_table_is_large_and_its_messages_distinct():
 def test_bad_config_message_in_process(case):
     """Every case through load_studies, as workflow/rules/common.smk calls it."""
     from hbvm_core.errors import ConfigError
-    from hbvm_workflow.config import load_studies
+    from hbvm_workflow.loading import load_studies
 
     name, config, fragment = case
     config = yaml.safe_load(config) if isinstance(config, str) else config
@@ -308,7 +308,7 @@ def test_bad_config_message_in_process(case):
 
 def test_the_good_study_runs_its_checks_cleanly():
     """The control: the study every case starts from passes every check the cases trip."""
-    from hbvm_workflow.config import load_studies
+    from hbvm_workflow.loading import load_studies
 
     assert list(load_studies(cfg())) == ["bad"]
 

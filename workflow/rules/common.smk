@@ -18,7 +18,7 @@ from snakemake.logging import logger
 from hbvm_core.errors import ConfigError
 from hbvm_workflow import layout
 from hbvm_workflow.cluster import study_spreads
-from hbvm_workflow.config import load_studies
+from hbvm_workflow.loading import load_studies
 from hbvm_workflow.kinds import KINDS as STUDY_KINDS
 from hbvm_workflow.plan import planned_studies, write_plan
 from hbvm_workflow.runs import work_seconds, workers_for
@@ -62,13 +62,13 @@ wildcard_constraints:
 
 def study_targets(name):
     """The files of a study (its kind's entry in hbvm_workflow.kinds.KINDS)."""
-    return STUDY_KINDS[STUDIES[name].kind].targets(RESULTS, name)
+    return STUDY_KINDS[STUDIES[name].study_kind].targets(RESULTS, name)
 
 
 def default_targets(name):
     """A selected study's files in the default target: every kind's, the opt-in ones' only when asked for."""
-    kind = STUDY_KINDS[STUDIES[name].kind]
-    return kind.targets(RESULTS, name) if kind.in_default(name, config) else []
+    kind_def = STUDY_KINDS[STUDIES[name].study_kind]
+    return kind_def.targets(RESULTS, name) if kind_def.in_default(name, config) else []
 
 
 # Targets of the default target besides the studies' own (the beyond summaries: rules/beyond.smk).
@@ -263,18 +263,18 @@ def runs_of(wildcards):
 
 
 # rules/beyond.smk
-BEYOND_KINDS = tuple(name for name, kind in STUDY_KINDS.items() if kind.opt_in == "beyond")
+BEYOND_KINDS = tuple(name for name, kind_def in STUDY_KINDS.items() if kind_def.opt_in == "beyond")
 
 
-def beyond_names(kind):
-    return [n for n, s in STUDIES.items() if s.kind == kind]
+def beyond_names(study_kind):
+    return [n for n, s in STUDIES.items() if s.study_kind == study_kind]
 
 
 def beyond_summary_targets():
     out = [
-        layout.beyond_summary(RESULTS, kind, ext)
-        for kind in BEYOND_KINDS
-        if beyond_names(kind)
+        layout.beyond_summary(RESULTS, study_kind, ext)
+        for study_kind in BEYOND_KINDS
+        if beyond_names(study_kind)
         for ext in layout.SUMMARIES
     ]
     return out + time_to_accuracy_targets()
@@ -286,10 +286,10 @@ def time_to_accuracy_targets():
 
 def beyond_default_summaries():
     """The summaries, in the default target with config beyond: true (the studies' own files: their kind's entry)."""
-    selected = any(STUDIES[n].kind in BEYOND_KINDS for n in SELECTED)
+    selected = any(STUDIES[n].study_kind in BEYOND_KINDS for n in SELECTED)
     return beyond_summary_targets() if config.get("beyond", False) and selected else []
 
 
 # rules/sweep.smk
 def sweep_names():
-    return [n for n, s in STUDIES.items() if s.kind == "sweep"]
+    return [n for n, s in STUDIES.items() if s.study_kind == "sweep"]

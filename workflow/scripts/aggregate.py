@@ -16,9 +16,9 @@ def aggregate_study(
     import os
 
     from hbvm_workflow.ensemble_errors import compute_summary_errors
-    from hbvm_workflow.jobs import plural, study_logger
     from hbvm_workflow.layout import runs_marker
     from hbvm_workflow.plan import check_planned, planned_studies
+    from hbvm_workflow.script_support import plural, study_logger
     from hbvm_workflow.storage import clean_temporaries
     from hbvm_workflow.study import number_config
     from hbvm_workflow.tables import compute_errors
@@ -43,7 +43,7 @@ def aggregate_study(
 
 
 def main(smk) -> None:
-    from hbvm_workflow.jobs import as_list, job_locks, one_line_errors
+    from hbvm_workflow.script_support import as_list, job_locks, one_line_errors
 
     name = smk.wildcards.study
     with one_line_errors(smk.log), job_locks(smk.config, [name]):

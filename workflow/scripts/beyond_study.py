@@ -6,7 +6,7 @@ import time
 
 
 def main(smk) -> None:
-    from hbvm_workflow.jobs import job_locks, one_line_errors
+    from hbvm_workflow.script_support import job_locks, one_line_errors
 
     # the run lock, and the lock of the folder it writes (results/<study>/ or results/beyond/)
     with one_line_errors(smk.log), job_locks(smk.config, [smk.wildcards.study]):
@@ -29,7 +29,7 @@ def write(smk) -> None:
     study = planned_studies(config, [name])[name]
     out = smk.output
     n = beyond.write_study(study, smk.input.csv, out.md, out.csv)
-    logging.info(f"{study.kind}: {n} runs in the figure and tables, {time.perf_counter() - t0:.2f} s")
+    logging.info(f"{study.study_kind}: {n} runs in the figure and tables, {time.perf_counter() - t0:.2f} s")
 
 
 if __name__ == "__main__":

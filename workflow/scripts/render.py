@@ -11,9 +11,9 @@ def render_study(name: str, config: dict, inp, out, log_path: str, entry=None) -
     import matplotlib
 
     matplotlib.use("Agg")
-    from hbvm_workflow.figures import study_plot
-    from hbvm_workflow.jobs import plural, study_logger
     from hbvm_workflow.plan import check_planned, planned_studies
+    from hbvm_workflow.plot_dispatch import study_plot
+    from hbvm_workflow.script_support import plural, study_logger
     from hbvm_workflow.study import shown_config
     from hbvm_workflow.tables import rows_from_outputs, write_tables
 
@@ -31,7 +31,7 @@ def render_study(name: str, config: dict, inp, out, log_path: str, entry=None) -
 
 
 def main(smk) -> None:
-    from hbvm_workflow.jobs import job_locks, one_line_errors
+    from hbvm_workflow.script_support import job_locks, one_line_errors
 
     name = smk.wildcards.study
     with one_line_errors(smk.log), job_locks(smk.config, [name]):

@@ -36,7 +36,7 @@ def describe(res: dict) -> str:
 
 def reuse(study, retry_failed: bool, log: logging.Logger) -> tuple[list, dict]:
     """(runs to compute, summary of the reused ones by job id) of one study."""
-    from hbvm_workflow.jobs import plural
+    from hbvm_workflow.script_support import plural
     from hbvm_workflow.storage import Expected, clean_temporaries, mismatch_phrase, set_aside, store_verdict
 
     for p in clean_temporaries(study.dir):
@@ -127,7 +127,7 @@ def compute(
     from hbvm_core.errors import BackendError
     from hbvm_workflow.cluster import _problem_module, dask_client, forks_local_workers, ship_problem_module, spread
     from hbvm_workflow.cluster import describe as where
-    from hbvm_workflow.jobs import FILE_ONLY, Progress, plural, tell_studies
+    from hbvm_workflow.script_support import FILE_ONLY, Progress, plural, tell_studies
     from hbvm_workflow.shard_worker import cold_ensembles, solve_shard
     from hbvm_workflow.shard_worker import warm_up as warm_up_ensembles
     from hbvm_workflow.shards import shard_key
@@ -296,8 +296,8 @@ def choose_cluster(config: dict, studies: dict, specs: list, todo: list, logs: d
     (config ``spread``: ``hbvm_workflow.cluster.spreads``) a SLURMCluster sized from the study and the partition
     (``spread_cluster``); with ``spread`` on, the study's log says which and why, in one line."""
     from hbvm_workflow.cluster import SPREAD_AFTER_S, is_local, spread_cluster, study_spreads
-    from hbvm_workflow.jobs import plural
     from hbvm_workflow.runs import work_seconds
+    from hbvm_workflow.script_support import plural
 
     dask_cfg = config.get("dask") or {}
     names = {spec["study"] for spec in specs}
@@ -340,7 +340,7 @@ def took_part(ran: dict) -> str:
     """'N Dask workers took part, on host (k), ...': how many workers computed runs, and on which hosts."""
     from collections import Counter
 
-    from hbvm_workflow.jobs import plural
+    from hbvm_workflow.script_support import plural
 
     if not ran:
         return "no Dask worker took part (nothing computed)"
@@ -359,8 +359,8 @@ def describe_oserrors(study, refused: list[dict], tried: int) -> str:
     that the same command completes once space is freed), any other error with its first message."""
     import shutil
 
-    from hbvm_workflow.jobs import plural
     from hbvm_workflow.layout import shard_store
+    from hbvm_workflow.script_support import plural
 
     store = shard_store(study.results, study.name)
     slots = sorted(r["slot"] for r in refused)
@@ -495,7 +495,7 @@ def write_runs_marker(study) -> None:
 
 
 def main(smk) -> None:
-    from hbvm_workflow.jobs import job_locks, one_line_errors
+    from hbvm_workflow.script_support import job_locks, one_line_errors
 
     names = list(smk.params.studies)
     with one_line_errors(smk.log), job_locks(smk.config, names):
@@ -531,9 +531,9 @@ def no_space(exc: OSError, results: str) -> BaseException:
 def solve(smk, names: list) -> None:
     """The solve step of the studies ``names``, holding their locks."""
     from hbvm_workflow import summary_job
-    from hbvm_workflow.jobs import as_list, study_logger
     from hbvm_workflow.layout import runs_marker
     from hbvm_workflow.plan import check_planned, planned_studies
+    from hbvm_workflow.script_support import as_list, study_logger
 
     config = smk.config
     manifests = dict(zip(names, as_list(smk.output.manifest)))
@@ -601,7 +601,7 @@ def solve(smk, names: list) -> None:
 
 
 if __name__ == "__main__":
-    from hbvm_workflow.jobs import end_process
+    from hbvm_workflow.script_support import end_process
 
     main(snakemake)  # noqa: F821
     end_process()  # its outputs written: no teardown of the solve's modules and objects

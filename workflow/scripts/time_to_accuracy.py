@@ -6,8 +6,8 @@ import time
 
 
 def main(smk) -> None:
-    from hbvm_workflow.jobs import job_locks, one_line_errors
     from hbvm_workflow.layout import BEYOND
+    from hbvm_workflow.script_support import job_locks, one_line_errors
 
     # the run lock, and the lock of the folder it writes (results/beyond/)
     with one_line_errors(smk.log), job_locks(smk.config, [BEYOND]):

@@ -1,8 +1,8 @@
-"""Iterations for the nonlinear system of one step, and their stopping rule (docs/method.md 3, "Solving the step").
+"""The fixed-point iteration of one step's nonlinear system and its stopping rule (docs/method.md 3).
 
-A solver takes the fixed-point map F(gamma) -> (gamma_new, aux) of a method and
-returns the converged (gamma, aux, iterations). Stopping rule, with
-d_i = max|gamma_{i+1} - gamma_i| and scale = max(1, max|gamma_{i+1}|):
+``fixed_point`` takes the map F(gamma) -> (gamma_new, aux) of a method (every HBVM map: the fixed-point
+sweep, and the blended iteration as ``blended.newton_map``) and returns the converged (gamma, aux,
+iterations). Stopping rule, with d_i = max|gamma_{i+1} - gamma_i| and scale = max(1, max|gamma_{i+1}|):
 
 - converged when d_i <= rtol * scale (rtol defaults to 4 eps), or
 - converged when d_i <= stall_rtol * scale (1000 eps) and d_i >= d_{i-1}

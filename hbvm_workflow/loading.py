@@ -1,4 +1,4 @@
-"""The config model: ``load_studies(config)`` is the one entry point of the Snakefile and every job script.
+"""Loading a config into studies: ``load_studies(config)`` is the one entry point of the Snakefile and every job script.
 
 It checks the config against the packaged schema once, filling in its defaults
 (``schema.validate_config``), and expands every study into typed ``study.Study``

@@ -62,7 +62,7 @@ def tell_studies(logs: dict[str, logging.Logger], names, message: str) -> None:
     for name in names:
         logs[name].info(message, extra=FILE_ONLY)
     label = names[0] if len(names) == 1 else f"{len(names)} studies"
-    console = logging.getLogger("hbvm.jobs.shared")
+    console = logging.getLogger("hbvm.scripts.shared")
     console.setLevel(logging.INFO)
     console.propagate = False
     if not console.handlers:
