@@ -187,6 +187,15 @@ def run_table(study) -> RunTable:
     )
 
 
+def coordinate_names(study, m: int) -> list[str] | None:
+    """The names of q's components of the store (``Problem.coordinates``) of the study's largest instance, of
+    ``m`` coordinates: the study's problem where it is that large (a grid of values), else the first instance of m
+    (a chain over its number of links: x0, y0, ..., of the most links); None if none is."""
+    problems = itertools.chain((study.built_problem,), (inst.problem for inst in study.instances or ()))
+    largest = next((pb for pb in problems if pb.m == m), None)
+    return list(largest.coordinates) if largest is not None and largest.coordinates else None
+
+
 def shard_size(study, runs: int) -> int:
     """Runs per shard of a study of ``runs`` runs: its ``shard_runs``, else ``SHARD_RUNS`` where its problem has a
     compiled loop (a shard is one ensemble call), else as many as make ``PER_RUN_SHARDS`` shards: runs integrated
@@ -598,7 +607,7 @@ def prepare(study, retry_failed: bool, log) -> tuple[RunTable, list[Shard], dict
                 else:
                     name = os.path.basename(path)
                     log.info(f"the study's runs changed: a new {name}, reusing the rows of the old one")
-        names = list(study.built_problem.coordinates)  # built here only when a store is made
+        names = coordinate_names(study, table.m)  # built here only when a store is made
         create(path, table, study.name, tmp_dir(study.results, study.name), names)
     source = _source_rows(prev, retry_failed) if os.path.lexists(prev) else {}
     shards, reused, failed = [], 0, 0
