@@ -252,6 +252,7 @@ def _errors(status: np.ndarray, fail_step: np.ndarray) -> np.ndarray:
 def _wall(path: str, table) -> np.ndarray:
     """Each run's wall time: its own where the shard timed it (``run_wall_s``), else its share of the shard's
     (the shard's record); NaN where not recorded."""
+    from .shard_worker import record_seconds
     from .shards import read_record
 
     out = np.full(table.runs, np.nan)
@@ -259,10 +260,8 @@ def _wall(path: str, table) -> np.ndarray:
         rec = read_record(path, slot) or {}
         if rec.get("wall_s") is not None and rec.get("computed"):
             out[a:b] = float(rec["wall_s"]) / (b - a)
-        own = rec.get("run_wall_s")  # the runs integrated one by one (shard_worker: the per-run road) timed each
-        if isinstance(own, list) and len(own) == b - a:
-            timed = np.array([np.nan if x is None else float(x) for x in own])
-            out[a:b] = np.where(np.isnan(timed), out[a:b], timed)
+        timed = record_seconds(rec, b - a)["seconds"]  # the runs integrated one by one, timed each
+        out[a:b] = np.where(np.isnan(timed), out[a:b], timed)
     return out
 
 

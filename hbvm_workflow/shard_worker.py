@@ -186,10 +186,12 @@ def compute_shard(spec: dict) -> dict:
     # a source) is removed
     ran = np.full(n, "", dtype=object)
     where = {key: np.full(n, "", dtype=object) for key in PROVENANCE}  # the host and Dask worker of each run
+    seconds = np.full(n, np.nan)  # the wall time of each run integrated on its own (the per-run road)
     for src in spec["sources"]:
         ran[src["dst"]] = row_backends(src["store"], src["src"])
         for key, values in row_provenance(src["store"], src["src"]).items():
             where[key][src["dst"]] = values
+        seconds[src["dst"]] = row_seconds(src["store"], src["src"])
     remove_record(store, slot)  # from here until the record is written again the shard is incomplete
     counts = np.full((n, len(COUNTS)), -1, dtype=np.int64)
     scalars = np.full((n, 1 + 2 * nu), np.nan)
@@ -206,7 +208,6 @@ def compute_shard(spec: dict) -> dict:
     groups = Structures(spec["problems"])
     group_of = np.array([groups.group[int(c)] for c in spec["combo"][compute]], dtype=np.int64)
     scheme_of = spec["scheme"][compute].astype(np.int64)
-    seconds = np.full(n, np.nan)  # the wall time of each run integrated on its own (the per-run road)
 
     def put(rows: np.ndarray, res) -> None:
         """The runs ``rows`` of ``res`` into the shard's arrays: q at y[..., :m_i], p at y[..., m:m + m_i] and
@@ -334,6 +335,22 @@ def record_provenance(record: dict | None, n: int) -> dict[str, np.ndarray]:
             values[:] = record[key]
         out[key] = values
     return out
+
+
+def record_seconds(record: dict | None, n: int) -> dict[str, np.ndarray]:
+    """{"seconds": the own wall time of each of a shard's ``n`` runs, from its record (``run_wall_s``: the runs
+    integrated one by one, a copied run's from its source), NaN where it has none}."""
+    own = (record or {}).get("run_wall_s")
+    values = np.full(n, np.nan)
+    if isinstance(own, list) and len(own) == n:
+        values[:] = [np.nan if x is None else float(x) for x in own]
+    return {"seconds": values}
+
+
+def row_seconds(store: str, rows: np.ndarray) -> np.ndarray:
+    """The own wall time of each of the runs ``rows`` of a sharded store (their shards' records), NaN where none."""
+    got = rows_from_records(store, rows, record_seconds)["seconds"]
+    return np.array([np.nan if x == "" else float(x) for x in got], dtype=float)
 
 
 def row_provenance(store: str, rows: np.ndarray) -> dict[str, np.ndarray]:
