@@ -12,11 +12,17 @@ from __future__ import annotations
 
 import math
 
+import matplotlib
 import numpy as np
 import pytest
+import xarray as xr
 from test_workflow import ok, read_csv, snakemake, write_config
 
-from hbvm_workflow.reading import open_study
+matplotlib.use("Agg")
+
+from hbvm_workflow import plots  # noqa: E402
+from hbvm_workflow.reading import open_study  # noqa: E402
+from hbvm_workflow.study import expand_study  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -83,3 +89,13 @@ def test_a_chain_swept_over_its_size_gives_a_row_per_size_and_method_with_H_and_
             assert abs(float(one.H_error) - np.max(np.abs(H - H[0]))) <= 10 * EPS * n * n
             assert np.max(np.abs(_link_lengths(q) - 1.0)) <= 10 * EPS * n * STEPS
     assert (res / "chain.png").stat().st_size > 10_000
+
+    # the figure's last panel: each run's wall seconds per step (timings.csv), against links
+    study = expand_study("chain", SWEEP, results=str(tmp_path / "results"))
+    fig = plots.sweep_plot(study, xr.open_zarr(res / "errors.zarr"), str(tmp_path / "f.png"), str(tmp_path / "f.pdf"))
+    last = fig.axes[-1]
+    assert last.get_title().replace("\n", " ") == "wall seconds per step"
+    for line, scheme in zip(last.get_lines(), ("hbvm_k2_s2", "rattle")):
+        per_step = [float(t["wall_s"]) / STEPS for t in sorted(timings, key=lambda t: int(t["links"]))
+                    if t["method"] == scheme]  # fmt: skip
+        assert list(line.get_xdata()) == LINKS and np.allclose(line.get_ydata(), per_step, rtol=1e-12)
