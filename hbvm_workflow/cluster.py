@@ -662,4 +662,6 @@ def study_spreads(config: dict, study, work_s: float) -> bool:
     and its estimated work ``work_s``."""
     if study.cfg.get("save") != "summary":
         return False
-    return spreads(config, work_s, -(-len(study.jobs) // int(study.cfg.get("shard_runs") or 10_000)))
+    from .shards import shard_size
+
+    return spreads(config, work_s, -(-len(study.jobs) // shard_size(study, len(study.jobs))))

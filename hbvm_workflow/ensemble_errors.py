@@ -79,7 +79,8 @@ def summary_columns(
     scalars = a["scalars"]
     nu = attrs["nu"]
     e_H = np.where(ok, scalars[:, 0], np.nan)
-    e_g = np.where(ok, np.max(scalars[:, 1 : 1 + nu], axis=1, initial=0.0), np.nan)
+    # fmax: NaN past a smaller instance's constraints (a chain over its number of links) is not a value
+    e_g = np.where(ok, np.fmax.reduce(scalars[:, 1 : 1 + nu], axis=1, initial=0.0), np.nan)
     with np.errstate(all="ignore"):
         mean_it = np.where(ok, iterations / np.maximum(steps_done, 1), np.nan)
     words = _errors(status, fail_step)
@@ -249,7 +250,9 @@ def _errors(status: np.ndarray, fail_step: np.ndarray) -> np.ndarray:
 
 
 def _wall(path: str, table) -> np.ndarray:
-    """Each run's share of its shard's wall time (the shard's record), NaN where not recorded."""
+    """Each run's wall time: its own where the shard timed it (``run_wall_s``), else its share of the shard's
+    (the shard's record); NaN where not recorded."""
+    from .shard_worker import record_seconds
     from .shards import read_record
 
     out = np.full(table.runs, np.nan)
@@ -257,6 +260,8 @@ def _wall(path: str, table) -> np.ndarray:
         rec = read_record(path, slot) or {}
         if rec.get("wall_s") is not None and rec.get("computed"):
             out[a:b] = float(rec["wall_s"]) / (b - a)
+        timed = record_seconds(rec, b - a)["seconds"]  # the runs integrated one by one, timed each
+        out[a:b] = np.where(np.isnan(timed), out[a:b], timed)
     return out
 
 

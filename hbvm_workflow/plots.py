@@ -385,7 +385,33 @@ def sweep_panels(study: Study, ds) -> list[tuple[str, str]]:
     the mean iterations per step, e_H, and e_g for a constrained problem."""
     panels = [("e_s", "error constant e_s / h^p")] if np.isfinite(ds["e_s"].values).any() else []
     panels += [("mean_iterations", "mean iterations per step"), ("e_H", "energy error max |H − H0|")]
-    return panels + ([("e_g", "constraint error max |g|")] if study.dims[1] else [])
+    panels += [("e_g", "constraint error max |g|")] if study.dims[1] else []
+    if _size_sweep(study) and "wall_s" in ds and "steps" in ds and np.isfinite(ds["wall_s"].values).any():
+        panels.append(("seconds_per_step", "wall seconds per step"))
+    return panels
+
+
+def _size_sweep(study: Study) -> bool:
+    """Whether the grid changes the problem's size (a chain over its number of links): its first and last instances
+    (two problems built, whatever the grid's length) are of different m; then the cost of a step against the grid
+    value is the sweep's other question."""
+    instances = study.instances or ()
+    return len(instances) > 1 and instances[0].problem.m != instances[-1].problem.m
+
+
+def _panel_values(sub, var: str) -> np.ndarray:
+    """A panel's values of one method, (h, grid value): a column of errors.zarr, or the wall seconds per step."""
+    if var == "seconds_per_step":
+        with np.errstate(all="ignore"):
+            return np.asarray(sub["wall_s"].values, dtype=float) / np.asarray(sub["steps"].values, dtype=float)
+    return np.asarray(sub[var].values, dtype=float)
+
+
+def log_grid_axis(x: np.ndarray) -> bool:
+    """A sweep's grid axis is logarithmic where its values are positive and span a factor of 20 or more (links
+    10 .. 1000: the small values are not crowded into the axis's first percent)."""
+    finite = x[np.isfinite(x)]
+    return finite.size > 1 and finite.min() > 0 and finite.max() >= 20 * finite.min()
 
 
 def sweep_axis(ds, key: str) -> tuple[np.ndarray, np.ndarray, str]:
@@ -441,6 +467,7 @@ SWEEP_YLABELS = {
     "mean_iterations": "iterations",
     "e_H": r"$e_H$",
     "e_g": r"$e_g$",
+    "seconds_per_step": "s / step",
 }
 #: inches per labelled major tick of a sweep panel's log y axis (mathtext labels such as $10^{-12}$ are about 0.14 in
 #: high; a label every 0.3 in leaves a gap of one label between two)
@@ -452,7 +479,9 @@ def sweep_plot(study: Study, ds, png: str, pdf: str):
     constant e_s / h^p at the finest step (p: the method's reference order of e_s, ``reference_order``, else 2),
     where there is a reference, with the band below the reference's accuracy (errors.zarr ``reference_accuracy``)
     shaded in it; the mean iterations per step, e_H and e_g (log) at the finest step size (solid) and the coarsest
-    (dotted). At the study's printed width (``printed.width``): panels of at least MIN_PANEL_W inches, the legend
+    (dotted); where the grid changes the problem's size (``_size_sweep``), the wall seconds per step of each run.
+    The grid axis is logarithmic where its values span a factor of 20 or more (``log_grid_axis``). At the study's
+    printed width (``printed.width``): panels of at least MIN_PANEL_W inches, the legend
     below them. Never blank: with ``reference: none`` the other panels are drawn. Returns the figure."""
     from . import printed
 
@@ -486,7 +515,7 @@ def _sweep_figure(study: Study, ds, W: float):
         style = printed.at_print_size(method_style(i))
         words, line = [], None
         for k, (ax, (var, _)) in enumerate(zip(axes, panels)):
-            values = np.asarray(sub[var].values, dtype=float)[:, order]
+            values = _panel_values(sub, var)[:, order]
             fine, coarse = _finest_and_coarsest(values)
             if fine is None:
                 continue
@@ -522,7 +551,10 @@ def _sweep_figure(study: Study, ds, W: float):
         printed.set_title(ax, title + (f" ({printed.ZERO_NOTE})" if zero else ""), panel_w)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(SWEEP_YLABELS[var])
-        ax.xaxis.set_major_locator(_grid_locator(panel_w))
+        if log_grid_axis(x):
+            ax.set_xscale("log")  # its ticks: _plain_log_ticks
+        else:
+            ax.xaxis.set_major_locator(_grid_locator(panel_w))
         ax.grid(True, which="major", alpha=0.3)
     band = _sweep_bands(bands, _sweep_reference_floor(ds, order), x)
     if band is not None:

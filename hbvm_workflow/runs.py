@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from hbvm_core.problems import BUILTIN, problem_name
+from hbvm_core.problems import BUILTIN, NUMPY_BEADS, problem_name
 
 from .layout import run_stem
 
@@ -141,12 +141,21 @@ class Job:
     def step_rate(self) -> tuple[int, float]:
         """(the method's work units per step, ``Method.work_units``: HBVM's quadrature nodes; the seconds per unit
         of its cost model, ``Method.STEP_SECONDS``: compiled for a built-in problem unless ``backend: numpy``)."""
-        return step_rate(self.method, self.problem, self.backend)
+        return step_rate(self.method, self.problem, self.backend, self.params)
 
 
-def step_rate(method: dict, problem: str | dict, backend: str) -> tuple[int, float]:
-    """``Job.step_rate`` of a job of this method entry, problem entry and backend."""
+#: beads of a problem without compiled callbacks (``NUMPY_BEADS``: a chain) whose step costs about the method's
+#: numpy rate; past them the cost grows in proportion (the sparse path: HBVM(2,2) about 2.4 ms a step at 200
+#: links, RATTLE 0.5 ms; docs/performance.md)
+BEADS_PER_NUMPY_STEP = 20
+
+
+def step_rate(method: dict, problem: str | dict, backend: str, params: dict | None = None) -> tuple[int, float]:
+    """``Job.step_rate`` of a job of this method entry, problem entry, backend and params."""
     _, units, (compiled_s, numpy_s) = _method_cost(method)
+    if isinstance(problem, str) and problem in NUMPY_BEADS:  # no compiled loop: numpy, by its size
+        beads = NUMPY_BEADS[problem](params or {})
+        return units, numpy_s * max(1.0, beads / BEADS_PER_NUMPY_STEP)
     ours = isinstance(problem, dict) or problem in BUILTIN  # expressions: compiled kernels too
     compiled = compiled_s is not None and backend != "numpy" and ours
     return units, compiled_s if compiled else numpy_s
@@ -225,7 +234,7 @@ def _method_cost(entry: dict) -> tuple:
 
 
 #: what ``Job.step_rate`` reads of a job: the runs of a method and instance share these objects
-_RATE_KEY = operator.attrgetter("method", "problem", "backend")
+_RATE_KEY = operator.attrgetter("method", "problem", "backend", "params")
 
 
 def work_seconds(jobs) -> float:
@@ -387,9 +396,9 @@ class PlannedJobs(_BuiltOnDemand, Mapping):
         total, rates = 0.0, {}  # the rate once per method, problem and backend objects (a grid's groups share them)
         for g in self._groups:
             f, hs = g["fields"], g["runs"]["h"]
-            key = (id(f["method"]), id(f["problem"]), f["backend"])
+            key = (id(f["method"]), id(f["problem"]), f["backend"], id(f["params"]))
             if key not in rates:
-                rates[key] = step_rate(f["method"], f["problem"], f["backend"])
+                rates[key] = step_rate(f["method"], f["problem"], f["backend"], f["params"])
             units, seconds = rates[key]
             steps = sum(round(f["t_end"] / h) for h in hs)  # as _steps (half to even, as numpy's rint)
             total += len(hs) * RUN_OVERHEAD_S + steps * units * seconds  # as _group_seconds

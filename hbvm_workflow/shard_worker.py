@@ -123,6 +123,24 @@ def loop_key(problem) -> tuple:
     return structure_key(problem)
 
 
+def _by_structure(problems, params) -> list[tuple[np.ndarray, Any]]:
+    """The runs of a group (``Structures.runs``) parted by compiled loop: [(positions, problems for
+    ``integrate_ensemble``)], a part None where its problems have no compiled loop (the per-run numpy road,
+    ``hbvm_core.per_run``). One problem with params as arrays is one part; a list of problems (a combination each:
+    a chain over its number of links, each size another structure) one part per ``loop_key``."""
+    if params is not None:
+        return [(np.arange(len(next(iter(params.values())))), problems)]
+    keys = [loop_key(pb) for pb in problems]
+    parts: dict = {}
+    for j, key in enumerate(keys):
+        parts.setdefault(repr(key) if key != (None,) else None, []).append(j)
+    out = []
+    for key, at in parts.items():
+        at = np.asarray(at, dtype=np.int64)
+        out.append((at, None if key is None else [problems[j] for j in at.tolist()]))
+    return out
+
+
 def solve_shard(spec: dict) -> dict:
     """``compute_shard``, where an OSError of the host (a full disk, a quota, a read-only or lost file system) is not
     raised but returned, as {"slot", "host", "oserror": {"errno", "message"}}: the task does not fail, so Dask
@@ -156,6 +174,7 @@ def compute_shard(spec: dict) -> dict:
     from hbvm_core import integrate_ensemble
     from hbvm_core.ensemble import require_gpu
     from hbvm_core.methods import load_method_modules, method_from_entry
+    from hbvm_core.per_run import integrate_summary
 
     t0 = time.perf_counter()
     store, slot, a, b = spec["store"], spec["slot"], spec["start"], spec["stop"]
@@ -167,10 +186,12 @@ def compute_shard(spec: dict) -> dict:
     # a source) is removed
     ran = np.full(n, "", dtype=object)
     where = {key: np.full(n, "", dtype=object) for key in PROVENANCE}  # the host and Dask worker of each run
+    seconds = np.full(n, np.nan)  # the wall time of each run integrated on its own (the per-run road)
     for src in spec["sources"]:
         ran[src["dst"]] = row_backends(src["store"], src["src"])
         for key, values in row_provenance(src["store"], src["src"]).items():
             where[key][src["dst"]] = values
+        seconds[src["dst"]] = row_seconds(src["store"], src["src"])
     remove_record(store, slot)  # from here until the record is written again the shard is incomplete
     counts = np.full((n, len(COUNTS)), -1, dtype=np.int64)
     scalars = np.full((n, 1 + 2 * nu), np.nan)
@@ -187,6 +208,25 @@ def compute_shard(spec: dict) -> dict:
     groups = Structures(spec["problems"])
     group_of = np.array([groups.group[int(c)] for c in spec["combo"][compute]], dtype=np.int64)
     scheme_of = spec["scheme"][compute].astype(np.int64)
+
+    def put(rows: np.ndarray, res) -> None:
+        """The runs ``rows`` of ``res`` into the shard's arrays: q at y[..., :m_i], p at y[..., m:m + m_i] and
+        g_error, lam over the first nu_i constraints (a smaller instance than the store's: NaN past its own)."""
+        k, mi, nui = res.t.shape[1], res.q.shape[2], res.lam.shape[1]
+        if k > S:
+            raise StoreError(store, "t", f"shard {slot}: {k} saved points, the store has room for {S}")
+        used.add(res.backend)
+        ran[rows] = res.backend
+        if res.backend_note:
+            notes.add(res.backend_note)
+        counts[rows] = np.stack([np.asarray(getattr(res, c), dtype=np.int64) for c in COUNTS], axis=1)
+        scalars[rows, 0] = res.H_error
+        scalars[rows, 1 : 1 + nui] = res.g_error
+        scalars[rows, 1 + nu : 1 + nu + nui] = res.lam
+        t[rows, :k] = res.t
+        y[rows, :k, :mi] = res.q
+        y[rows, :k, m : m + mi] = res.p
+
     for i, g in sorted(set(zip(scheme_of.tolist(), group_of.tolist()))):
         rows = compute[(scheme_of == i) & (group_of == g)]
         meth = spec["methods"][i]
@@ -194,33 +234,32 @@ def compute_shard(spec: dict) -> dict:
             load_method_modules([meth["module"]])
         method = method_from_entry(meth["entry"])
         problems, params = groups.runs(g, spec["combo"][rows])
-        res = _on_this_host(
-            spec,
-            integrate_ensemble,
-            problems,
-            method,
-            spec["h"][rows],
-            spec["N"][rows],
-            params=params,
-            sample_every=spec["sample_every"][rows],
-            compensated=spec["compensated"],
-            backend=requested,
-            threads=numba_threads(int(spec.get("threads", 1))),  # the solve's spread: a shard over this worker's cores
-        )
-        used.add(res.backend)
-        ran[rows] = res.backend
-        if res.backend_note:
-            notes.add(res.backend_note)
-        k = res.t.shape[1]
-        if k > S:
-            raise StoreError(store, "t", f"shard {slot}: {k} saved points, the store has room for {S}")
-        counts[rows] = np.stack([np.asarray(getattr(res, c), dtype=np.int64) for c in COUNTS], axis=1)
-        scalars[rows, 0] = res.H_error
-        scalars[rows, 1 : 1 + nu] = res.g_error
-        scalars[rows, 1 + nu :] = res.lam
-        t[rows, :k] = res.t
-        y[rows, :k, :m] = res.q
-        y[rows, :k, m:] = res.p
+        for part, sub in _by_structure(problems, params):
+            rows_part = rows[part]
+            if sub is None:  # no compiled loop: each run by the numpy loop (a sparse G's where it has one)
+                for r, problem in zip(rows_part.tolist(), [problems[j] for j in part.tolist()]):
+                    res, seconds[r] = integrate_summary(
+                        problem, method, float(spec["h"][r]), int(spec["N"][r]), int(spec["sample_every"][r]),
+                        spec["compensated"],
+                    )  # fmt: skip
+                    put(np.array([r]), res)
+                continue
+            res = _on_this_host(
+                spec,
+                integrate_ensemble,
+                sub,
+                method,
+                spec["h"][rows_part],
+                spec["N"][rows_part],
+                params=params,
+                sample_every=spec["sample_every"][rows_part],
+                compensated=spec["compensated"],
+                backend=requested,
+                threads=numba_threads(
+                    int(spec.get("threads", 1))
+                ),  # the solve's spread: a shard over this worker's cores
+            )
+            put(rows_part, res)
     wall = time.perf_counter() - t0
     host, worker = platform.node(), _worker_address()
     where["host"][compute], where["worker"][compute] = host, worker
@@ -233,6 +272,7 @@ def compute_shard(spec: dict) -> dict:
         "backend": ",".join(sorted(used)) or "copied",
         "backends": run_lengths(ran),
         "note": "; ".join(sorted(notes)),
+        **({"run_wall_s": [None if np.isnan(x) else float(x) for x in seconds]} if np.isfinite(seconds).any() else {}),
         "host": host,
         "worker": worker,
         **{f"{key}s": run_lengths(values) for key, values in where.items()},  # hosts, workers: per run
@@ -295,6 +335,22 @@ def record_provenance(record: dict | None, n: int) -> dict[str, np.ndarray]:
             values[:] = record[key]
         out[key] = values
     return out
+
+
+def record_seconds(record: dict | None, n: int) -> dict[str, np.ndarray]:
+    """{"seconds": the own wall time of each of a shard's ``n`` runs, from its record (``run_wall_s``: the runs
+    integrated one by one, a copied run's from its source), NaN where it has none}."""
+    own = (record or {}).get("run_wall_s")
+    values = np.full(n, np.nan)
+    if isinstance(own, list) and len(own) == n:
+        values[:] = [np.nan if x is None else float(x) for x in own]
+    return {"seconds": values}
+
+
+def row_seconds(store: str, rows: np.ndarray) -> np.ndarray:
+    """The own wall time of each of the runs ``rows`` of a sharded store (their shards' records), NaN where none."""
+    got = rows_from_records(store, rows, record_seconds)["seconds"]
+    return np.array([np.nan if x == "" else float(x) for x in got], dtype=float)
 
 
 def row_provenance(store: str, rows: np.ndarray) -> dict[str, np.ndarray]:

@@ -71,6 +71,8 @@ DIMS = {"counts": ("run", "count"), "scalars": ("run", "scalar"), "t": ("run", "
 CHUNK_RUNS = 1000
 #: the default ``shard_runs`` (schema.yaml): runs of a shard, i.e. of one Dask task and of one file per array
 SHARD_RUNS = 10000
+#: the shards of a study whose problem has no compiled loop, where it gives no ``shard_runs`` (``shard_size``)
+PER_RUN_SHARDS = 64
 
 
 # --------------------------------------------------------------------------- the runs of a study as arrays
@@ -181,8 +183,30 @@ def run_table(study) -> RunTable:
         grid=list(study.grid),
         m=int(m),
         nu=int(nu),
-        shard_runs=int(study.cfg.get("shard_runs") or SHARD_RUNS),
+        shard_runs=shard_size(study, R),
     )
+
+
+def coordinate_names(study, m: int) -> list[str] | None:
+    """The names of q's components of the store (``Problem.coordinates``) of the study's largest instance, of
+    ``m`` coordinates: the study's problem where it is that large (a grid of values), else the first instance of m
+    (a chain over its number of links: x0, y0, ..., of the most links); None if none is."""
+    problems = itertools.chain((study.built_problem,), (inst.problem for inst in study.instances or ()))
+    largest = next((pb for pb in problems if pb.m == m), None)
+    return list(largest.coordinates) if largest is not None and largest.coordinates else None
+
+
+def shard_size(study, runs: int) -> int:
+    """Runs per shard of a study of ``runs`` runs: its ``shard_runs``, else ``SHARD_RUNS`` where its problem has a
+    compiled loop (a shard is one ensemble call), else as many as make ``PER_RUN_SHARDS`` shards: runs integrated
+    one by one in numpy (``hbvm_core.per_run``: a chain over its number of links) are tasks of seconds each, which
+    Dask spreads over its workers, the costliest first (``shard_spec``'s ``work``)."""
+    given = study.cfg.get("shard_runs")
+    if given:
+        return int(given)
+    if study.built_problem.kernels is not None:
+        return SHARD_RUNS
+    return max(1, -(-int(runs) // PER_RUN_SHARDS))
 
 
 def hashes_as_integers(hashes: list[str]) -> np.ndarray:
@@ -583,7 +607,7 @@ def prepare(study, retry_failed: bool, log) -> tuple[RunTable, list[Shard], dict
                 else:
                     name = os.path.basename(path)
                     log.info(f"the study's runs changed: a new {name}, reusing the rows of the old one")
-        names = list(study.built_problem.coordinates)  # built here only when a store is made
+        names = coordinate_names(study, table.m)  # built here only when a store is made
         create(path, table, study.name, tmp_dir(study.results, study.name), names)
     source = _source_rows(prev, retry_failed) if os.path.lexists(prev) else {}
     shards, reused, failed = [], 0, 0
@@ -714,7 +738,15 @@ def shard_spec(study, table: RunTable, shard: Shard, modules: dict | None = None
         "S": table.S,
         "m": table.m,
         "nu": table.nu,
+        "work": shard_work(table, instances, rows),
     }
+
+
+def shard_work(table: RunTable, instances: list, rows: np.ndarray) -> float:
+    """The work of computing ``rows``, in steps times coordinates (an instance not built: the store's m), the order
+    in which a solve submits its shards (the costliest first)."""
+    m = np.array([inst.built.m if inst.built is not None else table.m for inst in instances], dtype=float)
+    return float(np.sum(table.N[rows] * m[table.combo[rows]]))
 
 
 def _checked_combos(study, instances: list, combos: list[int]) -> set[int]:

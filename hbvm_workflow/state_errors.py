@@ -92,9 +92,10 @@ def state_errors(
         if not rows.size:
             continue
         ri, pj = np.nonzero(mask[rows])
-        yq = y[rows[ri], pj]  # [points, 2m]
+        yq = _own_state(y[rows[ri], pj], m, _size(inst, m))  # [points, 2 m_i]: q, p of this instance's size
         if family is None:
-            hc = inst.problem.hidden_constraint(yq[:, :m], yq[:, m:])
+            mi = yq.shape[1] // 2
+            hc = inst.problem.hidden_constraint(yq[:, :mi], yq[:, mi:])
             e_hc[rows] = _max_per_run(_norm(hc, hc_norm), ri, rows.size)
         if study.reference not in ("none", "self"):
             points.append((inst.problem, rows, ri, yq, *np.unique(t[rows[ri], pj], return_inverse=True), ci))
@@ -128,8 +129,21 @@ def state_errors(
             f"{shard_store(study.results, study.name)}: run {int(r[k[i]])} at t = {tr[i]!r} and its h/2 run "
             f"{int(p[k[i]])} at t = {tp[i]!r}: the sample times differ; run the solve step"
         )
-    out[both] = _max_per_run(_norm(y[r[k], j] - y[p[k], pj], c.norm), k, both.size)
+    d = y[r[k], j] - y[p[k], pj]
+    d[np.isnan(y[r[k], j]) & np.isnan(y[p[k], pj])] = 0.0  # past a smaller instance's size, in both of its runs
+    out[both] = _max_per_run(_norm(d, c.norm), k, both.size)
     return out, e_hc, floors
+
+
+def _size(inst, m: int) -> int:
+    """m of an instance's problem (the store's m: the largest instance's)."""
+    return int(inst.problem.m)
+
+
+def _own_state(yq: np.ndarray, m: int, mi: int) -> np.ndarray:
+    """Rows of the store's state (q in [:m], p in [m:], NaN past an instance smaller than the largest) as the
+    instance's own (q, p) of 2 m_i entries."""
+    return yq if mi == m else np.concatenate([yq[:, :mi], yq[:, m : m + mi]], axis=1)
 
 
 def _max_per_run(values: np.ndarray, run: np.ndarray, runs: int) -> np.ndarray:

@@ -22,6 +22,14 @@ BUILTIN: dict[str, Callable[[], Problem]] = {
     "branched_tree": branched_tree,
 }
 
+#: the built-in problems without compiled callbacks (the numpy loop, sparse past a size), by the number of beads
+#: their keywords make: a step's cost grows with it (``hbvm_workflow.runs.step_rate``)
+NUMPY_BEADS: dict[str, Callable[[dict], int]] = {
+    "chain": lambda p: int(p.get("links") or p.get("n", 10)),
+    "closed_chain": lambda p: int(p.get("n", 8)),
+    "branched_tree": lambda p: 2 ** int(p.get("depth", 3)) - 1,
+}
+
 
 def resolve_factory(problem_entry: str | dict) -> Callable[..., Problem]:
     """The factory for a built-in name, a ``module.path:factory`` string or a mapping of expressions
@@ -88,6 +96,7 @@ def get_problem(problem_entry: str | dict, **params) -> Problem:
 
 __all__ = [
     "BUILTIN",
+    "NUMPY_BEADS",
     "branched_tree",
     "chain",
     "closed_chain",

@@ -222,8 +222,13 @@ def compute(
             for batch in batches
         }
         retries = int(dask_cfg.get("retries", 2))
+        # the costliest shards first (Dask's priority: higher first), so that a long one does not start last
+        rank = {id(spec): -i for i, spec in enumerate(sorted(shards, key=lambda sp: -sp.get("work", 0.0)))}
         shard_futures = {
-            client.submit(solve_shard, spec, key=shard_key(spec), retries=retries, pure=False): spec for spec in shards
+            client.submit(
+                solve_shard, spec, key=shard_key(spec), retries=retries, pure=False, priority=rank[id(spec)]
+            ): spec
+            for spec in shards
         }
         for fut in as_completed([*futures, *shard_futures]):
             if fut in shard_futures:
