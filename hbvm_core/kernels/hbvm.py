@@ -155,7 +155,7 @@ def _fp_sweep(h, Mp0, X, L, s, m, nu, psi, rho, Mpsi, Mrho, XMpsi, XMrho, A, lam
 
 @inline_source
 def _fp_increment(gamma, new, s, m):
-    """The stopping rule's (d, scale, bad) of a sweep (solvers.StoppingRule): d = max|new - gamma|,
+    """The stopping rule's (d, scale, bad) of a sweep (fixed_point.StoppingRule): d = max|new - gamma|,
     scale = max(1, max|new|), bad if a difference is NaN."""
     d = 0.0
     scale = 1.0

@@ -3,7 +3,7 @@
 - ``converged``: the round-off stopping rule of an iteration (docs/method.md 3, "Solving the step"),
   with d the max-norm of the last increment, d_prev the one before and scale = max(1, |iterate|):
   converged when d <= rtol scale, or when d <= stall scale and d >= d_prev (the increments stopped
-  decreasing at round-off). ``solvers.StoppingRule.done`` calls it; the compiled templates get it
+  decreasing at round-off). ``fixed_point.StoppingRule.done`` calls it; the compiled templates get it
   pasted into their loops (``@inline_source``: ``registry.expand_inline`` pastes this module's
   helpers into every template, numba then sees plain arithmetic).
 - ``compensated_add``: the compensated (Kahan) update x + dx with the carried compensation c (docs/method.md 3);
