@@ -187,6 +187,19 @@ def solve_job(job: Job | dict, problems: dict | None = None) -> dict:
     return {"id": job.id, "hash": job.hash, "store": job.store, "worker": attrs["worker"], **summary}
 
 
+def compile_processes(threads: int, cold: int) -> int:
+    """Processes for compiling ``cold`` loops a solve job of ``threads`` threads found missing from the kernel cache:
+    up to ``HBVM_COMPILE_PROCESSES`` (the Snakefile sets it to the run's --cores) and the CPUs this process may run
+    on, at least the job's threads. A first study's loops (10-20 s each) then compile side by side though its
+    runs' work alone asks for one thread."""
+    try:
+        allowed = int(os.environ.get("HBVM_COMPILE_PROCESSES") or threads)
+    except ValueError:
+        allowed = threads
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(int(threads), min(int(cold), allowed, cpus))
+
+
 def warm_up(jobs, processes: int = 1, tell=None) -> int:
     """One step of each distinct (problem, method, backend) of ``jobs`` in this process.
 
@@ -206,8 +219,9 @@ def warm_up(jobs, processes: int = 1, tell=None) -> int:
         key = json.dumps([job.problem, job.params, job.method, job.backend, job.compensated], sort_keys=True)
         distinct.setdefault(key, job)
         studies.setdefault(key, set()).add(job.study)
-    cold = _uncached_loops(distinct.values()) if processes > 1 else []
-    if len(cold) > 1:
+    cold = _uncached_loops(distinct.values()) if compile_processes(processes, len(distinct)) > 1 else []
+    processes = compile_processes(processes, len(cold))
+    if len(cold) > 1 and processes > 1:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 

@@ -78,3 +78,19 @@ print(json.dumps({"n": n, "wall": time.perf_counter() - t0, "lines": lines}))
                        r"in ([\d.]+) s", line)  # fmt: skip
     assert studies == ["s"] and hit, line
     assert float(hit.group(1)) <= out["wall"] + 0.05  # rounded to 0.1 s
+
+
+def test_cold_loops_compile_in_up_to_the_run_s_cores_side_by_side(monkeypatch):
+    """compile_processes: at least the job's threads; at most the run's cores (HBVM_COMPILE_PROCESSES, which the
+    Snakefile sets to --cores), the CPUs this process may use, and the cold loops (worked by hand)."""
+    from hbvm_workflow.worker import compile_processes
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.setenv("HBVM_COMPILE_PROCESSES", "2")
+    assert compile_processes(1, 5) == 2  # a one-thread job of five cold loops, --cores 2: two side by side
+    assert compile_processes(1, 1) == 1  # one loop: one process
+    assert compile_processes(3, 0) == 3  # never fewer than the job's threads
+    monkeypatch.setenv("HBVM_COMPILE_PROCESSES", "16")
+    assert compile_processes(1, 6) == 4  # the CPUs this process may run on (a SLURM allocation's) bound it
+    monkeypatch.delenv("HBVM_COMPILE_PROCESSES")
+    assert compile_processes(2, 6) == 2  # outside Snakemake: the job's threads

@@ -24,6 +24,14 @@ from hbvm_workflow.plan import planned_studies, write_plan
 from hbvm_workflow.runs import work_seconds, workers_for
 from hbvm_workflow.summary_job import aggregated_in_solve
 
+# The cores of the whole run (--cores), for the solve jobs' first compile of new loops: a job compiles its cold
+# loops in up to this many processes side by side (hbvm_workflow.worker.compile_processes), a one-off that the
+# job's own threads (sized by its runs' work) would otherwise serialise. Jobs inherit it (local and SLURM).
+try:
+    os.environ.setdefault("HBVM_COMPILE_PROCESSES", str(workflow.cores))
+except WorkflowError:  # no --cores (a dry run, --jobs with an executor): each job's own threads
+    pass
+
 # User problems given as module.path:factory may live in the working directory.
 if os.getcwd() not in sys.path:
     sys.path.insert(0, os.getcwd())
