@@ -62,14 +62,21 @@ def project_bytecode(cached: bool) -> None:
                 shutil.rmtree(folder)
 
 
-def best_of(fn, repeats: int) -> tuple[float, float]:
-    """(min wall seconds, min thread-CPU seconds) of ``repeats`` calls of fn()."""
+def timed(fn, repeats: int, clock=time.thread_time) -> tuple[list[float], list[float]]:
+    """(wall seconds, ``clock`` CPU seconds) of each of ``repeats`` calls of fn(): this thread's CPU by default,
+    ``time.process_time`` for every thread of the process."""
     walls, cpus = [], []
     for _ in range(repeats):
-        w0, c0 = time.perf_counter(), time.thread_time()
+        w0, c0 = time.perf_counter(), clock()
         fn()
         walls.append(time.perf_counter() - w0)
-        cpus.append(time.thread_time() - c0)
+        cpus.append(clock() - c0)
+    return walls, cpus
+
+
+def best_of(fn, repeats: int, clock=time.thread_time) -> tuple[float, float]:
+    """(min wall seconds, min CPU seconds by ``clock``) of ``repeats`` calls of fn() (``timed``)."""
+    walls, cpus = timed(fn, repeats, clock)
     return min(walls), min(cpus)
 
 

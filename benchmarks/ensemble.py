@@ -44,18 +44,13 @@ import numpy as np
 import hbvm_core as hc
 from hbvm_core.kernels.ensemble import saved_points
 
+from . import _common
 from ._common import NullSink, machine
 
 
 def best_of(fn, repeats: int) -> tuple[float, float]:
     """(min wall seconds, min process-CPU seconds, every thread) of ``repeats`` calls of fn()."""
-    walls, cpus = [], []
-    for _ in range(repeats):
-        w0, c0 = time.perf_counter(), time.process_time()
-        fn()
-        walls.append(time.perf_counter() - w0)
-        cpus.append(time.process_time() - c0)
-    return min(walls), min(cpus)
+    return _common.best_of(fn, repeats, clock=time.process_time)
 
 
 def cases(quick: bool, runs: int | None, steps: int | None) -> list[dict]:

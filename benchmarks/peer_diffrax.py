@@ -47,6 +47,8 @@ import time
 
 import numpy as np
 
+from . import _common
+
 T_END = 20.0  #: end time: 3-6 periods over the families
 GRAVITY = 1.0
 TARGETS = (1e-6, 1e-10)
@@ -264,13 +266,8 @@ class Diffrax:
 
 # --------------------------------------------------------------------------- timing
 def timed(fn, repeats: int) -> tuple[list[float], list[float]]:
-    walls, cpus = [], []
-    for _ in range(repeats):
-        w0, c0 = time.perf_counter(), time.process_time()
-        fn()
-        walls.append(time.perf_counter() - w0)
-        cpus.append(time.process_time() - c0)
-    return walls, cpus
+    """(wall, process-CPU seconds) of each call: the CPU of every thread (XLA's and numba's)."""
+    return _common.timed(fn, repeats, clock=time.process_time)
 
 
 def compare(name: str, family: dict, target: float, hbvm: Hbvm, peers: list[Diffrax], repeats: int) -> dict:

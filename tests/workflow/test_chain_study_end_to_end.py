@@ -38,12 +38,12 @@ CHAIN = {
 }
 
 
-def _energy(q: np.ndarray, p: np.ndarray) -> np.ndarray:
+def chain_energy(q: np.ndarray, p: np.ndarray) -> np.ndarray:
     """H = |p|^2 / 2 + sum of the beads' heights (unit masses and gravity), one per row."""
     return 0.5 * np.sum(p * p, axis=1) + np.sum(q[:, 1::2], axis=1)
 
 
-def _link_lengths(q: np.ndarray) -> np.ndarray:
+def link_lengths(q: np.ndarray) -> np.ndarray:
     """|q_i - q_(i-1)| of every link, the first from the pin at the origin; (rows, links)."""
     beads = q.reshape(len(q), -1, 2)
     return np.linalg.norm(np.diff(beads, axis=1, prepend=0.0), axis=2)
@@ -65,10 +65,10 @@ def test_a_chain_study_over_its_size_runs_and_stores_every_run(tmp_path):
         assert np.isfinite(q).all() and np.isfinite(p).all()
         # the chain hangs n deep: |H| and the heights are of order n^2 / 2; each step adds a few ulps of them
         scale = 1.0 + float(np.max(np.abs(q))) * n
-        assert np.max(np.abs(_energy(q, p) - _energy(q, p)[0])) <= 100 * EPS * scale * steps
-        assert np.max(np.abs(_energy(q, p) - ds["H"].values)) <= 10 * EPS * scale  # the stored H is this H
+        assert np.max(np.abs(chain_energy(q, p) - chain_energy(q, p)[0])) <= 100 * EPS * scale * steps
+        assert np.max(np.abs(chain_energy(q, p) - ds["H"].values)) <= 10 * EPS * scale  # the stored H is this H
         # each rod keeps its unit length (g = 0) to round-off of the coordinates, |q| up to n
-        assert np.max(np.abs(_link_lengths(q) - 1.0)) <= 100 * EPS * n * steps
+        assert np.max(np.abs(link_lengths(q) - 1.0)) <= 100 * EPS * n * steps
         assert np.max(np.abs(ds["g"].values)) <= 100 * EPS * n * steps
         # the store holds its rows (q, p: 2 (steps + 1) 2n floats) and a probe of the problem of G's nonzeros,
         # not of a dense G (4 points x 2n x n: 64 MB at n = 1000)

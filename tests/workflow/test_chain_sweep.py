@@ -16,6 +16,7 @@ import matplotlib
 import numpy as np
 import pytest
 import xarray as xr
+from test_chain_study_end_to_end import chain_energy, link_lengths
 from test_workflow import ok, read_csv, snakemake, write_config
 
 matplotlib.use("Agg")
@@ -38,17 +39,6 @@ SWEEP = {
     "h": [0.01],
     "errors": {"reference": "none"},
 }
-
-
-def _energy(q: np.ndarray, p: np.ndarray) -> np.ndarray:
-    """H = |p|^2 / 2 + the beads' heights (unit masses and gravity), one per row."""
-    return 0.5 * np.sum(p * p, axis=1) + np.sum(q[:, 1::2], axis=1)
-
-
-def _link_lengths(q: np.ndarray) -> np.ndarray:
-    """|q_i - q_(i-1)| of every link, the first from the pin at the origin; (rows, links)."""
-    beads = q.reshape(len(q), -1, 2)
-    return np.linalg.norm(np.diff(beads, axis=1, prepend=0.0), axis=2)
 
 
 def test_a_chain_swept_over_its_size_gives_a_row_per_size_and_method_with_H_and_g_at_round_off(tmp_path):
@@ -83,11 +73,11 @@ def test_a_chain_swept_over_its_size_gives_a_row_per_size_and_method_with_H_and_
             q, p = one.q.values, one.p.values
             assert np.isnan(q[:, 2 * n :]).all() and np.isnan(p[:, 2 * n :]).all()  # past this chain's size
             q, p = q[:, : 2 * n], p[:, : 2 * n]
-            H = _energy(q, p)
+            H = chain_energy(q, p)
             assert H[0] == pytest.approx(-math.cos(0.5) * n * (n + 1) / 2, rel=10 * EPS)
             # the stored H_error is max |H - H0| over the stored states
             assert abs(float(one.H_error) - np.max(np.abs(H - H[0]))) <= 10 * EPS * n * n
-            assert np.max(np.abs(_link_lengths(q) - 1.0)) <= 10 * EPS * n * STEPS
+            assert np.max(np.abs(link_lengths(q) - 1.0)) <= 10 * EPS * n * STEPS
     assert (res / "chain.png").stat().st_size > 10_000
 
     # the figure's last panel: each run's wall seconds per step (timings.csv), against links
