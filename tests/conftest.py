@@ -157,6 +157,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 def pytest_collection_modifyitems(config, items):
     """Under ``--dist loadgroup`` each test file runs whole on one worker (its module fixtures, a workflow run
     shared by its tests, are built once), and the multi-host lab's files share one group: one lab, one user."""
+    loadgroup = bool(config.getvalue("loadgroup")) if hasattr(config.option, "loadgroup") else False
     for item in items:
         group = "lab" if item.get_closest_marker("slurm") else item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group(group))
+        if loadgroup and "@" not in item.nodeid:
+            # the group as xdist's scheduler reads it, "<nodeid>@<group>": pytest-xdist's own hook, which writes it
+            # from the mark, ran before this one on the workers (the lab's files then ran side by side, and one lab
+            # test cancelled another's jobs)
+            item._nodeid = f"{item.nodeid}@{group}"
