@@ -82,11 +82,19 @@ class LoopRunner:
     module = None
     description: LoopDescription
 
-    def load(self, method, problem: Problem, constants: dict) -> None:
-        """The method's loop description, and the generated module of it for the problem's callbacks."""
+    def load(self, method, problem: Problem, **constants) -> None:
+        """What every loop takes from (method, problem): M's Cholesky factor ``L``, the callbacks' ``params``, the
+        stopping rule, the method's loop description and its generated module for the problem's callbacks (the
+        compile-time constants m, nu, whether M != I, and ``constants``), whose callbacks must agree with numpy's."""
+        self.L = cholesky_factor(problem)
+        self.params = np.array(problem.kernels.params, dtype=float).reshape(-1)
+        rule = method.rule
+        self.rule = np.array([rule.rtol, rule.stall_rtol, rule.max_iter], dtype=float)
         self.description = method.LOOP
-        self.module = loop_module(self.description, problem.kernels, constants)
+        sizes = {"M_SIZE": problem.m, "NU_SIZE": problem.nu, "HAS_M": self.L.size > 0}
+        self.module = loop_module(self.description, problem.kernels, sizes | constants)
         self.fields = self.description.fields()
+        check_callbacks(problem, self.module, self.params)
 
     def guess_rows(self, method) -> int:
         """Rows of the per-step guess carried between steps (gamma: one per coefficient)."""
@@ -201,23 +209,12 @@ class CompiledRunner(LoopRunner):
     """The compiled HBVM(k, s) loop (constant multiplier) for one (method, problem)."""
 
     def __init__(self, method, problem: Problem):
-        self.L = cholesky_factor(problem)
-        self.params = np.array(problem.kernels.params, dtype=float).reshape(-1)
         self.solver = SOLVER_CODES[method.solver]
         tab = method.tableau
-        constants = {"M_SIZE": problem.m, "NU_SIZE": problem.nu, "HAS_M": self.L.size > 0, "SOLVER": self.solver}
-        if specialise_ks():
-            constants |= {"K_SIZE": tab.k, "S_SIZE": tab.s}
-        self.load(method, problem, constants)
+        ks = {"K_SIZE": tab.k, "S_SIZE": tab.s} if specialise_ks() else {}
+        self.load(method, problem, SOLVER=self.solver, **ks)
         self.tab = constant_tables(tab.k, tab.s)
-        rule = method.rule
-        self.rule = np.array([rule.rtol, rule.stall_rtol, rule.max_iter], dtype=float)
         self.warm = WARM_CODES[method.warm_start]
-        self._check_callbacks(problem)
-
-    def _check_callbacks(self, problem: Problem) -> None:
-        """The compiled callbacks must agree with the numpy ones (at q0 and a nearby point): a mismatch is an error."""
-        check_callbacks(problem, self.module, self.params)
 
     def loop_arguments(self, problem, q, p, cq, cp, gamma_prev, state, h, N, save_every) -> tuple:
         lam_prev = initial_multiplier(problem) if self.solver == 1 else np.zeros(problem.nu)
@@ -236,16 +233,10 @@ class PolynomialRunner(LoopRunner):
     """The compiled loop of a PolynomialHBVM (nu >= 1, any M) for one problem."""
 
     def __init__(self, method, problem: Problem):
-        self.L = cholesky_factor(problem)
-        self.params = np.array(problem.kernels.params, dtype=float).reshape(-1)
-        constants = {"M_SIZE": problem.m, "NU_SIZE": problem.nu, "HAS_M": self.L.size > 0}
-        self.load(method, problem, constants)
+        self.load(method, problem)
         self.arrays = polynomial_tables(method.tableau.k, method.tableau.s)
-        rule = method.rule
-        self.rule = np.array([rule.rtol, rule.stall_rtol, rule.max_iter], dtype=float)
         self.warm = WARM_CODES[method.warm_start]
         self.projection = bool(method.projection)
-        check_callbacks(problem, self.module, self.params)
 
     def loop_arguments(self, problem, q, p, cq, cp, gamma_prev, state, h, N, save_every) -> tuple:
         return (q, p, cq, cp, gamma_prev, state, h, N, save_every, self.warm, self.rule, self.projection,
@@ -263,13 +254,7 @@ class RattleRunner(LoopRunner):
     """The compiled RATTLE loop (template ``rattle.py``) for one problem with compiled grad_U, G and g."""
 
     def __init__(self, method, problem: Problem):
-        self.L = cholesky_factor(problem)
-        self.params = np.array(problem.kernels.params, dtype=float).reshape(-1)
-        constants = {"M_SIZE": problem.m, "NU_SIZE": problem.nu, "HAS_M": self.L.size > 0}
-        self.load(method, problem, constants)
-        rule = method.rule
-        self.rule = np.array([rule.rtol, rule.stall_rtol, rule.max_iter], dtype=float)
-        check_callbacks(problem, self.module, self.params)
+        self.load(method, problem)
 
     def guess_rows(self, method) -> int:
         return 1  # RATTLE carries lam (its own argument), not a gamma
