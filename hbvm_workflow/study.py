@@ -751,7 +751,7 @@ def _fixed_fields(study: Study, study_method: StudyMethod, inst: Instance, numer
     )
 
 
-def _step_runs(study: Study, study_method: StudyMethod, raw: dict, where: str, inst: Instance) -> Iterator[tuple]:
+def _step_runs(study: Study, raw: dict, where: str, inst: Instance) -> Iterator[tuple]:
     """The rows of one method (its own step-size rule or the study's) for one problem instance, checked: per row
     (n, h, runs), ``runs`` the row's run and, for ``errors.reference: self``, its h/2 partner (of the same
     instance), each (h, n, role, steps, run name: ``layout.run_stem``). ConfigError for a step that does not
@@ -787,7 +787,7 @@ def _add_runs(study: Study, study_method: StudyMethod, raw: dict, where: str, in
     summary = study.cfg.get("save") == "summary"
     fixed = _fixed_fields(study, study_method, inst, numerics)
     prefix = f"{study_method.label}/{inst.key}/" if inst.key else f"{study_method.label}/"  # Job.id
-    for n, h, runs in _step_runs(study, study_method, raw, where, inst):
+    for n, h, runs in _step_runs(study, raw, where, inst):
         row = Row(label=study_method.label, n=n, h=h, job="", combo=inst.key)
         for hh, nn, role, steps, run in runs:
             job = Job(h=hh, **fixed)
@@ -816,28 +816,21 @@ def _run_columns(
     identity = dict(problem_fingerprint=inst.fingerprint, problem_structure=inst.structure, problem_probe=probe)
     proto = Job(h=0.0, **fixed, **identity)  # every field of the group's runs but h, run and store
     prefix = f"{study_method.label}/{inst.key}/" if inst.key else f"{study_method.label}/"  # Job.id
-    ns, row_hs, hs, names, partners = [], [], [], [], []
-    halves: dict[str, float] = {}  # the h/2 partners' names and steps, in row order
-    for n, h, runs in _step_runs(study, study_method, raw, where, inst):
-        (hh, _, _, _, run), *partner = runs  # the row's run, then its h/2 partner (errors.reference: self)
-        ns.append(n)
-        row_hs.append(h)
-        hs.append(hh)
-        names.append(run)
-        for half, _, _, _, name in partner:
-            halves.setdefault(name, half)
-        partners.append(prefix + partner[0][4] if partner else None)
-    count = len(hs)
+    ns, row_hs, hs, names, partner_names, _ = _runs_plan(study, raw, where, inst)
+    count = len(row_hs)
+    partners = [None if p is None else prefix + p for p in partner_names]
     for key, column in zip(
         ROW_FIELDS,
-        ([study_method.label] * count, ns, row_hs, [prefix + run for run in names], partners, [inst.key] * count),
+        (
+            [study_method.label] * count,
+            ns,
+            row_hs,
+            [prefix + run for run in names[:count]],
+            partners,
+            [inst.key] * count,
+        ),
     ):
         rows[key] += column
-    rows_runs = set(names)
-    for name, half in halves.items():
-        if name not in rows_runs:
-            names.append(name)
-            hs.append(half)
     fields = {f: getattr(proto, f) for f in JOB_FIELDS if f not in RUN_FIELDS}
     runs = len(hs)
     return {"fields": fields, "runs": {"h": hs, "run": names, "store": [""] * runs, "hash": hashes_at(proto, hs)}}
@@ -909,7 +902,7 @@ def _runs_plan(study: Study, raw: dict, where: str, inst: Instance) -> tuple:
 
     ns, row_hs, hs, names, partners = [], [], [], [], []
     halves: dict[str, float] = {}
-    for n, h, runs in _step_runs(study, None, raw, where, inst):
+    for n, h, runs in _step_runs(study, raw, where, inst):
         (hh, _, _, _, run), *partner = runs
         ns.append(n)
         row_hs.append(h)
