@@ -26,6 +26,19 @@ PENDULUM_EXPRESSIONS = {
     "p0": ["length", 0],
 }
 
+#: The double pendulum of docs/problems.md as expressions: M = diag(m1, m1, m2, m2), not the identity; l1 in q0 and
+#: g, m2 and grav in U, m2 in M (``double_pendulum`` below is the same problem with numpy callbacks written by hand)
+DOUBLE_PENDULUM_FORMULAS = {
+    "name": "double_pendulum",
+    "coordinates": ["x1", "y1", "x2", "y2"],
+    "params": {"m1": 1.0, "m2": 2.0, "l1": 1.0, "l2": 0.7, "grav": 9.81},
+    "mass": ["m1", "m1", "m2", "m2"],
+    "potential": "grav*(m1*y1 + m2*y2)",
+    "constraints": ["x1**2 + y1**2 - l1**2", "(x2 - x1)**2 + (y2 - y1)**2 - l2**2"],
+    "q0": ["l1", 0, "l1 + l2", 0],
+    "p0": [0, 0, 0, 0],
+}
+
 #: Two masses on rods in space as expressions (m = 6, nu = 3: a 3 x 3 multiplier system; M = diag(m1 x3, m2 x3),
 #: not the identity): m1 on a rod of length l1 from the origin, m2 on a rod l2 from m1, held in the plane y = 0. q0
 #: has both rods along x and p0 is tangent to every constraint for any l1, so a sweep over l1 has consistent

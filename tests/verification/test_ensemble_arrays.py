@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from user_problems import DOUBLE_PENDULUM_FORMULAS
 
 import hbvm_core as hc
 from hbvm_core.ensemble import lockstep_refusal, road
@@ -239,16 +240,7 @@ def test_backend_note_names_lockstep_and_the_rest():
 
 # --------------------------------------------------------------------------- a formula problem's runs as arrays
 #: the double pendulum of docs/problems.md: M = diag(m1, m1, m2, m2) (not I), two constraints, l1 in q0 and g
-DOUBLE = {
-    "name": "double_pendulum_arrays",
-    "coordinates": ["x1", "y1", "x2", "y2"],
-    "params": {"m1": 1.0, "m2": 2.0, "l1": 1.0, "l2": 0.7, "grav": 9.81},
-    "mass": ["m1", "m1", "m2", "m2"],
-    "potential": "grav*(m1*y1 + m2*y2)",
-    "constraints": ["x1**2 + y1**2 - l1**2", "(x2 - x1)**2 + (y2 - y1)**2 - l2**2"],
-    "q0": ["l1", 0, "l1 + l2", 0],
-    "p0": [0, 0, 0, 0],
-}
+DOUBLE = {**DOUBLE_PENDULUM_FORMULAS, "name": "double_pendulum_arrays"}
 
 
 def test_a_formula_problems_rows_are_its_instances():

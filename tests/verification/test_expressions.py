@@ -7,7 +7,7 @@ sympy and generates its own numpy and compiled code, so the two agree to round-o
 
 import numpy as np
 import pytest
-from user_problems import double_pendulum
+from user_problems import DOUBLE_PENDULUM_FORMULAS, double_pendulum
 
 import hbvm_core as hc
 from hbvm_core.methods import method_from_entry
@@ -175,21 +175,10 @@ def test_exact_period_and_reference_ode_of_the_conical_pendulum():
 
 
 def test_double_pendulum_with_gravity_conserves_and_is_gauss_collocation_for_k_equal_s():
-    """A double pendulum in the issue's parameters (no hand-written oracle): HBVM(2,2) (U linear, g quadratic)
-    conserves H and g to round-off, and HBVM(2,2) is the Gauss collocation method (k = s): equal to
+    """The double pendulum as expressions (no hand-written oracle): HBVM(2,2) (U linear, g quadratic) conserves H
+    and g to round-off, and HBVM(2,2) is the Gauss collocation method (k = s): equal to
     HBVM(4,2) on this problem, whose U and g have degree <= 2 (both integrals exact)."""
-    pb = hc.get_problem(
-        {
-            "name": "double_pendulum",
-            "coordinates": ["x1", "y1", "x2", "y2"],
-            "params": {"m1": 1.0, "m2": 2.0, "l1": 1.0, "l2": 0.7, "grav": 9.81},
-            "mass": ["m1", "m1", "m2", "m2"],
-            "potential": "grav*(m1*y1 + m2*y2)",
-            "constraints": ["x1**2 + y1**2 - l1**2", "(x2 - x1)**2 + (y2 - y1)**2 - l2**2"],
-            "q0": ["l1", 0, "l1 + l2", 0],
-            "p0": [0, 0, 0, 0],
-        }
-    )
+    pb = hc.get_problem(DOUBLE_PENDULUM_FORMULAS)
     a = hc.integrate(pb, hc.HBVM(2, 2), 0.01, 2.0, backend="numpy")
     b = hc.integrate(pb, hc.HBVM(4, 2), 0.01, 2.0, backend="numpy")
     scale_h = max(1.0, np.abs(a.H()).max())

@@ -10,7 +10,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from user_problems import RODS_IN_SPACE
+from user_problems import DOUBLE_PENDULUM_FORMULAS, RODS_IN_SPACE
 
 import hbvm_core as hc
 from hbvm_core.kernels import kernel, lanes
@@ -24,16 +24,7 @@ from hbvm_core.problems.parametric import conical_pendulum
 EPS = np.finfo(float).eps
 #: a formula problem (docs/problems.md's double pendulum): M = diag(m1, m1, m2, m2), l1 in q0 and g, m2 and grav
 #: in U, m2 in M
-DOUBLE = {
-    "name": "double_pendulum_lanes",
-    "coordinates": ["x1", "y1", "x2", "y2"],
-    "params": {"m1": 1.0, "m2": 2.0, "l1": 1.0, "l2": 0.7, "grav": 9.81},
-    "mass": ["m1", "m1", "m2", "m2"],
-    "potential": "grav*(m1*y1 + m2*y2)",
-    "constraints": ["x1**2 + y1**2 - l1**2", "(x2 - x1)**2 + (y2 - y1)**2 - l2**2"],
-    "q0": ["l1", 0, "l1 + l2", 0],
-    "p0": [0, 0, 0, 0],
-}
+DOUBLE = {**DOUBLE_PENDULUM_FORMULAS, "name": "double_pendulum_lanes"}
 
 
 def assert_close(x, y, steps, what):
