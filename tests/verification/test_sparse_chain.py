@@ -78,6 +78,17 @@ def _scales(problem, traj) -> tuple[float, float]:
     return float(H_terms.max()), float(np.abs(traj.q).max())
 
 
+def assert_sparse_and_conserved(problem, traj, steps: int) -> float:
+    """The run took the sparse path and kept H and g at round-off: 10 eps times their terms' size (``_scales``)
+    per step. Returns the size of q (g's scale)."""
+    assert traj.attrs["linear_algebra"] == "sparse"
+    H_scale, q_scale = _scales(problem, traj)
+    H = traj.H()
+    assert np.abs(H - H[0]).max() <= 10 * EPS * H_scale * steps
+    assert np.abs(traj.g()).max() <= 10 * EPS * q_scale * steps
+    return q_scale
+
+
 def test_thousand_links_keep_H_and_g_at_round_off():
     """U linear and g quadratic: HBVM(2,2) conserves both exactly (docs/method.md 3), so what is left is the
     round-off of summing H's terms (eps times their size) and of the rods' lengths (eps |q|), once per step:
@@ -85,11 +96,7 @@ def test_thousand_links_keep_H_and_g_at_round_off():
     n, h, steps = 1000, 0.005, 5
     problem = chain(n=n, **_chain_data(n))
     traj = hc.integrate(problem, HBVM(2, 2), h, h * steps)
-    assert traj.attrs["linear_algebra"] == "sparse"
-    H_scale, q_scale = _scales(problem, traj)
-    H = traj.H()
-    assert np.abs(H - H[0]).max() <= 10 * EPS * H_scale * steps
-    assert np.abs(traj.g()).max() <= 10 * EPS * q_scale * steps
+    q_scale = assert_sparse_and_conserved(problem, traj, steps)
     rattle = hc.integrate(problem, RATTLE(), h, h * steps)  # RATTLE: g solved to round-off, H only to O(h^2)
     assert rattle.attrs["linear_algebra"] == "sparse"
     assert np.abs(rattle.g()).max() <= 10 * EPS * q_scale * steps
@@ -146,11 +153,7 @@ def test_loop_and_tree_through_the_sparse_path(problem, form):
     assert problem.sparse.factorisation.form == form
     h, steps = 0.01, 50
     traj = hc.integrate(problem, HBVM(2, 2), h, h * steps)
-    assert traj.attrs["linear_algebra"] == "sparse"
-    H_scale, q_scale = _scales(problem, traj)
-    H = traj.H()
-    assert np.abs(H - H[0]).max() <= 10 * EPS * H_scale * steps
-    assert np.abs(traj.g()).max() <= 10 * EPS * q_scale * steps
+    assert_sparse_and_conserved(problem, traj, steps)
     assert np.abs(traj.hidden()).max() > 0  # the trajectory moved: the hidden constraint is only O(h^2)
 
 
