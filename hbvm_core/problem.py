@@ -331,9 +331,9 @@ class Problem:
         d2g)."""
         if self.nu == 0:
             return np.zeros((q.shape[0], 0))
-        compiled = self.compiled_reference() if compiled or self.d2g is None else None
-        if compiled is not None:
-            module, minv, params = compiled
+        reference = self.compiled_reference() if compiled or self.d2g is None else None
+        if reference is not None:
+            module, minv, params = reference
             out = np.empty((q.shape[0], self.nu))
             q, p = np.ascontiguousarray(q, dtype=float), np.ascontiguousarray(p, dtype=float)
             module.multiplier(q, p, minv, params, out)
