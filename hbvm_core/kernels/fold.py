@@ -65,25 +65,22 @@ def _known_names(tree: ast.Module, constants: dict) -> dict:
     known: dict = {}
     bound: dict[str, int] = {}
     for stmt in tree.body:
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
+        for n in ast.walk(stmt):  # every module-level binding: an assignment, an augmented one, a loop's target
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                bound[n.id] = bound.get(n.id, 0) + 1
         if isinstance(stmt, ast.Assign):
             for target in stmt.targets:
-                pairs = _literal_pairs(target, stmt.value)
-                for name in _names(target):
-                    bound[name] = bound.get(name, 0) + 1
-                known.update(pairs)
+                known.update(_literal_pairs(target, stmt.value))
     known = {name: value for name, value in known.items() if bound.get(name) == 1}
     known.update({name: value for name, value in constants.items() if _is_literal(value)})
-    local = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-    local -= {name for stmt in tree.body if isinstance(stmt, ast.Assign) for t in stmt.targets for name in _names(t)}
+    local: set[str] = set()  # names a function binds (its arguments, its stores, its globals)
     for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)):
         local |= {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
         local |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
         local |= {name for n in ast.walk(fn) if isinstance(n, ast.Global | ast.Nonlocal) for name in n.names}
     return {name: value for name, value in known.items() if name not in local}
-
-
-def _names(target: ast.AST) -> list[str]:
-    return [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
 
 
 def _literal_pairs(target: ast.AST, value: ast.AST) -> dict:

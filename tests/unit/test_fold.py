@@ -75,6 +75,8 @@ def test_the_module_s_own_codes_count_as_constants_unless_a_function_assigns_the
     assert fold_constants(source, {}) == source
     twice = "A = 1\nA = 2\n\n\ndef f(x):\n    if A == 1:\n        x = 2\n    return x\n"
     assert fold_constants(twice, {}) == twice  # bound twice: no single value
+    augmented = "A = 1\nA += 1\n\n\ndef f(x):\n    if A == 1:\n        x = 2\n    return x\n"
+    assert fold_constants(augmented, {}) == augmented  # rebound at module level: not the literal
 
 
 def test_an_elif_taken_becomes_an_if_and_a_continued_string_is_not_moved():
