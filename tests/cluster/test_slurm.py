@@ -160,6 +160,27 @@ def squeue_jobs(lab: Lab, *args: str) -> list[dict]:
     return [dict(zip(SQUEUE_FIELDS, line.split("|"), strict=True)) for line in out.stdout.splitlines() if line.strip()]
 
 
+#: the states of a job that still holds (or waits for) a node's CPUs and memory
+ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED")
+
+
+def node_states(lab: Lab) -> dict[str, str]:
+    """{compute host: its state as sinfo gives it (idle, mix, alloc, comp, down*, ...)}."""
+    out = lab.run(lab.head, "sinfo", "-h", "-N", "-o", "%N %t", timeout=20).stdout
+    return dict(line.split(None, 1) for line in out.splitlines() if line.strip())
+
+
+def wait_idle(lab: Lab, timeout: float = 60) -> None:
+    """Wait until no job of the lab holds or waits for a node (an earlier test's cancelled jobs are COMPLETING for
+    up to KillWait) and every compute host is idle: a test's jobs then find both free, as its assertions about
+    where they ran assume (the spread test's second worker job once stayed PENDING, its first on the node of the
+    solve job, until the first had done all the work)."""
+    t0 = time.monotonic()
+    while any(j["state"] in ACTIVE for j in squeue_jobs(lab)) or set(node_states(lab).values()) != {"idle"}:
+        assert time.monotonic() - t0 < timeout, f"lab not idle after {timeout} s: {node_states(lab)}"
+        time.sleep(0.5)
+
+
 class SqueueWatch(threading.Thread):
     """Polls squeue every 0.3 s: every (job, state, ...) it saw, with the first time, for the jobs started meanwhile
     from ``workdir`` (their working directory: this test's, so that a test sees and cancels its own jobs only)."""
@@ -168,6 +189,7 @@ class SqueueWatch(threading.Thread):
         super().__init__(daemon=True)
         self.lab = lab
         self.workdir = Path(workdir).resolve()
+        wait_idle(lab)
         self.before = {j["id"] for j in squeue_jobs(lab)}
         self.seen: dict[tuple, float] = {}
         self.t0 = time.monotonic()
