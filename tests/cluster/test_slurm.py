@@ -406,7 +406,9 @@ def test_the_shipped_profile_spreads_a_large_summary_study_over_both_compute_hos
     from hbvm_workflow.layout import shard_store
     from hbvm_workflow.shards import read_record
 
-    config = {"select": ["sw"], "resources": RESOURCES, "dask": {"spread_after": 1}}
+    # min_workers 4: the shards wait for both worker jobs' two workers each; they take some 5 s, less than SLURM
+    # may take to start the second job (its first then did every shard, in CI: one host only)
+    config = {"select": ["sw"], "resources": RESOURCES, "dask": {"spread_after": 1, "min_workers": 4}}
     local = tmp_path / "local"
     write_config(local, {"sw": SWEEP}, select=["sw"])
     snakemake_here(local, "--cores", "2")
