@@ -44,15 +44,11 @@ def problems_identity(problems: dict) -> str:
 
 
 def study_problems(study, combos) -> dict:
-    """The planned problems of the combinations ``combos`` in ``shards.shard_spec``'s form (what the key reads)."""
+    """The planned problems of the combinations ``combos`` in ``shards.shard_spec``'s form, as far as the key reads
+    it (``problems_identity``): not their probes, whose computing builds each combination's problem."""
     instances = study.instances or [study.instance_of("")]
     return {
-        int(c): {
-            "problem": study.cfg["problem"],
-            "params": instances[c].params,
-            "structure": instances[c].structure,
-            "probe": instances[c].probe,
-        }
+        int(c): {"problem": study.cfg["problem"], "params": instances[c].params, "structure": instances[c].structure}
         for c in sorted(set(np.asarray(combos).tolist()))
     }
 

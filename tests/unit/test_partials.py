@@ -157,3 +157,22 @@ def test_a_summary_study_without_a_grid_aggregates_from_its_partials(tmp_path):
     compute_summary_errors(study, str(out / "e.zarr"), str(out / "e.csv"), str(out / "t.csv"))
     ds = open_errors_at(str(out / "e.zarr"))
     assert ds["reference_accuracy"].dims == () and np.isnan(ds["reference_accuracy"].item())
+
+
+def test_the_aggregation_of_a_planned_study_builds_no_instance_problem(tmp_path):
+    """A job's study read from the plan builds its instances' problems lazily: taking the shards' partials (their
+    key: the planned params and structure) must build none of them, nor compute their probes (which build them:
+    some 2 ms each, 20 s of a 10^4-value sweep's aggregation)."""
+    from hbvm_workflow import plan
+    from hbvm_workflow.loading import load_studies
+
+    config = {"results": str(tmp_path / "results"), "studies": {"sw": _study(tmp_path).cfg}}
+    expanded = load_studies(config)
+    table, delta, _ = _store(expanded["sw"])
+    plan.write_plan(config, expanded)
+    study = plan.planned_studies(config)["sw"]
+    assert all(inst.built is None and inst.probe_pending for inst in study.instances)  # the plan's lazy road
+    cols, lines = _columns(study)
+    assert lines == []  # every shard's partial taken
+    assert np.allclose(cols["e_s"], delta, rtol=0, atol=TOL)
+    assert all(inst.built is None and inst.probe_pending for inst in study.instances)
