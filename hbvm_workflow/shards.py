@@ -136,13 +136,13 @@ def layout_digest(table: RunTable) -> str:
     return hashlib.sha256((json.dumps(shape) + slot_digest(table.hash, table.sample_every)).encode()).hexdigest()[:16]
 
 
-def sample_every(convention, h: np.ndarray, period: float | None) -> np.ndarray:
+def sample_every(convention, h: np.ndarray, period: float | None, save_every: int = 1) -> np.ndarray:
     """Steps between the saved points of runs of step ``h``: the spacing of the error convention's sample times
-    over h (``errors.sample``: every step for ``all``, whole periods, or a time spacing; checked at expansion to be
-    a whole number of steps)."""
+    over h (``errors.sample``: every saved step for ``all``, i.e. every ``save_every``-th, as a trajectory keeps
+    them; whole periods, or a time spacing, checked at expansion to be a whole number of steps)."""
     sample = convention.sample
     if sample == "all":
-        return np.ones(h.shape, dtype=np.int64)
+        return np.full(h.shape, max(1, int(save_every)), dtype=np.int64)
     d = period if sample == "periods" else float(sample)
     return np.maximum(1, np.rint(d / h)).astype(np.int64)
 
@@ -177,7 +177,7 @@ def run_table(study) -> RunTable:
         h=h,
         n=np.fromiter(map(n_of.get, c["id"], itertools.repeat(-1)), dtype=np.int64, count=R) if n_of else no_n,
         N=np.asarray(c["steps"], dtype=np.int64),
-        sample_every=sample_every(study.convention, h, study.period),
+        sample_every=sample_every(study.convention, h, study.period, study.cfg.get("save_every", 1)),
         schemes=schemes,
         combos=[dict(inst.values) for inst in instances],
         grid=list(study.grid),

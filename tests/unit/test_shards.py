@@ -590,3 +590,14 @@ def test_a_damaged_shard_read_raises_one_line_naming_the_store_shard_and_file(tm
         "scalars",
         f"shard 2 ({rel}): shard file changed after the shard was written (its digest differs)",
     )
+
+
+@pytest.mark.parametrize("save_every, expected", [(1, [1, 1, 1]), (4, [4, 4, 4])])
+def test_sample_all_keeps_every_saved_step_as_a_trajectory_does(tmp_path, save_every, expected):
+    """errors.sample all: the states at every save_every-th step (h = 0.1, 0.05, 0.025 over t_end 1: 10, 20, 40
+    steps; saved points N // save_every + 1, and the last where save_every does not divide N)."""
+    study = _study(tmp_path, errors={"reference": "exact", "norm": "inf", "sample": "all"}, save_every=save_every)
+    table = shards.run_table(study)
+    assert list(table.sample_every[:3]) == expected
+    N = np.array([10, 20, 40])
+    assert table.S == max(N // save_every + 1 + (N % save_every != 0))
