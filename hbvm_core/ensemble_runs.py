@@ -241,19 +241,37 @@ def start_multipliers(runner, runs, q0: np.ndarray, p0: np.ndarray, nu: int) -> 
     return np.ascontiguousarray(runs.lam(q0, p0, np.arange(R)))
 
 
+#: the saved points evaluated at once by ``errors``: a block's temporaries stay a few MB (fresh memory is what a
+#: 10^6-point evaluation spent its time on, not the arithmetic)
+POINTS_PER_BLOCK = 1 << 15
+
+
 def errors(runs, out: dict, nu: int) -> tuple[np.ndarray, np.ndarray]:
-    """max over the saved points of |H - H(q0, p0)| and of |g_i(q)|, by the numpy callbacks at each run's params."""
+    """max over the saved points of |H - H(q0, p0)| and of |g_i(q)|, by the numpy callbacks at each run's params;
+    the runs in blocks of about ``POINTS_PER_BLOCK`` points."""
     q, p, n_saved = out["q"], out["p"], out["n_saved"]
     R, S = q.shape[0], q.shape[1]
+    H_error, g_error = np.full(R, np.nan), np.full((R, nu), np.nan)
+    if not S:
+        return H_error, g_error
+    per = max(1, POINTS_PER_BLOCK // S)
+    for a in range(0, R, per):
+        b = min(R, a + per)
+        H_error[a:b], g_error[a:b] = _block_errors(runs, q[a:b], p[a:b], n_saved[a:b], np.arange(a, b), nu)
+    return H_error, g_error
+
+
+def _block_errors(runs, q, p, n_saved, run, nu: int) -> tuple[np.ndarray, np.ndarray]:
+    """``errors`` of the runs ``run`` (their q, p [run, point, m] and numbers of saved points)."""
+    n, S, m = q.shape
     mask = np.arange(S)[None, :] < n_saved[:, None]
-    which = np.broadcast_to(np.arange(R)[:, None], (R, S))[mask]
+    which = np.broadcast_to(run[:, None], (n, S))[mask]
     qs, ps = q[mask], p[mask]
     with np.errstate(all="ignore"):
         H = np.full(mask.shape, np.nan)
         H[mask] = _finite_rows(runs.H, qs, ps, which)
-        dH = np.where(mask, np.abs(H - H[:, :1]), -np.inf)
-        H_error = np.max(dH, axis=1) if S else np.full(R, np.nan)
-        g_error = np.full((R, nu), np.nan)
+        H_error = np.max(np.where(mask, np.abs(H - H[:, :1]), -np.inf), axis=1)
+        g_error = np.full((n, nu), np.nan)
         if nu:
             g = np.full(mask.shape + (nu,), np.nan)
             g[mask] = _finite_rows(lambda a, b, r: runs.g(a, r), qs, ps, which, nu)
@@ -264,8 +282,10 @@ def errors(runs, out: dict, nu: int) -> tuple[np.ndarray, np.ndarray]:
 def _finite_rows(f, q: np.ndarray, p: np.ndarray, runs: np.ndarray, width: int | None = None) -> np.ndarray:
     """f at the rows of (q, p) that are finite; NaN at the others (a NaN initial state stays NaN)."""
     shape = (q.shape[0],) if width is None else (q.shape[0], width)
-    result = np.full(shape, np.nan)
     ok = np.all(np.isfinite(q), axis=1) & np.all(np.isfinite(p), axis=1)
+    if ok.all():
+        return np.asarray(f(q, p, runs), dtype=float).reshape(shape)
+    result = np.full(shape, np.nan)
     if np.any(ok):
         result[ok] = f(q[ok], p[ok], runs[ok])
     return result

@@ -74,14 +74,14 @@ def state_errors(
     hc_norm = c.norm if c.hc_norm is None else c.hc_norm
     points = []  # per instance with ok runs: its problem, runs, each point's run among them, states, distinct times
     family = _family_rows(instances)
-    if family is not None:  # the hidden constraint of every instance's points at once, nothing built per instance
+    if family is not None:  # the hidden constraint of every instance's points, nothing built per instance
         rows = np.flatnonzero(ok)
-        ri, pj = np.nonzero(mask[rows])
-        yq = y[rows[ri], pj]
-        hc = np.einsum(
-            "nmk,nm->nk", family.G(yq[:, :m], table.combo[rows[ri]]), family.minv(yq[:, m:], table.combo[rows[ri]])
-        )
-        e_hc[rows] = _max_per_run(_norm(hc, hc_norm), ri, rows.size)
+        for block in _blocks(rows, y.shape[1]):
+            ri, pj = np.nonzero(mask[block])
+            yq = y[block[ri], pj]
+            at = table.combo[block[ri]]
+            hc = np.einsum("nmk,nm->nk", family.G(yq[:, :m], at), family.minv(yq[:, m:], at))
+            e_hc[block] = _max_per_run(_norm(hc, hc_norm), ri, block.size)
     by_combo = np.argsort(table.combo, kind="stable")  # the runs of each instance, found once (not a scan each)
     starts = np.searchsorted(table.combo[by_combo], np.arange(len(instances) + 1))
     for ci, inst in enumerate(instances):
@@ -135,6 +135,28 @@ def state_errors(
     return out, e_hc, floors
 
 
+#: the saved points a block of runs holds (``_blocks``): its temporaries stay a few MB, as in the core's
+#: ``ensemble_runs.errors``
+POINTS_PER_BLOCK = 1 << 15
+
+
+def _blocks(rows: np.ndarray, S: int) -> list[np.ndarray]:
+    """``rows`` in blocks of about ``POINTS_PER_BLOCK`` saved points (S per run)."""
+    per = max(1, POINTS_PER_BLOCK // max(S, 1))
+    return [rows[a : a + per] for a in range(0, rows.size, per)]
+
+
+def _scale(y: np.ndarray, n_saved: np.ndarray) -> np.ndarray:
+    """max(1, max |y| over each run's saved points), a NaN entry left out (a failed run's state)."""
+    out = np.ones(y.shape[0])
+    valid = np.arange(y.shape[1])[None, :] < n_saved[:, None]
+    for block in _blocks(np.arange(y.shape[0]), y.shape[1]):
+        a, b = block[0], block[-1] + 1
+        where = np.broadcast_to(valid[a:b, :, None], y[a:b].shape)
+        out[a:b] = np.fmax.reduce(np.abs(y[a:b]), axis=(1, 2), where=where, initial=1.0)
+    return out
+
+
 def _size(inst, m: int) -> int:
     """m of an instance's problem (the store's m: the largest instance's)."""
     return int(inst.problem.m)
@@ -179,9 +201,8 @@ def partial_columns(errors: dict, instances: list, combo, N, sample_every, count
     convention = ErrorConvention.from_config(errors["convention"])
     mask = sample_mask(n_saved, np.asarray(N), np.asarray(sample_every), S, convention.sample)
     ok = status == 0
-    valid = np.arange(S)[None, :] < n_saved[:, None]
     out = np.full((n, len(COLUMNS)), np.nan)
-    out[:, 2] = np.maximum(1.0, np.nanmax(np.where(valid[..., None], np.abs(y), 0.0), axis=(1, 2), initial=0.0))
+    out[:, 2] = _scale(y, n_saved)
     study = SimpleNamespace(reference=errors["reference"], convention=convention, instances=instances)
     table = SimpleNamespace(runs=n, combo=np.asarray(combo), sample_every=np.asarray(sample_every))
     runs = np.arange(n)
