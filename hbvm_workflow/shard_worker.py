@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from .layout import shard_record
+from .pages import small_pages
 from .shards import (
     COUNTS,
     read_rows,
@@ -176,6 +177,7 @@ def compute_shard(spec: dict) -> dict:
     from hbvm_core.methods import load_method_modules, method_from_entry
     from hbvm_core.per_run import integrate_summary
 
+    small_pages()  # a worker that Snakemake's process did not start (a SLURM worker job): before the arrays
     t0 = time.perf_counter()
     store, slot, a, b = spec["store"], spec["slot"], spec["start"], spec["stop"]
     n, S, m, nu = b - a, spec["S"], spec["m"], spec["nu"]

@@ -47,7 +47,10 @@ def solve_batch(jobs: list[dict]) -> list[dict]:
     A run whose store is already complete for its hash (a batch retried after a lost worker) is not
     computed again.
     """
+    from .pages import small_pages
     from .storage import Expected, store_state
+
+    small_pages()  # a worker that Snakemake's process did not start (a SLURM worker job): before the arrays
 
     problems: dict[str, tuple] = {}
     out = []

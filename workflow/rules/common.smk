@@ -19,6 +19,7 @@ from hbvm_core.errors import ConfigError
 from hbvm_workflow import layout
 from hbvm_workflow.cluster import study_spreads
 from hbvm_workflow.loading import load_studies
+from hbvm_workflow.pages import small_pages
 from hbvm_workflow.kinds import KINDS as STUDY_KINDS
 from hbvm_workflow.plan import planned_studies, write_plan
 from hbvm_workflow.runs import work_seconds, workers_for
@@ -31,6 +32,9 @@ try:
     os.environ.setdefault("HBVM_COMPILE_PROCESSES", str(workflow.cores))
 except WorkflowError:  # no --cores (a dry run, --jobs with an executor): each job's own threads
     pass
+
+# Transparent huge pages off for the jobs and their Dask workers, which inherit it (hbvm_workflow.pages).
+small_pages()
 
 # User problems given as module.path:factory may live in the working directory.
 if os.getcwd() not in sys.path:
