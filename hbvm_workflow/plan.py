@@ -33,7 +33,7 @@ from .runs import JOB_FIELDS, RUN_FIELDS, Job, PlannedJobs, PlannedRows, _groups
 from .study import Instance, Study, StudyMethod
 
 #: the format of a plan file (a reader refuses another)
-FORMAT = "hbvm-plan/3"
+FORMAT = "hbvm-plan/4"
 #: the config keys that the expansion of the studies reads (``loading.load_studies``)
 PLANNED_KEYS = ("results", "studies", "method_modules", "limits")
 #: what a plan records of an instance and of a method (beside its rows)
@@ -68,6 +68,7 @@ def study_record(study: Study) -> dict:
         "results": study.results,
         "cfg": study.cfg,
         "dims": list(study.dims),
+        "sizes_vary": study.sizes_vary,
         "grid": study.grid,
         "instances": _instance_columns(study.instances),
         "methods": [{f: getattr(m, f) for f in METHOD_FIELDS} | {"rows": row_columns(m.rows)} for m in study.methods],
@@ -200,6 +201,7 @@ def study_from_record(rec: dict) -> Study:
         results=rec["results"],
         cfg=cfg,
         dims=tuple(rec["dims"]),
+        sizes_vary=bool(rec["sizes_vary"]),
         grid=rec["grid"],
         instances=instances,
     )

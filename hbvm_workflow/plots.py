@@ -392,11 +392,9 @@ def sweep_panels(study: Study, ds) -> list[tuple[str, str]]:
 
 
 def _size_sweep(study: Study) -> bool:
-    """Whether the grid changes the problem's size (a chain over its number of links): its first and last instances
-    (two problems built, whatever the grid's length) are of different m; then the cost of a step against the grid
-    value is the sweep's other question."""
-    instances = study.instances or ()
-    return len(instances) > 1 and instances[0].problem.m != instances[-1].problem.m
+    """Whether the grid changes the problem's size (a chain over its number of links: ``Study.sizes_vary``, known
+    from the expansion); then the cost of a step against the grid value is the sweep's other question."""
+    return study.sizes_vary
 
 
 def _panel_values(sub, var: str) -> np.ndarray:

@@ -197,6 +197,9 @@ class Study:
     cfg: dict
     #: (m, nu) of the problem, the largest over the grid's instances (a grid over a chain's size)
     dims: tuple[int, int] = (0, 0)
+    #: whether the grid's instances differ in m (a grid over a chain's size); a grid planned as arrays differs in
+    #: values only
+    sizes_vary: bool = False
     #: the problem built from the config (once, by expand_study); read it as ``built_problem``
     _problem: Any = field(default=None, repr=False, compare=False)
     #: the grid (key -> values) and one Instance per combination (the one instance, key "", without a grid)
@@ -402,6 +405,7 @@ def expand_study(name: str, cfg: dict, results: str = "results") -> Study:
         cfg=cfg,
         _problem=problem,
         dims=_largest_dims([problem, *(i.built for i in instances if i.built is not None)]),
+        sizes_vary=len({int(i.built.m) for i in instances if i.built is not None}) > 1,
         grid=grid,
         instances=instances,
     )
