@@ -135,7 +135,7 @@ def generated_module(
     text = source if isinstance(source, str) else None
     if not in_memory and all(named is not None for _, named in callbacks.values()):
         path = cache_dir() / f"{stem}.py"
-        if text is None and path.exists():
+        if path.exists():  # its tag hashes what generates it: the text is the one generated before (no fold again)
             module = import_generated(stem, name, path.read_text())
         else:
             text = fold_constants(source() if text is None else text, constants)
