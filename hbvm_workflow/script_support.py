@@ -1,4 +1,4 @@
-"""Helpers shared by the workflow's job scripts (workflow/scripts/solve.py, aggregate.py)."""
+"""Helpers shared by the workflow's job scripts and steps (solve_step, summary_job, scripts/aggregate.py)."""
 
 from __future__ import annotations
 

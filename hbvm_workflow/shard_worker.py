@@ -146,7 +146,7 @@ def solve_shard(spec: dict) -> dict:
     """``compute_shard``, where an OSError of the host (a full disk, a quota, a read-only or lost file system) is not
     raised but returned, as {"slot", "host", "oserror": {"errno", "message"}}: the task does not fail, so Dask
     neither retries it nor logs it, and the solve step says it once for the whole study
-    (``describe_oserrors``). The shard keeps no record: the next solve computes it again."""
+    (``dispatch.describe_oserrors``). The shard keeps no record: the next solve computes it again."""
     from hbvm_core.errors import HBVMError
 
     try:

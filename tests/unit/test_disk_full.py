@@ -133,18 +133,11 @@ SWEEP = {
 
 
 @pytest.fixture
-def solve_script(monkeypatch):
-    """workflow/scripts/solve.py as a module."""
-    import importlib.util
-    import sys
-    from pathlib import Path
+def solve_script():
+    """The solve step's dispatch of its tasks (hbvm_workflow.dispatch)."""
+    from hbvm_workflow import dispatch
 
-    path = Path(__file__).resolve().parents[2] / "workflow" / "scripts" / "solve.py"
-    spec = importlib.util.spec_from_file_location("hbvm_solve_script", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    monkeypatch.setitem(sys.modules, spec.name, module)
-    return module
+    return dispatch
 
 
 def test_a_shard_the_file_system_refuses_is_returned_as_data_and_said_once_for_the_study(

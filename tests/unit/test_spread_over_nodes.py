@@ -81,23 +81,15 @@ def test_the_nodes_of_a_partition_from_sinfo_rows():
 
 
 def test_the_solve_step_chooses_the_cluster_of_a_summary_study_and_says_why(tmp_path, monkeypatch, caplog):
-    """workflow/scripts/solve.py ``choose_cluster``: the config's dask section below dask.spread_after (one line
-    saying so), a SLURMCluster on this node's interface above it (sinfo, the interface and the time left faked)."""
-    import importlib.util
+    """The solve step's ``choose_cluster`` (hbvm_workflow.dispatch): the config's dask section below
+    dask.spread_after (one line saying so), a SLURMCluster on this node's interface above it (sinfo, the interface
+    and the time left faked)."""
     import logging
-    from pathlib import Path
 
     from hbvm_workflow import cluster
+    from hbvm_workflow import dispatch as solve
     from hbvm_workflow.loading import load_studies
     from hbvm_workflow.runs import work_seconds
-
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        monkeypatch.setenv(var, "1")  # the script sets them at import: restored after the test
-    # (NUMBA_NUM_THREADS it leaves alone where numba is imported: numba refuses a change once its threads run)
-    script = Path(__file__).resolve().parents[2] / "workflow" / "scripts" / "solve.py"
-    spec = importlib.util.spec_from_file_location("hbvm_solve_spread_test", script)
-    solve = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(solve)
 
     sweep = {"kind": "sweep", "problem": "planar_pendulum", "grid": {"theta_dot0": [1.0, 1.5]}, "t_end": 1}
     sweep |= {"methods": [{"k": 1, "s": 1}], "h": [0.1, 0.05], "errors": {"reference": "exact"}, "shard_runs": 1}

@@ -327,7 +327,7 @@ def test_a_worker_killed_mid_run_costs_nothing(reference, tmp_path):
         assert lost
         paths = final_stores(tmp_path, NAME)
         stored = [read_attrs(str(p)) for p in paths]
-        for key in lost:  # a batch of runs: its first run, how many more (solve.py batch_key)
+        for key in lost:  # a batch of runs: its first run, how many more (dispatch.batch_key)
             label, h, more = re.match(rf"solve-{NAME}-(.+?)-h([^+]+)(?:\+(\d+))?-[0-9a-f]+$", key).groups()
             where = [(a["worker"], p) for a, p in zip(stored, paths) if a["label"] == label and a["h"] == float(h)]
             first = [w for w, _ in where]
