@@ -2,9 +2,9 @@
 (``RunStores``, ``save: trajectory``) and one sharded store of all of them (``ShardedStore``, ``save: summary``).
 
 Each prepares the solve (``prepare``: which runs are reused and which are left to compute, as run tasks or shard
-specs), takes the results of the tasks (``summary``, filled by ``dispatch.compute``), and finishes it
-(``finish``: the manifest results/<study>/solve.json, the runs marker and the study's closing log line). The solve
-step (``solve_step``) does not branch on the kind.
+specs), takes the results of the tasks (``summary``, filled by ``dispatch.compute``), finishes it (``finish``: the
+manifest results/<study>/solve.json, the runs marker and the study's closing log line) and aggregates the study's
+numbers (``aggregate``). The solve and aggregate steps do not branch on the kind.
 """
 
 from __future__ import annotations
@@ -196,6 +196,12 @@ class RunStores:
             f"{len(m['jobs']) - len(m['computed'])} reused, {len(m['failed'])} failed{workers}"
         )
 
+    def aggregate(self, zarr: str, csv: str, timings: str, workers: int, log: logging.Logger) -> list[dict]:
+        """errors.zarr, errors.csv and timings.csv from the run stores (``tables.compute_errors``)."""
+        from .tables import compute_errors
+
+        return compute_errors(self.study, zarr, csv, timings, workers)
+
 
 class ShardedStore:
     """``save: summary``: one sharded store of all the runs (``shards``); its shards are the tasks."""
@@ -223,6 +229,13 @@ class ShardedStore:
             + (f" (on {', '.join(backends)})" if backends else "")
             + workers
         )
+
+    def aggregate(self, zarr: str, csv: str, timings: str, workers: int, log: logging.Logger) -> list[dict]:
+        """errors.zarr, errors.csv and timings.csv over the store's run dimension at once, from the shards' partial
+        results (``ensemble_errors.compute_summary_errors``; a shard computed again is said on ``log``)."""
+        from .ensemble_errors import compute_summary_errors
+
+        return compute_summary_errors(self.study, zarr, csv, timings, workers, tell=log.info)
 
 
 def store_kind(study) -> RunStores | ShardedStore:

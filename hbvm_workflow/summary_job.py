@@ -23,16 +23,16 @@ def aggregated_in_solve(cfg: dict) -> bool:
 
 def aggregate(study: Study, zarr: str, csv: str, timings: str, log_path: str, workers: int = 1) -> str:
     """errors.zarr, errors.csv and timings.csv of a solved sharded study, as rule aggregate writes them
-    (``ensemble_errors.compute_summary_errors``), its line in the study's aggregate log; returns a one-line summary."""
-    from .ensemble_errors import compute_summary_errors
+    (``store_kinds.ShardedStore.aggregate``), its line in the study's aggregate log; returns a one-line summary."""
     from .script_support import plural, study_logger
     from .storage import clean_temporaries
+    from .store_kinds import ShardedStore
 
     log = study_logger("aggregate", study.name, log_path)
     t0 = time.perf_counter()
     for p in clean_temporaries(study.dir):  # e.g. the errors.zarr of a killed aggregation
         log.info(f"removed the leftover temporary {p}")
-    rows = compute_summary_errors(study, zarr, csv, timings, workers, tell=log.info)
+    rows = ShardedStore(study).aggregate(zarr, csv, timings, workers, log)
     failed = sum(r["status"] != "ok" for r in rows)
     log.info(f"aggregated {plural(len(rows), 'row')} ({failed} not ok) in {time.perf_counter() - t0:.2f} s")
     return f"{study.name}: {plural(len(rows), 'row')}, {failed} not ok"

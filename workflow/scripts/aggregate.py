@@ -15,13 +15,12 @@ def aggregate_study(
     ``layout.runs_marker``) are checked against the plan."""
     import os
 
-    from hbvm_workflow.ensemble_errors import compute_summary_errors
     from hbvm_workflow.layout import runs_marker
     from hbvm_workflow.plan import check_planned, planned_studies
     from hbvm_workflow.script_support import plural, study_logger
     from hbvm_workflow.storage import clean_temporaries
+    from hbvm_workflow.store_kinds import store_kind
     from hbvm_workflow.study import number_config
-    from hbvm_workflow.tables import compute_errors
 
     log = study_logger("aggregate", name, log_path)
     t0 = time.perf_counter()
@@ -33,10 +32,7 @@ def aggregate_study(
         check_planned(study, "its runs", os.path.basename(marker), os.path.basename(planned))
     for p in clean_temporaries(study.dir):  # e.g. the errors.zarr of a killed aggregation
         log.info(f"removed the leftover temporary {p}")
-    if study.cfg.get("save") == "summary":  # one sharded store: the errors over its run dimension at once
-        rows = compute_summary_errors(study, out.zarr, out.csv, out.timings, workers, tell=log.info)
-    else:
-        rows = compute_errors(study, out.zarr, out.csv, out.timings, workers)
+    rows = store_kind(study).aggregate(out.zarr, out.csv, out.timings, workers, log)
     failed = sum(r["status"] != "ok" for r in rows)
     log.info(f"aggregated {plural(len(rows), 'row')} ({failed} not ok) in {time.perf_counter() - t0:.2f} s")
     return f"{name}: {plural(len(rows), 'row')}, {failed} not ok"
