@@ -70,38 +70,17 @@ def methods() -> list[str]:
 
 
 def study_status(study) -> dict[str, int]:
-    """Counts of the study's runs: computed (by the last solve), reused, failed, damaged, missing."""
+    """Counts of the study's runs: computed (by the last solve), reused, failed, damaged, missing (its kind of
+    store's ``counts`` of its manifest)."""
     from .layout import manifest_path
-    from .storage import Expected, store_state
+    from .store_kinds import store_kind
 
-    out = dict.fromkeys(("computed", "reused", "failed", "damaged", "missing"), 0)
     try:
         with open(manifest_path(study.results, study.name)) as fh:
             record = json.load(fh)
     except (OSError, ValueError):
         record = {}
-    if study.cfg.get("save") == "summary":  # one sharded store: its manifest's counts, if it is of these runs
-        from .shards import complete, shard_store
-
-        done = record.get("runs") == len(study.jobs) and complete(shard_store(study.results, study.name))
-        if done:
-            out.update(computed=record.get("computed", 0), failed=record.get("failed", 0))
-            out["reused"] = len(study.jobs) - out["computed"] - out["failed"]
-        else:
-            out["missing"] = len(study.jobs)
-        return out
-    computed = set(record.get("computed", []))
-    for job in study.jobs.values():
-        status, _ = store_state(job.store, Expected.of_job(job))
-        if status == "complete":
-            out["computed" if job.id in computed else "reused"] += 1
-        elif status == "failed":
-            out[status] += 1
-        elif status in ("damaged", "altered"):  # altered: its attrs edited (``verify`` counts it damaged too)
-            out["damaged"] += 1
-        else:  # missing, stale (computed for other parameters): to compute
-            out["missing"] += 1
-    return out
+    return store_kind(study).counts(record)
 
 
 def studies(config: dict) -> list[str]:

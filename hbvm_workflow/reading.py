@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
-from .layout import errors_zarr, manifest_path, study_dir
-from .shards import open_shards
-from .storage import MissingStoreError, open_errors, open_trajectory
+from .layout import manifest_path, study_dir
+from .storage import MissingStoreError
+from .store_kinds import recorded_kind
 
 
 def open_study(study: str, results: str = "results", chunks: dict | None = None):
@@ -45,29 +44,10 @@ def open_study(study: str, results: str = "results", chunks: dict | None = None)
     MissingStoreError
         The study has not been solved (a FileNotFoundError).
     """
-    import xarray as xr
-
     base = Path(study_dir(results, study))
     manifest = Path(manifest_path(results, study))
     if not manifest.exists():
         raise MissingStoreError(f"{manifest}: no solved study {study!r} under {results!r} (run snakemake first)")
     with open(manifest) as fh:
         record = json.load(fh)
-    if record.get("save") == "summary":  # one sharded store of all the runs
-        return open_shards(str(base / record["store"]), chunks=chunks)
-    jobs = record["jobs"]
-    nodes: dict[str, Any] = {}
-    errs = Path(errors_zarr(results, study))
-    nodes["/"] = open_errors(study, results) if errs.exists() else xr.Dataset()
-    for job in jobs:
-        store = base / job["store"]
-        if job["status"] == "ok" and store.exists():
-            # /<label>/<run>, or /<label>/<combo>/<run> in a study with a grid (the store's folders under runs/)
-            parts = Path(job["store"]).parts
-            inner = parts[parts.index("runs") + 1 :] if "runs" in parts else (job["label"], store.name)
-            nodes["/" + "/".join(inner).removesuffix(".zip").removesuffix(".zarr")] = open_trajectory(
-                str(store), chunks=chunks
-            )
-    tree = xr.DataTree.from_dict(nodes)
-    tree.attrs.update({"study": study, "results": str(results)})
-    return tree
+    return recorded_kind(record).open(record, str(base), study, str(results), chunks)

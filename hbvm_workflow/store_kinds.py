@@ -4,7 +4,9 @@
 Each prepares the solve (``prepare``: which runs are reused and which are left to compute, as run tasks or shard
 specs), takes the results of the tasks (``summary``, filled by ``dispatch.compute``), finishes it (``finish``: the
 manifest results/<study>/solve.json, the runs marker and the study's closing log line) and aggregates the study's
-numbers (``aggregate``). The solve and aggregate steps do not branch on the kind.
+numbers (``aggregate``); of a solved study's manifest (``recorded_kind``) they tell its runs' counts (``counts``),
+the stores that are missing or damaged (``missing``, ``damaged``) and open it (``open``). The workflow's steps do
+not branch on the kind.
 """
 
 from __future__ import annotations
@@ -202,6 +204,85 @@ class RunStores:
 
         return compute_errors(self.study, zarr, csv, timings, workers)
 
+    # what a solved study's manifest (results/<study>/solve.json, ``record``; ``base``: its folder) says of it
+    def counts(self, record: dict) -> dict[str, int]:
+        """Its runs computed (by the last solve), reused, failed, damaged, missing: each store's state."""
+        from .storage import Expected, store_state
+
+        out = dict.fromkeys(("computed", "reused", "failed", "damaged", "missing"), 0)
+        computed = set(record.get("computed", []))
+        for job in self.study.jobs.values():
+            status, _ = store_state(job.store, Expected.of_job(job))
+            if status == "complete":
+                out["computed" if job.id in computed else "reused"] += 1
+            elif status == "failed":
+                out[status] += 1
+            elif status in ("damaged", "altered"):  # altered: its attrs edited (``verify`` counts it damaged too)
+                out["damaged"] += 1
+            else:  # missing, stale (computed for other parameters): to compute
+                out["missing"] += 1
+        return out
+
+    @staticmethod
+    def missing(record: dict, base: str) -> list[tuple[str, str]]:
+        """(store, run id) of each run listed as done (status ok) whose store is not there."""
+        out = []
+        for job in record["jobs"]:
+            store = os.path.join(base, job.get("store", ""))
+            if job.get("status") == "ok" and not os.path.lexists(store):
+                out.append((store, str(job.get("id"))))
+        return out
+
+    @staticmethod
+    def damaged(record: dict, base: str) -> list[tuple[str, str, str]]:
+        """(run id, store, what) of each run listed as done whose store is not the file the solve step wrote: its
+        size or modification time differs from the record (os.stat only); such a store is then checked in full
+        (``storage.corruption``: every chunk read and its checksums checked), and ``what`` names the array and
+        the damage, or is "changed" for an intact store (copied, touched, replaced). Without a recorded
+        signature (an older manifest) only missing or truncated chunks count."""
+        from .storage import FORMAT, corruption, damage, file_signature, read_attrs
+
+        out = []
+        for j in record["jobs"]:
+            store = os.path.join(base, j["store"])
+            if j.get("status") != "ok" or (j.get("stat") and j["stat"] == file_signature(store)):
+                continue
+            attrs = read_attrs(store)
+            ours = attrs is not None and attrs.get("format") == FORMAT
+            found = (corruption(store, attrs) if j.get("stat") else damage(store, attrs)) if ours else None
+            if found is not None:
+                array, what = found
+                out.append((j["id"], store, f"{f'array {array}: ' if array else ''}{what}"))
+            elif j.get("stat") and os.path.exists(store):  # edited, replaced, of another format (gone: lost_runs)
+                out.append((j["id"], store, "changed"))
+        return out
+
+    @staticmethod
+    def open(record: dict, base: str, study: str, results: str, chunks: dict | None):
+        """An ``xarray.DataTree``: errors.zarr at the root, a lazily opened Dataset per stored run below its label
+        (``reading.open_study``)."""
+        from pathlib import Path
+
+        import xarray as xr
+
+        from .layout import errors_zarr
+        from .storage import open_errors, open_trajectory
+
+        nodes: dict = {}
+        nodes["/"] = open_errors(study, results) if Path(errors_zarr(results, study)).exists() else xr.Dataset()
+        for job in record["jobs"]:
+            store = Path(base) / job["store"]
+            if job["status"] == "ok" and store.exists():
+                # /<label>/<run>, or /<label>/<combo>/<run> in a study with a grid (the store's folders under runs/)
+                parts = Path(job["store"]).parts
+                inner = parts[parts.index("runs") + 1 :] if "runs" in parts else (job["label"], store.name)
+                nodes["/" + "/".join(inner).removesuffix(".zip").removesuffix(".zarr")] = open_trajectory(
+                    str(store), chunks=chunks
+                )
+        tree = xr.DataTree.from_dict(nodes)
+        tree.attrs.update({"study": study, "results": str(results)})
+        return tree
+
 
 class ShardedStore:
     """``save: summary``: one sharded store of all the runs (``shards``); its shards are the tasks."""
@@ -237,7 +318,48 @@ class ShardedStore:
 
         return compute_summary_errors(self.study, zarr, csv, timings, workers, tell=log.info)
 
+    # what a solved study's manifest (results/<study>/solve.json, ``record``; ``base``: its folder) says of it
+    def counts(self, record: dict) -> dict[str, int]:
+        """Its runs computed, reused, failed (the manifest's counts where it is of these runs and the store is
+        complete), else all missing."""
+        from .layout import shard_store
+        from .shards import complete
+
+        out = dict.fromkeys(("computed", "reused", "failed", "damaged", "missing"), 0)
+        runs = len(self.study.jobs)
+        if record.get("runs") == runs and complete(shard_store(self.study.results, self.study.name)):
+            out.update(computed=record.get("computed", 0), failed=record.get("failed", 0))
+            out["reused"] = runs - out["computed"] - out["failed"]
+        else:
+            out["missing"] = runs
+        return out
+
+    @staticmethod
+    def missing(record: dict, base: str) -> list[tuple[str, str]]:
+        """[(store, what)] where the store is not there."""
+        store = os.path.join(base, record["store"])
+        return [] if os.path.lexists(store) else [(store, f"(the store of {record.get('runs')} runs)")]
+
+    @staticmethod
+    def damaged(record: dict, base: str) -> list[tuple[str, str, str]]:
+        """(what, store, why) of each damaged shard (``shards.damaged_shards``)."""
+        from .shards import damaged_shards
+
+        return damaged_shards(record, base)
+
+    @staticmethod
+    def open(record: dict, base: str, study: str, results: str, chunks: dict | None):
+        """The sharded store as one Dataset over ``run`` (``shards.open_shards``)."""
+        from .shards import open_shards
+
+        return open_shards(os.path.join(base, record["store"]), chunks=chunks)
+
 
 def store_kind(study) -> RunStores | ShardedStore:
     """The kind of store of a study's runs (its ``save``)."""
     return ShardedStore(study) if study.cfg.get("save") == "summary" else RunStores(study)
+
+
+def recorded_kind(record: dict) -> type[RunStores] | type[ShardedStore]:
+    """The kind of store a solved study's manifest is of (its ``save``, written by ``finish``)."""
+    return ShardedStore if record.get("save") == "summary" else RunStores

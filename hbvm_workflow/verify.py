@@ -24,6 +24,7 @@ import sys
 
 from .layout import STORE_SUFFIX, manifest_path
 from .storage import TMP_DIR, corruption
+from .store_kinds import recorded_kind
 
 #: the name of a study's manifest (``layout.manifest_path``)
 MANIFEST = os.path.basename(manifest_path("results", "study"))
@@ -81,18 +82,9 @@ def missing_stores(manifest: str) -> list[tuple[str, str]]:
     try:
         with open(manifest) as fh:
             record = json.load(fh)
-        if record.get("save") == "summary":  # one sharded store
-            store = os.path.join(base, record["store"])
-            return [] if os.path.lexists(store) else [(store, f"(the store of {record.get('runs')} runs)")]
-        jobs = record["jobs"]
+        return recorded_kind(record).missing(record, base)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return [(manifest, "(the manifest itself is unreadable)")]
-    out = []
-    for job in jobs:
-        store = os.path.join(base, job.get("store", ""))
-        if job.get("status") == "ok" and not os.path.lexists(store):
-            out.append((store, str(job.get("id"))))
-    return out
 
 
 def mismatched_stores(manifest: str, damaged=frozenset()) -> list[tuple[str, str]]:

@@ -178,37 +178,20 @@ def lost_runs(name):
 
 def damaged_runs(name):
     """(run id, store, what) for each run of the study's manifest whose store is not the file the solve step
-    wrote: its size or modification time differs from the manifest's record (os.stat only); such a store is
-    then checked in full (hbvm_workflow.storage.corruption: every chunk read and its checksums checked), and
-    ``what`` names the array and the damage, or is "changed" for an intact store (copied, touched, replaced).
-    Without a recorded signature (an older manifest) only missing or truncated chunks count."""
-    from hbvm_workflow.storage import FORMAT, corruption, damage, file_signature, read_attrs
+    wrote, or each damaged shard of its sharded store (``store_kinds``: its kind of store's ``damaged``)."""
+    from hbvm_workflow.store_kinds import recorded_kind
 
     path = layout.manifest_path(RESULTS, name)
     try:
         with open(path) as fh:
             manifest = json.load(fh)
-        if manifest.get("save") == "summary":  # one sharded store: its shards (hbvm_workflow.shards)
-            from hbvm_workflow.shards import damaged_shards
-
-            return damaged_shards(manifest, os.path.dirname(path))
-        jobs = manifest["jobs"]
-    except (OSError, ValueError, KeyError, AttributeError):
+        kind = recorded_kind(manifest)
+    except (OSError, ValueError, AttributeError):
         return []
-    out = []
-    for j in jobs:
-        store = os.path.join(os.path.dirname(path), j["store"])
-        if j.get("status") != "ok" or (j.get("stat") and j["stat"] == file_signature(store)):
-            continue
-        attrs = read_attrs(store)
-        ours = attrs is not None and attrs.get("format") == FORMAT
-        found = (corruption(store, attrs) if j.get("stat") else damage(store, attrs)) if ours else None
-        if found is not None:
-            array, what = found
-            out.append((j["id"], store, f"{f'array {array}: ' if array else ''}{what}"))
-        elif j.get("stat") and os.path.exists(store):  # edited, replaced, of another format (a gone one: lost_runs)
-            out.append((j["id"], store, "changed"))
-    return out
+    try:
+        return kind.damaged(manifest, os.path.dirname(path))
+    except (KeyError, TypeError):  # a manifest without the records of its runs (edited, of an older layout)
+        return []
 
 
 # --------------------------------------------------------------------------- the rule files' functions
