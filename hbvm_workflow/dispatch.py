@@ -8,8 +8,35 @@ what the file system refused.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
+import platform
+import shutil
 import time
+from collections import Counter
+from urllib.parse import urlsplit
+
+from .batching import batches
+from .cluster import (
+    SPREAD_AFTER_S,
+    _problem_module,
+    dask_client,
+    forks_local_workers,
+    is_local,
+    ship_problem_module,
+    spread,
+    spread_cluster,
+    study_spreads,
+)
+from .cluster import describe as where
+from .layout import shard_store
+from .runs import work_seconds
+from .script_support import FILE_ONLY, Progress, plural, tell_studies
+from .shard_worker import cold_ensembles, solve_shard
+from .shard_worker import warm_up as warm_up_ensembles
+from .shards import shard_key
+from .storage import clean_temporaries
+from .worker import solve_batch, warm_up
 
 
 def describe(res: dict) -> str:
@@ -26,7 +53,6 @@ def describe(res: dict) -> str:
 def cut(todo: list, dask_cfg: dict, threads: int) -> list[list]:
     """The runs in batches sized for the workers planned (``hbvm_workflow.batching``): dask.n_workers or
     the rule's threads."""
-    from .batching import batches
 
     return batches(todo, int(dask_cfg.get("n_workers") or threads))
 
@@ -34,7 +60,6 @@ def cut(todo: list, dask_cfg: dict, threads: int) -> list[list]:
 def batch_key(batch: list) -> str:
     """The Dask key of a batch: its first (largest) run, how many more, and a digest of all their hashes:
     ``solve-<study>-<label>-h<h>-<digest>``, or ``solve-<study>-<label>-h<h>+<more>-<digest>``."""
-    import hashlib
 
     first = batch[0]
     more = f"+{len(batch) - 1}" if len(batch) > 1 else ""
@@ -62,15 +87,6 @@ def compute(
     from distributed import as_completed
 
     from hbvm_core.errors import BackendError
-
-    from .cluster import _problem_module, dask_client, forks_local_workers, ship_problem_module, spread
-    from .cluster import describe as where
-    from .script_support import FILE_ONLY, Progress, plural, tell_studies
-    from .shard_worker import cold_ensembles, solve_shard
-    from .shard_worker import warm_up as warm_up_ensembles
-    from .shards import shard_key
-    from .storage import clean_temporaries
-    from .worker import solve_batch, warm_up
 
     shards = shards or []
     stops = {} if stops is None else stops
@@ -238,9 +254,6 @@ def choose_cluster(config: dict, studies: dict, specs: list, todo: list, logs: d
     """The ``dask:`` section of this solve: the config's, or for the shards of one summary study that spreads
     (config ``spread``: ``hbvm_workflow.cluster.spreads``) a SLURMCluster sized from the study and the partition
     (``spread_cluster``); with ``spread`` on, the study's log says which and why, in one line."""
-    from .cluster import SPREAD_AFTER_S, is_local, spread_cluster, study_spreads
-    from .runs import work_seconds
-    from .script_support import plural
 
     dask_cfg = config.get("dask") or {}
     names = {spec["study"] for spec in specs}
@@ -265,8 +278,6 @@ def choose_cluster(config: dict, studies: dict, specs: list, todo: list, logs: d
 def hosts_of(client, ran: dict) -> None:
     """Fill in the host of each worker of ``ran`` (address -> host) that has none: asked of the workers still there,
     else the address's host."""
-    import platform
-    from urllib.parse import urlsplit
 
     unknown = [a for a, host in ran.items() if not host]
     found = {}
@@ -281,9 +292,6 @@ def hosts_of(client, ran: dict) -> None:
 
 def took_part(ran: dict) -> str:
     """'N Dask workers took part, on host (k), ...': how many workers computed runs, and on which hosts."""
-    from collections import Counter
-
-    from .script_support import plural
 
     if not ran:
         return "no Dask worker took part (nothing computed)"
@@ -300,10 +308,6 @@ def describe_oserrors(study, refused: list[dict], tried: int) -> str:
     """One line for the shards of ``study`` that the file system refused (``solve_shard``'s "oserror" results,
     ``tried`` shards computed in all): a full disk in the words of ``worker.DiskFull`` (what is free, where, and
     that the same command completes once space is freed), any other error with its first message."""
-    import shutil
-
-    from .layout import shard_store
-    from .script_support import plural
 
     store = shard_store(study.results, study.name)
     slots = sorted(r["slot"] for r in refused)

@@ -14,12 +14,38 @@ from __future__ import annotations
 import json
 import logging
 import os
+from pathlib import Path
+
+import numpy as np
+
+from . import shards
+from .ensemble_errors import STATUS_WORDS, compute_summary_errors
+from .layout import errors_zarr, legacy_store, runs_marker, shard_store
+from .runs import PlannedJobs
+from .script_support import plural
+from .shards import COUNTS, complete, damaged_shards, finish, manifest_entry, open_shards, read_rows
+from .storage import (
+    FAILED,
+    FORMAT,
+    Expected,
+    clean_temporaries,
+    corruption,
+    damage,
+    file_signature,
+    mismatch_phrase,
+    open_errors,
+    open_trajectory,
+    read_attrs,
+    remove_path,
+    set_aside,
+    store_state,
+    store_verdict,
+)
+from .tables import compute_errors
 
 
 def reuse(study, retry_failed: bool, log: logging.Logger) -> tuple[list, dict]:
     """(runs to compute, summary of the reused ones by job id) of one study."""
-    from .script_support import plural
-    from .storage import Expected, clean_temporaries, mismatch_phrase, set_aside, store_verdict
 
     for p in clean_temporaries(study.dir):
         log.info(f"removed the leftover temporary {p}")
@@ -55,8 +81,6 @@ def reuse(study, retry_failed: bool, log: logging.Logger) -> tuple[list, dict]:
 
 def remove_legacy_stores(study) -> int:
     """Remove the study's run stores (and failure markers) of the folder layout; returns how many."""
-    from .layout import legacy_store
-    from .storage import FAILED, remove_path
 
     removed = 0
     for job in study.jobs.values():
@@ -71,7 +95,6 @@ def remove_legacy_stores(study) -> int:
 def write_manifest(study, summary: dict, path: str) -> dict:
     """results/<study>/solve.json: every run, its status and, for a stored run, its file signature
     (size and mtime: a store changed afterwards is found at the next parse without opening it)."""
-    from .storage import file_signature
 
     jobs = []
     for job in study.jobs.values():
@@ -107,7 +130,6 @@ def write_manifest(study, summary: dict, path: str) -> dict:
 def write_shard_manifest(study, table, summary: dict, path: str) -> dict:
     """results/<study>/solve.json of a sharded study (``save: summary``): its store, each shard's record, and how
     many runs were integrated, copied from an earlier store, reused in complete shards, and failed."""
-    from .shards import finish, manifest_entry
 
     finish(study)  # every shard complete: an earlier store of other runs is removed
     done = summary.get("shards", [])
@@ -138,11 +160,6 @@ NAMED_FAILED = 10
 def failed_of_shards(study, entry: dict) -> tuple[list[str], dict[str, int]]:
     """(the ids of the first ``NAMED_FAILED`` failed runs, {reason: how many}) of a sharded study: the status column
     of ``counts`` of each shard whose record counts failed runs (``entry``: ``shards.manifest_entry``)."""
-    import numpy as np
-
-    from .ensemble_errors import STATUS_WORDS
-    from .runs import PlannedJobs
-    from .shards import COUNTS, read_rows
 
     store = os.path.join(study.dir, entry["store"])
     rows, codes = [], []
@@ -164,7 +181,6 @@ def write_runs_marker(study, runs: dict) -> None:
     """results/<study>/.runs-<digest> (hbvm_workflow.layout.runs_marker): the set of runs the manifest is of
     (``runs``: their hashes, or a sharded store's number of runs: the store holds each run's hash as a coordinate);
     the study's markers of other sets are removed."""
-    from .layout import runs_marker
 
     path = runs_marker(study.results, study.name, study.runs_digest())
     prefix = os.path.basename(runs_marker(study.results, study.name, ""))
@@ -200,14 +216,12 @@ class RunStores:
 
     def aggregate(self, zarr: str, csv: str, timings: str, workers: int, log: logging.Logger) -> list[dict]:
         """errors.zarr, errors.csv and timings.csv from the run stores (``tables.compute_errors``)."""
-        from .tables import compute_errors
 
         return compute_errors(self.study, zarr, csv, timings, workers)
 
     # what a solved study's manifest (results/<study>/solve.json, ``record``; ``base``: its folder) says of it
     def counts(self, record: dict) -> dict[str, int]:
         """Its runs computed (by the last solve), reused, failed, damaged, missing: each store's state."""
-        from .storage import Expected, store_state
 
         out = dict.fromkeys(("computed", "reused", "failed", "damaged", "missing"), 0)
         computed = set(record.get("computed", []))
@@ -240,7 +254,6 @@ class RunStores:
         (``storage.corruption``: every chunk read and its checksums checked), and ``what`` names the array and
         the damage, or is "changed" for an intact store (copied, touched, replaced). Without a recorded
         signature (an older manifest) only missing or truncated chunks count."""
-        from .storage import FORMAT, corruption, damage, file_signature, read_attrs
 
         out = []
         for j in record["jobs"]:
@@ -261,12 +274,8 @@ class RunStores:
     def open(record: dict, base: str, study: str, results: str, chunks: dict | None):
         """An ``xarray.DataTree``: errors.zarr at the root, a lazily opened Dataset per stored run below its label
         (``reading.open_study``)."""
-        from pathlib import Path
 
         import xarray as xr
-
-        from .layout import errors_zarr
-        from .storage import open_errors, open_trajectory
 
         nodes: dict = {}
         nodes["/"] = open_errors(study, results) if Path(errors_zarr(results, study)).exists() else xr.Dataset()
@@ -294,7 +303,6 @@ class ShardedStore:
 
     def prepare(self, retry_failed: bool, log: logging.Logger) -> tuple[list, list[dict]]:
         """(runs: none, a spec per shard to compute); the store created or reused (``shards.prepare``)."""
-        from . import shards
 
         self.table, pending, self.summary = shards.prepare(self.study, retry_failed, log)
         return [], [shards.shard_spec(self.study, self.table, shard) for shard in pending]
@@ -314,7 +322,6 @@ class ShardedStore:
     def aggregate(self, zarr: str, csv: str, timings: str, workers: int, log: logging.Logger) -> list[dict]:
         """errors.zarr, errors.csv and timings.csv over the store's run dimension at once, from the shards' partial
         results (``ensemble_errors.compute_summary_errors``; a shard computed again is said on ``log``)."""
-        from .ensemble_errors import compute_summary_errors
 
         return compute_summary_errors(self.study, zarr, csv, timings, workers, tell=log.info)
 
@@ -322,8 +329,6 @@ class ShardedStore:
     def counts(self, record: dict) -> dict[str, int]:
         """Its runs computed, reused, failed (the manifest's counts where it is of these runs and the store is
         complete), else all missing."""
-        from .layout import shard_store
-        from .shards import complete
 
         out = dict.fromkeys(("computed", "reused", "failed", "damaged", "missing"), 0)
         runs = len(self.study.jobs)
@@ -343,14 +348,12 @@ class ShardedStore:
     @staticmethod
     def damaged(record: dict, base: str) -> list[tuple[str, str, str]]:
         """(what, store, why) of each damaged shard (``shards.damaged_shards``)."""
-        from .shards import damaged_shards
 
         return damaged_shards(record, base)
 
     @staticmethod
     def open(record: dict, base: str, study: str, results: str, chunks: dict | None):
         """The sharded store as one Dataset over ``run`` (``shards.open_shards``)."""
-        from .shards import open_shards
 
         return open_shards(os.path.join(base, record["store"]), chunks=chunks)
 
