@@ -28,8 +28,9 @@ import numpy as np
 from hbvm_core.errors import ConfigError
 
 from . import layout, printed
+from .plots import MIN_PANEL_W, _plain_log_ticks, envelope, panel_grid
 from .printed import DEFAULT_WIDTH, WIDTHS
-from .storage import ResultsMismatchError
+from .storage import ResultsMismatchError, read_arrays, require_intact, store_status
 from .study import Study
 
 #: e_s targets of the time-to-accuracy table
@@ -83,8 +84,6 @@ def measure(study: Study, repeats: int | None = None) -> dict[str, float]:
     from hbvm_core.errors import HBVMError
     from hbvm_core.integrate import integrate
     from hbvm_core.methods import method_from_entry
-
-    from .storage import store_status
 
     repeats = repeats or timing_repeats(study)
     best: dict[str, float] = {}
@@ -262,7 +261,6 @@ def work_precision_plot(
     """One log-log panel per problem: wall time per run against e_s, one curve per family; ``repeats``: the
     times are the best of that many timed repeats (``measure``), said in the title. ``width``: the printed
     width in inches (``printed.width``); the legend below the panels. Returns the figure."""
-    from .plots import _plain_log_ticks, panel_grid
 
     n = len(panels)
     nrows, ncols = panel_grid(n, width) if n > 1 else (1, 1)
@@ -310,7 +308,6 @@ def work_precision_plot(
 # --------------------------------------------------------------------------- long time
 def invariant_series(store: str) -> dict[str, np.ndarray]:
     """t, |H - H0|, ||g||_inf and ||hidden constraint||_inf at the saved points of one store."""
-    from .storage import read_arrays, require_intact
 
     require_intact(store)  # a missing chunk must not read back as fill values
     t, H, g, hc = read_arrays(store, ("t", "H", "g", "hc"))
@@ -356,7 +353,6 @@ def drift_stats(series: dict[str, np.ndarray]) -> dict[str, float]:
 
 def long_time_runs(study: Study):
     """(job, series) for every complete run of the study, in config order."""
-    from .storage import store_status
 
     for r in study.rows:
         job = study.jobs[r.job]
@@ -404,7 +400,6 @@ def long_time_markdown(rows: list[dict]) -> str:
 def _loglog(ax, t, y, color: str, label: str):
     """The series (faint) and its running maximum (solid), the curve that shows drift or its absence; exact
     zeros of the running maximum as marks on the axis floor. Returns (the solid line, whether there are zeros)."""
-    from .plots import envelope
 
     ok = t > 0
     tt, yy = envelope(t[ok], np.where(np.isfinite(y[ok]), y[ok], 0.0))
@@ -418,7 +413,6 @@ def long_time_plot(panels: list[tuple[str, list]], png: str, pdf: str, width: fl
     """Per problem: |H - H0|, ||g||, hidden constraint against t, log-log, one line per method (runs with the same
     numbers one line, named by all: ``printed.identical_groups``), at the printed ``width`` (inches): three
     panels a row where they fit. Returns the figure."""
-    from .plots import MIN_PANEL_W, _plain_log_ticks
 
     ncols = min(len(SERIES), max(1, int(width // MIN_PANEL_W)))
     per = math.ceil(len(SERIES) / ncols)  # rows per problem

@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from hbvm_core.errors import ConfigError, HBVMError
 
 from .layout import SLURM_LOGS
+from .runs import WORK_PER_WORKER_S, workers_for
+from .shards import shard_size
 
 #: one BLAS/OpenMP thread per worker process: the workers are the parallelism
 THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
@@ -535,7 +537,6 @@ def spread_plan(cfg: dict, n_tasks: int, work_s: float, nodes: Nodes) -> tuple[d
     processes, memory, jobs, queue) stays. A worker job takes half a node's CPUs and their share of its memory,
     floored to a MiB, so that one fits beside the solve job on its node; worker processes: one per task, per
     WORK_PER_WORKER_S of work, at most every core of the partition (``runs.workers_for``)."""
-    from .runs import workers_for
 
     cores = int(cfg.get("cores") or max(1, nodes.cpus // 2))
     if cores > nodes.cpus:
@@ -567,7 +568,6 @@ def spread_plan(cfg: dict, n_tasks: int, work_s: float, nodes: Nodes) -> tuple[d
 
 
 def _per_worker_s() -> float:
-    from .runs import WORK_PER_WORKER_S
 
     return WORK_PER_WORKER_S
 
@@ -662,6 +662,5 @@ def study_spreads(config: dict, study, work_s: float) -> bool:
     and its estimated work ``work_s``."""
     if study.cfg.get("save") != "summary":
         return False
-    from .shards import shard_size
 
     return spreads(config, work_s, -(-len(study.jobs) // shard_size(study, len(study.jobs))))

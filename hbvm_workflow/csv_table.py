@@ -18,6 +18,8 @@ import shutil
 
 import numpy as np
 
+from .forking import beside
+
 #: rows of a table formatted at a time by ``write_columns``
 CHUNK_ROWS = 1 << 16
 #: the fewest rows that ``write_columns`` formats in two processes (a fork costs some milliseconds)
@@ -88,7 +90,6 @@ def write_columns(cols: dict, path: str, columns: tuple[str, ...], workers: int 
     if len(columns) < 2:  # a row of one empty field is written '""' by the csv module: left to it
         write_rows([dict(zip(columns, r)) for r in zip(*(cols[c] for c in columns))], path, columns)
         return
-    from .forking import beside
 
     rows = len(cols[columns[0]])
     split = rows if workers < 2 or rows < SPLIT_ROWS else rows // 2

@@ -25,10 +25,27 @@ import numpy as np
 
 from hbvm_core.metrics import roundoff_floors
 
-from .layout import COLUMNS, EXTRA, TIMINGS, shard_store
+from . import partials
+from .csv_table import write_columns
+from .forking import beside, forked_map
+from .integrity import file_digest
+from .layout import COLUMNS, EXTRA, TIMINGS, shard_store, tmp_dir
+from .runs import PlannedJobs, row_columns
+from .shard_worker import record_seconds, row_provenance
+from .shards import DATA, read_all, read_record, row_backends, run_table
 from .state_errors import _max_per_run, _norm, local, partial_columns, sample_mask, state_errors  # noqa: F401  (re-exported)
-from .storage import ResultsMismatchError
+from .storage import ResultsMismatchError, write_dataset
 from .study import Study
+from .tables import (
+    NUMERIC,
+    ORDER_OF_RATE,
+    REFERENCE_FLOOR,
+    REFERENCE_MARGIN,
+    ROUNDOFF,
+    STATUS,
+    dense_errors_dataset,
+    reference_floor,
+)
 
 #: the columns of summary_columns that index errors.zarr: the scheme, the grid combination and n of each run
 INDEX_COLUMNS = ("scheme_index", "combo_index", "n_value")
@@ -47,9 +64,6 @@ def summary_columns(
     e_s, e_hc and the scale of each run from its shard's partial results (``gather_partials``: the states are read
     only for a shard whose partial is missing or stale; ``tell``: called with a line for each), else from the
     states of every shard."""
-    from .shard_worker import row_provenance
-    from .shards import DATA, read_all, run_table
-    from .tables import ORDER_OF_RATE, REFERENCE_FLOOR
 
     path = shard_store(study.results, study.name)
     table = run_table(study)
@@ -159,9 +173,6 @@ def _accuracies(study: Study, instances: list, combos: np.ndarray, workers: int 
     instances), NaN for the others and where there is none; a numerical one estimated by ``workers`` processes."""
     from hbvm_core.references import resolved_kind
 
-    from .forking import forked_map
-    from .tables import reference_floor
-
     out = np.full(len(instances), np.nan)
     c = study.convention
     if study.reference != "reference" or all(
@@ -178,7 +189,6 @@ def _accuracies(study: Study, instances: list, combos: np.ndarray, workers: int 
 def row_runs(study: Study) -> tuple[np.ndarray, np.ndarray]:
     """(run, partner): per row of the study (plan order) the index of its run in the run table and of its h/2
     partner (``errors.reference: self``; -1: none). Without partners the rows are the runs, in order."""
-    from .runs import PlannedJobs, row_columns
 
     R = len(study.jobs)
     if study.reference != "self":
@@ -198,7 +208,6 @@ def _rates(h: np.ndarray, e: np.ndarray, block: np.ndarray, scale: np.ndarray, r
     (``metrics.rates``): no rate where the row's error is at most REFERENCE_MARGIN times its ``reference`` accuracy
     (NaN: none; ``tables.at_reference_floor``), nor, else, where both errors are at most ROUNDOFF_ULPS eps times
     the larger scale of the two (``metrics.at_roundoff``)."""
-    from .tables import REFERENCE_MARGIN
 
     rate = np.full(e.shape, np.nan)
     flag = np.zeros(e.shape, dtype=bool)
@@ -228,8 +237,6 @@ def _fitted(h: np.ndarray, e: np.ndarray, block: np.ndarray, scale: np.ndarray, 
     rows of its asymptotic range, NaN on the others; a block is consecutive rows."""
     from hbvm_core.metrics import fitted_orders
 
-    from .tables import REFERENCE_MARGIN
-
     out = np.full(e.shape, np.nan)
     starts = np.flatnonzero(np.r_[True, block[1:] != block[:-1]]) if e.size else np.zeros(0, dtype=np.int64)
     floor = roundoff_floors(scale)
@@ -252,8 +259,6 @@ def _errors(status: np.ndarray, fail_step: np.ndarray) -> np.ndarray:
 def _wall(path: str, table) -> np.ndarray:
     """Each run's wall time: its own where the shard timed it (``run_wall_s``), else its share of the shard's
     (the shard's record); NaN where not recorded."""
-    from .shard_worker import record_seconds
-    from .shards import read_record
 
     out = np.full(table.runs, np.nan)
     for slot, (a, b) in enumerate(table.slots()):
@@ -267,7 +272,6 @@ def _wall(path: str, table) -> np.ndarray:
 
 def summary_dataset(study: Study, cols: dict[str, np.ndarray]):
     """errors.zarr's Dataset over (scheme, h, *grid) from the columns (``tables.dense_errors_dataset``)."""
-    from .tables import NUMERIC, REFERENCE_FLOOR, ROUNDOFF, STATUS, dense_errors_dataset
 
     instances = study.instances or [study.instance_of("")]
     distinct, inverse = np.unique(cols["h"], return_inverse=True)
@@ -331,12 +335,6 @@ def compute_summary_errors(
     forked at the start (``forking.beside``), which imports xarray while this one computes the columns, then builds
     the Dataset from the columns handed to it while this one writes the CSV files. ``tell``: called with a line per
     shard whose partial results were computed again (``gather_partials``); ``use_partials``: as ``summary_columns``."""
-    from .csv_table import write_columns
-    from .forking import beside
-    from .layout import tmp_dir
-    from .shards import row_backends
-    from .storage import write_dataset
-    from .tables import NUMERIC, REFERENCE_FLOOR, ROUNDOFF
 
     def errors_zarr(cols: dict) -> None:
         write_dataset(summary_dataset(study, cols), out_zarr, tmp_dir=tmp_dir(study.results, study.name))
@@ -372,8 +370,6 @@ def gather_partials(study, table, path: str, tell=None) -> tuple[dict, dict[str,
     shard computed again (``tell``: called with each)."""
     import zarr
 
-    from . import partials
-    from .integrity import file_digest
     from .shards import (
         MissingStoreError,
         _read_whole,

@@ -13,6 +13,11 @@ import inspect
 import json
 import os
 
+from .layout import manifest_path
+from .loading import load_studies
+from .script_support import plural
+from .store_kinds import store_kind
+
 
 def _first_line(obj) -> str:
     """The first sentence of the docstring's first paragraph."""
@@ -72,8 +77,6 @@ def methods() -> list[str]:
 def study_status(study) -> dict[str, int]:
     """Counts of the study's runs: computed (by the last solve), reused, failed, damaged, missing (its kind of
     store's ``counts`` of its manifest)."""
-    from .layout import manifest_path
-    from .store_kinds import store_kind
 
     try:
         with open(manifest_path(study.results, study.name)) as fh:
@@ -85,8 +88,6 @@ def study_status(study) -> dict[str, int]:
 
 def studies(config: dict) -> list[str]:
     """One line per study of the config: name, kind, problem, runs and their status."""
-    from .loading import load_studies
-    from .script_support import plural
 
     lines = []
     for name, study in load_studies(config).items():

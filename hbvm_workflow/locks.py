@@ -23,6 +23,8 @@ from collections.abc import Iterator
 
 from hbvm_core.errors import HBVMError
 
+from .layout import lock_path, snakemake_lock_path
+
 #: seconds a solve or aggregate step waits for another one holding its study (config ``lock_timeout``)
 LOCK_TIMEOUT = 600.0
 RUN_LOCK = "hbvm-run.lock"
@@ -91,7 +93,6 @@ def study_lock(path: str, study: str, timeout: float = LOCK_TIMEOUT, log=None) -
 def hold_studies(results: str, names, timeout: float = LOCK_TIMEOUT) -> None:
     """Hold, until this process exits, the lock of each study ``names`` for the Snakemake run that builds
     them (``layout.snakemake_lock_path``; waiting up to ``timeout`` s for another run, else Busy)."""
-    from .layout import snakemake_lock_path
 
     for name in sorted(names):
         path = os.path.abspath(snakemake_lock_path(results, name))
@@ -104,7 +105,6 @@ def wait_for_writers(results: str, names, timeout: float = LOCK_TIMEOUT) -> None
     """Wait (up to ``timeout`` s, else Busy naming the holder) until no job writes the studies ``names``: their
     job lock (``layout.lock_path``) is taken and let go at once. A job of an earlier run whose Snakemake was
     killed (an orphan) holds it until it ends."""
-    from .layout import lock_path
 
     for name in sorted(names):
         with study_lock(os.path.abspath(lock_path(results, name)), name, timeout):

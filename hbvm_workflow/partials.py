@@ -24,6 +24,9 @@ import os
 
 import numpy as np
 
+from .layout import shard_record
+from .storage import compressors, new_temporary, remove_path
+
 #: the columns of a shard's partial array
 COLUMNS = ("e_s", "e_hc", "scale")
 #: the array's name in the shard's group
@@ -82,9 +85,6 @@ def write(store: str, slot: int, values: np.ndarray, tmp: str) -> None:
     """The partial of shard ``slot`` as a Zarr array in its group, written under ``tmp`` and renamed into place."""
     import zarr
 
-    from .layout import shard_record
-    from .storage import compressors, new_temporary, remove_path
-
     folder = new_temporary(tmp, f"partial-{slot}")
     a = zarr.create_array(
         folder,
@@ -105,8 +105,6 @@ def write(store: str, slot: int, values: np.ndarray, tmp: str) -> None:
 
 def remove(store: str, slot: int) -> None:
     """Shard ``slot``'s partial removed (its shard is being written again)."""
-    from .layout import shard_record
-    from .storage import remove_path
 
     remove_path(os.path.join(os.path.dirname(shard_record(store, slot)), NAME))
 
@@ -115,8 +113,6 @@ def read(store: str, slot: int, record: dict | None, want_key: str, files: dict[
     """(values, "") of shard ``slot``'s partial where its record's ``partial`` has ``want_key``, the shard's files
     have the sizes and modification times it names, and the array's values their digest; else (None, why)."""
     import zarr
-
-    from .layout import shard_record
 
     meta = (record or {}).get("partial")
     if not isinstance(meta, dict):

@@ -28,9 +28,12 @@ from typing import Any
 
 from hbvm_core.errors import HBVMError
 
+from .collector import paused
 from .layout import plan_dir, plan_path
+from .loading import load_studies
 from .runs import JOB_FIELDS, RUN_FIELDS, Job, PlannedJobs, PlannedRows, _groups_of, _jobs_of, _rows_of, row_columns
-from .study import Instance, Study, StudyMethod
+from .schema import validate_config
+from .study import Instance, Study, StudyMethod, _group_probe
 
 #: the format of a plan file (a reader refuses another)
 FORMAT = "hbvm-plan/4"
@@ -206,8 +209,6 @@ def study_from_record(rec: dict) -> Study:
         instances=instances,
     )
     if isinstance(jobs, PlannedJobs):  # the probes the parse left to be computed: from the instances, when read
-        from .study import _group_probe
-
         jobs.fill_with(functools.partial(_group_probe, study))
     if isinstance(rec.get("runs_digest"), str):  # Study.runs_digest of these jobs, as the parse computed it
         study._digest = ((id(jobs), len(jobs)), rec["runs_digest"])
@@ -219,7 +220,6 @@ def write_plan(config: dict, studies: dict[str, Study]) -> str | None:
     """Write the plan of ``config`` (its expanded ``studies``) to ``layout.plan_path``; returns the path, or None
     when a study holds values that JSON cannot carry or the file cannot be written (a full disk, a read-only
     folder): the jobs then expand the config themselves, and a full disk stops them with its own one line."""
-    from .collector import paused
 
     results = config["results"]
     try:
@@ -263,7 +263,6 @@ def _prune(folder: str) -> None:
 def read_plan(config: dict, names=None) -> dict[str, Study] | None:
     """The studies ``names`` (all when None) of the plan of ``config``, or None when there is none (or it does
     not have them). The modules of ``method_modules`` must have been imported (``planned_studies`` does)."""
-    from .collector import paused
 
     path = plan_path(config["results"], plan_key(config))
     try:
@@ -307,9 +306,6 @@ def planned_studies(config: dict, names=None) -> dict[str, Study]:
     """The studies of a job: read from the plan its workflow run's parse wrote, or (no plan: a dry run's
     config, a results folder the parse did not see) expanded here (``loading.load_studies``)."""
     from hbvm_core.methods import load_method_modules
-
-    from .loading import load_studies
-    from .schema import validate_config
 
     if config.get("method_modules"):  # their methods are part of the schema
         load_method_modules(config["method_modules"])

@@ -3,24 +3,20 @@ beyond-the-paper figure (``beyond``)."""
 
 from __future__ import annotations
 
+from . import plots
+from .beyond import study_figure
+from .storage import open_errors_at
 from .study import Study
 
 
 def study_plot(study: Study, errors_zarr: str, png: str, pdf: str) -> None:
     """The study's figure (its ``plot`` key) as PNG and PDF."""
-    from . import plots
 
     if study.plot == "convergence":
-        from .storage import open_errors_at
-
         plots.convergence_plot(study, open_errors_at(errors_zarr), png, pdf)
     elif study.plot == "sweep":
-        from .storage import open_errors_at
-
         plots.sweep_plot(study, open_errors_at(errors_zarr), png, pdf)
     elif study.plot in ("work_precision", "long_time"):
-        from .beyond import study_figure
-
         study_figure(study, png, pdf)
     else:
         plots.PLOTS[study.plot](study, png, pdf)

@@ -21,6 +21,9 @@ import numpy as np
 
 from hbvm_core.metrics import ROUNDOFF_ULPS, roundoff_floor
 
+from . import printed
+from .printed import AXIS_ROOM, tick_label
+from .storage import Expected, load_trajectory, store_state
 from .study import Study
 
 #: curves longer than this are drawn as a max-envelope over this many bins (bounded memory and file size)
@@ -55,8 +58,6 @@ def _plain_log_ticks(fig, label_room: float = 0.2) -> None:
     (``printed.tick_label``; matplotlib's default labels only the decades: one label on an axis spanning less
     than a decade); on a y axis at most one per ``label_room`` inches of its height."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
-
-    from .printed import tick_label
 
     for ax in fig.axes:
         box = ax.bbox  # before the layout: near enough to say how many labels fit
@@ -204,7 +205,6 @@ def convergence_plot(study: Study, ds, png: str, pdf: str):
     several curves share it). A panel whose every rate pair is at the round-off floor is left out, and the
     title says so. Exact zeros are marks on the axis floor. Returns the figure.
     """
-    from . import printed
 
     with printed.style():
         fig = _convergence_figure(study, ds, printed.width(study))
@@ -213,7 +213,6 @@ def convergence_plot(study: Study, ds, png: str, pdf: str):
 
 
 def _convergence_figure(study: Study, ds, W: float):
-    from . import printed
 
     panels = RATE_PANELS + (CONSERVATION if study.dims[1] else CONSERVATION[:1])  # e_g: only with constraints
     panels = [p for p in panels if np.isfinite(ds[p[0]].values).any()]
@@ -304,7 +303,6 @@ def _convergence_panel(study: Study, ds, ax, panel, groups, legend: dict, panel_
     """One panel: the error ``var`` against h per group of identical methods (``printed.identical_groups``),
     exact zeros on the floor; for a rate panel the reference slopes, for a conservation panel the round-off
     floor (ROUNDOFF_ULPS eps of a quantity of size 1) dashed and the y axis at least 1e-17 .. 1e-11 around it."""
-    from . import printed
 
     var, rate, title, ylabel = panel
     with_rate = []  # (h, e, p, how, color) per curve with a rate
@@ -428,7 +426,6 @@ def _sweep_curve(ax, x, y, style: dict, log: bool) -> tuple[object, bool]:
     """One curve of a sweep panel (markers only up to MARKED_POINTS values, ``min_max_bins`` beyond SWEEP_POINTS);
     (the line, whether it has exact zeros: on a log axis, gaps in the line and marks on the panel's floor,
     ``printed.zero_marks``)."""
-    from . import printed
 
     y = np.asarray(y, dtype=float)
     zero = False
@@ -481,7 +478,6 @@ def sweep_plot(study: Study, ds, png: str, pdf: str):
     The grid axis is logarithmic where its values span a factor of 20 or more (``log_grid_axis``). At the study's
     printed width (``printed.width``): panels of at least MIN_PANEL_W inches, the legend
     below them. Never blank: with ``reference: none`` the other panels are drawn. Returns the figure."""
-    from . import printed
 
     with printed.style():
         fig = _sweep_figure(study, ds, printed.width(study))
@@ -490,7 +486,6 @@ def sweep_plot(study: Study, ds, png: str, pdf: str):
 
 
 def _sweep_figure(study: Study, ds, W: float):
-    from . import printed
 
     (key,) = study.grid
     x, order, xlabel = sweep_axis(ds, key)
@@ -576,8 +571,6 @@ def _grid_locator(panel_w: float):
     times a power of ten."""
     from matplotlib.ticker import MaxNLocator
 
-    from .printed import AXIS_ROOM
-
     return MaxNLocator(nbins=max(2, int((panel_w - AXIS_ROOM) / 0.45)), steps=[1, 2, 5, 10])
 
 
@@ -617,7 +610,6 @@ def _reference_line(ax, h, y, p, how: str, color):
 def _runs(study: Study):
     """(row, Job, Trajectory) for each successful row of the study, in the order of its rows (per method,
     its grid combinations in grid order, their step sizes); each trajectory carries its combination's problem."""
-    from .storage import Expected, load_trajectory, store_state
 
     for r in study.rows:
         job = study.jobs[r.job]
@@ -655,8 +647,6 @@ def solution_error_plot(study: Study, png: str, pdf: str):
     against its combination's period T, at the study's printed width. Returns the figure."""
     from hbvm_core.metrics import vector_norm
 
-    from . import printed
-
     W = printed.width(study)
     with printed.style():
         fig = printed.new_figure(W, 0.45 * W + 0.6)
@@ -686,8 +676,6 @@ def _time_panels(study: Study, panels: list[tuple[str, str]], curves, png: str, 
     combination: curves(traj) -> [(t, y), ...]; exact zeros are marks on the panel's floor. At the study's printed
     width, the legend below. Returns the figure."""
     from matplotlib.lines import Line2D
-
-    from . import printed
 
     W = printed.width(study)
     with printed.style():

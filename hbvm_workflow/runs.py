@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from hbvm_core.problems import BUILTIN, NUMPY_BEADS, problem_name
 
 from .layout import run_stem
+from .storage import saved_rows
 
 # --------------------------------------------------------------------------- jobs and rows
 #: Job.estimated_seconds: per run (the store); per step, each method's cost model (``Method.STEP_SECONDS``)
@@ -128,7 +129,6 @@ class Job:
     def stored_bytes(self, m: int, nu: int) -> int:
         """The size of the run's store, uncompressed: per saved point t, q, p, H, g, hc (storage.ZarrSink.SPEC),
         per saved step tstep, lam (8 bytes each) and iterations (4 bytes)."""
-        from .storage import saved_rows
 
         points, steps = saved_rows(self.steps, self.save_every)
         return points * 8 * (2 + 2 * m + 2 * nu) + steps * (8 + 8 * nu + 4)

@@ -11,6 +11,9 @@ import time
 import traceback
 from collections.abc import Iterator
 
+from .layout import lock_path
+from .locks import LOCK_TIMEOUT, hold_run_lock, study_lock
+
 
 def as_list(paths) -> list[str]:
     """A Snakemake named input/output/log as a list (a single path is a str)."""
@@ -170,8 +173,6 @@ def one_line_errors(log_paths) -> Iterator[None]:
 def job_locks(config: dict, studies: list[str], log=None) -> Iterator[None]:
     """The locks a job script holds: the run lock (shared, until it exits) and each study's lock
     (``hbvm_workflow.locks``), taken in name order so two jobs never wait on each other."""
-    from .layout import lock_path
-    from .locks import LOCK_TIMEOUT, hold_run_lock, study_lock
 
     hold_run_lock()
     results = config.get("results", "results")

@@ -29,7 +29,9 @@ from .shards import (
     run_lengths,
     write_shard,
 )
+from .state_errors import Instance, local, partial_columns
 from .storage import StoreError
+from .worker import WorkerError
 
 _PROBLEMS: dict[str, Any] = {}
 
@@ -41,8 +43,6 @@ def _problem(p: dict, checked_in_group: bool = False):
     from hbvm_core.checks import derivative_checks
     from hbvm_core.fingerprint import problem_mismatch
     from hbvm_core.problems import get_problem
-
-    from .worker import WorkerError
 
     key = json.dumps([p["problem"], p["params"], p["structure"]], sort_keys=True, default=repr)
     if key not in _PROBLEMS:
@@ -287,7 +287,6 @@ def _partial(spec: dict, counts, t, y) -> tuple | None:
     """(values, errors, problems): the shard's partial results (``state_errors.partial_columns``) for
     ``shards.write_shard``; None with ``reference: self`` (a partner may be in another shard), or where they cannot
     be computed here (the aggregation then computes them from the states, and raises what there is to raise)."""
-    from .state_errors import Instance, local, partial_columns
 
     errors = spec.get("errors")
     if not errors or errors["reference"] == "self":

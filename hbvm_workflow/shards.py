@@ -54,9 +54,23 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import partials
+from .integrity import file_digest, seal_files
 from .layout import SHARD_RECORDS, previous_shard_store, shard_record, shard_store, tmp_dir
+from .partials import errors_spec
 from .runs import PlannedJobs, row_columns
-from .storage import DAMAGED_DIR, TMP_DIR, MissingStoreError, StoreError, compressors, new_temporary, remove_path
+from .script_support import plural
+from .storage import (
+    DAMAGED_DIR,
+    TMP_DIR,
+    MissingStoreError,
+    StoreError,
+    compressors,
+    file_signature,
+    new_temporary,
+    quiet_zarr,
+    remove_path,
+)
 
 FORMAT = "hbvm-shards/2"
 #: the columns of ``counts``, as EnsembleResult names them
@@ -241,8 +255,6 @@ def create(path: str, table: RunTable, study: str, tmp: str, coordinates: list[s
     ``coordinates``: the names of q's components (``Problem.coordinates``; x0, x1, ... when not given)."""
     import zarr
 
-    from .storage import quiet_zarr
-
     os.makedirs(tmp, exist_ok=True)
     work = new_temporary(tmp, path)
     sr, R = table.shard_runs, max(table.runs, 1)
@@ -368,7 +380,6 @@ def _write_record(store: str, slot: int, record: dict) -> None:
 def remove_record(store: str, slot: int) -> None:
     """Shard ``slot`` not complete: its record emptied (a group without attributes, so the store stays valid Zarr)
     and its partial results removed (``partials``)."""
-    from . import partials
 
     if read_record(store, slot) is not None:
         _write_record(store, slot, {})
@@ -431,7 +442,6 @@ def sealed_files(store: str) -> list[str]:
 
 def seal_store(store: str) -> None:
     """Record a digest of each of the store's ``sealed_files`` as the attributes of ``<store>/shards/zarr.json``."""
-    from .integrity import seal_files
 
     sealed = seal_files(store, sealed_files(store))
     _write_group(os.path.join(store, SHARD_RECORDS), {"format": FORMAT, "files": sealed})
@@ -440,7 +450,6 @@ def seal_store(store: str) -> None:
 def store_problems(store: str, only: set[str] | None = None) -> list[tuple[str, str]]:
     """(file, what) for each metadata document or coordinate file of the store that is not the one it was created
     with (``seal_store``: edited, removed, added), or for a store without a seal; ``only``: of these files."""
-    from .integrity import file_digest
 
     try:
         with open(os.path.join(store, SHARD_RECORDS, SEAL)) as fh:
@@ -489,7 +498,6 @@ def _named(file: str, what: str) -> tuple[str | None, str]:
 def shard_file_record(store: str, slot: int) -> dict[str, list | None]:
     """array -> [size, digest] of its file of shard ``slot`` (None: no file, every chunk the fill value): what a
     shard's record says of its files."""
-    from .integrity import file_digest
 
     out: dict[str, list | None] = {}
     for name, path in shard_files(store, slot).items():
@@ -503,7 +511,6 @@ def shard_problem(
     """(array, file, what) when a file of shard ``slot`` is not the one its ``record`` names: missing, of
     another size, or with ``deep`` of another digest (rewritten); a record without its files is not trusted.
     ``group``: as ``shard_files``."""
-    from .integrity import file_digest
 
     files = shard_files(store, slot, group)
     kept = (record or {}).get("files")
@@ -589,7 +596,6 @@ def prepare(study, retry_failed: bool, log) -> tuple[RunTable, list[Shard], dict
     """The solve step's reuse: (the run table, the shards to compute, counts of the reused runs). Creates the
     store when there is none or its runs changed (the old one kept as ``runs.previous.zarr``, the source of the
     rows it holds); a damaged shard is set aside and logged, naming the array."""
-    from .script_support import plural
 
     table = run_table(study)
     path = shard_store(study.results, study.name)
@@ -695,7 +701,6 @@ def read_rows(store: str, name: str, rows: np.ndarray) -> np.ndarray:
 def shard_spec(study, table: RunTable, shard: Shard, modules: dict | None = None) -> dict:
     """What a shard task needs (plain data: arrays, the planned problem and method entries): ``solve_shard``'s
     argument."""
-    from .partials import errors_spec
 
     a, b = shard.start, shard.stop
     rows = np.arange(a, b)[shard.compute]
@@ -783,8 +788,6 @@ def write_shard(
     runs' hashes; ``record``: what else it says). Its old record and partial are removed first (``remove_record``)."""
     import zarr
 
-    from . import partials
-
     remove_record(store, slot)
     g = zarr.open_group(store, mode="r+")
     n = len(arrays["counts"])
@@ -868,7 +871,6 @@ def manifest_entry(study, table: RunTable) -> dict:
         shards.append({"slot": slot, "start": a, "stop": b, "digest": rec.get("digest"),
                        "computed": rec.get("computed"), "failed": rec.get("failed"), "wall_s": rec.get("wall_s"),
                        "backend": rec.get("backend"), "stat": signatures(path, slot, group)})  # fmt: skip
-    from .storage import file_signature
 
     sealed = {name: file_signature(os.path.join(path, name)) for name in sealed_files(path)}
     return {"store": os.path.relpath(path, study.dir), "runs": table.runs, "shards": shards, "sealed": sealed}
@@ -878,7 +880,6 @@ def signatures(store: str, slot: int, group=None) -> dict[str, list[int] | None]
     """array -> (size, mtime) of its file of shard ``slot`` (``storage.file_signature``): what the manifest
     records, so that the next parse finds a changed shard by os.stat alone (``damaged_shards``). ``group``: as
     ``shard_files``."""
-    from .storage import file_signature
 
     return {name: file_signature(path) for name, path in shard_files(store, slot, group).items()}
 
@@ -894,7 +895,6 @@ def damaged_shards(manifest: dict, study_dir: str) -> list[tuple[str, str, str]]
         group = zarr.open_group(store, mode="r")  # once for every shard
     except Exception:  # noqa: BLE001 - each shard below says what is wrong
         group = None
-    from .storage import file_signature
 
     out = []
     # the metadata documents (small: the grid values, labels, array metadata) every time, against the store's seal;

@@ -11,9 +11,12 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from .forking import forked_map
 from .layout import shard_store
+from .partials import COLUMNS
 from .storage import ResultsMismatchError
 from .study import Study
+from .tables import reference_floor
 
 
 def _norm(x: np.ndarray, norm) -> np.ndarray:
@@ -62,9 +65,6 @@ def state_errors(
     times (``errors.reference: self``: partner point 2 j sample_every / its sample_every). ``accuracy``: False
     leaves the reference's accuracy unestimated (NaN; a shard's partial results, ``partials``)."""
     from hbvm_core.references import reference_solution, resolved_kind
-
-    from .forking import forked_map
-    from .tables import reference_floor
 
     c = study.convention
     R = table.runs
@@ -193,8 +193,6 @@ def partial_columns(errors: dict, instances: list, combo, N, sample_every, count
     ``problem`` and ``params``): e_s and e_hc as ``ensemble_errors._state_errors`` computes them (the same code),
     NaN for a failed run; the scale max(1, max |y| over its saved points)."""
     from hbvm_core.metrics import ErrorConvention
-
-    from .partials import COLUMNS
 
     n, S = y.shape[0], y.shape[1]
     status, n_saved = counts[:, 0], counts[:, 5]

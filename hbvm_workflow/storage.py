@@ -69,6 +69,11 @@ import numpy as np
 
 from hbvm_core.errors import HBVMError
 
+from . import zipstore
+from .integrity import folder_seal_problem, seal_folder
+from .layout import errors_zarr, is_errors_store, study_of_path, tmp_dir
+from .zipstore import ZipStoreError, ZipStoreWriter, is_zip_store, read_group
+
 FORMAT = "hbvm-trajectory/4"
 #: the name of a study's folder of temporaries (layout.tmp_dir)
 TMP_DIR = ".tmp"
@@ -197,7 +202,6 @@ class ZarrSink:
     }
 
     def __init__(self, path: str | os.PathLike, problem, N: int, save_every: int = 1, chunk: int = 65536):
-        from .zipstore import ZipStoreWriter
 
         self.path = str(path)
         self.problem = problem
@@ -297,7 +301,6 @@ def new_temporary(tmp_dir: str, name: str) -> str:
 def default_tmp_dir(path: str) -> str:
     """The temporary folder for a store at ``path``: the study's (``layout.tmp_dir``) for a run store or a
     study's output, else a ``.tmp`` folder next to it."""
-    from .layout import study_of_path, tmp_dir
 
     study = study_of_path(path)
     return (
@@ -348,7 +351,6 @@ def write_json_atomic(path: str, payload: dict, tmp_dir: str | None = None) -> N
 # --------------------------------------------------------------------------- reading
 def read_attrs(path: str) -> dict | None:
     """The attrs of a store (None if there is no readable store at ``path``)."""
-    from .zipstore import ZipStoreError, is_zip_store, read_group
 
     try:
         if is_zip_store(path):
@@ -394,7 +396,6 @@ def damage(path: str, attrs: dict | None = None, reader=None) -> tuple[str | Non
         return None, "no readable zarr.json"
     if attrs.get("format") not in (FORMAT, DATASET_FORMAT) or not isinstance(attrs.get("chunks"), dict):
         return None, "no integrity record (written by an older version; recompute it)"
-    from . import zipstore
 
     sealed = attrs.get("format") == FORMAT
     if reader is not None:
@@ -412,7 +413,6 @@ def damage(path: str, attrs: dict | None = None, reader=None) -> tuple[str | Non
                 return name, f"chunk {key} missing"
             if found != size:
                 return name, f"chunk {key} has {found} bytes, {size} were written"
-    from .integrity import folder_seal_problem
 
     return folder_seal_problem(path)
 
@@ -448,7 +448,6 @@ def require_intact(path: str, attrs: dict | None = None) -> dict:
 def opened(path: str):
     """(attrs or None, reader or None) of the store at ``path``: a zip store opened once
     (``zipstore.ZipStoreReader``, for ``damage`` and ``read_arrays``); None for a folder store."""
-    from . import zipstore
 
     if not zipstore.is_zip_store(path):
         yield read_attrs(path), None
@@ -605,7 +604,6 @@ def set_aside(path: str) -> str | None:
     """Move the damaged store at ``path`` out of the study, into ``<study>/.tmp/damaged/<id>-<name>`` (a
     rename: the run is then missing, and the solve step recomputes it); returns where it went, None when it
     is not a run store of a study or cannot be moved (read-only)."""
-    from .layout import is_errors_store, study_of_path
 
     study = study_of_path(path)
     if is_errors_store(path):
@@ -699,7 +697,6 @@ def _open_checked(path: str, load: bool, chunks: dict | None = None):
 def zarr_store(path: str):
     """What ``xr.open_zarr`` and ``zarr.open_group`` take for the store at ``path``: a read-only
     ``zarr.storage.ZipStore`` for a run store (one zip file), the path for a folder store."""
-    from .zipstore import is_zip_store
 
     if is_zip_store(path):
         from zarr.storage import ZipStore
@@ -783,7 +780,6 @@ def read_arrays(path: str, names, reader=None) -> list:
     """Every array ``names`` of the store at ``path`` in full; StoreError naming the array if one cannot be read.
 
     ``reader``: the zip store already opened (``opened``)."""
-    from . import zipstore
 
     if reader is not None or zipstore.is_zip_store(path):
         try:
@@ -824,8 +820,6 @@ def write_dataset(ds, path: str, tmp_dir: str | None = None) -> None:
     every chunk checksummed, its chunk files recorded in the attrs (``damage``), every file sealed
     (``integrity.seal_folder``)."""
     import zarr
-
-    from .integrity import seal_folder
 
     tmp = new_temporary(tmp_dir or default_tmp_dir(path), path)
     try:
@@ -874,7 +868,6 @@ def open_errors(study: str, results: str = "results"):
     StoreError
         A damaged errors store (naming the array).
     """
-    from .layout import errors_zarr
 
     path = Path(errors_zarr(results, study))
     if not path.exists():

@@ -13,6 +13,10 @@ from __future__ import annotations
 import os
 import time
 
+from .plan import check_planned
+from .script_support import as_list, plural, study_logger
+from .storage import clean_temporaries
+from .store_kinds import ShardedStore
 from .study import Study, number_config
 
 
@@ -24,9 +28,6 @@ def aggregated_in_solve(cfg: dict) -> bool:
 def aggregate(study: Study, zarr: str, csv: str, timings: str, log_path: str, workers: int = 1) -> str:
     """errors.zarr, errors.csv and timings.csv of a solved sharded study, as rule aggregate writes them
     (``store_kinds.ShardedStore.aggregate``), its line in the study's aggregate log; returns a one-line summary."""
-    from .script_support import plural, study_logger
-    from .storage import clean_temporaries
-    from .store_kinds import ShardedStore
 
     log = study_logger("aggregate", study.name, log_path)
     t0 = time.perf_counter()
@@ -41,7 +42,6 @@ def aggregate(study: Study, zarr: str, csv: str, timings: str, log_path: str, wo
 def job_outputs(smk) -> dict[str, dict[str, str]]:
     """Per summary study of a solve job (``smk``: its ``snakemake`` object): the paths of its zarr, csv, timings
     and aggregate log (none: the job aggregates no study)."""
-    from .script_support import as_list
 
     out: dict[str, dict[str, str]] = {}
     for key in ("zarr", "csv", "timings"):
@@ -57,7 +57,6 @@ def job_outputs(smk) -> dict[str, dict[str, str]]:
 def check_numbers(study: Study, numbers) -> None:
     """HBVMError (``plan.check_planned``) when the keys that define the study's numbers are not ``numbers``, those
     its job was given (its param; none: called by hand)."""
-    from .plan import check_planned
 
     if numbers is not None:
         check_planned(study, "its entry", numbers, number_config(study.cfg))

@@ -23,11 +23,33 @@ import numpy as np
 from hbvm_core.metrics import REFERENCE_MARGIN  # noqa: F401  (re-exported: an e_s within it is the reference's)
 
 from . import grid_tables
+from .beyond import measure, timing_repeats
 from .csv_table import write_rows
+from .forking import forked_map
 from .grid_tables import is_compact
-from .layout import COLUMNS, EXTRA, TIMINGS, manifest_of_store  # noqa: F401  (re-exported)
-from .storage import MissingStoreError, ResultsMismatchError  # noqa: F401  (MissingStoreError re-exported)
+from .layout import (  # noqa: F401  (re-exported)
+    COLUMNS,
+    EXTRA,
+    MEASURED,
+    TIMINGS,
+    combo_name,
+    manifest_of_store,
+    manifest_path,
+    timings_beside,
+    tmp_dir,
+)
+from .storage import (  # noqa: F401  (MissingStoreError re-exported)
+    MissingStoreError,
+    ResultsMismatchError,
+    file_signature,
+    load_trajectory,
+    open_errors_at,
+    read_attrs,
+    read_failure,
+    write_dataset,
+)
 from .study import Study
+from .worker import solve_job
 
 NUMERIC = ("e_s", "rate_s", "e_lambda", "rate_lambda", "e_H", "e_g", "e_hc", "rate_hc")
 NUMERIC += ("order_s", "order_lambda", "order_hc", "steps", "mean_iterations")
@@ -124,9 +146,6 @@ def _recompute(job, problem, what: str, aside: str | None, planned=None):
     import logging
     import sys
 
-    from .storage import load_trajectory
-    from .worker import solve_job
-
     line = f"{what}{f'; set aside as {aside}' if aside else ''}; recomputing run {job.id} now"
     log = logging.getLogger(f"hbvm.aggregate.{job.study}")
     log.warning(line) if log.handlers else print(f"hbvm: study {job.study}: {line}", file=sys.stderr, flush=True)
@@ -142,7 +161,6 @@ def study_rows(study: Study, workers: int = 1) -> list[dict]:
     ``workers`` > 1: the blocks (method, combination) are computed in that many processes forked from this
     one (where the platform forks; each reads its runs' stores), the rows put back in order.
     """
-    from .forking import forked_map
 
     instances = study.instances or [study.instance_of("")]
     floors = {inst.key: reference_floor(study, inst) for inst in instances}  # once per instance, not per method
@@ -260,7 +278,6 @@ def run_timings(study: Study, rows: list[dict] | None = None) -> list[dict]:
 
     ``rows``: the study's rows (``study_rows``), whose runs' attrs are used instead of opening their stores again.
     """
-    from .storage import read_attrs, read_failure
 
     stored = {run: attrs for row in rows or () for run, attrs in row.get("_stored", {}).items()}
     out = []
@@ -468,7 +485,6 @@ def _n_coord(by_h: dict, hs: list[float], dims: tuple, nval: np.ndarray) -> tupl
 
 def _grid_coord(values: list) -> np.ndarray:
     """A grid key's coordinate: its values as numbers, or as text (``layout.combo_name``'s form) otherwise."""
-    from .layout import combo_name
 
     if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
         return np.array(values, dtype=float)
@@ -735,8 +751,6 @@ def refresh_manifest(study: Study, runs: list[str]) -> None:
     stores were found damaged), so that the next parse does not take them for changed stores."""
     if not runs:
         return
-    from .layout import manifest_path
-    from .storage import file_signature, read_failure
 
     path = manifest_path(study.results, study.name)
     try:
@@ -784,8 +798,6 @@ def compute_errors(
 
     What they hold depends only on the runs and the keys that define the numbers, never on the title or the
     figure's keys (the workflow's rule aggregate; rule render lays them out, ``rows_from_outputs``)."""
-    from .layout import timings_beside, tmp_dir
-    from .storage import write_dataset
 
     rows = study_rows(study, workers)
     refresh_manifest(study, [run for row in rows for run in row.get("_recomputed", ())])
@@ -796,9 +808,6 @@ def compute_errors(
     measured = run_timings(study, rows)
     extra = ()
     if study.study_kind == "work_precision":  # the best of repeated timings, one run at a time (beyond.measure)
-        from .beyond import measure, timing_repeats
-        from .layout import MEASURED
-
         best, repeats = measure(study), timing_repeats(study)
         for row in measured:
             row.update(best_wall_s=best.get(row.pop("_id"), math.nan), repeats=repeats)
@@ -827,7 +836,6 @@ def rows_from_outputs(study: Study, csv_path: str, zarr_path: str) -> list[dict]
     from errors.csv (floats written by repr, read back exactly), its grid combination from the study's rows (in the
     same order), the round-off and reference-floor flags from errors.zarr. ValueError if the files are not the
     study's rows."""
-    from .storage import open_errors_at
 
     instances = study.instances or [study.instance_of("")]
     expected = []

@@ -22,8 +22,10 @@ from __future__ import annotations
 import os
 import sys
 
+from . import shards
 from .layout import STORE_SUFFIX, manifest_path
-from .storage import TMP_DIR, corruption
+from .plan import planned_jobs
+from .storage import TMP_DIR, Expected, corruption, mismatch_phrase, store_verdict
 from .store_kinds import recorded_kind
 
 #: the name of a study's manifest (``layout.manifest_path``)
@@ -51,7 +53,6 @@ def find_stores(folder: str) -> list[str]:
 def check_store(path: str) -> tuple[str | None, str] | None:
     """(array, what) for the first problem of the store at ``path``, None when it is intact (reads it all); a
     sharded store (``shards``): every shard read back, and each must be complete."""
-    from . import shards
 
     attrs = shards.read_attrs(path)
     if attrs is None:
@@ -92,9 +93,6 @@ def mismatched_stores(manifest: str, damaged=frozenset()) -> list[tuple[str, str
     (``storage.store_verdict`` against the run of the plans, or the manifest's hash, h and t_end); the stores
     ``damaged`` (real paths: named already) are left out."""
     import json
-
-    from .plan import planned_jobs
-    from .storage import Expected, mismatch_phrase, store_verdict
 
     try:
         with open(manifest) as fh:

@@ -21,15 +21,19 @@ from pathlib import Path
 from hbvm_core.errors import ConfigError, ConvergenceError, HBVMError, NonFiniteError
 from hbvm_core.integrate import integrate, number_of_steps
 
+from .cluster import default_start_method
+from .pages import small_pages
 from .runs import Job
 from .storage import (
     FAILED,
     FORMAT,
+    Expected,
     ZarrSink,
     default_tmp_dir,
     new_temporary,
     publish,
     remove_path,
+    store_state,
     versions,
     write_json_atomic,
 )
@@ -47,8 +51,6 @@ def solve_batch(jobs: list[dict]) -> list[dict]:
     A run whose store is already complete for its hash (a batch retried after a lost worker) is not
     computed again.
     """
-    from .pages import small_pages
-    from .storage import Expected, store_state
 
     small_pages()  # a worker that Snakemake's process did not start (a SLURM worker job): before the arrays
 
@@ -227,8 +229,6 @@ def warm_up(jobs, processes: int = 1, tell=None) -> int:
     if len(cold) > 1 and processes > 1:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
-
-        from .cluster import default_start_method
 
         ctx = multiprocessing.get_context(default_start_method())
         with ProcessPoolExecutor(max_workers=min(processes, len(cold)), mp_context=ctx) as pool:

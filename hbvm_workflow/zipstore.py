@@ -33,6 +33,8 @@ import numpy as np
 
 from hbvm_core.errors import HBVMError
 
+from .integrity import comment, run_seal_problem, seal_run
+
 #: the codec chain of every array (Zarr v3 metadata)
 CODECS = [
     {"name": "bytes", "configuration": {"endian": "little"}},
@@ -184,7 +186,6 @@ class ZipStoreWriter:
     def close(self, attrs: dict) -> None:
         """Write the group's ``zarr.json`` (``attrs`` and the consolidated metadata, sealed:
         ``integrity.seal_run``) and close the zip."""
-        from .integrity import comment, seal_run
 
         self.flush()
         group = {
@@ -263,7 +264,6 @@ class ZipStoreReader:
     def seal_problem(self) -> tuple[str | None, str] | None:
         """(array, what) for the first thing of the store that is not what its seal records
         (``integrity.run_seal_problem``: attributes, array metadata, every entry's CRC-32), None when all is."""
-        from .integrity import run_seal_problem
 
         return run_seal_problem(self.group, self.crcs, self.document, self.zip.comment)
 
