@@ -62,7 +62,9 @@ class Assembly:
             from scipy import sparse
 
             self.rows, self.cols = pairs // self.nu, pairs % self.nu
-            self._sum = sparse.csr_matrix((np.ones(rows.size), (inverse, np.arange(rows.size))), (pairs.size, rows.size))
+            self._sum = sparse.csr_matrix(
+                (np.ones(rows.size), (inverse, np.arange(rows.size))), (pairs.size, rows.size)
+            )
         # grad U: the (term, slot, index) entries at coordinates, summed into their columns
         at = [c[k][c[k] < m] for t, _, c in self.potential for k in t.active]
         at = np.concatenate(at) if at else np.zeros(0, np.intp)

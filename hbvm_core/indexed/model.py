@@ -167,7 +167,9 @@ class IndexedModel:
             raise ConfigError(f"problem.constraints: nu = {parts.nu} constraints need nu < m = {m} coordinates")
         mass = layout.family_vector("problem.mass", self.mass, np.empty(m))
         if np.any(mass <= 0):
-            raise ConfigError(f"problem.mass: {layout.names[int(np.argmin(mass))]} has mass {mass.min():g} (expected > 0)")
+            raise ConfigError(
+                f"problem.mass: {layout.names[int(np.argmin(mass))]} has mass {mass.min():g} (expected > 0)"
+            )
         q0 = layout.family_vector("problem.q0", self.q0, np.empty(m))
         p0 = layout.family_vector("problem.p0", self.p0, np.empty(m))
         sparse = SparseG(parts.rows, parts.cols, parts.values, m, parts.nu, linear_algebra) if parts.nu else None

@@ -49,7 +49,9 @@ def parse_range(text, key: str, params: dict, taken: set[str]) -> Range:
         raise ConfigError(f"{key} = {_short(repr(text))}: expected a range {RANGE_FORM}")
     var = match.group(1)
     if var in taken or var in params or var in FUNCTION_NAMES or var in ("pi", "E", "t"):
-        raise ConfigError(f"{key} = {text!r}: the index {var!r} is already a name (a param, a coordinate or a function)")
+        raise ConfigError(
+            f"{key} = {text!r}: the index {var!r} is already a name (a param, a coordinate or a function)"
+        )
     lo, hi = (parse(match.group(g), params, f"{key} (range)") for g in (2, 3))
     return Range(var, lo, hi, text)
 
@@ -136,9 +138,7 @@ class Term:
         grad = [sp.diff(e, zk) for zk in z]
         #: the slots e depends on (a reference whose derivative vanishes identically is no nonzero of G)
         self.active = [k for k, d in enumerate(grad) if d != 0]
-        d2 = (
-            sum(w[k] * w[j] * sp.diff(grad[k], z[j]) for k in self.active for j in self.active) if second else 0
-        )
+        d2 = sum(w[k] * w[j] * sp.diff(grad[k], z[j]) for k in self.active for j in self.active) if second else 0
         ops = sp.count_ops([e, *grad, d2])
         if ops > MAX_OPS:
             raise ConfigError(
