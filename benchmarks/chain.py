@@ -88,7 +88,7 @@ def indexed_builds(sizes: list[int], repeat: int = 3) -> list[dict]:
         cold, problem = best(lambda n=n: IndexedModel(**INDEXED).problem(links=n))
         warm, _ = best(lambda n=n: model.problem(links=n))
         builtin_s, builtin = best(lambda n=n: chain(n=n, mass=1.0 + 0.5 * np.sin(np.arange(n)), theta0=0.5))
-        step = {name: time_case(p, HBVM(2, 2), n, "auto", repeat=1)["cpu_ms_per_step"]
+        step = {name: time_case(p, HBVM(2, 2), n, "auto")["cpu_ms_per_step"]
                 for name, p in (("indexed", problem), ("builtin", builtin))}  # fmt: skip
         rows.append({"n": n, "cold_s": cold, "warm_s": warm, "builtin_s": builtin_s, "nnz": problem.sparse.nnz,
                      "ms_per_step": step})  # fmt: skip

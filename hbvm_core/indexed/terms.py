@@ -138,6 +138,8 @@ class Term:
         grad = [sp.diff(e, zk) for zk in z]
         #: the slots e depends on (a reference whose derivative vanishes identically is no nonzero of G)
         self.active = [k for k, d in enumerate(grad) if d != 0]
+        #: no derivative depends on the references (a linear term): its gradient is the same at every q
+        self.grad_constant = not any(d.free_symbols & set(z) for d in grad)
         d2 = sum(w[k] * w[j] * sp.diff(grad[k], z[j]) for k in self.active for j in self.active) if second else 0
         ops = sp.count_ops([e, *grad, d2])
         if ops > MAX_OPS:
