@@ -742,20 +742,17 @@ def generate_source(model: Model) -> str:
 _MODELS: dict[str, Model] = {}
 
 
-def model_from_mapping(mapping: dict) -> Model:
-    """The Model of a config's ``problem:`` mapping (checked: its keys and every expression), memoised by its text;
-    the indexed form (``coordinates`` a mapping of ranges) gives an ``indexed.IndexedModel``."""
+def model_from_mapping(mapping: dict, form: tuple | None = None) -> Model:
+    """The Model of a config's ``problem:`` mapping (checked: its keys and every expression), memoised by its text.
+
+    ``form``: (the model class, its keys, its required keys) of another form of the mapping (the indexed form:
+    ``hbvm_core.formulas`` chooses), (Model, KEYS, REQUIRED) by default."""
     if not isinstance(mapping, dict):
         raise ConfigError(f"problem = {_short(repr(mapping))}: expected a built-in name, 'module:factory' or a mapping")
-    from .indexed import KEYS as INDEXED_KEYS
-    from .indexed import IndexedModel, is_indexed
-
-    indexed = is_indexed(mapping)
-    keys, required = (INDEXED_KEYS, REQUIRED) if indexed else (KEYS, REQUIRED)
+    cls, keys, required = form or (Model, KEYS, REQUIRED)
     unknown = [k for k in mapping if k not in keys]
     if unknown:
-        form = "an indexed problem's keys: " if indexed else ""
-        raise ConfigError(f"problem.{unknown[0]}: unknown key (expected {form}{', '.join(keys)})")
+        raise ConfigError(f"problem.{unknown[0]}: unknown key (expected {', '.join(keys)})")
     missing = [k for k in required if k not in mapping]
     if missing:
         raise ConfigError(f"problem: missing key {missing[0]!r} (a problem mapping needs {', '.join(required)})")
@@ -771,18 +768,19 @@ def model_from_mapping(mapping: dict) -> Model:
         model.defaults = {k: _number(f"problem.params.{k}", v) for k, v in params.items()}
         return model
     with time_limit(MAX_SECONDS, f"problem {mapping.get('name')!r}"):
-        model = (IndexedModel if indexed else Model)(**{k: v for k, v in mapping.items()})
+        model = cls(**{k: v for k, v in mapping.items()})
     if key is not None:
         _MODELS[key] = model
     return model
 
 
-def factory(mapping: dict) -> Callable[..., Problem]:
-    """A problem factory for the mapping: its keywords are the mapping's parameters (a study's ``grid`` keys)."""
-    model = model_from_mapping(mapping)
+def factory(mapping: dict, form: tuple | None = None) -> Callable[..., Problem]:
+    """A problem factory for the mapping: its keywords are the mapping's parameters (a study's ``grid`` keys);
+    ``form`` as ``model_from_mapping``'s."""
+    model = model_from_mapping(mapping, form)
 
     def build(**values) -> Problem:
-        return model_from_mapping(mapping).problem(**values)
+        return model_from_mapping(mapping, form).problem(**values)
 
     build.__signature__ = inspect.Signature(
         [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=v) for k, v in model.defaults.items()]

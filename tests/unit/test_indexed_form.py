@@ -60,7 +60,7 @@ def written_out(n: int):
 
 
 def indexed(mapping: dict, **values):
-    from hbvm_core.expressions import model_from_mapping
+    from hbvm_core.formulas import model_from_mapping
 
     return model_from_mapping(copy.deepcopy(mapping)).problem(**values)
 
