@@ -180,3 +180,20 @@ def test_from_indexed_refuses_an_unknown_keyword_and_a_missing_formula():
         ConfigError, match=r"^problem\.constraints\[0\] = \[\'x\[1\]\'\]: expected a formula or \{for: 'i in 1\.\.n'"
     ):
         hc.from_indexed("p", {"x": "i in 1..2"}, 0, 0, 0, constraints=[["x[1]"]])
+
+
+def test_an_unconstrained_spring_chain_has_its_hand_gradient():
+    """Springs k between x[0] = a (fixed), x[1..n] and 0 beyond: dU/dx_i = k (2 x_i - x_{i-1} - x_{i+1}) by hand,
+    with x_0 = a and x_{n+1} = 0; nu = 0, an empty range (links = 1's couplings over 2..1) adds nothing."""
+    n, k, a = 5, 3.0, 0.5
+    springs = [{"sum": "i in 1..n", "term": "0.5*k*(x[i] - x[i-1])**2"}, "0.5*k*x[n]**2"]
+    springs.append({"sum": "i in 2..1", "term": "x[i]**4"})
+    problem = hc.from_indexed("springs", {"x": "i in 1..n"}, springs, {"x": "sin(i)"}, 0,
+                              params={"n": n, "k": k}, fixed={"x[0]": a})  # fmt: skip
+    assert problem.nu == 0 and problem.g is None
+    Q = np.random.default_rng(0).normal(size=(3, n))
+    X = np.concatenate([np.full((3, 1), a), Q, np.zeros((3, 1))], axis=1)
+    want = k * (2 * X[:, 1:-1] - X[:, :-2] - X[:, 2:])
+    np.testing.assert_allclose(problem.grad_U(Q), want, rtol=0, atol=8 * EPS * k * np.abs(X).max())
+    U = 0.5 * k * (np.diff(X[:, :-1], axis=1) ** 2).sum(axis=1) + 0.5 * k * Q[:, -1] ** 2
+    np.testing.assert_allclose(problem.U(Q), U, rtol=8 * EPS)
