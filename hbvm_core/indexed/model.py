@@ -88,7 +88,8 @@ class IndexedModel:
         sp = _sympy()
         names = dict(self.c) | extra
         expr = parse(value, names, key) if isinstance(value, str) else sp.Float(_number(key, value))
-        f = sp.lambdify([*extra.values(), *self.c.values()], expr, modules="numpy")
+        plain = {s: sp.Symbol(f"a{k}") for k, s in enumerate([*extra.values(), *self.c.values()])}  # no user name
+        f = sp.lambdify(list(plain.values()), expr.xreplace(plain), modules="numpy")
         f.canonical = sp.srepr(expr)
         return f
 
