@@ -1,6 +1,6 @@
 """Cost of a step against the size of the problem: a planar chain of n links (m = 2 n, nu = n) on the numpy path.
 
-    python -m benchmarks.chain [--json] [--sizes 10 100 1000 10000] [--no-memory]
+    python -m benchmarks.chain [--json] [--sizes 10 100 1000 10000] [--no-memory] [--indexed]
 
 For each n: the chain of ``hbvm_core.problems.chain`` (masses 1 +- 0.5, a bent shape, angular speeds varying
 along it) at h = 0.1 / sqrt(n) (the chain's fastest frequency grows like sqrt(n), so the fixed point's sweeps
@@ -12,6 +12,11 @@ iterations).
 Also: the growth exponent of the CPU time per step and per sweep from the second size to the last, the time to
 build the problem (validation, the pattern of G^T M^-1 G and its ordering) against n, and the peak memory
 (tracemalloc) of building and running 10 steps of the largest chain.
+
+``--indexed`` times instead the chain written in the indexed form (``INDEXED``, hbvm_core.indexed: one constraint
+over i in 1..links, masses 1 + 0.5 sin(i - 1), straight at theta = 0.5) against the built-in chain of the same
+data: CPU seconds to build it cold (its terms read and derived, then numbered, validated and its pattern ordered) and
+warm (the model kept: another size of a study's grid), and HBVM(2,2)'s ms per step on each.
 """
 
 from __future__ import annotations
@@ -45,6 +50,49 @@ def build(n: int, linear_algebra: str = "auto"):
                     omega0=0.2 * np.cos(0.3 * j), linear_algebra=linear_algebra)  # fmt: skip
     problem.sparse.factorisation  # noqa: B018 - found once per structure: counted in the build
     return problem
+
+
+#: the chain in the indexed form (a config's ``problem:`` mapping): bead i from 1, the pin x[0] = y[0] = 0
+INDEXED = {
+    "name": "indexed_chain",
+    "params": {"links": 10, "length": 1.0, "gravity": 1.0, "theta": 0.5},
+    "coordinates": {"x": "i in 1..links", "y": "i in 1..links"},
+    "fixed": {"x[0]": 0, "y[0]": 0},
+    "mass": "1 + 0.5*sin(i - 1)",
+    "potential": {"sum": "i in 1..links", "term": "gravity*(1 + 0.5*sin(i - 1))*y[i]"},
+    "constraints": [{"for": "i in 1..links", "g": "(x[i] - x[i-1])**2 + (y[i] - y[i-1])**2 - length**2"}],
+    "q0": {"x": "i*length*sin(theta)", "y": "-i*length*cos(theta)"},
+    "p0": 0,
+}
+
+
+def indexed_builds(sizes: list[int], repeat: int = 3) -> list[dict]:
+    """Per n: the best CPU seconds to build the indexed chain cold and warm and the built-in chain of the same data,
+    and HBVM(2,2)'s ms per step on the indexed and the built-in chain (``time_case``)."""
+    from hbvm_core.indexed import IndexedModel
+    from hbvm_core.problems.chain import _structure
+
+    def best(f) -> tuple[float, object]:
+        times, out = [], None
+        for _ in range(repeat):
+            _structure.cache_clear()
+            t0 = time.process_time()
+            out = f()
+            out.sparse.factorisation  # noqa: B018 - found once per structure: counted in the build
+            times.append(time.process_time() - t0)
+        return min(times), out
+
+    model = IndexedModel(**INDEXED)
+    rows = []
+    for n in sizes:
+        cold, problem = best(lambda n=n: IndexedModel(**INDEXED).problem(links=n))
+        warm, _ = best(lambda n=n: model.problem(links=n))
+        builtin_s, builtin = best(lambda n=n: chain(n=n, mass=1.0 + 0.5 * np.sin(np.arange(n)), theta0=0.5))
+        step = {name: time_case(p, HBVM(2, 2), n, "auto")["cpu_ms_per_step"]
+                for name, p in (("indexed", problem), ("builtin", builtin))}  # fmt: skip
+        rows.append({"n": n, "cold_s": cold, "warm_s": warm, "builtin_s": builtin_s, "nnz": problem.sparse.nnz,
+                     "ms_per_step": step})  # fmt: skip
+    return rows
 
 
 def step_h(n: int) -> float:
@@ -108,7 +156,20 @@ def main(argv=None) -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000, 10000])
     ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--indexed", action="store_true", help="the chain in the indexed form: build time against n")
     args = ap.parse_args(argv)
+    if args.indexed:
+        rows = indexed_builds(args.sizes)
+        if args.json:
+            print(json.dumps({"machine": machine(), "indexed": rows}, indent=1))
+            return
+        print(
+            f"{'n':>6s} {'nnz':>6s} {'cold s':>8s} {'warm s':>8s} {'built-in s':>10s} {'ms/step':>8s} {'built-in':>8s}"
+        )
+        for r in rows:
+            print(f"{r['n']:6d} {r['nnz']:6d} {r['cold_s']:8.3f} {r['warm_s']:8.3f} {r['builtin_s']:10.3f} "
+                  f"{r['ms_per_step']['indexed']:8.3f} {r['ms_per_step']['builtin']:8.3f}")  # fmt: skip
+        return
     rows = []
     for n in args.sizes:
         paths = ["auto"] + (["dense"] if n <= 100 else [])

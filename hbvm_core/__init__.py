@@ -16,12 +16,16 @@ from .trajectory import Trajectory
 
 
 def __getattr__(name: str):
-    """``metrics``, ``references`` (scipy.integrate), ``expressions``, ``sym`` and ``from_expressions`` (sympy) on
-    first use."""
+    """``metrics``, ``references`` (scipy.integrate), ``expressions``, ``sym``, ``from_expressions`` and
+    ``from_indexed`` (sympy) on first use."""
     if name == "from_expressions":
         from .expressions import from_expressions
 
         return from_expressions
+    if name == "from_indexed":
+        from .indexed import from_indexed
+
+        return from_indexed
     if name in ("metrics", "references", "sym", "expressions"):
         import importlib
 
@@ -43,6 +47,7 @@ __all__ = [
     "__version__",
     "expressions",
     "from_expressions",
+    "from_indexed",
     "get_problem",
     "integrate",
     "integrate_ensemble",

@@ -136,12 +136,14 @@ def time_limit(seconds: float, what: str):
             signal.setitimer(signal.ITIMER_REAL, max(outer[0] - (time.monotonic() - t0), 1e-3), outer[1])
 
 
-def parse(text: str, names: dict[str, Any], key: str):
+def parse(text: str, names: dict[str, Any], key: str, subscripts: Callable | None = None, families=()):
     """The sympy expression of ``text`` (a formula over ``names``), built node by node from Python's syntax tree.
 
     Allowed: the names in ``names`` and ``pi``, ``E``; int and float literals; + - * / ** and unary + -;
-    calls of ``FUNCTIONS`` by name with positional arguments. Anything else raises ConfigError naming
-    ``key`` and the offending token.
+    calls of ``FUNCTIONS`` by name with positional arguments; with ``subscripts``, a reference ``f[index]`` to a
+    name of ``families`` (the indexed form, ``hbvm_core.indexed``): ``subscripts(f, index, token)`` returns its
+    symbol, the index a formula built by the same grammar. Anything else raises ConfigError naming ``key`` and
+    the offending token.
     """
     sp = _sympy()
     funcs = functions()
@@ -165,7 +167,7 @@ def parse(text: str, names: dict[str, Any], key: str):
 
     def refuse(node, why: str):
         # the innermost unknown name in it first (``__import__`` in ``__import__('os').system``), else the node
-        known = set(names) | set(CONSTANT_NAMES) | set(funcs)
+        known = set(names) | set(CONSTANT_NAMES) | set(funcs) | set(families)
         unknown = sorted(
             (n for n in ast.walk(node) if isinstance(n, ast.Name) and n.id not in known and n is not node),
             key=lambda n: (n.lineno, n.col_offset),
@@ -173,6 +175,8 @@ def parse(text: str, names: dict[str, Any], key: str):
         if unknown:
             node, why = unknown[0], "is not a known name"
         allowed = f"names {', '.join(names) or '(none)'}; functions {', '.join(funcs)}"
+        if families:
+            allowed += f"; indexed {', '.join(f'{f}[...]' for f in families)}"
         raise ConfigError(f"{what}: {token(node)!r} {why} (allowed: numbers, + - * / **, {allowed})")
 
     ops = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b}
@@ -190,6 +194,8 @@ def parse(text: str, names: dict[str, Any], key: str):
                 return names[node.id]
             if node.id in CONSTANT_NAMES:
                 return getattr(sp, node.id)
+            if node.id in families:
+                refuse(node, f"is indexed: write it with its index, {node.id}[...]")
             refuse(node, "is not a known name")
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
             val = build(node.operand)
@@ -203,6 +209,12 @@ def parse(text: str, names: dict[str, Any], key: str):
                 if abs(e) * max(1.0, abs(math.log2(abs(b)) if b else 0.0)) > MAX_POWER_BITS:
                     refuse(node, "is too large a power")
             return base**expo
+        if isinstance(node, ast.Subscript) and subscripts is not None:
+            if not isinstance(node.value, ast.Name) or node.value.id not in families:
+                refuse(node.value, "is not an indexed coordinate")
+            if isinstance(node.slice, (ast.Slice, ast.Tuple)):
+                refuse(node, "takes one index (a formula)")
+            return subscripts(node.value.id, build(node.slice), token(node))
         if isinstance(node, ast.Call):
             if isinstance(node.func, ast.Name) and node.func.id == "abs" and "abs" not in funcs:
                 raise ConfigError(f"{key}: not differentiable (abs); the potential and constraints must be smooth")
@@ -730,16 +742,20 @@ def generate_source(model: Model) -> str:
 _MODELS: dict[str, Model] = {}
 
 
-def model_from_mapping(mapping: dict) -> Model:
-    """The Model of a config's ``problem:`` mapping (checked: its keys and every expression), memoised by its text."""
+def model_from_mapping(mapping: dict, form: tuple | None = None) -> Model:
+    """The Model of a config's ``problem:`` mapping (checked: its keys and every expression), memoised by its text.
+
+    ``form``: (the model class, its keys, its required keys) of another form of the mapping (the indexed form:
+    ``hbvm_core.formulas`` chooses), (Model, KEYS, REQUIRED) by default."""
     if not isinstance(mapping, dict):
         raise ConfigError(f"problem = {_short(repr(mapping))}: expected a built-in name, 'module:factory' or a mapping")
-    unknown = [k for k in mapping if k not in KEYS]
+    cls, keys, required = form or (Model, KEYS, REQUIRED)
+    unknown = [k for k in mapping if k not in keys]
     if unknown:
-        raise ConfigError(f"problem.{unknown[0]}: unknown key (expected {', '.join(KEYS)})")
-    missing = [k for k in REQUIRED if k not in mapping]
+        raise ConfigError(f"problem.{unknown[0]}: unknown key (expected {', '.join(keys)})")
+    missing = [k for k in required if k not in mapping]
     if missing:
-        raise ConfigError(f"problem: missing key {missing[0]!r} (a problem mapping needs {', '.join(REQUIRED)})")
+        raise ConfigError(f"problem: missing key {missing[0]!r} (a problem mapping needs {', '.join(required)})")
     params = mapping.get("params") or {}
     if not isinstance(params, dict):
         raise ConfigError(f"problem.params = {params!r}: expected a mapping name -> value")
@@ -752,18 +768,19 @@ def model_from_mapping(mapping: dict) -> Model:
         model.defaults = {k: _number(f"problem.params.{k}", v) for k, v in params.items()}
         return model
     with time_limit(MAX_SECONDS, f"problem {mapping.get('name')!r}"):
-        model = Model(**{k: v for k, v in mapping.items()})
+        model = cls(**{k: v for k, v in mapping.items()})
     if key is not None:
         _MODELS[key] = model
     return model
 
 
-def factory(mapping: dict) -> Callable[..., Problem]:
-    """A problem factory for the mapping: its keywords are the mapping's parameters (a study's ``grid`` keys)."""
-    model = model_from_mapping(mapping)
+def factory(mapping: dict, form: tuple | None = None) -> Callable[..., Problem]:
+    """A problem factory for the mapping: its keywords are the mapping's parameters (a study's ``grid`` keys);
+    ``form`` as ``model_from_mapping``'s."""
+    model = model_from_mapping(mapping, form)
 
     def build(**values) -> Problem:
-        return model_from_mapping(mapping).problem(**values)
+        return model_from_mapping(mapping, form).problem(**values)
 
     build.__signature__ = inspect.Signature(
         [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=v) for k, v in model.defaults.items()]

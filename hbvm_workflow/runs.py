@@ -156,7 +156,8 @@ def step_rate(method: dict, problem: str | dict, backend: str, params: dict | No
     if isinstance(problem, str) and problem in NUMPY_BEADS:  # no compiled loop: numpy, by its size
         beads = NUMPY_BEADS[problem](params or {})
         return units, numpy_s * max(1.0, beads / BEADS_PER_NUMPY_STEP)
-    ours = isinstance(problem, dict) or problem in BUILTIN  # expressions: compiled kernels too
+    # expressions: compiled kernels too; the indexed form (hbvm_core.indexed) has none, its steps run in numpy
+    ours = not isinstance(problem.get("coordinates"), dict) if isinstance(problem, dict) else problem in BUILTIN
     compiled = compiled_s is not None and backend != "numpy" and ours
     return units, compiled_s if compiled else numpy_s
 

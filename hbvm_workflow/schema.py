@@ -125,8 +125,16 @@ def validate_config(config: dict, schema_path: str | os.PathLike | None = None) 
         )
     error = jsonschema.exceptions.best_match(_validator(schema(schema_path)).iter_errors(config))
     if error is not None:
-        raise ConfigError(describe(error))
+        raise ConfigError(describe(_deepest(error)))
     return config
+
+
+def _deepest(error):
+    """Where ``best_match`` stops at a oneOf/anyOf whose alternatives fail equally (two errors at one key: a
+    missing and an unknown key), the deepest of them, an unknown key first: the line names the key at fault."""
+    while error.validator in ("oneOf", "anyOf") and error.context:
+        error = max(error.context, key=lambda e: (len(e.absolute_path), e.validator == "additionalProperties"))
+    return error
 
 
 def describe(error) -> str:
@@ -144,4 +152,6 @@ def describe(error) -> str:
         return f"{where}: bad name {error.instance!r} (letters, digits, _ and -, starting with a letter or digit)"
     if error.validator == "required":
         return f"{where}: {error.message}"
+    if error.validator == "pattern" and "description" in error.schema:
+        return f"{where} = {error.instance!r}: expected {error.schema['description']}"
     return f"{where} = {error.instance!r}: {error.message}"

@@ -501,7 +501,7 @@ def _instances(where: str, cfg: dict, grid: dict) -> tuple[list[Instance], list,
 def _instance_factory(problem_entry):
     """The factory of ``problem_entry`` (a mapping of expressions: its model's ``problem``, the mapping read once)."""
     if isinstance(problem_entry, dict):
-        from hbvm_core.expressions import model_from_mapping
+        from hbvm_core.formulas import model_from_mapping
 
         return model_from_mapping(problem_entry).problem
     from hbvm_core.problems import resolve_factory

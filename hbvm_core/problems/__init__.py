@@ -35,7 +35,7 @@ def resolve_factory(problem_entry: str | dict) -> Callable[..., Problem]:
     """The factory for a built-in name, a ``module.path:factory`` string or a mapping of expressions
     (``hbvm_core.expressions``: its keywords are the mapping's parameters)."""
     if isinstance(problem_entry, dict):
-        from ..expressions import factory
+        from ..formulas import factory
 
         return factory(problem_entry)
     if not isinstance(problem_entry, str) or not problem_entry:

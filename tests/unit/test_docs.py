@@ -55,6 +55,8 @@ def schema_keys() -> dict[str, list[str]]:
         "method entry": list(d["method"]["properties"]),
         "errors": list(d["errors"]["properties"]),
         "dask": list(d["dask"]["properties"]),
+        "indexed problem": list(d["indexed_problem"]["properties"]),
+        "indexed terms": list(d["indexed_sum"]["properties"]) + list(d["indexed_constraint"]["properties"]),
     }
 
 
