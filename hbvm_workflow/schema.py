@@ -17,6 +17,8 @@ from typing import Any
 
 from hbvm_core.errors import ConfigError, did_you_mean
 
+from .kinds import KINDS, plot_names
+
 #: The config schema, shipped inside the package.
 SCHEMA = Path(__file__).resolve().parent / "schema.yaml"
 
@@ -42,8 +44,6 @@ def schema(path: str | os.PathLike | None = None) -> dict:
         method["properties"] = {**method_entry_keys(), **method.get("properties", {})}
     study = doc.get("$defs", {}).get("study", {}).get("properties", {})
     if "kind" in study and "plot" in study:  # the study kinds' registry (hbvm_workflow.kinds)
-        from .kinds import KINDS, plot_names
-
         study["kind"]["enum"] = list(KINDS)
         study["plot"]["enum"] = plot_names()
     return doc

@@ -45,6 +45,7 @@ from hbvm_core.methods import method_label  # noqa: F401  (re-exported)
 from hbvm_core.problems import problem_name
 
 from .collector import paused
+from .grid_plan import Steps, family_instances
 from .grids import grid_values
 from .kinds import KINDS
 from .layout import (  # noqa: F401
@@ -57,6 +58,7 @@ from .layout import (  # noqa: F401
     run_stem,
     shard_store,
     store_path,
+    study_dir,
 )
 from .runs import (
     JOB_FIELDS,
@@ -70,6 +72,8 @@ from .runs import (
     hashes_at,
 )
 from .schema import defaults
+from .storage import FAILED, RunNotFoundError, read_attrs, read_failure
+from .templates import Template, json_scalar, json_texts
 
 STEP_KEYS = ("h", "h0", "halvings", "period_divisions")
 METHOD_META_KEYS = (*STEP_KEYS, "label")
@@ -232,7 +236,6 @@ class Study:
             return inst
         if not combo:  # a Study made by hand, without instances
             return Instance("", {}, dict(self.params), self.built_problem, "", self.t_end, self.period)
-        from .storage import RunNotFoundError
 
         raise RunNotFoundError(f"study {self.name!r} has no grid combination {combo!r}")
 
@@ -255,7 +258,6 @@ class Study:
 
     @property
     def dir(self) -> str:
-        from .layout import study_dir
 
         return study_dir(self.results, self.name)
 
@@ -461,8 +463,6 @@ def _instances(where: str, cfg: dict, grid: dict) -> tuple[list[Instance], list,
     entry, check = cfg["problem"], cfg.get("check_derivatives", True)
     combinations = _combinations(grid)
     if grid and cfg.get("save") == "summary" and ARRAYS.get():  # a sweep's instances as arrays, where they can be
-        from .grid_plan import Steps, family_instances
-
         steps = Steps(Instance, build_problem, _interval, _validate, _convention)
         planned = family_instances(where, cfg, grid, combinations, steps)
         if planned is not None:
@@ -555,7 +555,6 @@ def _group_probe(study: Study, group: dict) -> str:
 
 def _recorded(jobs):
     """The attrs (or failure markers) of the jobs' stores that exist, read lazily (the identity they record)."""
-    from .storage import FAILED, read_attrs, read_failure
 
     for job in jobs:
         if os.path.exists(job.store):
@@ -847,7 +846,6 @@ def _method_columns(
     period (``_runs_plan``: a grid's instances repeat them), each run's hash written from one template of the hash
     input (``templates.Template``: the instances differ in their params, fingerprint and interval, the runs in h);
     instance by instance (``_run_columns``) where a value is not a number such a template takes."""
-    from .templates import Template, json_scalar, json_texts
 
     keys = list(study.grid)
     marks = ("\x00fingerprint\x00", *(f"\x00{k}\x00" for k in keys), "\x00t_end\x00", "\x00h\x00")
@@ -902,7 +900,6 @@ def _runs_plan(study: Study, raw: dict, where: str, inst: Instance) -> tuple:
     """The runs of one method for an instance (its interval and period), as ``_run_columns`` plans them: (the rows'
     n, the rows' h, every run's h, every run's name (the rows' runs first, in row order, then the h/2 partners that
     are no row's run), each row's partner's name or None, every run's h as JSON)."""
-    from .templates import json_scalar
 
     ns, row_hs, hs, names, partners = [], [], [], [], []
     halves: dict[str, float] = {}
