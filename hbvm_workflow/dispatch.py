@@ -86,32 +86,16 @@ def compute(
     workers that computed runs or shards, address -> host."""
     from distributed import as_completed
 
-    from hbvm_core.errors import BackendError
-
     shards = shards or []
-    stops = {} if stops is None else stops
-    refused = {} if refused is None else refused
-    ran = {} if ran is None else ran
-    unwritten: dict[str, list[dict]] = {}  # per study, its shards that the file system refused (solve_shard)
+    results = _Results(logs, summaries, todo, studies, {} if stops is None else stops, {} if ran is None else ran)
     # facts of the whole job: one line each on stderr (and in each study's log)
     names = {j.study for j in todo} | {spec["study"] for spec in shards}
     if forks_local_workers(dask_cfg):
-        t1 = time.perf_counter()
-        # (the ensemble loops: each worker loads its own from the kernel cache; warming them here would cost a
-        # process start each, more than a load -- hbvm_workflow.shard_worker.warm_up does it for a cold cache)
-        # a line per loop compiled or loaded: (problem, method), the loop, its seconds (registry.LoopTime)
-        loop_line = lambda studies, line: tell_studies(logs, studies, f"kernel: {line}")  # noqa: E731
-        n = warm_up(todo, processes=threads, tell=loop_line)
-        n += warm_up_ensembles(shards, threads, tell=loop_line) if cold_ensembles(shards) else 0
-        dt = time.perf_counter() - t1
-        pairs = plural(n, "(problem, method) pair")
-        tell_studies(logs, names, f"kernels of {pairs} ready in {dt:.1f} s (the forked workers inherit)")
+        _warm_kernels(todo, shards, logs, names, threads)
     batches = cut(todo, dask_cfg, threads) if todo else []
-    tasks = plural(len(batches), "Dask task")
     if todo:
-        tell_studies(
-            logs, {j.study for j in todo}, f"{plural(len(todo), 'run')} in {tasks} (batched by estimated work)"
-        )
+        line = f"{plural(len(todo), 'run')} in {plural(len(batches), 'Dask task')} (batched by estimated work)"
+        tell_studies(logs, {j.study for j in todo}, line)
     n_tasks = len(batches) + len(shards)
     workers, per_task = spread(dask_cfg, threads, n_tasks)
     tell_studies(logs, names, f"computing on {where(dask_cfg, workers)}")
@@ -126,9 +110,6 @@ def compute(
             f"{plural(runs, 'run')} to integrate in {plural(len(mine), 'shard')} (a Dask task each), "
             f"{plural(per_task, 'numba thread')} per shard task",
         )
-    errors = []
-    count = {name: 0 for name in studies}
-    total = {name: sum(j.study == name for j in todo) for name in studies}
     runs_total = len(todo) + sum(spec["stop"] - spec["start"] for spec in shards)
     with (
         dask_client(
@@ -138,116 +119,162 @@ def compute(
             env={"NUMBA_NUM_THREADS": str(per_task)},
             tell=lambda line: tell_studies(logs, names, line),
         ) as client,
-        Progress(runs_total) as progress,
+        Progress(runs_total) as results.progress,
     ):
         if not forks_local_workers(dask_cfg):  # forked workers inherit our sys.path
-            # (study, problem entry) and (study, method module) of the runs and of the shards
-            problems = {(j.study, j.problem) for j in todo if isinstance(j.problem, str)}
-            problems |= {(sp["study"], p["problem"]) for sp in shards for p in sp["problems"].values()
-                         if isinstance(p["problem"], str)}  # fmt: skip
-            methods = {(j.study, j.method_module) for j in todo if j.method_module}
-            methods |= {(sp["study"], m["module"]) for sp in shards for m in sp["methods"].values() if m["module"]}
-            for problem_entry in sorted({entry for _, entry in problems}):
-                shipped = ship_problem_module(client, problem_entry)
-                for name in {n for n, entry in problems if entry == problem_entry} if shipped else ():
-                    logs[name].info(f"problem module {shipped} uploaded to the workers")
-            for module in sorted({mod for _, mod in methods}):  # config: method_modules
-                shipped = ship_problem_module(client, f"{module}:")
-                for name in {n for n, mod in methods if mod == module} if shipped else ():
-                    logs[name].info(f"method module {shipped} uploaded to the workers")
-        entries = {job.problem for job in todo if isinstance(job.problem, str)}  # a mapping (expressions) has no module
-        modules = {entry: (_problem_module(entry) or ("", ""))[1] for entry in entries}
-        futures = {
-            client.submit(
-                solve_batch,
-                [
-                    job.as_dict()
-                    | {
-                        "store": os.path.abspath(job.store),
-                        "study_dir": os.path.abspath(studies[job.study].dir),
-                        "module_file": modules.get(job.problem, "") if isinstance(job.problem, str) else "",
-                    }
-                    for job in batch
-                ],
-                key=batch_key(batch),
-                retries=int(dask_cfg.get("retries", 2)),
-                pure=False,
-            ): batch
-            for batch in batches
-        }
-        retries = int(dask_cfg.get("retries", 2))
-        # the costliest shards first (Dask's priority: higher first), so that a long one does not start last
-        rank = {id(spec): -i for i, spec in enumerate(sorted(shards, key=lambda sp: -sp.get("work", 0.0)))}
-        shard_futures = {
-            client.submit(
-                solve_shard, spec, key=shard_key(spec), retries=retries, pure=False, priority=rank[id(spec)]
-            ): spec
-            for spec in shards
-        }
+            _ship_modules(client, todo, shards, logs)
+        futures, shard_futures = _submit(client, batches, shards, studies, int(dask_cfg.get("retries", 2)))
         for fut in as_completed([*futures, *shard_futures]):
             if fut in shard_futures:
-                spec = shard_futures[fut]
-                name, log = spec["study"], logs[spec["study"]]
-                try:
-                    res = fut.result()
-                except BackendError as exc:  # backend cuda and no GPU on the worker: the study stops, one line
-                    stops.setdefault(name, str(exc))
-                    log.error(f"shard {spec['slot']}: ERROR {exc}", extra=FILE_ONLY)
-                    progress.update(failed=True)
-                    continue
-                except Exception as exc:  # a bug, or a lost worker after the retries: the shard is reported
-                    errors.append(f"{name}: shard {spec['slot']}: {type(exc).__name__}: {exc}")
-                    log.error(f"shard {spec['slot']}: ERROR {type(exc).__name__}: {exc}", extra=FILE_ONLY)
-                    progress.update(failed=True)
-                    continue
-                if "oserror" in res:  # the host's file system refused the shard: said once for the study, below
-                    unwritten.setdefault(name, []).append(res)
-                    log.error(
-                        f"shard {res['slot']} on {res['host']}: ERROR {res['oserror']['message']}", extra=FILE_ONLY
-                    )
-                    progress.update(failed=True)
-                    continue
-                summaries[name].setdefault("shards", []).append(res)
-                if res.get("worker"):
-                    ran[res["worker"]] = res.get("host") or ""
-                note = f"; {res['note']}" if res.get("note") else ""
-                log.info(
-                    f"shard {res['slot']}: {res['computed']} integrated, {res['copied']} copied, {res['failed']} "
-                    f"failed, {res['wall_s']:.2f} s ({res['backend']}{note})",
-                    extra=FILE_ONLY,
-                )
-                progress.update(failed=bool(res["failed"]), runs=spec["stop"] - spec["start"])
-                continue
-            batch = futures[fut]
-            try:
-                results = fut.result()
-            except Exception as exc:  # a lost worker after the retries: every run of the batch is reported
-                results = [{"id": job.id, "raised": f"{type(exc).__name__}: {exc}"} for job in batch]
-            for job, res in zip(batch, results, strict=True):  # in the batch's order (ids repeat across studies)
-                log = logs[job.study]
-                count[job.study] += 1
-                done = f"{count[job.study]}/{total[job.study]}"
-                if "raised" in res:  # a bug, or a lost worker: report every one
-                    errors.append(f"{job.study}: {job.id}: {res['raised']}")
-                    # to the log file: the terminal gets every such run in the step's one closing line
-                    log.error(f"{done} {job.id}: ERROR {res['raised']}", extra=FILE_ONLY)
-                    progress.update(failed=True)
-                    continue
-                if res.get("worker"):
-                    ran.setdefault(res["worker"], "")
-                summary = {k: res.get(k) for k in ("status", "steps", "wall_s", "mean_iterations", "error")}
-                summaries[job.study][job.id] = summary | {"computed": True}
-                # the per-run line goes to the study's log only: the progress line counts it on stderr
-                log.info(f"{done} {job.id}: {describe(res)}", extra=FILE_ONLY)
-                progress.update(failed=res.get("status") != "ok")
-        hosts_of(client, ran)
+                results.shard(fut, shard_futures[fut])
+            else:
+                results.batch(fut, futures[fut])
+        hosts_of(client, results.ran)
     # every run has finished: what is left is a lost worker's partial store
     for name, study in studies.items():
         for p in clean_temporaries(study.dir):
             logs[name].info(f"removed the temporary {p} of a lost worker")
-    for name, results in unwritten.items():
-        refused[name] = describe_oserrors(studies[name], results, sum(s["study"] == name for s in shards))
-    return errors
+    refused = {} if refused is None else refused
+    for name, res in results.unwritten.items():
+        refused[name] = describe_oserrors(studies[name], res, sum(s["study"] == name for s in shards))
+    return results.errors
+
+
+def _warm_kernels(todo: list, shards: list, logs: dict, names: set, threads: int) -> None:
+    """The loops of the runs and the shards compiled or loaded before the workers fork (they inherit them), with a
+    line per loop (``registry.LoopTime``) and one for all. (An ensemble loop: each worker loads its own from the
+    kernel cache, cheaper than a process start here; ``shard_worker.warm_up`` compiles it for a cold cache.)"""
+    t1 = time.perf_counter()
+    loop_line = lambda studies, line: tell_studies(logs, studies, f"kernel: {line}")  # noqa: E731
+    n = warm_up(todo, processes=threads, tell=loop_line)
+    n += warm_up_ensembles(shards, threads, tell=loop_line) if cold_ensembles(shards) else 0
+    dt = time.perf_counter() - t1
+    tell_studies(
+        logs,
+        names,
+        f"kernels of {plural(n, '(problem, method) pair')} ready in {dt:.1f} s (the forked workers inherit)",
+    )
+
+
+def _ship_modules(client, todo: list, shards: list, logs: dict) -> None:
+    """The problem and method modules of the runs and the shards uploaded to workers that were not forked from this
+    process (a line in each study's log that uses one)."""
+    # (study, problem entry) and (study, method module) of the runs and of the shards
+    problems = {(j.study, j.problem) for j in todo if isinstance(j.problem, str)}
+    problems |= {(sp["study"], p["problem"]) for sp in shards for p in sp["problems"].values()
+                 if isinstance(p["problem"], str)}  # fmt: skip
+    methods = {(j.study, j.method_module) for j in todo if j.method_module}
+    methods |= {(sp["study"], m["module"]) for sp in shards for m in sp["methods"].values() if m["module"]}
+    for problem_entry in sorted({entry for _, entry in problems}):
+        shipped = ship_problem_module(client, problem_entry)
+        for name in {n for n, entry in problems if entry == problem_entry} if shipped else ():
+            logs[name].info(f"problem module {shipped} uploaded to the workers")
+    for module in sorted({mod for _, mod in methods}):  # config: method_modules
+        shipped = ship_problem_module(client, f"{module}:")
+        for name in {n for n, mod in methods if mod == module} if shipped else ():
+            logs[name].info(f"method module {shipped} uploaded to the workers")
+
+
+def _submit(client, batches: list[list], shards: list[dict], studies: dict, retries: int) -> tuple[dict, dict]:
+    """(future -> batch, future -> shard spec): a task per batch of runs (``worker.solve_batch``) and per shard
+    (``shard_worker.solve_shard``), the costliest shards first."""
+    entries = {job.problem for batch in batches for job in batch if isinstance(job.problem, str)}  # not a mapping
+    modules = {entry: (_problem_module(entry) or ("", ""))[1] for entry in entries}
+
+    def task(job) -> dict:
+        return job.as_dict() | {
+            "store": os.path.abspath(job.store),
+            "study_dir": os.path.abspath(studies[job.study].dir),
+            "module_file": modules.get(job.problem, "") if isinstance(job.problem, str) else "",
+        }
+
+    futures = {
+        client.submit(solve_batch, [task(job) for job in batch], key=batch_key(batch), retries=retries, pure=False): (
+            batch
+        )
+        for batch in batches
+    }
+    # the costliest shards first (Dask's priority: higher first), so that a long one does not start last
+    rank = {id(spec): -i for i, spec in enumerate(sorted(shards, key=lambda sp: -sp.get("work", 0.0)))}
+    shard_futures = {
+        client.submit(solve_shard, spec, key=shard_key(spec), retries=retries, pure=False, priority=rank[id(spec)]): (
+            spec
+        )
+        for spec in shards
+    }
+    return futures, shard_futures
+
+
+class _Results:
+    """What the finished tasks of ``compute`` bring: each run's or shard's summary into ``summaries``, its lines in
+    its study's log, the progress line, the runs and shards that raised (``errors``), the studies stopped by a
+    missing GPU (``stops``), the shards the file system refused (``unwritten``), the workers that took part
+    (``ran``)."""
+
+    def __init__(self, logs: dict, summaries: dict, todo: list, studies: dict, stops: dict, ran: dict) -> None:
+        self.logs, self.summaries, self.stops, self.ran = logs, summaries, stops, ran
+        self.errors: list[str] = []
+        self.unwritten: dict[str, list[dict]] = {}  # per study, its shards that the file system refused
+        self.count = {name: 0 for name in studies}
+        self.total = {name: sum(j.study == name for j in todo) for name in studies}
+        self.progress = None
+
+    def shard(self, fut, spec: dict) -> None:
+        """A shard task's end: its summary, or the line of what stopped it."""
+        from hbvm_core.errors import BackendError
+
+        name, log = spec["study"], self.logs[spec["study"]]
+        try:
+            res = fut.result()
+        except BackendError as exc:  # backend cuda and no GPU on the worker: the study stops, one line
+            self.stops.setdefault(name, str(exc))
+            log.error(f"shard {spec['slot']}: ERROR {exc}", extra=FILE_ONLY)
+            self.progress.update(failed=True)
+            return
+        except Exception as exc:  # a bug, or a lost worker after the retries: the shard is reported
+            self.errors.append(f"{name}: shard {spec['slot']}: {type(exc).__name__}: {exc}")
+            log.error(f"shard {spec['slot']}: ERROR {type(exc).__name__}: {exc}", extra=FILE_ONLY)
+            self.progress.update(failed=True)
+            return
+        if "oserror" in res:  # the host's file system refused the shard: said once for the study (compute)
+            self.unwritten.setdefault(name, []).append(res)
+            log.error(f"shard {res['slot']} on {res['host']}: ERROR {res['oserror']['message']}", extra=FILE_ONLY)
+            self.progress.update(failed=True)
+            return
+        self.summaries[name].setdefault("shards", []).append(res)
+        if res.get("worker"):
+            self.ran[res["worker"]] = res.get("host") or ""
+        note = f"; {res['note']}" if res.get("note") else ""
+        log.info(
+            f"shard {res['slot']}: {res['computed']} integrated, {res['copied']} copied, {res['failed']} "
+            f"failed, {res['wall_s']:.2f} s ({res['backend']}{note})",
+            extra=FILE_ONLY,
+        )
+        self.progress.update(failed=bool(res["failed"]), runs=spec["stop"] - spec["start"])
+
+    def batch(self, fut, batch: list) -> None:
+        """A batch task's end: each run's summary and line, in the batch's order (ids repeat across studies)."""
+        try:
+            results = fut.result()
+        except Exception as exc:  # a lost worker after the retries: every run of the batch is reported
+            results = [{"id": job.id, "raised": f"{type(exc).__name__}: {exc}"} for job in batch]
+        for job, res in zip(batch, results, strict=True):
+            log = self.logs[job.study]
+            self.count[job.study] += 1
+            done = f"{self.count[job.study]}/{self.total[job.study]}"
+            if "raised" in res:  # a bug, or a lost worker: report every one
+                self.errors.append(f"{job.study}: {job.id}: {res['raised']}")
+                # to the log file: the terminal gets every such run in the step's one closing line
+                log.error(f"{done} {job.id}: ERROR {res['raised']}", extra=FILE_ONLY)
+                self.progress.update(failed=True)
+                continue
+            if res.get("worker"):
+                self.ran.setdefault(res["worker"], "")
+            summary = {k: res.get(k) for k in ("status", "steps", "wall_s", "mean_iterations", "error")}
+            self.summaries[job.study][job.id] = summary | {"computed": True}
+            # the per-run line goes to the study's log only: the progress line counts it on stderr
+            log.info(f"{done} {job.id}: {describe(res)}", extra=FILE_ONLY)
+            self.progress.update(failed=res.get("status") != "ok")
 
 
 def choose_cluster(config: dict, studies: dict, specs: list, todo: list, logs: dict) -> dict:
