@@ -172,115 +172,142 @@ def compute_shard(spec: dict) -> dict:
     usable and a block is large enough (``hbvm_core.ensemble.GPU_MIN_RUNS``), else the CPU ensemble (the reason in
     "note"), "numba" the CPU ensemble. The record keeps the backend of each run (``backends``: a copied run's is
     its source's), as provenance: the runs' identity does not depend on it."""
-    from hbvm_core import integrate_ensemble
     from hbvm_core.ensemble import require_gpu
-    from hbvm_core.methods import load_method_modules, method_from_entry
-    from hbvm_core.per_run import integrate_summary
 
     small_pages()  # a worker that Snakemake's process did not start (a SLURM worker job): before the arrays
     t0 = time.perf_counter()
-    store, slot, a, b = spec["store"], spec["slot"], spec["start"], spec["stop"]
-    n, S, m, nu = b - a, spec["S"], spec["m"], spec["nu"]
-    requested = spec.get("backend", "numba")  # what the study asks for; what ran: ``ran`` (per run), ``used``
-    if requested == "cuda":  # a demanded GPU that this host lacks: before the store is touched
+    store, slot = spec["store"], spec["slot"]
+    if spec.get("backend", "numba") == "cuda":  # a demanded GPU that this host lacks: before the store is touched
         _on_this_host(spec, require_gpu)
-    # the backend of each run; a copied one's from its source, read before this shard's record (with retry_failed
-    # a source) is removed
-    ran = np.full(n, "", dtype=object)
-    where = {key: np.full(n, "", dtype=object) for key in PROVENANCE}  # the host and Dask worker of each run
-    seconds = np.full(n, np.nan)  # the wall time of each run integrated on its own (the per-run road)
-    for src in spec["sources"]:
-        ran[src["dst"]] = row_backends(src["store"], src["src"])
-        for key, values in row_provenance(src["store"], src["src"]).items():
-            where[key][src["dst"]] = values
-        seconds[src["dst"]] = row_seconds(src["store"], src["src"])
+    rows = _ShardRows(spec)  # the copied runs' provenance read before this shard's record (a source) is removed
     remove_record(store, slot)  # from here until the record is written again the shard is incomplete
-    counts = np.full((n, len(COUNTS)), -1, dtype=np.int64)
-    scalars = np.full((n, 1 + 2 * nu), np.nan)
-    t = np.full((n, S), np.nan)
-    y = np.full((n, S, 2 * m), np.nan)
-    out = {"counts": counts, "scalars": scalars, "t": t, "y": y}
-    for src in spec["sources"]:
-        for name, arr in out.items():
-            arr[src["dst"]] = read_rows(src["store"], name, src["src"])
-    compute = np.asarray(spec["compute"], dtype=np.int64)
-    used, notes = set(), set()
-    # one call per method and problem structure: a problem built once per structure, the grid combinations'
-    # params given to it as arrays over the runs (its Family); a structure without one, a problem per combination
-    groups = Structures(spec["problems"])
-    group_of = np.array([groups.group[int(c)] for c in spec["combo"][compute]], dtype=np.int64)
-    scheme_of = spec["scheme"][compute].astype(np.int64)
+    rows.copy_sources()
+    rows.integrate()
+    result = rows.result(time.perf_counter() - t0)
+    out = {"counts": rows.counts, "scalars": rows.scalars, "t": rows.t, "y": rows.y}
+    write_shard(store, slot, spec["start"], out, spec["digest"], result, _partial(spec, rows.counts, rows.t, rows.y))
+    return result
 
-    def put(rows: np.ndarray, res) -> None:
+
+class _ShardRows:
+    """A shard's rows as ``compute_shard`` fills them: the store's data arrays (counts, scalars, t, y), and per run
+    the backend it ran on (``ran``), its host and Dask worker (``where``) and, on the per-run road, its own wall
+    time (``seconds``); a copied run's from its source."""
+
+    def __init__(self, spec: dict) -> None:
+        self.spec = spec
+        n, S, m, nu = spec["stop"] - spec["start"], spec["S"], spec["m"], spec["nu"]
+        self.n, self.S, self.m, self.nu = n, S, m, nu
+        self.ran = np.full(n, "", dtype=object)
+        self.where = {key: np.full(n, "", dtype=object) for key in PROVENANCE}
+        self.seconds = np.full(n, np.nan)
+        for src in spec["sources"]:
+            self.ran[src["dst"]] = row_backends(src["store"], src["src"])
+            for key, values in row_provenance(src["store"], src["src"]).items():
+                self.where[key][src["dst"]] = values
+            self.seconds[src["dst"]] = row_seconds(src["store"], src["src"])
+        self.counts = np.full((n, len(COUNTS)), -1, dtype=np.int64)
+        self.scalars = np.full((n, 1 + 2 * nu), np.nan)
+        self.t = np.full((n, S), np.nan)
+        self.y = np.full((n, S, 2 * m), np.nan)
+        self.used: set[str] = set()
+        self.notes: set[str] = set()
+        self.compute = np.asarray(spec["compute"], dtype=np.int64)
+
+    def copy_sources(self) -> None:
+        """The rows of the runs copied from an earlier store."""
+        out = {"counts": self.counts, "scalars": self.scalars, "t": self.t, "y": self.y}
+        for src in self.spec["sources"]:
+            for name, arr in out.items():
+                arr[src["dst"]] = read_rows(src["store"], name, src["src"])
+
+    def put(self, rows: np.ndarray, res) -> None:
         """The runs ``rows`` of ``res`` into the shard's arrays: q at y[..., :m_i], p at y[..., m:m + m_i] and
         g_error, lam over the first nu_i constraints (a smaller instance than the store's: NaN past its own)."""
         k, mi, nui = res.t.shape[1], res.q.shape[2], res.lam.shape[1]
-        if k > S:
-            raise StoreError(store, "t", f"shard {slot}: {k} saved points, the store has room for {S}")
-        used.add(res.backend)
-        ran[rows] = res.backend
-        if res.backend_note:
-            notes.add(res.backend_note)
-        counts[rows] = np.stack([np.asarray(getattr(res, c), dtype=np.int64) for c in COUNTS], axis=1)
-        scalars[rows, 0] = res.H_error
-        scalars[rows, 1 : 1 + nui] = res.g_error
-        scalars[rows, 1 + nu : 1 + nu + nui] = res.lam
-        t[rows, :k] = res.t
-        y[rows, :k, :mi] = res.q
-        y[rows, :k, m : m + mi] = res.p
-
-    for i, g in sorted(set(zip(scheme_of.tolist(), group_of.tolist()))):
-        rows = compute[(scheme_of == i) & (group_of == g)]
-        meth = spec["methods"][i]
-        if meth["module"]:
-            load_method_modules([meth["module"]])
-        method = method_from_entry(meth["entry"])
-        problems, params = groups.runs(g, spec["combo"][rows])
-        for part, sub in _by_structure(problems, params):
-            rows_part = rows[part]
-            if sub is None:  # no compiled loop: each run by the numpy loop (a sparse G's where it has one)
-                for r, problem in zip(rows_part.tolist(), [problems[j] for j in part.tolist()]):
-                    res, seconds[r] = integrate_summary(
-                        problem, method, float(spec["h"][r]), int(spec["N"][r]), int(spec["sample_every"][r]),
-                        spec["compensated"],
-                    )  # fmt: skip
-                    put(np.array([r]), res)
-                continue
-            res = _on_this_host(
-                spec,
-                integrate_ensemble,
-                sub,
-                method,
-                spec["h"][rows_part],
-                spec["N"][rows_part],
-                params=params,
-                sample_every=spec["sample_every"][rows_part],
-                compensated=spec["compensated"],
-                backend=requested,
-                threads=numba_threads(
-                    int(spec.get("threads", 1))
-                ),  # the solve's spread: a shard over this worker's cores
+        if k > self.S:
+            raise StoreError(
+                self.spec["store"], "t", f"shard {self.spec['slot']}: {k} saved points, the store has room for {self.S}"
             )
-            put(rows_part, res)
-    wall = time.perf_counter() - t0
-    host, worker = platform.node(), _worker_address()
-    where["host"][compute], where["worker"][compute] = host, worker
-    result = {
-        "slot": slot,
-        "computed": int(compute.size),
-        "copied": int(n - compute.size),
-        "failed": int(np.count_nonzero(counts[:, 0] != 0)),
-        "wall_s": wall,
-        "backend": ",".join(sorted(used)) or "copied",
-        "backends": run_lengths(ran),
-        "note": "; ".join(sorted(notes)),
-        **({"run_wall_s": [None if np.isnan(x) else float(x) for x in seconds]} if np.isfinite(seconds).any() else {}),
-        "host": host,
-        "worker": worker,
-        **{f"{key}s": run_lengths(values) for key, values in where.items()},  # hosts, workers: per run
-    }
-    write_shard(store, slot, a, out, spec["digest"], result, _partial(spec, counts, t, y))
-    return result
+        self.used.add(res.backend)
+        self.ran[rows] = res.backend
+        if res.backend_note:
+            self.notes.add(res.backend_note)
+        self.counts[rows] = np.stack([np.asarray(getattr(res, c), dtype=np.int64) for c in COUNTS], axis=1)
+        self.scalars[rows, 0] = res.H_error
+        self.scalars[rows, 1 : 1 + nui] = res.g_error
+        self.scalars[rows, 1 + self.nu : 1 + self.nu + nui] = res.lam
+        self.t[rows, :k] = res.t
+        self.y[rows, :k, :mi] = res.q
+        self.y[rows, :k, self.m : self.m + mi] = res.p
+
+    def integrate(self) -> None:
+        """The runs to compute: one call per method and problem structure (a problem built once per structure, the
+        grid combinations' params given to it as arrays over the runs: its Family; a structure without one, a
+        problem per combination); a problem without a compiled loop each run by the numpy loop."""
+        from hbvm_core import integrate_ensemble
+        from hbvm_core.methods import load_method_modules, method_from_entry
+        from hbvm_core.per_run import integrate_summary
+
+        spec, compute = self.spec, self.compute
+        groups = Structures(spec["problems"])
+        group_of = np.array([groups.group[int(c)] for c in spec["combo"][compute]], dtype=np.int64)
+        scheme_of = spec["scheme"][compute].astype(np.int64)
+        for i, g in sorted(set(zip(scheme_of.tolist(), group_of.tolist()))):
+            rows = compute[(scheme_of == i) & (group_of == g)]
+            meth = spec["methods"][i]
+            if meth["module"]:
+                load_method_modules([meth["module"]])
+            method = method_from_entry(meth["entry"])
+            problems, params = groups.runs(g, spec["combo"][rows])
+            for part, sub in _by_structure(problems, params):
+                rows_part = rows[part]
+                if sub is None:  # no compiled loop: each run by the numpy loop (a sparse G's where it has one)
+                    for r, problem in zip(rows_part.tolist(), [problems[j] for j in part.tolist()]):
+                        res, self.seconds[r] = integrate_summary(
+                            problem, method, float(spec["h"][r]), int(spec["N"][r]), int(spec["sample_every"][r]),
+                            spec["compensated"],
+                        )  # fmt: skip
+                        self.put(np.array([r]), res)
+                    continue
+                res = _on_this_host(
+                    spec,
+                    integrate_ensemble,
+                    sub,
+                    method,
+                    spec["h"][rows_part],
+                    spec["N"][rows_part],
+                    params=params,
+                    sample_every=spec["sample_every"][rows_part],
+                    compensated=spec["compensated"],
+                    backend=spec.get("backend", "numba"),
+                    threads=numba_threads(int(spec.get("threads", 1))),  # the solve's spread: a shard over its cores
+                )
+                self.put(rows_part, res)
+
+    def result(self, wall: float) -> dict:
+        """What the task returns and the shard's record keeps (``compute_shard``)."""
+        host, worker = platform.node(), _worker_address()
+        self.where["host"][self.compute], self.where["worker"][self.compute] = host, worker
+        seconds = self.seconds
+        return {
+            "slot": self.spec["slot"],
+            "computed": int(self.compute.size),
+            "copied": int(self.n - self.compute.size),
+            "failed": int(np.count_nonzero(self.counts[:, 0] != 0)),
+            "wall_s": wall,
+            "backend": ",".join(sorted(self.used)) or "copied",
+            "backends": run_lengths(self.ran),
+            "note": "; ".join(sorted(self.notes)),
+            **(
+                {"run_wall_s": [None if np.isnan(x) else float(x) for x in seconds]}
+                if np.isfinite(seconds).any()
+                else {}
+            ),
+            "host": host,
+            "worker": worker,
+            **{f"{key}s": run_lengths(values) for key, values in self.where.items()},  # hosts, workers: per run
+        }
 
 
 def _partial(spec: dict, counts, t, y) -> tuple | None:
