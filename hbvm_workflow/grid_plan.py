@@ -118,8 +118,7 @@ def _family_instances(
     where: str, cfg: dict, grid: dict, combos: list[dict], steps: Steps
 ) -> tuple[list, list, tuple] | None:
     from hbvm_core.checks import derivative_checks
-    from hbvm_core.fingerprint import fingerprint_of, problem_structure, structures_at
-    from hbvm_core.problem import CONSISTENCY_TOL, MAX_CONDITION, deferred_validation
+    from hbvm_core.problem import deferred_validation
     from hbvm_core.problems.family import family_of
 
     Instance, build_problem, _interval, _validate, _convention = steps
@@ -169,36 +168,8 @@ def _family_instances(
         periods = plan.periods(full)
     if (rep.period is None) != (periods is None) or family_of(rep) is None:
         return None
-    m, nu = rep.m, rep.nu
-    if q0.shape != (R, m) or not (np.isfinite(q0).all() and np.isfinite(p0).all()):
+    if not _rows_admissible(rep, family, K, q0, p0, mass, periods, published):
         return None
-    if mass is None:
-        if rep.M is not None:
-            return None
-        v = p0
-    else:
-        if not (np.isfinite(mass).all() and (mass > 0).all()) or (rep.M is None) != bool((mass == 1.0).all()):
-            return None
-        if rep._diag is None and rep.M is not None:  # a full mass matrix: not as rows
-            return None
-        v = p0 / mass
-    if periods is not None and not (np.isfinite(periods).all() and (periods > 0).all()):
-        return None
-    if nu:  # inconsistent_instance's checks on every row
-        with np.errstate(all="ignore"):
-            g = np.asarray(family.g(q0, K), dtype=float).reshape(R, nu)
-            G = np.asarray(family.G(q0, K), dtype=float).reshape(R, m, nu)
-            if not (np.isfinite(g).all() and np.isfinite(G).all()):
-                return None
-            MG = G if mass is None else G / mass[:, :, None]
-            scale = 1.0 + np.abs(q0).max(1) + np.abs(p0).max(1)
-            hidden = np.einsum("rmk,rm->rk", G, v)
-            A = np.einsum("rmi,rmj->rij", G, MG)
-            bad = np.abs(g).max(1) > CONSISTENCY_TOL * scale
-            bad |= np.abs(hidden).max(1) > CONSISTENCY_TOL * scale * (1.0 + np.abs(G).max((1, 2)))
-            bad |= ~(np.linalg.cond(A) <= MAX_CONDITION)
-        if bad[~published].any():
-            return None
     # the instances
     t_end = None
     if "periods" in cfg and periods is not None:
@@ -230,27 +201,8 @@ def _family_instances(
                 check_derivatives=check,
             )  # fmt: skip
         )
-    # the identities: the general instances' structures from a template of the first one's params
-    recorded = plan.recorded
-    params = dict(rep.params)
-    if any(k not in params or params[k] != recorded(combos[first][k]) for k in keys):
-        return None
-    marks = tuple(f"\x00{k}\x00" for k in keys)
-    template = Template.of(params | dict(zip(keys, marks)), marks)
-    if template is None:
-        return None
-    recorded_texts = [json_texts([recorded(v) for v in grid[k]]) for k in keys]
-    if any(None in t for t in recorded_texts):
-        return None
-    params_texts = list(map(template.fill, *zip(*itertools.product(*recorded_texts))))
-    structures = structures_at(rep, params_texts)
-    if structures[last] != problem_structure(built[last]) or structures[first] != problem_structure(rep):
+    if not _array_identities(plan, rep, built, instances, keys, grid, combos, first, last):
         return None  # the arrays do not give the instances' own identity: plan them one by one
-    for i, (inst, structure) in enumerate(zip(instances, structures)):
-        if i in built:
-            structure = problem_structure(built[i])
-        inst.fingerprint, inst.structure = fingerprint_of(structure), structure
-        inst.probe = None  # computed when first read (``study._Probe``)
     # what study._instances checks of the first instance of each code, and returns
     order = sorted({first, *np.flatnonzero(published).tolist()})
     representatives = [built[i] for i in order]
@@ -259,3 +211,75 @@ def _family_instances(
         _validate(instances[i].where, entry, built[i], check)
         conventions = _convention(instances[i].where, cfg, built[i])
     return instances, representatives, conventions
+
+
+def _rows_admissible(rep, family, K, q0, p0, mass, periods, published) -> bool:
+    """Whether the rows of the family's arrays (params K, q0, p0, the diagonal of M, the periods) are instances the
+    arrays can plan: of the representative's sizes and mass form, finite, and (the general ones) consistent as
+    ``Problem.validate`` checks one instance (|g(q0)|, the hidden constraint, the condition of G^T M^-1 G)."""
+    from hbvm_core.problem import CONSISTENCY_TOL, MAX_CONDITION
+
+    R = published.shape[0]  # the combinations
+    m, nu = rep.m, rep.nu
+    if q0.shape != (R, m) or not (np.isfinite(q0).all() and np.isfinite(p0).all()):
+        return False
+    if mass is None:
+        if rep.M is not None:
+            return False
+        v = p0
+    else:
+        if not (np.isfinite(mass).all() and (mass > 0).all()) or (rep.M is None) != bool((mass == 1.0).all()):
+            return False
+        if rep._diag is None and rep.M is not None:  # a full mass matrix: not as rows
+            return False
+        v = p0 / mass
+    if periods is not None and not (np.isfinite(periods).all() and (periods > 0).all()):
+        return False
+    if nu:  # inconsistent_instance's checks on every row
+        with np.errstate(all="ignore"):
+            g = np.asarray(family.g(q0, K), dtype=float).reshape(R, nu)
+            G = np.asarray(family.G(q0, K), dtype=float).reshape(R, m, nu)
+            if not (np.isfinite(g).all() and np.isfinite(G).all()):
+                return False
+            MG = G if mass is None else G / mass[:, :, None]
+            scale = 1.0 + np.abs(q0).max(1) + np.abs(p0).max(1)
+            hidden = np.einsum("rmk,rm->rk", G, v)
+            A = np.einsum("rmi,rmj->rij", G, MG)
+            bad = np.abs(g).max(1) > CONSISTENCY_TOL * scale
+            bad |= np.abs(hidden).max(1) > CONSISTENCY_TOL * scale * (1.0 + np.abs(G).max((1, 2)))
+            bad |= ~(np.linalg.cond(A) <= MAX_CONDITION)
+        if bad[~published].any():
+            return False
+    return True
+
+
+def _array_identities(
+    plan, rep, built: dict, instances: list, keys: list, grid: dict, combos: list, first: int, last: int
+) -> bool:
+    """The instances' fingerprints and structures from a template of the first general one's params
+    (``fingerprint.structures_at``), each probe left to be computed when first read (``study._Probe``); False where
+    the arrays do not give the built instances' own identity."""
+    from hbvm_core.fingerprint import fingerprint_of, problem_structure, structures_at
+
+    # the identities: the general instances' structures from a template of the first one's params
+    recorded = plan.recorded
+    params = dict(rep.params)
+    if any(k not in params or params[k] != recorded(combos[first][k]) for k in keys):
+        return False
+    marks = tuple(f"\x00{k}\x00" for k in keys)
+    template = Template.of(params | dict(zip(keys, marks)), marks)
+    if template is None:
+        return False
+    recorded_texts = [json_texts([recorded(v) for v in grid[k]]) for k in keys]
+    if any(None in t for t in recorded_texts):
+        return False
+    params_texts = list(map(template.fill, *zip(*itertools.product(*recorded_texts))))
+    structures = structures_at(rep, params_texts)
+    if structures[last] != problem_structure(built[last]) or structures[first] != problem_structure(rep):
+        return False
+    for i, (inst, structure) in enumerate(zip(instances, structures)):
+        if i in built:
+            structure = problem_structure(built[i])
+        inst.fingerprint, inst.structure = fingerprint_of(structure), structure
+        inst.probe = None  # computed when first read (``study._Probe``)
+    return True
