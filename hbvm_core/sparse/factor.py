@@ -4,7 +4,7 @@ The multiplier systems of a step (``normal``) are nearly symmetric positive defi
 h/2 rho_0^T M^-1 rho_0 dominates) and share G^T M^-1 G's pattern at every sweep and step. Once per pattern:
 
 - a reverse Cuthill-McKee ordering; when it leaves a narrow band (a chain: tridiagonal; a closed loop:
-  bandwidth 2), each solve is LAPACK's banded LU on the permuted matrix, O(nu b^2);
+  bandwidth 2), each solve is LAPACK's banded LU on the permuted matrix (gtsv for a tridiagonal one), O(nu b^2);
 - otherwise (trees with many branches, graphs of wide band) a minimum-degree ordering of A + A^T taken from
   SuperLU once, and each solve a SuperLU factorisation of the permuted matrix with the natural ordering
   (the symbolic choice made once, diagonal pivots preferred).
@@ -27,6 +27,7 @@ class Factorisation:
 
     def __init__(self, indptr: Array, indices: Array, n: int, form: str = "auto") -> None:
         from scipy import sparse
+        from scipy.linalg import get_lapack_funcs
         from scipy.sparse.csgraph import reverse_cuthill_mckee
 
         if form not in FORMS:
@@ -43,6 +44,7 @@ class Factorisation:
         self.form = form
         if form == "banded":
             self.inv, self.bands = inv, (lower, upper)
+            self._gtsv = get_lapack_funcs("gtsv", (np.zeros(1),))
             self.ab_index = (upper + inv[r] - inv[c]) * n + inv[c]
             return
         sample = sparse.csc_matrix((-np.ones(c.size), (r, c)), shape=(n, n)) + sparse.diags(
@@ -64,8 +66,13 @@ class Factorisation:
         if self.form == "banded":
             lower, upper = self.bands
             ab = np.zeros((lower + upper + 1, self.n))
-            ab.flat[self.ab_index] = data
-            xp = solve_banded((lower, upper), ab, bp, check_finite=False)
+            np.put(ab, self.ab_index, data)  # (ab.flat[...] = is several times slower)
+            if (lower, upper) == (1, 1) and self.n > 1:  # LAPACK gtsv, as solve_banded, without its checks
+                *_, xp, info = self._gtsv(ab[2, :-1], ab[1], ab[0, 1:], bp, True, True, True, True)
+                if info != 0:
+                    raise np.linalg.LinAlgError(f"singular matrix (gtsv info {info})")
+            else:
+                xp = solve_banded((lower, upper), ab, bp, check_finite=False)
         else:
             Ap = sparse.csc_matrix((data[self.order], *self.csc), shape=(self.n, self.n))
             try:
