@@ -29,7 +29,12 @@ class Rods:
         self.length2 = np.asarray(length, dtype=float) ** 2
         self.mass = np.asarray(mass, dtype=float)
         self.gravity = float(gravity)
-        self.free = np.flatnonzero(self.a < n)  # the rods not pinned
+        xy = np.arange(2)
+        free = self.a < n
+        own, other = (2 * self.b[:, None] + xy).ravel(), (2 * self.a[:, None] + xy).ravel()
+        # G's nonzero e is 2 (q[_plus[e]] - q[_minus[e]]) (the pin at 2 n, 2 n + 1), in ``pattern`` order
+        self._plus = np.concatenate([own, (2 * self.a[free, None] + xy).ravel()])
+        self._minus = np.concatenate([other, (2 * self.b[free, None] + xy).ravel()])
 
     def _beads(self, Q: Array) -> Array:
         """(points, n + 1, 2): the beads and the pin."""
@@ -67,11 +72,11 @@ class Rods:
         return rows, cols, free
 
     def values(self, Q: Array) -> Array:
-        """The nonzeros of G at Q in ``pattern`` order, shape (points, nnz)."""
-        d = 2.0 * self._d(Q)
-        return np.concatenate(
-            [d.reshape(Q.shape[0], -1), -np.take(d, self.free, axis=1).reshape(Q.shape[0], -1)], axis=1
-        )
+        """The nonzeros of G at Q in ``pattern`` order, shape (points, nnz): 2 (x_{b_e} - x_{a_e}) at b_e's
+        coordinates and 2 (x_{a_e} - x_{b_e}) at a_e's, each the difference of two of q's coordinates (the pin's
+        0 padded after them)."""
+        X = np.concatenate([Q, np.zeros((Q.shape[0], 2))], axis=1)
+        return 2.0 * (X.take(self._plus, axis=1) - X.take(self._minus, axis=1))
 
     def structure(self, linear_algebra: str = "auto") -> SparseG:
         rows, cols, _ = self.pattern()

@@ -66,7 +66,7 @@ class Factorisation:
         if self.form == "banded":
             lower, upper = self.bands
             ab = np.zeros((lower + upper + 1, self.n))
-            np.put(ab, self.ab_index, data)  # (ab.flat[...] = is several times slower)
+            ab.reshape(-1)[self.ab_index] = data  # (ab.flat[...] = and np.put are several times slower)
             if (lower, upper) == (1, 1) and self.n > 1:  # LAPACK gtsv, as solve_banded, without its checks
                 *_, xp, info = self._gtsv(ab[2, :-1], ab[1], ab[0, 1:], bp, True, True, True, True)
                 if info != 0:

@@ -40,7 +40,7 @@ class NormalPattern:
     def data(self, left: Array, right: Array) -> Array:
         """CSR data of sum_j L_j^T R_j for stacks left, right of shape (L, nnz) in G's pattern (the diagonal
         M^-1, and X, already applied to ``right``)."""
-        w = np.einsum("jp,jp->p", np.take(left, self.e1, axis=1), np.take(right, self.e2, axis=1))
+        w = np.einsum("jp,jp->p", left.take(self.e1, axis=1), right.take(self.e2, axis=1))
         return np.bincount(self.target, w, self.nnz)
 
     def matrix(self, data: Array):
