@@ -62,10 +62,13 @@ def test_normal_assembly_matches_the_dense_product(bent):
 
 
 @pytest.mark.parametrize("form", ["banded", "splu"])
-@pytest.mark.parametrize("problem", [closed_chain(n=30), branched_tree(depth=5)], ids=["loop", "tree"])
+@pytest.mark.parametrize(
+    "problem", [chain(n=30, theta0=0.4), closed_chain(n=30), branched_tree(depth=5)], ids=["chain", "loop", "tree"]
+)
 def test_factorisation_solves_like_dense_elimination(problem, form):
     """Either solver, with its ordering found once, solves G^T M^-1 G x = b and a second matrix of the same
-    pattern to the conditioning of the system (backward error: residual <= 100 eps |A| |x|)."""
+    pattern to the conditioning of the system (backward error: residual <= 100 eps |A| |x|); the chain's
+    tridiagonal band takes LAPACK's gtsv, the loop's wider one solve_banded."""
     S = problem.sparse
     f = Factorisation(S.normal.indptr, S.normal.indices, S.nu, form)
     rng = np.random.default_rng(3)
@@ -75,6 +78,16 @@ def test_factorisation_solves_like_dense_elimination(problem, form):
         A, b = S.normal.matrix(data).toarray(), rng.standard_normal(S.nu)
         x = f.solve(data, b)
         assert np.abs(A @ x - b).max() <= 100 * EPS * np.abs(A).max() * np.abs(x).max()
+
+
+def test_a_singular_tridiagonal_system_is_refused_with_one_line():
+    """A chain's G^T G with the first rod's column zeroed (a rod of length 0: a zero row and column of A) is
+    singular; the tridiagonal solve says so instead of returning inf or NaN."""
+    S = chain(n=10).sparse
+    Gv = S.values(chain(n=10).q0[None, :])
+    Gv[:, S.cols == 0] = 0.0
+    with pytest.raises(np.linalg.LinAlgError, match="singular"):
+        S.factorisation.solve(S.normal.data(Gv, Gv), np.ones(S.nu))
 
 
 def test_the_band_is_found_for_a_loop_and_refused_for_a_wide_tree():
