@@ -4,7 +4,7 @@ The multiplier systems of a step (``normal``) are nearly symmetric positive defi
 h/2 rho_0^T M^-1 rho_0 dominates) and share G^T M^-1 G's pattern at every sweep and step. Once per pattern:
 
 - a reverse Cuthill-McKee ordering (none where the pattern's own order is as narrow: a chain); when it leaves
-  a narrow band (a chain: tridiagonal; a closed loop: bandwidth 2), each solve is LAPACK's banded LU on the
+  a narrow band (a chain, a loop through the fixed pin: tridiagonal), each solve is LAPACK's banded LU on the
   permuted matrix (gtsv for a tridiagonal one), O(nu b^2);
 - otherwise (trees with many branches, graphs of wide band) a minimum-degree ordering of A + A^T taken from
   SuperLU once, and each solve a SuperLU factorisation of the permuted matrix with the natural ordering

@@ -91,10 +91,11 @@ def test_a_singular_tridiagonal_system_is_refused_with_one_line():
 
 
 def test_the_band_is_found_for_a_loop_and_refused_for_a_wide_tree():
-    """Reverse Cuthill-McKee: a closed loop's cyclic pattern has bandwidth 2 on each side; a tree of 127 beads
-    has a wide band, so it takes the sparse LU."""
+    """A closed loop through the fixed pin couples rod i only to rods i - 1 and i + 1 (the last two share the
+    last bead): tridiagonal in its own order, no permutation; a tree of 127 beads has a wide band even after
+    reverse Cuthill-McKee, so it takes the sparse LU."""
     loop = closed_chain(n=40).sparse.factorisation
-    assert loop.form == "banded" and max(loop.bands) <= 2
+    assert loop.form == "banded" and loop.bands == (1, 1) and not loop.permuted
     assert branched_tree(depth=7).sparse.factorisation.form == "splu"
 
 
