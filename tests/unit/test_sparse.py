@@ -148,6 +148,26 @@ def test_multiplier_and_hidden_constraint_on_the_sparse_path_match_the_dense_pat
     assert np.abs(fast.hidden_constraint(q, p) - slow.hidden_constraint(q, p)).max() <= 8 * EPS * np.abs(q).max()
 
 
+def test_the_stall_tests_amplification_follows_the_problem_of_a_shared_structure():
+    """Chains of one graph share their SparseG, where sqrt(cond(G^T M^-1 G)) at q0 is kept for the last problem
+    asked: each stepper's value is its own problem's, ||A||_inf / lambda_min(A) by dense eigenvalues (the
+    estimate's definition; 20 inverse iterations converge at (lambda_1 / lambda_2)^20 ~ 4^-20 on a chain), also
+    when the problems alternate."""
+    from hbvm_core.methods import HBVM
+
+    mass = 1.0 + 0.9 * np.cos(np.arange(40))
+    light = chain(n=40, theta0=0.3, linear_algebra="sparse")
+    heavy = chain(n=40, theta0=0.3, mass=mass, linear_algebra="sparse")
+    assert light.sparse is heavy.sparse
+    for problem, D in ((light, np.ones(80)), (heavy, 1.0 / np.repeat(mass, 2)), (light, np.ones(80))):
+        S = problem.sparse
+        G = S.dense(problem.q0[None, :])[0]
+        A = G.T @ (D[:, None] * G)
+        want = np.abs(A).sum(axis=1).max() / np.linalg.eigvalsh(A)[0]
+        got = HBVM(2, 2).stepper(problem).sparse.amplification ** 2
+        assert abs(got - want) <= 1e-6 * want
+
+
 def test_chain_bad_input_is_one_line_naming_the_key():
     with pytest.raises(ConfigError, match=r"^mass = 5 values: expected a positive finite number or 4 of them$"):
         chain(n=4, mass=np.ones(5))
