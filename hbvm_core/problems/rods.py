@@ -29,6 +29,8 @@ class Rods:
         self.length2 = np.asarray(length, dtype=float) ** 2
         self.mass = np.asarray(mass, dtype=float)
         self.gravity = float(gravity)
+        self._grad_row = np.zeros(2 * n)
+        self._grad_row[1::2] = self.gravity * self.mass
         xy = np.arange(2)
         free = self.a < n
         own, other = (2 * self.b[:, None] + xy).ravel(), (2 * self.a[:, None] + xy).ravel()
@@ -48,9 +50,8 @@ class Rods:
         return self.gravity * (Q[:, 1::2] @ self.mass)
 
     def grad_U(self, Q: Array) -> Array:
-        out = np.zeros_like(Q)
-        out[:, 1::2] = self.gravity * self.mass
-        return out
+        """gravity mass_b at each y_b, the same at every point (U linear)."""
+        return np.repeat(self._grad_row[None, :], Q.shape[0], axis=0)
 
     def g(self, Q: Array) -> Array:
         d = self._d(Q)
@@ -75,8 +76,10 @@ class Rods:
         """The nonzeros of G at Q in ``pattern`` order, shape (points, nnz): 2 (x_{b_e} - x_{a_e}) at b_e's
         coordinates and 2 (x_{a_e} - x_{b_e}) at a_e's, each the difference of two of q's coordinates (the pin's
         0 padded after them)."""
-        X = np.concatenate([Q, np.zeros((Q.shape[0], 2))], axis=1)
-        return 2.0 * (X.take(self._plus, axis=1) - X.take(self._minus, axis=1))
+        X = np.concatenate([2.0 * Q, np.zeros((Q.shape[0], 2))], axis=1)  # 2 x exactly: 2 (a - b) = 2 a - 2 b
+        out = X.take(self._plus, axis=1)
+        out -= X.take(self._minus, axis=1)
+        return out
 
     def structure(self, linear_algebra: str = "auto") -> SparseG:
         rows, cols, _ = self.pattern()
