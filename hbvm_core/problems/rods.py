@@ -29,24 +29,29 @@ class Rods:
         self.length2 = np.asarray(length, dtype=float) ** 2
         self.mass = np.asarray(mass, dtype=float)
         self.gravity = float(gravity)
+        self._grad_row = np.zeros(2 * n)
+        self._grad_row[1::2] = self.gravity * self.mass
+        xy = np.arange(2)
+        free = self.a < n
+        own, other = (2 * self.b[:, None] + xy).ravel(), (2 * self.a[:, None] + xy).ravel()
+        # G's nonzero e is 2 (q[_plus[e]] - q[_minus[e]]) (the pin at 2 n, 2 n + 1), in ``pattern`` order
+        self._plus = np.concatenate([own, (2 * self.a[free, None] + xy).ravel()])
+        self._minus = np.concatenate([other, (2 * self.b[free, None] + xy).ravel()])
 
     def _beads(self, Q: Array) -> Array:
         """(points, n + 1, 2): the beads and the pin."""
-        X = np.zeros((Q.shape[0], self.n + 1, 2))
-        X[:, : self.n] = Q.reshape(Q.shape[0], self.n, 2)
-        return X
+        return np.concatenate([Q, np.zeros((Q.shape[0], 2))], axis=1).reshape(Q.shape[0], self.n + 1, 2)
 
     def _d(self, Q: Array) -> Array:
-        X = self._beads(Q)
-        return X[:, self.b] - X[:, self.a]  # (points, nu, 2)
+        X = self._beads(Q)  # np.take: far faster than fancy indexing along axis 1
+        return np.take(X, self.b, axis=1) - np.take(X, self.a, axis=1)  # (points, nu, 2)
 
     def U(self, Q: Array) -> Array:
         return self.gravity * (Q[:, 1::2] @ self.mass)
 
     def grad_U(self, Q: Array) -> Array:
-        out = np.zeros_like(Q)
-        out[:, 1::2] = self.gravity * self.mass
-        return out
+        """gravity mass_b at each y_b, the same at every point (U linear)."""
+        return np.repeat(self._grad_row[None, :], Q.shape[0], axis=0)
 
     def g(self, Q: Array) -> Array:
         d = self._d(Q)
@@ -68,10 +73,13 @@ class Rods:
         return rows, cols, free
 
     def values(self, Q: Array) -> Array:
-        """The nonzeros of G at Q in ``pattern`` order, shape (points, nnz)."""
-        d = 2.0 * self._d(Q)
-        free = self.a < self.n
-        return np.concatenate([d.reshape(Q.shape[0], -1), -d[:, free].reshape(Q.shape[0], -1)], axis=1)
+        """The nonzeros of G at Q in ``pattern`` order, shape (points, nnz): 2 (x_{b_e} - x_{a_e}) at b_e's
+        coordinates and 2 (x_{a_e} - x_{b_e}) at a_e's, each the difference of two of q's coordinates (the pin's
+        0 padded after them)."""
+        X = np.concatenate([2.0 * Q, np.zeros((Q.shape[0], 2))], axis=1)  # 2 x exactly: 2 (a - b) = 2 a - 2 b
+        out = X.take(self._plus, axis=1)
+        out -= X.take(self._minus, axis=1)
+        return out
 
     def structure(self, linear_algebra: str = "auto") -> SparseG:
         rows, cols, _ = self.pattern()

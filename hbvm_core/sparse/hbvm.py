@@ -4,8 +4,8 @@ rho_j = sum_i b_i P_j(c_i) G(Q_i) share G's pattern, so the stack rho is an (s, 
 D = M^-1 diagonal,
 
     A   = h sum_{j,l} X[j, l] rho_j^T D rho_l          (assembled over the pattern of G^T D G, ``normal``)
-    b   = rho_0^T D p0 - h sum_j rho_j^T (X D psi)_j
-    gamma = e_0 D p0 - h X D (psi + rho lam)
+    b   = sum_j rho_j^T y_j,   y = e_0 D p0 - h X D psi
+    gamma = y - h X D rho lam
 
 and A lam = b is solved by ``factor.Factorisation`` (ordering found once per pattern). The time loop, warm
 start and stopping rule are the dense stepper's (``methods.hbvm.HBVMStepper``), which hands its sweeps here.
@@ -32,6 +32,21 @@ def condition(normal, factor, data, iterations: int = 20) -> float:
     return float(abs(A).sum(axis=1).max()) * mu
 
 
+def amplification(problem, dinv_nz) -> float:
+    """sqrt(cond(G^T M^-1 G)) at q0 (``condition``): kept on the structure for the last (q0, M) asked, so the
+    steppers of one problem (a run's chunks, repeated runs) estimate it once."""
+    S = problem.sparse
+    key = problem.q0.tobytes() + dinv_nz.tobytes()
+    last = getattr(S, "_amplification", None)
+    if last is None or last[0] != key:
+        G0 = S.values(problem.q0[None, :])
+        last = S._amplification = (
+            key,
+            float(np.sqrt(condition(S.normal, S.factorisation, S.normal.data(G0, G0 * dinv_nz)))),
+        )
+    return last[1]
+
+
 class SparseSweep:
     """The sweep of one problem's HBVM(k, s) stepper on the nonzeros of G (``Problem.sparse``)."""
 
@@ -43,28 +58,28 @@ class SparseSweep:
         self.normal = self.structure.normal
         self.factor = self.structure.factorisation
         self.size = 0.0
-        G0 = self.structure.values(problem.q0[None, :])
-        self.amplification = float(
-            np.sqrt(condition(self.normal, self.factor, self.normal.data(G0, G0 * self.dinv_nz)))
-        )
+        self.amplification = amplification(problem, self.dinv_nz)
 
     def sweep(self, q0, p0, Mp0, h, gamma):
-        """One fixed-point sweep gamma -> gamma_new; aux = (lam, psi_0, rho_0 values, Q)."""
-        tab, pb, S = self.tab, self.problem, self.structure
+        """One fixed-point sweep gamma -> gamma_new; aux = (lam, psi_0, rho_0 values, Q).
+
+        With y the stage terms without the constraint (y_0 = M^-1 p0 - h (X M^-1 psi)_0, y_j = -h (X M^-1 psi)_j):
+        b = sum_j rho_j^T y_j, A lam = b, gamma_new = y - h X M^-1 rho lam."""
+        tab, pb, S, s = self.tab, self.problem, self.structure, self.tab.s
         Q = q0 + h * (tab.Ihat @ gamma)  # stage positions (k, m)
         psi = tab.W.T @ pb.grad_U(Q)  # (s, m)
         XMpsi = tab.X @ (psi * self.dinv)
-        new = -h * XMpsi
-        new[0] += Mp0
+        y = -h * XMpsi
+        y[0] += Mp0
         rho = tab.W.T @ S.values(Q)  # (s, nnz)
-        XMrho = tab.X @ (rho * self.dinv_nz)
-        A = h * self.normal.data(rho, XMrho)
-        b = S.Gt_dot(rho[:1], Mp0)[0] - h * S.Gt_dot(rho, XMpsi).sum(axis=0)
-        lam = self.factor.solve(A, b)
-        new -= h * S.G_dot(XMrho, lam)
-        terms = S.G_dot(np.abs(XMrho), np.abs(lam))  # before the tensions of neighbouring rods cancel
-        self.size = h * max(float(np.max(terms)), float(np.max(np.abs(XMpsi))))
-        return new, (lam, psi[0], rho[0], Q)
+        hXMrho = tab.X @ (rho * (h * self.dinv_nz))
+        b = np.bincount(S.cols, np.einsum("jp,jp->p", rho, y.take(S.rows, axis=1)), S.nu)
+        lam = self.factor.solve(self.normal.data(rho, hXMrho), b)
+        # h X M^-1 rho lam, and its terms' size |h X M^-1 rho lam| summed before the tensions of neighbours cancel
+        w = hXMrho * lam.take(S.cols)
+        both = S.scatter_rows(np.concatenate([w, np.abs(w)]))
+        self.size = max(float(np.max(both[s:])), h * float(np.max(np.abs(XMpsi))))
+        return y - both[:s], (lam, psi[0], rho[0], Q)
 
     def terms(self) -> tuple[float, float]:
         """The largest term the last sweep summed into gamma (h X M^-1 rho lam, h X M^-1 psi), and that times

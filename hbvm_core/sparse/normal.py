@@ -19,7 +19,8 @@ Array = np.ndarray
 
 
 class NormalPattern:
-    """Pairs (e1, e2) of nonzeros of G in one row, and the CSR pattern (indptr, indices) of G^T D G."""
+    """Pairs (e1, e2) of nonzeros of G in one row (those with e1 != e2: the pairs (e, e) are implied), where each
+    lands (``target``: the pairs (e, e) first), and the CSR pattern (indptr, indices) of G^T D G."""
 
     def __init__(self, structure) -> None:
         from scipy import sparse
@@ -28,10 +29,15 @@ class NormalPattern:
         nnz = rows.size
         B = sparse.csr_matrix((np.ones(nnz), (rows, np.arange(nnz))), shape=(structure.m, nnz))
         pairs = (B.T @ B).tocoo()  # (e1, e2) nonzero iff rows[e1] == rows[e2]
-        self.e1, self.e2 = pairs.row.astype(np.intp), pairs.col.astype(np.intp)
-        code = cols[self.e1] * nu + cols[self.e2]
-        unique, self.target = np.unique(code, return_inverse=True)
-        self.target = self.target.reshape(-1)
+        e1, e2 = pairs.row.astype(np.intp), pairs.col.astype(np.intp)
+        unique, target = np.unique(cols[e1] * nu + cols[e2], return_inverse=True)
+        target = target.reshape(-1)
+        # the pairs (e, e), one per nonzero, need no gather: their targets first, in nonzero order, then the others'
+        same = e1 == e2
+        diagonal = np.empty(nnz, dtype=np.intp)
+        diagonal[e1[same]] = target[same]
+        self.e1, self.e2 = e1[~same], e2[~same]
+        self.target = np.concatenate([diagonal, target[~same]])
         c1, self.indices = np.divmod(unique, nu)
         self.indptr = np.concatenate([[0], np.cumsum(np.bincount(c1, minlength=nu))])
         self.nnz = unique.size
@@ -40,7 +46,9 @@ class NormalPattern:
     def data(self, left: Array, right: Array) -> Array:
         """CSR data of sum_j L_j^T R_j for stacks left, right of shape (L, nnz) in G's pattern (the diagonal
         M^-1, and X, already applied to ``right``)."""
-        w = np.einsum("jp,jp->p", left[:, self.e1], right[:, self.e2])
+        w = np.concatenate(
+            [np.einsum("jp,jp->p", left, right), np.einsum("jp,jp->p", left.take(self.e1, 1), right.take(self.e2, 1))]
+        )
         return np.bincount(self.target, w, self.nnz)
 
     def matrix(self, data: Array):

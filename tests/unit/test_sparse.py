@@ -62,10 +62,13 @@ def test_normal_assembly_matches_the_dense_product(bent):
 
 
 @pytest.mark.parametrize("form", ["banded", "splu"])
-@pytest.mark.parametrize("problem", [closed_chain(n=30), branched_tree(depth=5)], ids=["loop", "tree"])
+@pytest.mark.parametrize(
+    "problem", [chain(n=30, theta0=0.4), closed_chain(n=30), branched_tree(depth=5)], ids=["chain", "loop", "tree"]
+)
 def test_factorisation_solves_like_dense_elimination(problem, form):
     """Either solver, with its ordering found once, solves G^T M^-1 G x = b and a second matrix of the same
-    pattern to the conditioning of the system (backward error: residual <= 100 eps |A| |x|)."""
+    pattern to the conditioning of the system (backward error: residual <= 100 eps |A| |x|); the chain's
+    tridiagonal band takes LAPACK's gtsv, the loop's wider one solve_banded."""
     S = problem.sparse
     f = Factorisation(S.normal.indptr, S.normal.indices, S.nu, form)
     rng = np.random.default_rng(3)
@@ -77,11 +80,22 @@ def test_factorisation_solves_like_dense_elimination(problem, form):
         assert np.abs(A @ x - b).max() <= 100 * EPS * np.abs(A).max() * np.abs(x).max()
 
 
+def test_a_singular_tridiagonal_system_is_refused_with_one_line():
+    """A chain's G^T G with the first rod's column zeroed (a rod of length 0: a zero row and column of A) is
+    singular; the tridiagonal solve says so instead of returning inf or NaN."""
+    S = chain(n=10).sparse
+    Gv = S.values(chain(n=10).q0[None, :])
+    Gv[:, S.cols == 0] = 0.0
+    with pytest.raises(np.linalg.LinAlgError, match="singular"):
+        S.factorisation.solve(S.normal.data(Gv, Gv), np.ones(S.nu))
+
+
 def test_the_band_is_found_for_a_loop_and_refused_for_a_wide_tree():
-    """Reverse Cuthill-McKee: a closed loop's cyclic pattern has bandwidth 2 on each side; a tree of 127 beads
-    has a wide band, so it takes the sparse LU."""
+    """A closed loop through the fixed pin couples rod i only to rods i - 1 and i + 1 (the last two share the
+    last bead): tridiagonal in its own order, no permutation; a tree of 127 beads has a wide band even after
+    reverse Cuthill-McKee, so it takes the sparse LU."""
     loop = closed_chain(n=40).sparse.factorisation
-    assert loop.form == "banded" and max(loop.bands) <= 2
+    assert loop.form == "banded" and loop.bands == (1, 1) and not loop.permuted
     assert branched_tree(depth=7).sparse.factorisation.form == "splu"
 
 
@@ -132,6 +146,26 @@ def test_multiplier_and_hidden_constraint_on_the_sparse_path_match_the_dense_pat
     lam, want = fast.multiplier(q, p), slow.multiplier(q, p)
     assert np.abs(lam - want).max() <= 1e3 * EPS * np.abs(want).max()  # cond(G^T M^-1 G) ~ n^2 / 10
     assert np.abs(fast.hidden_constraint(q, p) - slow.hidden_constraint(q, p)).max() <= 8 * EPS * np.abs(q).max()
+
+
+def test_the_stall_tests_amplification_follows_the_problem_of_a_shared_structure():
+    """Chains of one graph share their SparseG, where sqrt(cond(G^T M^-1 G)) at q0 is kept for the last problem
+    asked: each stepper's value is its own problem's, ||A||_inf / lambda_min(A) by dense eigenvalues (the
+    estimate's definition; 20 inverse iterations converge at (lambda_1 / lambda_2)^20 ~ 4^-20 on a chain), also
+    when the problems alternate."""
+    from hbvm_core.methods import HBVM
+
+    mass = 1.0 + 0.9 * np.cos(np.arange(40))
+    light = chain(n=40, theta0=0.3, linear_algebra="sparse")
+    heavy = chain(n=40, theta0=0.3, mass=mass, linear_algebra="sparse")
+    assert light.sparse is heavy.sparse
+    for problem, D in ((light, np.ones(80)), (heavy, 1.0 / np.repeat(mass, 2)), (light, np.ones(80))):
+        S = problem.sparse
+        G = S.dense(problem.q0[None, :])[0]
+        A = G.T @ (D[:, None] * G)
+        want = np.abs(A).sum(axis=1).max() / np.linalg.eigvalsh(A)[0]
+        got = HBVM(2, 2).stepper(problem).sparse.amplification ** 2
+        assert abs(got - want) <= 1e-6 * want
 
 
 def test_chain_bad_input_is_one_line_naming_the_key():
