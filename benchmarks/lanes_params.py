@@ -14,7 +14,7 @@ Rows, in us per run-step (process CPU time: the machine may be loaded): ``lockst
 with ``HBVM_LANES=0``), ``run_chunk-one-run`` (the middle grid point's scalar loop, R N steps in one compiled
 call: the anchor of the ratio). The compile (or load) happens in an untimed first call; each row is the best of
 ``--repeats``. ``--solver blended``: the same cases with HBVM's blended solver (simplified Newton), whose lockstep
-blocks (HBVM_LANES=blended) solve the bordered system (B2) in each lane. The first lockstep call's compile (or load)
+blocks solve the bordered system (B2) in each lane. The first lockstep call's compile (or load)
 of the lockstep module is reported (``lockstep_compile_s``, from ``registry.LOOP_TIMES``; "loaded" where numba's
 cache had it: ``HBVM_KERNEL_CACHE=<empty folder>`` compiles afresh).
 """
@@ -57,8 +57,7 @@ def cases(quick: bool, solver: str = "fixed-point") -> list[dict]:
 def ensemble(case: dict, N: int, lanes: bool) -> None:
     """The case's runs by one ``integrate_ensemble`` call on one thread (lockstep off where ``lanes`` is False)."""
     previous = os.environ.get("HBVM_LANES")
-    on = "blended" if getattr(case["method"], "solver", "") == "blended" else "1"  # the blended blocks: asked for
-    os.environ["HBVM_LANES"] = on if lanes else "0"
+    os.environ["HBVM_LANES"] = "1" if lanes else "0"
     try:
         res = hc.integrate_ensemble(
             case["problem"], case["method"], case["h"], N, params=case["params"], sample_every=N, threads=1

@@ -366,8 +366,8 @@ def _run_numba(runner, inputs: dict, threads: int | None, problem: Problem, meth
 
 
 def lockstep_refusal(runner, m: int, nu: int, method=None) -> str | None:
-    """Why no run of this loop goes in lockstep (the condition of ``lanes.applies`` that fails, or HBVM_LANES=0;
-    the blended solver without HBVM_LANES=blended), as a phrase; None where the runs can."""
+    """Why no run of this loop goes in lockstep (the condition of ``lanes.applies`` that fails, or HBVM_LANES=0),
+    as a phrase; None where the runs can."""
     import os
 
     from .kernels import lanes
@@ -384,8 +384,6 @@ def lockstep_refusal(runner, m: int, nu: int, method=None) -> str | None:
     size = lanes.bordered_size(runner, m, nu)
     if size > lanes.LANE_SYSTEM_MAX:
         return f"the blended solver's s m + nu = {size}, above lockstep's {lanes.LANE_SYSTEM_MAX}"
-    if size and not lanes.blended_asked():
-        return "the blended solver: its lockstep blocks are slower than the per-run block (HBVM_LANES=blended)"
     return None if lanes.applies(runner, m, nu) else "no lockstep form for this loop"
 
 

@@ -98,9 +98,9 @@ LANES = 16
 #: the largest k s m (nu + 1) (the multiply-adds of psi and rho per sweep) that gets a lockstep block; past it
 #: the unrolled loops grow the module (and its compile) beyond what was measured
 LANE_WORK_MAX = 1024
-#: the most unknowns s m + nu of the blended solver's bordered system that get a lockstep block: its elimination
-#: (``linalg.solve_small``, some (s m + nu)^3 statements once unrolled) grows the module and its compile beyond
-#: what was measured past it
+#: the most unknowns s m + nu of the blended solver's bordered system that get a lockstep block: its solve costs
+#: some (s m + nu)^3 / 3 multiply-adds an iteration per lane, where the per-run loop factorises A11 once a step and
+#: solves by its Schur complement; measured faster than the per-run block up to 15 (rods in space, HBVM(4,2))
 LANE_SYSTEM_MAX = 16
 #: the fewest runs that get lockstep blocks (fewer would leave most lanes empty)
 MIN_GROUP = LANES // 2
@@ -197,6 +197,7 @@ def lane_block(q0, p0, h0, N0, every0, run, warm, rule, L_in, params, lam0, comp
     stage point's (Fortran-ordered, as Q), where they differ (LANE_PARAMS)."""
     rtol, stall, max_iter = rule[0], rule[1], int(rule[2])
     n_sys = SB_SIZE * run.shape[0] // LANES  # SB_SIZE, a run-time value (the blended solve's loops stay loops)
+    n_lanes = run.shape[0]  # LANES, a run-time value (LaneRewriter._runtime_lanes)
     WK = np.zeros(LANE_SLOTS * LANES)
     batch_views()
     P = params[run[0]]
@@ -318,8 +319,8 @@ FIXED_POINT_ITERATION = """
 #: the per-run loop factorises A11 once and solves by its Schur complement, whose row swaps at a per-run pivot
 #: the loop over lanes cannot vectorise). The solve is a ``lane_sunk`` loop (``LaneRewriter._sunk``): its loops
 #: stay loops, a loop over lanes inside each, and its size n_sys a run-time value (SB_SIZE, which LLVM cannot
-#: see through ``run.shape[0]``), so that LLVM does not unroll (s m + nu)^3 statements: unrolled, the rods in
-#: space's module (s m + nu = 15) compiled in some 75 s
+#: see through ``run.shape[0]``), so that LLVM does not unroll (s m + nu)^3 statements: the rods in space's module
+#: (s m + nu = 15) compiled in 111 s unrolled, 57 s so (a loaded machine: load 5, then 3.5)
 BLENDED_ITERATION = """
         for _ln in lane_loop(act):
             for r in range(NU_SIZE):
@@ -380,25 +381,15 @@ BLENDED_ITERATION = """
 
 
 def applies(runner, m: int, nu: int) -> bool:
-    """Whether a runner's loop has a lockstep form that pays: HBVM's constant multiplier (any M, any params per
-    run), k s m (nu + 1) at most ``LANE_WORK_MAX``; the fixed-point solver, or the blended one where asked for
-    (``blended_asked``: its blocks are slower than the per-run block, docs/performance.md) with its bordered
-    system at most ``LANE_SYSTEM_MAX`` unknowns."""
+    """Whether a runner's loop has a lockstep form that pays: HBVM's constant multiplier, either solver (any M, any
+    params per run), k s m (nu + 1) at most ``LANE_WORK_MAX``, and for the blended solver s m + nu at most
+    ``LANE_SYSTEM_MAX``."""
     from .driver import CompiledRunner
 
     if type(runner) is not CompiledRunner:
         return False
     k, s = runner.tab[0].shape
-    size = bordered_size(runner, m, nu)
-    return k * s * m * (nu + 1) <= LANE_WORK_MAX and size <= LANE_SYSTEM_MAX and (not size or blended_asked())
-
-
-def blended_asked() -> bool:
-    """Whether the blended solver's runs go in lockstep: HBVM_LANES=blended (measured at 1.7-2.2x the scalar loop
-    a run-step, against 0.9-1.1x for the per-run block: ``python -m benchmarks.lanes_params --solver blended``)."""
-    import os
-
-    return os.environ.get("HBVM_LANES", "1") == "blended"
+    return k * s * m * (nu + 1) <= LANE_WORK_MAX and bordered_size(runner, m, nu) <= LANE_SYSTEM_MAX
 
 
 def bordered_size(runner, m: int, nu: int) -> int:
@@ -811,7 +802,8 @@ class LaneRewriter(ast.NodeTransformer):
         prologue = []
         if masked is not None:
             prologue = [ast.parse(f"_mask = {ast.unparse(self._slot(masked))} != 0.0").body[0]]
-        return ast.For(ast.Name(LANE, ast.Store()), ast.parse("range(LANES)", mode="eval").body, prologue + stmts, [])
+        lanes = ast.parse(f"range({'n_lanes' if self._runtime_lanes() else 'LANES'})", mode="eval").body
+        return ast.For(ast.Name(LANE, ast.Store()), lanes, prologue + stmts, [])
 
     def visit_If(self, node: ast.If):
         """Inside a lane loop, a branch that stores lane values becomes its two bodies run for every lane, each
@@ -867,9 +859,20 @@ class LaneRewriter(ast.NodeTransformer):
         return bool(_evaluate(test, self.constants))
 
     # ----------------------------------------------------------------- names and subscripts inside lane loops
+    def _runtime_lanes(self) -> bool:
+        """Whether the loops over lanes run over ``range(n_lanes)`` (n_lanes = LANES read at run time) and index WK
+        unsigned: in the blended module. Over the constant range(LANES) LLVM unrolls a loop over lanes with a short
+        body (the solve's, the update's) into 16 scalar copies instead of vectorising it; and numba's wraparound of
+        a negative signed index keeps it from bounding the rows of J that a loop reads and writes, so that it
+        leaves the loop scalar. Measured on the conical pendulum (HBVM(2,2), one core): 1.70 -> 0.84 us a run-step.
+        The fixed-point module keeps range(LANES): its loops over lanes are long, and were measured so."""
+        return bool(self.constants.get("SOLVER"))
+
     def _slot(self, name: str, index: ast.expr | None = None) -> ast.Subscript:
         first, _ = self.slots[name]
         offset = str(first) if index is None else f"{first} + {ast.unparse(index)}"
+        if self._runtime_lanes():  # unsigned: no wraparound for a negative index
+            return ast.parse(f"WK[np.uint64(({offset}) * LANES + {LANE})]", mode="eval").body
         return ast.parse(f"WK[({offset}) * LANES + {LANE}]", mode="eval").body
 
     def _flat(self, name: str, index: ast.expr) -> ast.expr:

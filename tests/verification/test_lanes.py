@@ -97,11 +97,10 @@ def test_lockstep_failures_stay_in_their_lane(monkeypatch):
         assert_close(getattr(lock, key), getattr(ref, key), int(N.max()), key)
 
 
-def test_lane_groups_by_structure(monkeypatch):
+def test_lane_groups_by_structure():
     """All runs of one structure go in lockstep: whole blocks of one params row first (each row's runs by steps),
-    then the rest by steps; blocks whose runs share a row and the others are told apart; fewer than MIN_GROUP
-    runs get none, the blended solver's only where HBVM_LANES=blended asks (and its bordered system has at most
-    LANE_SYSTEM_MAX unknowns)."""
+    then the rest by steps; blocks whose runs share a row and the others are told apart, for either solver; fewer
+    than MIN_GROUP runs, or a blended solver's bordered system above LANE_SYSTEM_MAX unknowns, get none."""
     pb = conical_pendulum(length=1.5)
     runner = METHOD.compiled_runner(pb)
     big, small = lanes.LANES + 1, 3
@@ -117,11 +116,8 @@ def test_lane_groups_by_structure(monkeypatch):
     np.testing.assert_array_equal(shared, first[: lanes.LANES])  # one whole block of the row [1, 2]
     np.testing.assert_array_equal(mixed, np.r_[rest, np.full(lanes.LANES - rest.size, -1)])
     blended = hc.HBVM(2, 2, solver="blended").compiled_runner(pb)
-    assert lane_groups(blended, inputs) == []  # not asked for (slower than the per-run block)
-    monkeypatch.setenv("HBVM_LANES", "blended")
     np.testing.assert_array_equal(lane_groups(blended, inputs)[0], runs)  # its own lockstep form
     assert lane_groups(hc.HBVM(6, 6, solver="blended").compiled_runner(pb), inputs) == []  # s m + nu = 19
-    monkeypatch.delenv("HBVM_LANES")
     few = {key: value[: lanes.MIN_GROUP - 1] for key, value in inputs.items()}
     assert lane_groups(runner, few) == []
 
@@ -153,6 +149,9 @@ def test_lane_source_rewrites_every_lane_value(solver):
     assert "grad_U(Q, gU, P)" not in calls and "G(Q, GQ, P)" not in calls
     if solver:
         assert "grad_U_points(Qfd, gfd, PP)" in calls and "G(Qfd[_lp::LANES], Gfd[_lp::LANES], PL[_lp])" in calls
+        # the bordered solve is solve_small's own loops, not unrolled, each with its loops over the lanes inside
+        solve = next(n for n in ast.walk(block_fn) if isinstance(n, ast.For) and ast.unparse(n.iter) == "range(n_sys)")
+        assert ast.unparse(solve.body[0].iter) == "range(n_lanes)" and solve.body[0].target.id == lanes.LANE
 
 
 def lane_slots_read(source: str, name: str, constants: dict) -> set[int]:
@@ -175,7 +174,9 @@ def lane_slots_read(source: str, name: str, constants: dict) -> set[int]:
                         walk(stmt, env | {node.target.id: value})
                 return
         if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and getattr(node.value, "id", "") == "WK":
-            flat = node.slice  # WK[(slot) * LANES + _ln]
+            flat = node.slice  # WK[(slot) * LANES + _ln], or WK[np.uint64((slot) * LANES + _ln)] (blended)
+            if isinstance(flat, ast.Call) and getattr(flat.func, "attr", "") == "uint64":
+                flat = flat.args[0]
             if isinstance(flat, ast.BinOp) and isinstance(flat.left, ast.BinOp):
                 try:
                     slot = eval(ast.unparse(flat.left.left), {}, env)  # noqa: S307 - the generator's offsets

@@ -1,8 +1,7 @@
 """Lockstep blocks of the blended solver (``kernels/lanes.py``'s ``BLENDED_ITERATION``: the simplified Newton
 iteration of docs/method.md 3, its bordered system (B2) solved in each lane by ``linalg.solve_small``) against
 their oracles: the per-run block (HBVM_LANES=0) and the per-run compiled loop (``hbvm_core.integrate``), which
-factorise A11 once a step and solve by its Schur complement (HBVM_LANES=blended: by default the blended solver's
-runs take the per-run block, which is faster). The lanes differ in params and M (diagonal, full);
+factorise A11 once a step and solve by its Schur complement. The lanes differ in params and M (diagonal, full);
 each run starts from its own lambda(q0, p0). H and g are conserved to round-off: HBVM(k, s) with k >= s on
 problems whose H and g are of degree 2 (docs/method.md 3)."""
 
@@ -37,7 +36,6 @@ def against_per_run_block(monkeypatch, run, steps):
     The counts may differ where a step's increments reach round-off: the stall rule (d >= d_prev at d <= stall
     scale, ``rules.converged``) then decides on the rounding, which the two solves of (B2) leave different (a
     first run: one sweep more or less at 2 of 1200 run-steps)."""
-    monkeypatch.setenv("HBVM_LANES", "blended")  # asked for: by default the blended runs take the per-run block
     lock = run()
     monkeypatch.setenv("HBVM_LANES", "0")
     ref = run()
