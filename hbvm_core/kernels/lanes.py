@@ -320,7 +320,7 @@ FIXED_POINT_ITERATION = """
 #: the loop over lanes cannot vectorise). The solve is a ``lane_sunk`` loop (``LaneRewriter._sunk``): its loops
 #: stay loops, a loop over lanes inside each, and its size n_sys a run-time value (SB_SIZE, which LLVM cannot
 #: see through ``run.shape[0]``), so that LLVM does not unroll (s m + nu)^3 statements: the rods in space's module
-#: (s m + nu = 15) compiled in 111 s unrolled, 57 s so (a loaded machine: load 5, then 3.5)
+#: (s m + nu = 15) compiled in 111 s unrolled, 57 s so at load 5 and 3.5 (32 s at load 1.4)
 BLENDED_ITERATION = """
         for _ln in lane_loop(act):
             for r in range(NU_SIZE):
