@@ -371,18 +371,19 @@ def lockstep_refusal(runner, m: int, nu: int, method=None) -> str | None:
     import os
 
     from .kernels import lanes
-    from .kernels.driver import SOLVER_CODES, CompiledRunner
+    from .kernels.driver import CompiledRunner
 
     if os.environ.get("HBVM_LANES", "1") == "0":
         return "HBVM_LANES=0 turns lockstep off"
     if type(runner) is not CompiledRunner:
         name = getattr(method, "name", type(method).__name__) if method is not None else type(runner).__name__
         return f"method {name}: lockstep takes HBVM with the constant multiplier only"
-    if runner.solver != SOLVER_CODES["fixed-point"]:
-        return "the blended solver: lockstep takes the fixed-point solver only"
     k, s = runner.tab[0].shape
     if k * s * m * (nu + 1) > lanes.LANE_WORK_MAX:
         return f"k s m (nu + 1) = {k * s * m * (nu + 1)}, above lockstep's {lanes.LANE_WORK_MAX}"
+    size = lanes.bordered_size(runner, m, nu)
+    if size > lanes.LANE_SYSTEM_MAX:
+        return f"the blended solver's s m + nu = {size}, above lockstep's {lanes.LANE_SYSTEM_MAX}"
     return None if lanes.applies(runner, m, nu) else "no lockstep form for this loop"
 
 

@@ -172,11 +172,11 @@ def _fp_increment(gamma, new, s, m):
 
 
 @inline_source
-def _newton_matrix(q, h, lam, X2, L, P, s, m, nu, Qfd, gfd, Gfd, K, Hg, A11, piv11, delta, Mv):
-    """The blended iteration's matrix, once per step; returns OK, DIVERGED (non-finite) or SINGULAR.
+def _newton_matrix(q, h, lam, X2, L, P, s, m, nu, Qfd, gfd, Gfd, K, Hg, A11, delta, Mv):
+    """The blended iteration's matrix, once per step; returns OK, or DIVERGED where it is not finite.
 
     M^{-1} K0 = M^{-1} d/dq [grad U + G lam](q0) and Hg[c, a, r] = d G[c, r] / d q_a by central differences;
-    A11 = I + h^2 X^2 (x) M^{-1} K0, LU-factorised in place with partial pivoting (piv11)."""
+    A11 = I + h^2 X^2 (x) M^{-1} K0 (factorised by ``_newton_factor``; the lockstep blocks solve (B2) whole)."""
     for i in range(2 * m):
         for a in range(m):
             Qfd[i, a] = q[a]
@@ -211,29 +211,32 @@ def _newton_matrix(q, h, lam, X2, L, P, s, m, nu, Qfd, gfd, Gfd, K, Hg, A11, piv
                     A11[j * m + a, l * m + c] = f * K[a, c]
         for a in range(m):
             A11[j * m + a, j * m + a] += 1.0
+    return OK if usable else DIVERGED
+
+
+@inline_source
+def _newton_factor(A11, piv11, sm):
+    """A11 LU-factorised in place with partial pivoting (piv11); returns OK or SINGULAR."""
     factored = OK
-    if not usable:
-        factored = DIVERGED
-    else:
-        for c in range(s * m):
-            pr = c
-            big = abs(A11[c, c])
-            for r in range(c + 1, s * m):
-                if abs(A11[r, c]) > big:
-                    big = abs(A11[r, c])
-                    pr = r
-            piv11[c] = pr
-            if big == 0.0:
-                factored = SINGULAR
-                break
-            if pr != c:
-                for j in range(s * m):
-                    A11[c, j], A11[pr, j] = A11[pr, j], A11[c, j]
-            for r in range(c + 1, s * m):
-                f = A11[r, c] / A11[c, c]
-                A11[r, c] = f
-                for j in range(c + 1, s * m):
-                    A11[r, j] -= f * A11[c, j]
+    for c in range(sm):
+        pr = c
+        big = abs(A11[c, c])
+        for r in range(c + 1, sm):
+            if abs(A11[r, c]) > big:
+                big = abs(A11[r, c])
+                pr = r
+        piv11[c] = pr
+        if big == 0.0:
+            factored = SINGULAR
+            break
+        if pr != c:
+            for j in range(sm):
+                A11[c, j], A11[pr, j] = A11[pr, j], A11[c, j]
+        for r in range(c + 1, sm):
+            f = A11[r, c] / A11[c, c]
+            A11[r, c] = f
+            for j in range(c + 1, sm):
+                A11[r, j] -= f * A11[c, j]
     return factored
 
 
@@ -483,7 +486,9 @@ def run_chunk(
         else:  # simplified Newton (hbvm_core.blended), from the previous step's multiplier (lam0 on the first step)
             for r in range(nu):
                 lam[r] = lam_prev[r]
-            status = _newton_matrix(q, h, lam, X2, L, P, s, m, nu, Qfd, gfd, Gfd, K, Hg, A11, piv11, delta, Mv)
+            status = _newton_matrix(q, h, lam, X2, L, P, s, m, nu, Qfd, gfd, Gfd, K, Hg, A11, delta, Mv)
+            if status == OK:
+                status = _newton_factor(A11, piv11, sm)
             it, d = 0, np.nan
             d_prev = np.inf
             for newton in range(1, max_iter + 1 if status == OK else 1):

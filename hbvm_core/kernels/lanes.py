@@ -7,10 +7,12 @@ arithmetic statement of the step runs over LANES runs in one loop that LLVM
 turns into SIMD instructions (8 doubles a vector with AVX-512).
 
 The step is the template's own arithmetic. ``LANE_DRIVER`` below is the time
-loop of the fixed-point HBVM step in lockstep form: it calls the template's
+loop of the HBVM step in lockstep form, with the solver's iteration pasted in
+(``FIXED_POINT_ITERATION``, ``BLENDED_ITERATION``): it calls the template's
 ``@inline_source`` helpers (``kernels/hbvm.py``: the warm start, the stages,
-the fixed-point sweep, its increment, the compensated update; ``rules.py``:
-the stopping rule and the save rule), which ``registry.expand_inline`` pastes
+the fixed-point sweep, its increment, the blended solver's Newton matrix and
+system, the compensated update; ``rules.py``: the stopping rule and the save
+rule; ``linalg.py``), which ``registry.expand_inline`` pastes
 in as for ``run_chunk``. ``lane_source`` then rewrites the pasted code on its
 syntax tree (``LaneRewriter``):
 
@@ -45,8 +47,9 @@ that is the one it vectorises. The module is compiled with numba's
 raising, so a loop over lanes has no exit (a masked lane may divide by zero;
 its result is not kept).
 
-Where it applies (``applies``): HBVM with a constant multiplier and the
-fixed-point solver, k s m (nu + 1) at most ``LANE_WORK_MAX``. Each lane takes
+Where it applies (``applies``): HBVM with a constant multiplier, either
+solver, k s m (nu + 1) at most ``LANE_WORK_MAX`` (and for the blended solver s m
++ nu at most ``LANE_SYSTEM_MAX``). Each lane takes
 its run's own M (``HAS_M``: the run's Cholesky factor is a lane array;
 ``linalg.minv`` rewritten as the rest, its sizes the constant L_SIZE, with the
 products with the zeros off the diagonal dropped where every M is diagonal,
@@ -60,7 +63,12 @@ the runs of one structure go together (``ensemble.py``: runs sharing a params
 row fill blocks first); fewer than ``MIN_GROUP`` runs go to the per-run block.
 Results agree with the per-run loop to round-off (the same operations in the
 same order: the small solve, ``linalg.solve_small``, is written so that its
-per-lane branches and row swap become masked stores).
+per-lane branches and row swap become masked stores). The blended block solves
+the bordered system (B2) whole by that solve, in each lane (the per-run loop:
+A11's LU and its Schur complement, whose row swaps at a per-run pivot the loop
+over lanes cannot vectorise): the same iterates to round-off, and the same
+iteration counts but at a step whose increments stall at round-off, where the
+stopping rule decides on the rounding (a sweep more or less).
 """
 
 from __future__ import annotations
@@ -90,6 +98,10 @@ LANES = 16
 #: the largest k s m (nu + 1) (the multiply-adds of psi and rho per sweep) that gets a lockstep block; past it
 #: the unrolled loops grow the module (and its compile) beyond what was measured
 LANE_WORK_MAX = 1024
+#: the most unknowns s m + nu of the blended solver's bordered system that get a lockstep block: its solve costs
+#: some (s m + nu)^3 / 3 multiply-adds an iteration per lane, where the per-run loop factorises A11 once a step and
+#: solves by its Schur complement; measured faster than the per-run block up to 15 (rods in space, HBVM(4,2))
+LANE_SYSTEM_MAX = 16
 #: the fewest runs that get lockstep blocks (fewer would leave most lanes empty)
 MIN_GROUP = LANES // 2
 
@@ -102,11 +114,45 @@ LANE_ARRAYS = {
     "A": ("NU_SIZE", "NU_SIZE"), "lam": ("NU_SIZE",), "lam_prev": ("NU_SIZE",),
     "psi_k": ("S_SIZE", "M_SIZE"), "rho_k": ("S_SIZE", "M_SIZE", "NU_SIZE"), "lam_k": ("NU_SIZE",),
     "Mpsi": ("S_SIZE", "L_SIZE"), "Mrho": ("S_SIZE", "L_SIZE", "NU_SIZE"), "L": ("L_SIZE", "L_SIZE"),
+    # the blended solver's (sizes 0 in a fixed-point module): K0, Hg, the central differences' steps, A11, the
+    # coupling blocks, the bordered matrix J of (B2) and its right-hand side
+    "K": ("FM_SIZE", "FM_SIZE"), "Hg": ("FM_SIZE", "FM_SIZE", "NU_SIZE"), "delta": ("FM_SIZE",),
+    "HG": ("S_SIZE", "FM_SIZE", "NU_SIZE"), "A11": ("SM_SIZE", "SM_SIZE"), "Bc": ("SM_SIZE", "NU_SIZE"),
+    "Cr": ("NU_SIZE", "SM_SIZE"), "J": ("SB_SIZE", "SB_SIZE"), "rhs": ("SB_SIZE",),
 }  # fmt: skip
 #: what a sweep computes afresh from gamma (the stage points, forces, the multiplier system, the new iterate):
 #: written in every lane, masked or not (cheaper, and fewer branches for LLVM); what a run keeps from its last
 #: live sweep is copied out masked (psi_k, rho_k, lam_k: the forces and multiplier the update takes)
-SCRATCH = frozenset({"Q", "gU", "GQ", "Mv", "Mp0", "Mpsi", "Mrho", "XMpsi", "XMrho", "A", "new", "psi", "rho", "lam"})
+SCRATCH = frozenset(
+    {
+        "Q",
+        "gU",
+        "GQ",
+        "Mv",
+        "Mp0",
+        "Mpsi",
+        "Mrho",
+        "XMpsi",
+        "XMrho",
+        "A",
+        "new",
+        "psi",
+        "rho",
+        "lam",
+        "Qfd",
+        "gfd",
+        "Gfd",
+        "K",
+        "Hg",
+        "delta",
+        "HG",
+        "A11",
+        "Bc",
+        "Cr",
+        "J",
+        "rhs",
+    }
+)
 #: per-run scalars (one slot each): the step size, whether the run steps now (act), iterates (live), steps this
 #: step after its sweeps (go); the last increment, the sweep it stopped at, its status, the step it failed at,
 #: the total and largest iteration counts
@@ -114,11 +160,18 @@ LANE_SCALARS = ("h", "act", "live", "go", "dprev", "it", "status", "fstep", "tot
 #: the callbacks' arrays -> their shape as the callbacks index them (point i of lane l is row i LANES + l); held in
 #: WK with the axes reversed (Q[i, a] of lane l at slot a K + i), so the callbacks get Fortran-ordered views whose
 #: loop over points runs along the lanes
-BATCH_ARRAYS = {"Q": ("K_SIZE", "M_SIZE"), "gU": ("K_SIZE", "M_SIZE"), "GQ": ("K_SIZE", "M_SIZE", "NU_SIZE")}
-#: the method's tables (``runner.constant_tables``: functions of k and s alone): module globals of the lockstep
-#: module, which numba freezes into the compiled code, so that their entries fold into the unrolled arithmetic
-#: (and the loops over lanes read one array only, WK)
-TABLES = ("Ihat", "W", "X", "E")
+BATCH_ARRAYS = {
+    "Q": ("K_SIZE", "M_SIZE"),
+    "gU": ("K_SIZE", "M_SIZE"),
+    "GQ": ("K_SIZE", "M_SIZE", "NU_SIZE"),
+    "Qfd": ("FD_SIZE", "M_SIZE"),
+    "gfd": ("FD_SIZE", "M_SIZE"),
+    "Gfd": ("FD_SIZE", "M_SIZE", "NU_SIZE"),
+}
+#: the method's tables (``runner.constant_tables``: functions of k and s alone; X2 = X X, summed as ``run_chunk``
+#: does): module globals of the lockstep module, which numba freezes into the compiled code, so that their entries
+#: fold into the unrolled arithmetic (and the loops over lanes read one array only, WK)
+TABLES = ("Ihat", "W", "X", "E", "X2")
 #: lane arrays that are diagonal in every lane when a constant says so: the Cholesky factor of a diagonal M
 #: (DIAG_M). Its products with the zeros off the diagonal are dropped (``LaneRewriter._unroll``): acc - 0 y is
 #: acc for finite y, so ``linalg.minv`` becomes x_a / L_aa / L_aa
@@ -126,26 +179,30 @@ DIAGONAL = {"L": "DIAG_M"}
 #: the lane index of a lane loop
 LANE = "_ln"
 
-#: the lockstep time loop (fixed-point HBVM), before ``expand_inline`` and ``LaneRewriter``: ``for _ln in
+#: the lockstep time loop (HBVM; SOLVER_ITERATION: the solver's iteration of a step, ``FIXED_POINT_ITERATION`` or
+#: ``BLENDED_ITERATION``), before ``expand_inline`` and ``LaneRewriter``: ``for _ln in
 #: lane_loop(mask)`` is a loop over the lanes whose stores to what a run keeps are masked by the lane scalar
 #: ``mask`` (None: every lane), ``for _ln in range(LANES)`` one whose stores are not (and which is not meant to
 #: vectorise: the loads and the saved points), ``batch_views()`` binds the callbacks' arrays Q, gU, GQ to their
 #: views of WK; a line ending in a backslash goes on in the next (one line a call, for ``expand_inline``)
 LANE_DRIVER = '''
 @njit(cache=CACHE, error_model="numpy", nogil=True)
-def lane_block(q0, p0, h0, N0, every0, run, warm, rule, L_in, params, compensated,
+def lane_block(q0, p0, h0, N0, every0, run, warm, rule, L_in, params, lam0, compensated,
                status_out, fail_step, steps, iterations, max_iterations, n_saved, t, q_out, p_out, lam_out):
     """One block of LANES runs in lockstep (``run``: their rows, -1 for an empty lane; ``run_lanes_numba`` hands
     the blocks to threads). L_in [R, m, m] (each run's Cholesky factor of M; [R, 0, 0] for M = I) and params
-    [R, P] are the runs' own rows; outputs at each run's own row, as ``run_block`` writes them. P: the first
+    [R, P] and lam0 [R, nu] (the blended solver's first multiplier) are the runs' own rows; outputs at each run's
+    own row, as ``run_block`` writes them. P: the first
     run's params row (the callbacks' where the lanes share it); PL [LANES, P]: each lane's, PP [K LANES, P]: each
     stage point's (Fortran-ordered, as Q), where they differ (LANE_PARAMS)."""
     rtol, stall, max_iter = rule[0], rule[1], int(rule[2])
+    n_sys = SB_SIZE * run.shape[0] // LANES  # SB_SIZE, a run-time value (the blended solve's loops stay loops)
+    n_lanes = run.shape[0]  # LANES, a run-time value (LaneRewriter._runtime_lanes)
     WK = np.zeros(LANE_SLOTS * LANES)
     batch_views()
     P = params[run[0]]
     PL = np.empty((LANES, params.shape[1]))
-    PPW = np.empty((params.shape[1], K_SIZE * LANES))
+    PPW = np.empty((params.shape[1], PT_SIZE * LANES))
     PP = PPW.T
     Nl = np.zeros(LANES, dtype=np.int64)
     every = np.ones(LANES, dtype=np.int64)
@@ -167,11 +224,13 @@ def lane_block(q0, p0, h0, N0, every0, run, warm, rule, L_in, params, compensate
         h = h0[src]
         for j in range(params.shape[1]):
             PL[_ln, j] = params[src, j]
-            for i in range(K_SIZE):
+            for i in range(PT_SIZE):
                 PPW[j, i * LANES + _ln] = params[src, j]
         for a in range(L_SIZE):
             for c in range(L_SIZE):
                 L[a, c] = L_in[src, a, c]
+        for b in range(NU_SIZE):
+            lam_prev[b] = lam0[src, b]
     for n in range(nmax):
         for _ln in lane_loop(None):
             act = 1.0 if n < Nl[_ln] and status == OK else 0.0
@@ -182,36 +241,7 @@ def lane_block(q0, p0, h0, N0, every0, run, warm, rule, L_in, params, compensate
             if HAS_M:
                 minv(L, Mp0)
             _warm_start(gamma, gamma_prev, E, Mp0, n == 0, warm, S_SIZE, M_SIZE)
-        for sweep in range(1, max_iter + 1):
-            nlive = 0
-            for _ln in lane_loop(live):
-                _stages(q, h, gamma, Ihat, W, P, Q, Mv, gU, GQ, psi, rho, K_SIZE, S_SIZE, M_SIZE, NU_SIZE)
-                solved = _fp_sweep(h, Mp0, X, L, S_SIZE, M_SIZE, NU_SIZE, psi, rho, psi, rho, XMpsi, XMrho, A, \\
-                                   lam, new, Mv)
-                d, scale, bad = _fp_increment(gamma, new, S_SIZE, M_SIZE)
-                ok = solved and not bad and np.isfinite(d)
-                for j in range(S_SIZE):
-                    for a in range(M_SIZE):
-                        gamma[j, a] = new[j, a] if ok else gamma[j, a]
-                done = converged(d, dprev, scale, rtol, stall)
-                code = OK if ok else (SINGULAR if not solved else DIVERGED)
-                if ok and not done and sweep == max_iter:
-                    code = NO_CONVERGENCE
-                for j in range(S_SIZE):
-                    for a in range(M_SIZE):
-                        psi_k[j, a] = psi[j, a]
-                        for b in range(NU_SIZE):
-                            rho_k[j, a, b] = rho[j, a, b]
-                for b in range(NU_SIZE):
-                    lam_k[b] = lam[b]
-                status = code
-                fstep = n
-                it = sweep
-                dprev = d
-                live = 1.0 if ok and not done else 0.0
-                nlive += 1 if _mask and ok and not done and sweep < max_iter else 0
-            if nlive == 0:
-                break
+        SOLVER_ITERATION
         for _ln in lane_loop(None):
             go = act if status == OK else 0.0
         for _ln in lane_loop(go):
@@ -249,15 +279,124 @@ def lane_block(q0, p0, h0, N0, every0, run, warm, rule, L_in, params, compensate
 '''
 
 
-def applies(runner, m: int, nu: int) -> bool:
-    """Whether a runner's loop has a lockstep form that pays: HBVM's constant multiplier, fixed point (any M,
-    any params per run), and k s m (nu + 1) at most ``LANE_WORK_MAX``."""
-    from .driver import SOLVER_CODES, CompiledRunner
+#: the fixed-point sweeps of a step in lockstep form (``LANE_DRIVER``'s SOLVER_ITERATION with SOLVER 0)
+FIXED_POINT_ITERATION = """
+        for sweep in range(1, max_iter + 1):
+            nlive = 0
+            for _ln in lane_loop(live):
+                _stages(q, h, gamma, Ihat, W, P, Q, Mv, gU, GQ, psi, rho, K_SIZE, S_SIZE, M_SIZE, NU_SIZE)
+                solved = _fp_sweep(h, Mp0, X, L, S_SIZE, M_SIZE, NU_SIZE, psi, rho, psi, rho, XMpsi, XMrho, A, \\
+                                   lam, new, Mv)
+                d, scale, bad = _fp_increment(gamma, new, S_SIZE, M_SIZE)
+                ok = solved and not bad and np.isfinite(d)
+                for j in range(S_SIZE):
+                    for a in range(M_SIZE):
+                        gamma[j, a] = new[j, a] if ok else gamma[j, a]
+                done = converged(d, dprev, scale, rtol, stall)
+                code = OK if ok else (SINGULAR if not solved else DIVERGED)
+                if ok and not done and sweep == max_iter:
+                    code = NO_CONVERGENCE
+                for j in range(S_SIZE):
+                    for a in range(M_SIZE):
+                        psi_k[j, a] = psi[j, a]
+                        for b in range(NU_SIZE):
+                            rho_k[j, a, b] = rho[j, a, b]
+                for b in range(NU_SIZE):
+                    lam_k[b] = lam[b]
+                status = code
+                fstep = n
+                it = sweep
+                dprev = d
+                live = 1.0 if ok and not done else 0.0
+                nlive += 1 if _mask and ok and not done and sweep < max_iter else 0
+            if nlive == 0:
+                break
+"""
+#: the blended solver's simplified Newton iteration of a step in lockstep form (``run_chunk``'s, docs/method.md 3):
+#: K0, Hg and A11 once per step (``_newton_matrix``, its central differences one callback call on all lanes'
+#: 2 m points), then per iteration the residual and blocks of (B2) (``_newton_system``) and the bordered system
+#: J (dgamma, dlam) = -(F1, F2) solved whole by ``linalg.solve_small`` (as ``hbvm_core.blended``'s numpy path;
+#: the per-run loop factorises A11 once and solves by its Schur complement, whose row swaps at a per-run pivot
+#: the loop over lanes cannot vectorise). The solve is a ``lane_sunk`` loop (``LaneRewriter._sunk``): its loops
+#: stay loops, a loop over lanes inside each, and its size n_sys a run-time value (SB_SIZE, which LLVM cannot
+#: see through ``run.shape[0]``), so that LLVM does not unroll (s m + nu)^3 statements: the rods in space's module
+#: (s m + nu = 15) compiled in 111 s unrolled, 57 s so at load 5 and 3.5 (32 s at load 1.4)
+BLENDED_ITERATION = """
+        for _ln in lane_loop(act):
+            for r in range(NU_SIZE):
+                lam_k[r] = lam_prev[r]
+            code = _newton_matrix(q, h, lam_k, X2, L, P, S_SIZE, M_SIZE, NU_SIZE, Qfd, gfd, Gfd, K, Hg, A11, \\
+                                  delta, Mv)
+            status = code
+            fstep = n
+            it = 0
+            live = act if code == OK else 0.0
+        for newton in range(1, max_iter + 1):
+            nlive = 0
+            for _ln in lane_loop(live):
+                _stages(q, h, gamma, Ihat, W, P, Q, Mv, gU, GQ, psi, rho, K_SIZE, S_SIZE, M_SIZE, NU_SIZE)
+                _newton_system(h, gamma, Mp0, lam_k, X, L, S_SIZE, M_SIZE, NU_SIZE, rho, psi, Hg, HG, Bc, Cr, new, \\
+                               rhs, Mv)
+                for i in range(SM_SIZE):
+                    for j in range(SM_SIZE):
+                        J[i, j] = A11[i, j]
+                    for r in range(NU_SIZE):
+                        J[i, SM_SIZE + r] = Bc[i, r]
+                for r in range(NU_SIZE):
+                    for j in range(SM_SIZE):
+                        J[SM_SIZE + r, j] = Cr[r, j]
+                    for c in range(NU_SIZE):
+                        J[SM_SIZE + r, SM_SIZE + c] = 0.0
+            for _ln in lane_sunk():
+                solved = solve_small(J, rhs, n_sys)
+            for _ln in lane_loop(live):
+                for j in range(S_SIZE):
+                    for a in range(M_SIZE):
+                        new[j, a] = gamma[j, a] + rhs[j * M_SIZE + a]
+                d, scale, bad = _fp_increment(gamma, new, S_SIZE, M_SIZE)
+                ok = solved and not bad and np.isfinite(d)
+                for j in range(S_SIZE):
+                    for a in range(M_SIZE):
+                        gamma[j, a] = new[j, a] if ok else gamma[j, a]
+                for r in range(NU_SIZE):
+                    lam_k[r] = lam_k[r] + rhs[SM_SIZE + r] if ok else lam_k[r]
+                done = converged(d, dprev, scale, rtol, stall)
+                code = OK if ok else (SINGULAR if not solved else DIVERGED)
+                if ok and not done and newton == max_iter:
+                    code = NO_CONVERGENCE
+                for j in range(S_SIZE):
+                    for a in range(M_SIZE):
+                        psi_k[j, a] = psi[j, a]
+                        for b in range(NU_SIZE):
+                            rho_k[j, a, b] = rho[j, a, b]
+                status = code
+                fstep = n
+                it = newton
+                dprev = d
+                live = 1.0 if ok and not done else 0.0
+                nlive += 1 if _mask and ok and not done and newton < max_iter else 0
+            if nlive == 0:
+                break
+"""
 
-    if type(runner) is not CompiledRunner or runner.solver != SOLVER_CODES["fixed-point"]:
+
+def applies(runner, m: int, nu: int) -> bool:
+    """Whether a runner's loop has a lockstep form that pays: HBVM's constant multiplier, either solver (any M, any
+    params per run), k s m (nu + 1) at most ``LANE_WORK_MAX``, and for the blended solver s m + nu at most
+    ``LANE_SYSTEM_MAX``."""
+    from .driver import CompiledRunner
+
+    if type(runner) is not CompiledRunner:
         return False
     k, s = runner.tab[0].shape
-    return k * s * m * (nu + 1) <= LANE_WORK_MAX
+    return k * s * m * (nu + 1) <= LANE_WORK_MAX and bordered_size(runner, m, nu) <= LANE_SYSTEM_MAX
+
+
+def bordered_size(runner, m: int, nu: int) -> int:
+    """s m + nu, the unknowns of the blended solver's bordered system (B2) (0 for the fixed point)."""
+    from .driver import SOLVER_CODES
+
+    return runner.tab[0].shape[1] * m + nu if runner.solver == SOLVER_CODES["blended"] else 0
 
 
 def constants_of(
@@ -284,9 +423,20 @@ def constants_of(
         per_lane = not lanes
         points = points if per_lane else []
     return {"M_SIZE": m, "NU_SIZE": problem.nu, "HAS_M": has_m, "DIAG_M": has_m and diagonal,
-            "L_SIZE": m if has_m else 0, "SOLVER": 0, "K_SIZE": k, "S_SIZE": s, "LANES": LANES,
+            "L_SIZE": m if has_m else 0, "K_SIZE": k, "S_SIZE": s, "LANES": LANES,
+            **solver_sizes(runner.solver, k, s, m, problem.nu),
             "LANE_PARAMS": per_lane, "POINT_CALLBACKS": tuple(points), "PARAM_CALLBACKS": tuple(lanes),
             "POINT_FORM": lane_callbacks.version() if points else ""}  # fmt: skip
+
+
+def solver_sizes(solver: int, k: int, s: int, m: int, nu: int) -> dict:
+    """SOLVER and the sizes of its lane arrays (0 for the blended solver's in a fixed-point module): FM_SIZE (m: K0,
+    Hg), FD_SIZE (2 m: the central differences' points), SM_SIZE (s m: A11), SB_SIZE (s m + nu: the bordered
+    system); PT_SIZE: the stage and difference points that take a params row each (PP)."""
+    blended = solver != 0
+    return {"SOLVER": solver, "FM_SIZE": m if blended else 0, "FD_SIZE": 2 * m if blended else 0,
+            "SM_SIZE": s * m if blended else 0, "SB_SIZE": s * m + nu if blended else 0,
+            "PT_SIZE": max(k, 2 * m) if blended else k}  # fmt: skip
 
 
 def _callback_of(kernels, name: str):
@@ -313,22 +463,38 @@ def lane_source(constants: dict, tables: tuple[np.ndarray, ...]) -> str:
     template = template_source("hbvm")
     template = template[: template.index("@njit(cache=CACHE)\ndef run_chunk(")]  # the helpers, not the loop
     shared = [path.read_text() for path in SHARED]
-    driver = re.sub(r"\\\n\s*", "", LANE_DRIVER)  # the driver's calls are one line each for expand_inline
+    iteration = BLENDED_ITERATION if constants["SOLVER"] else FIXED_POINT_ITERATION
+    driver = LANE_DRIVER.replace("        SOLVER_ITERATION\n", iteration.lstrip("\n"))
+    driver = re.sub(r"\\\n\s*", "", driver)  # the driver's calls are one line each for expand_inline
     if constants["HAS_M"]:  # M^{-1} psi_j and M^{-1} rho_j are lane arrays of their own (else psi and rho)
         driver = driver.replace("psi, rho, psi, rho,", "psi, rho, Mpsi, Mrho,")
     expanded = expand_inline(template + "\n" + driver, *shared)
     tree = _LaneShapes().visit(ast.parse(expanded))
-    slots = _slots(constants)
+    sunk = sunk_scalars(tree)
+    slots = _slots(constants, sunk)
     values = dict(constants) | {"OK": 0}
-    tree = LaneRewriter(slots, values).visit(tree)
+    tree = LaneRewriter(slots, values, sunk).visit(tree)
     ast.fix_missing_locations(tree)
     total = sum(size for _, size in slots.values())
-    frozen = "".join(f"TABLE_{name} = np.array({table.tolist()!r})\n" for name, table in zip(TABLES, tables))
+    frozen = "".join(f"TABLE_{name} = np.array({table.tolist()!r})\n" for name, table in zip(TABLES, with_x2(tables)))
     return ast.unparse(tree) + f"\n\nLANE_SLOTS = {total}\n" + frozen
 
 
-def _slots(constants: dict) -> dict[str, tuple[int, int]]:
-    """name -> (first slot, number of slots) in WK: the lane arrays, then the lane scalars."""
+def with_x2(tables: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    """(Ihat, W, X, E) and X2 = X X, its sums in ``run_chunk``'s order (from 0, over i ascending): the same bits."""
+    X = np.asarray(tables[2], dtype=float)
+    s = X.shape[0]
+    X2 = np.zeros((s, s))
+    for j in range(s):
+        for l in range(s):
+            for i in range(s):
+                X2[j, l] += X[j, i] * X[i, l]
+    return (*tables, X2)
+
+
+def _slots(constants: dict, sunk: tuple[str, ...] = ()) -> dict[str, tuple[int, int]]:
+    """name -> (first slot, number of slots) in WK: the lane arrays, then the lane scalars, then the scalars of the
+    ``lane_sunk`` loops (``sunk_scalars``)."""
     slots, first = {}, 0
     for name, shape in LANE_ARRAYS.items():
         size = int(np.prod([constants[dim] for dim in shape], dtype=np.int64))
@@ -338,19 +504,125 @@ def _slots(constants: dict) -> dict[str, tuple[int, int]]:
         size = int(np.prod([constants[dim] for dim in shape], dtype=np.int64))
         slots[name] = (first, size)
         first += size
-    for name in LANE_SCALARS:
+    for name in (*LANE_SCALARS, *sunk):
         slots[name] = (first, 1)
         first += 1
     return slots
+
+
+def sunk_scalars(tree: ast.AST) -> tuple[str, ...]:
+    """The names that the ``for _ln in lane_sunk():`` loops of ``tree`` assign and that a loop over lanes reads from
+    another (``sunk_layout``: one that reads it before it assigns it, or a statement after the sunk loop): each
+    lane's own, held in WK. The others stay locals of their loop over lanes."""
+    names: dict[str, None] = {}
+    regions = [node for node in ast.walk(tree) if isinstance(node, ast.For) and _is_sunk(node)]
+    inside = {id(n) for region in regions for n in ast.walk(region)}
+    outside = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in inside}
+    for region in regions:
+        targets = {n.target.id for n in ast.walk(region) if isinstance(n, ast.For)}  # the loops' own, LANE too
+        stored = {n.id for n in ast.walk(region) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        shared = set(outside)
+        for group in _groups(sunk_layout(copy_module.deepcopy(region.body))):
+            shared |= _live_in(group)
+        for name in sorted(stored - targets):
+            if name in shared:
+                names[name] = None
+    return tuple(names)
+
+
+def sunk_layout(body: list[ast.stmt]) -> list:
+    """A ``lane_sunk`` loop's body as its loops and the runs of other statements between them: a list of
+    ``ast.For`` (its body laid out again, in ``body``) and lists of statements (each a loop over lanes). A branch
+    that holds a loop is taken into each of its statements (``_guarded``: ``if c: for x: B`` as ``for x: if c: B``;
+    c must be what the branch does not assign)."""
+    out: list = []
+    part: list[ast.stmt] = []
+    for stmt in body:
+        if isinstance(stmt, ast.For):
+            if part:
+                out.append(part)
+                part = []
+            out.append(ast.For(stmt.target, stmt.iter, sunk_layout(stmt.body), []))
+        elif isinstance(stmt, ast.If) and any(isinstance(n, ast.For) for n in ast.walk(stmt)):
+            assigned = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            if stmt.orelse or {n.id for n in ast.walk(stmt.test) if isinstance(n, ast.Name)} & assigned:
+                raise ConfigError(f"lane_sunk: a branch that cannot be taken into its loops: {ast.unparse(stmt)}")
+            if part:
+                out.append(part)
+                part = []
+            out += sunk_layout(_guarded(stmt.test, stmt.body))
+        else:
+            part.append(stmt)
+    if part:
+        out.append(part)
+    return out
+
+
+def _groups(layout: list) -> list[list[ast.stmt]]:
+    """The runs of statements of a ``sunk_layout``, depth first."""
+    found = []
+    for item in layout:
+        if isinstance(item, ast.For):
+            found += _groups(item.body)
+        else:
+            found.append(item)
+    return found
+
+
+def _live_in(stmts: list[ast.stmt]) -> set[str]:
+    """The names that ``stmts`` read before they assign them (in the order they run: an assignment's value
+    before its targets)."""
+    stored: set[str] = set()
+    live: set[str] = set()
+
+    def reads(node: ast.AST) -> None:
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in stored:
+                live.add(n.id)
+
+    def run(stmt: ast.stmt) -> None:
+        if isinstance(stmt, ast.Assign):
+            reads(stmt.value)
+            for target in stmt.targets:
+                for n in ast.walk(target):
+                    if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                        stored.add(n.id)
+                    elif isinstance(n, ast.Name):
+                        reads(n)
+        elif isinstance(stmt, ast.AugAssign):
+            reads(stmt.value)
+            reads(ast.Name(stmt.target.id, ast.Load()) if isinstance(stmt.target, ast.Name) else stmt.target)
+            if isinstance(stmt.target, ast.Name):
+                stored.add(stmt.target.id)
+        elif isinstance(stmt, ast.If):
+            reads(stmt.test)
+            for inner in (*stmt.body, *stmt.orelse):
+                run(inner)
+        else:
+            reads(stmt)
+
+    for stmt in stmts:
+        run(stmt)
+    return live
+
+
+def _is_sunk(loop: ast.For) -> bool:
+    call = loop.iter
+    return (
+        isinstance(loop.target, ast.Name) and loop.target.id == LANE and isinstance(call, ast.Call)
+        and getattr(call.func, "id", None) == "lane_sunk"
+    )  # fmt: skip
 
 
 class LaneRewriter(ast.NodeTransformer):
     """Rewrites the expanded driver's lane loops (module docstring): lane names to their slots of WK, batch
     arrays to their lane's rows, masked stores, callbacks split out of the loop, constant branches pruned."""
 
-    def __init__(self, slots: dict[str, tuple[int, int]], constants: dict):
+    def __init__(self, slots: dict[str, tuple[int, int]], constants: dict, sunk: tuple[str, ...] = ()):
         self.slots = slots
         self.constants = constants
+        self.scalars = frozenset((*LANE_SCALARS, *sunk))  # one slot a lane each
+        self.scratch = SCRATCH | frozenset(sunk)  # the sunk loops' values: written in every lane
         self.shapes = {name: [constants[d] for d in shape] for name, shape in LANE_ARRAYS.items()}
         self.batch = {name: [constants[d] for d in shape] for name, shape in BATCH_ARRAYS.items()}
         self.in_lane = False
@@ -380,11 +652,27 @@ class LaneRewriter(ast.NodeTransformer):
         if not lane:
             self.generic_visit(node)
             return node
+        if _is_sunk(node):
+            return self._sunk(sunk_layout(self._fold(node.body)))
         masked = None
         if isinstance(node.iter, ast.Call) and getattr(node.iter.func, "id", None) == "lane_loop":
             arg = node.iter.args[0]
             masked = None if isinstance(arg, ast.Constant) else arg.id
         return self._lane_loops(self._unroll(self._fold(node.body)), masked)
+
+    def _sunk(self, layout: list) -> list[ast.stmt]:
+        """A ``lane_sunk`` loop's body (``sunk_layout``) with the loop over lanes sunk into it: its loops (of ranges
+        the same for every lane) stay loops, and each run of the other statements becomes a loop over lanes,
+        unmasked (what it computes is scratch: a masked lane's result is not kept). Nothing is unrolled."""
+        out: list[ast.stmt] = []
+        for item in layout:
+            if isinstance(item, ast.For):
+                if not self._uniform(item.iter, set()):
+                    raise ConfigError(f"lane_sunk: a loop over a range per lane: {ast.unparse(item.iter)}")
+                out.append(ast.For(item.target, item.iter, self._sunk(item.body) or [ast.Pass()], []))
+            else:
+                out.append(self._loop(item, None))
+        return out
 
     def _unroll(self, body: list[ast.stmt]) -> list[ast.stmt]:
         """Loops over a constant range whose body holds a loop with a range that depends on them (the triangular
@@ -500,7 +788,7 @@ class LaneRewriter(ast.NodeTransformer):
 
     def _uniform(self, test: ast.expr, assigned: set[str]) -> bool:
         """Whether a test is the same for every lane: it reads no lane value and nothing the lane loop assigns."""
-        lane_names = {*LANE_ARRAYS, *LANE_SCALARS, *BATCH_ARRAYS, LANE} | assigned
+        lane_names = {*LANE_ARRAYS, *self.scalars, *BATCH_ARRAYS, LANE} | assigned
         return not any(isinstance(n, ast.Name) and n.id in lane_names for n in ast.walk(test))
 
     def _loop(self, body: list[ast.stmt], masked: str | None) -> ast.For:
@@ -514,12 +802,14 @@ class LaneRewriter(ast.NodeTransformer):
         prologue = []
         if masked is not None:
             prologue = [ast.parse(f"_mask = {ast.unparse(self._slot(masked))} != 0.0").body[0]]
-        return ast.For(ast.Name(LANE, ast.Store()), ast.parse("range(LANES)", mode="eval").body, prologue + stmts, [])
+        lanes = ast.parse(f"range({'n_lanes' if self._runtime_lanes() else 'LANES'})", mode="eval").body
+        return ast.For(ast.Name(LANE, ast.Store()), lanes, prologue + stmts, [])
 
     def visit_If(self, node: ast.If):
         """Inside a lane loop, a branch that stores lane values becomes its two bodies run for every lane, each
         store masked by the branch's condition (its locals are then assigned in every lane: they must be the
         branch's own); a branch that assigns locals only is left to LLVM (it turns it into selects)."""
+        node.test = self._truth(node.test)
         if not self.in_lane or not any(self._stored(t) for n in ast.walk(node) for t in _targets(n)):
             self.generic_visit(node)
             return node
@@ -569,9 +859,20 @@ class LaneRewriter(ast.NodeTransformer):
         return bool(_evaluate(test, self.constants))
 
     # ----------------------------------------------------------------- names and subscripts inside lane loops
+    def _runtime_lanes(self) -> bool:
+        """Whether the loops over lanes run over ``range(n_lanes)`` (n_lanes = LANES read at run time) and index WK
+        unsigned: in the blended module. Over the constant range(LANES) LLVM unrolls a loop over lanes with a short
+        body (the solve's, the update's) into 16 scalar copies instead of vectorising it; and numba's wraparound of
+        a negative signed index keeps it from bounding the rows of J that a loop reads and writes, so that it
+        leaves the loop scalar. Measured on the conical pendulum (HBVM(2,2), one core): 1.70 -> 0.84 us a run-step.
+        The fixed-point module keeps range(LANES): its loops over lanes are long, and were measured so."""
+        return bool(self.constants.get("SOLVER"))
+
     def _slot(self, name: str, index: ast.expr | None = None) -> ast.Subscript:
         first, _ = self.slots[name]
         offset = str(first) if index is None else f"{first} + {ast.unparse(index)}"
+        if self._runtime_lanes():  # unsigned: no wraparound for a negative index
+            return ast.parse(f"WK[np.uint64(({offset}) * LANES + {LANE})]", mode="eval").body
         return ast.parse(f"WK[({offset}) * LANES + {LANE}]", mode="eval").body
 
     def _flat(self, name: str, index: ast.expr) -> ast.expr:
@@ -588,7 +889,7 @@ class LaneRewriter(ast.NodeTransformer):
         return ast.parse(" + ".join(terms), mode="eval").body
 
     def visit_Name(self, node: ast.Name):
-        if self.in_lane and node.id in LANE_SCALARS:
+        if self.in_lane and node.id in self.scalars:
             sub = self._slot(node.id)
             sub.ctx = node.ctx
             return sub
@@ -616,9 +917,16 @@ class LaneRewriter(ast.NodeTransformer):
         self.generic_visit(node)
         return node
 
+    def _truth(self, test: ast.expr) -> ast.expr:
+        """A lane scalar as a test (``if nonsingular``): ``x != 0.0`` (its slot is a float)."""
+        if self.in_lane and isinstance(test, ast.Name) and test.id in self.scalars:
+            return ast.Compare(test, [ast.NotEq()], [ast.Constant(0.0)])
+        return test
+
     def visit_BoolOp(self, node: ast.BoolOp):
         """``a and b`` / ``a or b`` inside a lane loop as ``a & b`` / ``a | b`` (the operands are comparisons,
         free of effects): short-circuit branches would leave the loop over lanes unvectorised."""
+        node.values = [self._truth(value) for value in node.values]
         self.generic_visit(node)
         if not self.in_lane:
             return node
@@ -630,6 +938,8 @@ class LaneRewriter(ast.NodeTransformer):
 
     def visit_UnaryOp(self, node: ast.UnaryOp):
         """``not a`` inside a lane loop as ``a == False`` (no branch; the operand is a boolean)."""
+        if isinstance(node.op, ast.Not):
+            node.operand = self._truth(node.operand)
         self.generic_visit(node)
         if not self.in_lane or not isinstance(node.op, ast.Not):
             return node
@@ -637,7 +947,7 @@ class LaneRewriter(ast.NodeTransformer):
 
     def _stored(self, target: ast.expr) -> bool:
         if isinstance(target, ast.Name):
-            return target.id in LANE_SCALARS
+            return target.id in self.scalars
         return isinstance(target, ast.Subscript) and getattr(target.value, "id", None) in (*LANE_ARRAYS, *BATCH_ARRAYS)
 
     def visit_Assign(self, node: ast.Assign):
@@ -668,7 +978,7 @@ class LaneRewriter(ast.NodeTransformer):
     def _mask_of(self, target: ast.expr) -> str | None:
         """The mask of a store: the branches' conditions for scratch values, the loop's and theirs otherwise."""
         name = target.id if isinstance(target, ast.Name) else target.value.id
-        return self.cond if name in SCRATCH else self.mask
+        return self.cond if name in self.scratch else self.mask
 
     def visit_AugAssign(self, node: ast.AugAssign):
         if not self.in_lane or not self._stored(node.target):
@@ -724,6 +1034,23 @@ def _targets(node: ast.AST) -> list[ast.expr]:
     else:
         return []
     return [t for target in found for t in (target.elts if isinstance(target, ast.Tuple) else [target])]
+
+
+def _guarded(test: ast.expr, body: list[ast.stmt]) -> list[ast.stmt]:
+    """``if test: body`` taken into the loops of body: each loop as ``for x in r: if test: B``, each run of other
+    statements as ``if test: run`` (and ``if test: if c: B`` as ``if test and c: B``)."""
+    out: list[ast.stmt] = []
+    for stmt in body:
+        guard = copy_module.deepcopy(test)
+        if isinstance(stmt, ast.For):
+            out.append(ast.For(stmt.target, stmt.iter, [ast.If(guard, stmt.body, [])], []))
+        elif isinstance(stmt, ast.If) and not stmt.orelse and any(isinstance(n, ast.For) for n in ast.walk(stmt)):
+            out.append(ast.If(ast.BoolOp(ast.And(), [guard, stmt.test]), stmt.body, []))
+        elif out and isinstance(out[-1], ast.If) and not isinstance(out[-1].test, ast.BoolOp):
+            out[-1].body.append(stmt)
+        else:
+            out.append(ast.If(guard, [stmt], []))
+    return out
 
 
 def _as_load(node: ast.expr) -> ast.expr:
@@ -838,7 +1165,7 @@ def _call(module, runner, inputs: dict, rows: np.ndarray, out: dict) -> None:
     head = (inputs["q0"], inputs["p0"], inputs["h"], inputs["N"], inputs["sample_every"])
     tail = (
         runner.warm, runner.rule, np.ascontiguousarray(inputs["L"]), np.ascontiguousarray(inputs["params"]),
-        bool(inputs["compensated"]),
+        np.ascontiguousarray(inputs["lam0"]), bool(inputs["compensated"]),
         out["status"], out["fail_step"], out["steps"], out["iterations"], out["max_iterations"], out["n_saved"],
         out["t"], out["q"], out["p"], out["lam"],
     )  # fmt: skip

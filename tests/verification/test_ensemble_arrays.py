@@ -142,7 +142,8 @@ def test_lockstep_refusal_names_the_reason_lanes_applies_checks():
     conical, tethered = conical_pendulum(length=1.5), tethered_satellites(masses=(1.0, 2.0, 3.0))
     cases = [
         (conical, hc.HBVM(2, 2), None),
-        (conical, hc.HBVM(2, 2, solver="blended"), "the blended solver"),
+        (conical, hc.HBVM(2, 2, solver="blended"), None),  # the blended solver's own lockstep form
+        (conical, hc.HBVM(6, 6, solver="blended"), "the blended solver's s m + nu = 19, above lockstep's 16"),
         (conical, PolynomialHBVM(3, 2), "method HBVM(3,2)-poly: lockstep takes HBVM"),
         (conical, RATTLE(), "method RATTLE: lockstep takes HBVM"),
         (tethered, hc.HBVM(2, 2), None),  # M != I: each lane its own

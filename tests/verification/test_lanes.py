@@ -99,8 +99,8 @@ def test_lockstep_failures_stay_in_their_lane(monkeypatch):
 
 def test_lane_groups_by_structure():
     """All runs of one structure go in lockstep: whole blocks of one params row first (each row's runs by steps),
-    then the rest by steps; blocks whose runs share a row and the others are told apart; fewer than MIN_GROUP
-    runs, or the blended solver, get none."""
+    then the rest by steps; blocks whose runs share a row and the others are told apart, for either solver; fewer
+    than MIN_GROUP runs, or a blended solver's bordered system above LANE_SYSTEM_MAX unknowns, get none."""
     pb = conical_pendulum(length=1.5)
     runner = METHOD.compiled_runner(pb)
     big, small = lanes.LANES + 1, 3
@@ -115,19 +115,23 @@ def test_lane_groups_by_structure():
     shared, mixed = lane_blocks(runs, params)
     np.testing.assert_array_equal(shared, first[: lanes.LANES])  # one whole block of the row [1, 2]
     np.testing.assert_array_equal(mixed, np.r_[rest, np.full(lanes.LANES - rest.size, -1)])
-    assert lane_groups(hc.HBVM(2, 2, solver="blended").compiled_runner(pb), inputs) == []
+    blended = hc.HBVM(2, 2, solver="blended").compiled_runner(pb)
+    np.testing.assert_array_equal(lane_groups(blended, inputs)[0], runs)  # its own lockstep form
+    assert lane_groups(hc.HBVM(6, 6, solver="blended").compiled_runner(pb), inputs) == []  # s m + nu = 19
     few = {key: value[: lanes.MIN_GROUP - 1] for key, value in inputs.items()}
     assert lane_groups(runner, few) == []
 
 
-def test_lane_source_rewrites_every_lane_value():
-    """In the generated block no per-run array of the template is indexed as itself any more: each lives in WK
-    at its lane, and the callbacks are called outside the loops over lanes, once per sweep."""
+@pytest.mark.parametrize("solver", [0, 1])
+def test_lane_source_rewrites_every_lane_value(solver):
+    """In the generated block (fixed point, blended) no per-run array of the template is indexed as itself any
+    more: each lives in WK at its lane, and the callbacks are called outside the loops over lanes, once per sweep
+    (and, blended, once per step at the central differences' points)."""
     import ast
 
-    constants = {"M_SIZE": 3, "NU_SIZE": 1, "HAS_M": True, "DIAG_M": False, "L_SIZE": 3, "SOLVER": 0, "K_SIZE": 2,
+    constants = {"M_SIZE": 3, "NU_SIZE": 1, "HAS_M": True, "DIAG_M": False, "L_SIZE": 3, "K_SIZE": 2,
                  "S_SIZE": 2, "LANES": lanes.LANES, "LANE_PARAMS": True, "POINT_CALLBACKS": ("grad_U",),
-                 "PARAM_CALLBACKS": ("G",)}  # fmt: skip
+                 "PARAM_CALLBACKS": ("G",), **lanes.solver_sizes(solver, 2, 2, 3, 1)}  # fmt: skip
     from hbvm_core.kernels.driver import constant_tables
 
     source = lanes.lane_source(constants, constant_tables(2, 2))
@@ -143,6 +147,11 @@ def test_lane_source_rewrites_every_lane_value():
     calls = [ast.unparse(c) for c in ast.walk(block_fn) if isinstance(c, ast.Call)]
     assert "grad_U_points(Q, gU, PP)" in calls and "G(Q[_lp::LANES], GQ[_lp::LANES], PL[_lp])" in calls
     assert "grad_U(Q, gU, P)" not in calls and "G(Q, GQ, P)" not in calls
+    if solver:
+        assert "grad_U_points(Qfd, gfd, PP)" in calls and "G(Qfd[_lp::LANES], Gfd[_lp::LANES], PL[_lp])" in calls
+        # the bordered solve is solve_small's own loops, not unrolled, each with its loops over the lanes inside
+        solve = next(n for n in ast.walk(block_fn) if isinstance(n, ast.For) and ast.unparse(n.iter) == "range(n_sys)")
+        assert ast.unparse(solve.body[0].iter) == "range(n_lanes)" and solve.body[0].target.id == lanes.LANE
 
 
 def lane_slots_read(source: str, name: str, constants: dict) -> set[int]:
@@ -165,7 +174,9 @@ def lane_slots_read(source: str, name: str, constants: dict) -> set[int]:
                         walk(stmt, env | {node.target.id: value})
                 return
         if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and getattr(node.value, "id", "") == "WK":
-            flat = node.slice  # WK[(slot) * LANES + _ln]
+            flat = node.slice  # WK[(slot) * LANES + _ln], or WK[np.uint64((slot) * LANES + _ln)] (blended)
+            if isinstance(flat, ast.Call) and getattr(flat.func, "attr", "") == "uint64":
+                flat = flat.args[0]
             if isinstance(flat, ast.BinOp) and isinstance(flat.left, ast.BinOp):
                 try:
                     slot = eval(ast.unparse(flat.left.left), {}, env)  # noqa: S307 - the generator's offsets
@@ -180,17 +191,19 @@ def lane_slots_read(source: str, name: str, constants: dict) -> set[int]:
     return read
 
 
+@pytest.mark.parametrize("solver", [0, 1])
 @pytest.mark.parametrize("diagonal", [False, True])
-def test_lane_inverse_is_linalg_minv_rewritten(diagonal):
+def test_lane_inverse_is_linalg_minv_rewritten(diagonal, solver):
     """M^-1 in the lanes is ``linalg.minv`` rewritten (its sizes L.shape[0] the constant L_SIZE): for a full M the
     block reads the m (m + 1) / 2 entries of the lower factor L (forward with L, back with L^T), for a diagonal M
-    only the m on its diagonal (the products with its zeros dropped); no shape of a lane array is left."""
+    only the m on its diagonal (the products with its zeros dropped); no shape of a lane array is left. The same
+    in the blended block (M^-1 K0, M^-1 rho_l and the residual's M^-1 too)."""
     from hbvm_core.kernels.driver import constant_tables
 
     m = 3
-    constants = {"M_SIZE": m, "NU_SIZE": 1, "HAS_M": True, "DIAG_M": diagonal, "L_SIZE": m, "SOLVER": 0,
+    constants = {"M_SIZE": m, "NU_SIZE": 1, "HAS_M": True, "DIAG_M": diagonal, "L_SIZE": m,
                  "K_SIZE": 2, "S_SIZE": 2, "LANES": lanes.LANES, "LANE_PARAMS": False, "POINT_CALLBACKS": (),
-                 "PARAM_CALLBACKS": ()}  # fmt: skip
+                 "PARAM_CALLBACKS": (), **lanes.solver_sizes(solver, 2, 2, m, 1)}  # fmt: skip
     source = lanes.lane_source(constants, constant_tables(2, 2))
     assert ".shape" not in source.split("def lane_block", 1)[1].split("for n in range(nmax)", 1)[1]
     lower, on_diagonal = {a * m + c for a in range(m) for c in range(a + 1)}, {a * m + a for a in range(m)}
