@@ -54,6 +54,7 @@ def test_each_new_signature_of_a_loop_is_timed_once_and_an_inner_one_within_the_
     assert first[0].phrase().startswith(f"ensemble block of {first[0].module}: compiled in ")
 
 
+@pytest.mark.slow  # compiles its loop in a subprocess where the kernel cache is cold (a fresh clone)
 def test_warm_up_tells_each_loop_with_its_seconds_and_where_it_came_from(tmp_path):
     """A fresh process (nothing compiled there yet) warms a study's jobs; the loop is warm in the kernel cache
     (compiled first if not), so it is loaded from it, and named with the job's problem and method."""
