@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import ConfigError
+from . import compiled
 from .path import inverse_mass
 
 
@@ -50,7 +52,9 @@ def amplification(problem, dinv_nz) -> float:
 class SparseSweep:
     """The sweep of one problem's HBVM(k, s) stepper on the nonzeros of G (``Problem.sparse``)."""
 
-    def __init__(self, tab, problem) -> None:
+    def __init__(self, tab, problem, kind: str | None = None) -> None:
+        """``kind``: "numpy", "compiled" (``compiled.FusedSweep``: one numba function per sweep) or None / "auto"
+        (the switch ``HBVM_SPARSE_SWEEP``, auto when unset: compiled where it applies and numba imports)."""
         self.tab, self.problem = tab, problem
         self.structure = problem.sparse
         self.dinv = inverse_mass(problem)
@@ -59,6 +63,23 @@ class SparseSweep:
         self.factor = self.structure.factorisation
         self.size = 0.0
         self.amplification = amplification(problem, self.dinv_nz)
+        self.kind, self.fused = "numpy", None
+        kind = compiled.choice() if kind in (None, "auto") else kind
+        if kind not in compiled.CHOICES:
+            raise ConfigError(f"sparse sweep = {kind!r}: expected one of {', '.join(compiled.CHOICES)}")
+        if kind != "numpy" and compiled.applies(self.factor) and compiled.fused_sweep() is not None:
+            self.kind, self.fused = "compiled", compiled.FusedSweep(self)
+            self.sweep = self.fused_sweep
+        elif kind == "compiled":
+            why = "numba is not installed" if compiled.fused_sweep() is None else "G^T M^-1 G is not tridiagonal"
+            raise ConfigError(f"{compiled.SWITCH} = compiled: {why} (the numpy sweep runs with numpy or auto)")
+
+    def fused_sweep(self, q0, p0, Mp0, h, gamma):
+        """``sweep`` with its work after the callbacks in one compiled function (``compiled``)."""
+        tab, pb = self.tab, self.problem
+        Q = q0 + h * (tab.Ihat @ gamma)  # stage positions (k, m)
+        new, lam, psi0, rho0, self.size = self.fused(pb.grad_U(Q), self.structure.values(Q), Mp0, h)
+        return new, (lam, psi0, rho0, Q)
 
     def sweep(self, q0, p0, Mp0, h, gamma):
         """One fixed-point sweep gamma -> gamma_new; aux = (lam, psi_0, rho_0 values, Q).
