@@ -63,12 +63,13 @@ def gtsv(dl: Array, d: Array, du: Array, b: Array) -> int:
     return 0
 
 
-def _fused_sweep(gU, V, W, X, dinv, dinv_nz, rows, cols, e1, e2, target, band, inv, Mp0, h, nu):
+def _fused_sweep(gU, V, W, X, dinv, dinv_nz, rows, cols, e1, e2, at_b, at_diag, at_pair, inv, Mp0, h, nu):
     """The sweep after the callbacks: gU (k, m) = grad U(Q), V (k, nnz) = G's values at Q; returns (gamma_new
-    (s, m), lam (nu,), psi_0 (m,), rho_0 (nnz,), the largest term summed into gamma, gtsv's info). ``band[t]``:
-    where A's CSR entry t lands in the (3, nu) band storage (row 0 super, 1 diagonal, 2 sub, in the order ``inv``)."""
+    (s, m), lam (nu,), psi_0 (m,), rho_0 (nnz,), the largest term summed into gamma, gtsv's info). Where each term
+    lands: ``at_b[e]`` in b (in the order ``inv``), ``at_diag[e]`` (the pair (e, e)) and ``at_pair[p]`` (the pair
+    (e1[p], e2[p])) in the flat (3, nu) band storage of A (rows: super, diagonal, sub)."""
     k, m = gU.shape
-    s, nnz = X.shape[0], rows.size
+    s, nnz, npair = X.shape[0], rows.size, e1.size
     psi = np.zeros((s, m))
     rho = np.zeros((s, nnz))
     for i in range(k):
@@ -78,46 +79,54 @@ def _fused_sweep(gU, V, W, X, dinv, dinv_nz, rows, cols, e1, e2, target, band, i
                 psi[j, a] += w * gU[i, a]
             for e in range(nnz):
                 rho[j, e] += w * V[i, e]
-    y = np.zeros((s, m))
-    size = 0.0
+    # y = e_0 M^-1 p0 - h X (M^-1 psi), hXMrho = X (rho h M^-1)
+    Dpsi = np.empty((s, m))
+    hDrho = np.empty((s, nnz))
     for j in range(s):
         for a in range(m):
-            t = 0.0
-            for l in range(s):
-                t += X[j, l] * (psi[l, a] * dinv[a])
-            size = max(size, h * abs(t))
-            y[j, a] = -h * t
-    for a in range(m):
-        y[0, a] += Mp0[a]
+            Dpsi[j, a] = psi[j, a] * dinv[a]
+        for e in range(nnz):
+            hDrho[j, e] = rho[j, e] * (h * dinv_nz[e])
+    XDpsi = np.zeros((s, m))
     hXMrho = np.zeros((s, nnz))
     for j in range(s):
+        for l in range(s):
+            x = X[j, l]
+            for a in range(m):
+                XDpsi[j, a] += x * Dpsi[l, a]
+            for e in range(nnz):
+                hXMrho[j, e] += x * hDrho[l, e]
+    size = 0.0
+    y = np.empty((s, m))
+    for j in range(s):
+        for a in range(m):
+            y[j, a] = -h * XDpsi[j, a]
+            size = max(size, abs(y[j, a]))
+    for a in range(m):
+        y[0, a] += Mp0[a]
+    # b = sum_j rho_j^T y_j and A's terms: the pairs (e, e), then (e1, e2) of one row
+    tb = np.zeros(nnz)
+    ta = np.zeros(nnz)
+    tp = np.zeros(npair)
+    for j in range(s):
         for e in range(nnz):
-            t = 0.0
-            for l in range(s):
-                t += X[j, l] * rho[l, e]
-            hXMrho[j, e] = t * (h * dinv_nz[e])
-    ab = np.zeros((3, nu))
-    flat = ab.reshape(-1)
+            tb[e] += rho[j, e] * y[j, rows[e]]
+            ta[e] += rho[j, e] * hXMrho[j, e]
+        for p in range(npair):
+            tp[p] += rho[j, e1[p]] * hXMrho[j, e2[p]]
+    ab = np.zeros(3 * nu)
     bp = np.zeros(nu)
     for e in range(nnz):
-        tb, ta = 0.0, 0.0
-        r = rows[e]
-        for j in range(s):
-            tb += rho[j, e] * y[j, r]
-            ta += rho[j, e] * hXMrho[j, e]
-        bp[inv[cols[e]]] += tb
-        flat[band[target[e]]] += ta
-    for p in range(e1.size):
-        a1, a2 = e1[p], e2[p]
-        t = 0.0
-        for j in range(s):
-            t += rho[j, a1] * hXMrho[j, a2]
-        flat[band[target[nnz + p]]] += t
-    dl, d, du = ab[2, : nu - 1].copy(), ab[1].copy(), ab[0, 1:].copy()
+        bp[at_b[e]] += tb[e]
+        ab[at_diag[e]] += ta[e]
+    for p in range(npair):
+        ab[at_pair[p]] += tp[p]
+    dl, d, du = ab[2 * nu : 3 * nu - 1].copy(), ab[nu : 2 * nu].copy(), ab[1:nu].copy()
     info = _solve_tridiagonal(dl, d, du, bp)
     lam = np.empty(nu)
     for c in range(nu):
         lam[c] = bp[inv[c]]
+    # gamma = y - h X M^-1 rho lam, and the size of the terms |h X M^-1 rho lam| summed before they cancel
     gamma = y
     terms = np.zeros((s, m))
     for j in range(s):
@@ -174,18 +183,16 @@ class FusedSweep:
         self.dinv, self.dinv_nz = np.array(sweep.dinv, float), np.array(sweep.dinv_nz, float)
         self.rows, self.cols = np.array(S.rows, np.intp), np.array(S.cols, np.intp)
         self.e1, self.e2 = np.array(N.e1, np.intp), np.array(N.e2, np.intp)
-        self.target, self.band, self.inv = (
-            np.array(N.target, np.intp),
-            np.array(F.ab_index, np.intp),
-            np.array(F.inv, np.intp),
-        )
+        self.inv = np.array(F.inv, np.intp)
+        at = np.asarray(F.ab_index, np.intp)[N.target]  # A's terms -> the flat band storage (factor.Factorisation)
+        self.at_b, self.at_diag, self.at_pair = self.inv[S.cols], at[: S.nnz].copy(), at[S.nnz :].copy()
         self.nu = int(nu)
+        self.layout = (self.W, self.X, self.dinv, self.dinv_nz, self.rows, self.cols, self.e1, self.e2, self.at_b,
+                       self.at_diag, self.at_pair, self.inv)  # fmt: skip
 
     def __call__(self, gU: Array, V: Array, Mp0: Array, h: float):
-        out = self.fn(np.ascontiguousarray(gU, float), np.ascontiguousarray(V, float), self.W, self.X, self.dinv,
-                      self.dinv_nz, self.rows, self.cols, self.e1, self.e2, self.target, self.band, self.inv,
-                      np.ascontiguousarray(Mp0, float), float(h), self.nu)  # fmt: skip
-        gamma, lam, psi0, rho0, size, info = out
+        gU, V, Mp0 = (np.ascontiguousarray(a, float) for a in (gU, V, Mp0))
+        gamma, lam, psi0, rho0, size, info = self.fn(gU, V, *self.layout, Mp0, float(h), self.nu)
         if info != 0:
             raise np.linalg.LinAlgError(f"singular matrix (gtsv info {info})")
         return gamma, lam, psi0, rho0, size
