@@ -63,9 +63,10 @@ def gtsv(dl: Array, d: Array, du: Array, b: Array) -> int:
     return 0
 
 
-def _fused_sweep(gU, V, W, X, dinv, dinv_nz, rows, cols, e1, e2, at_b, at_diag, at_pair, inv, Mp0, h, nu):
+def _fused_sweep(gU, V, W, X, Ihat, dinv, dinv_nz, rows, cols, e1, e2, at_b, at_diag, at_pair, inv, q0, Mp0, h, nu):
     """The sweep after the callbacks: gU (k, m) = grad U(Q), V (k, nnz) = G's values at Q; returns (gamma_new
-    (s, m), lam (nu,), psi_0 (m,), rho_0 (nnz,), the largest term summed into gamma, gtsv's info). Where each term
+    (s, m), lam (nu,), psi_0 (m,), rho_0 (nnz,), the largest term summed into gamma, gtsv's info, the next sweep's
+    stage points q0 + h Ihat gamma_new (k, m)). Where each term
     lands: ``at_b[e]`` in b (in the order ``inv``), ``at_diag[e]`` (the pair (e, e)) and ``at_pair[p]`` (the pair
     (e1[p], e2[p])) in the flat (3, nu) band storage of A (rows: super, diagonal, sub)."""
     k, m = gU.shape
@@ -80,22 +81,15 @@ def _fused_sweep(gU, V, W, X, dinv, dinv_nz, rows, cols, e1, e2, at_b, at_diag, 
             for e in range(nnz):
                 rho[j, e] += w * V[i, e]
     # y = e_0 M^-1 p0 - h X (M^-1 psi), hXMrho = X (rho h M^-1)
-    Dpsi = np.empty((s, m))
-    hDrho = np.empty((s, nnz))
-    for j in range(s):
-        for a in range(m):
-            Dpsi[j, a] = psi[j, a] * dinv[a]
-        for e in range(nnz):
-            hDrho[j, e] = rho[j, e] * (h * dinv_nz[e])
     XDpsi = np.zeros((s, m))
     hXMrho = np.zeros((s, nnz))
     for j in range(s):
         for l in range(s):
             x = X[j, l]
             for a in range(m):
-                XDpsi[j, a] += x * Dpsi[l, a]
+                XDpsi[j, a] += x * (psi[l, a] * dinv[a])
             for e in range(nnz):
-                hXMrho[j, e] += x * hDrho[l, e]
+                hXMrho[j, e] += x * (rho[l, e] * (h * dinv_nz[e]))
     size = 0.0
     y = np.empty((s, m))
     for j in range(s):
@@ -137,7 +131,15 @@ def _fused_sweep(gU, V, W, X, dinv, dinv_nz, rows, cols, e1, e2, at_b, at_diag, 
     for j in range(s):
         for a in range(m):
             size = max(size, terms[j, a])
-    return gamma, lam, psi[0].copy(), rho[0].copy(), size, info
+    Q = np.zeros((k, m))
+    for i in range(k):
+        for j in range(s):
+            x = Ihat[i, j]
+            for a in range(m):
+                Q[i, a] += x * gamma[j, a]
+        for a in range(m):
+            Q[i, a] = q0[a] + h * Q[i, a]
+    return gamma, lam, psi[0].copy(), rho[0].copy(), size, info, Q
 
 
 _COMPILED = None
@@ -179,7 +181,7 @@ class FusedSweep:
         S, N, F, tab = sweep.structure, sweep.normal, sweep.factor, sweep.tab
         nu = S.nu
         self.fn = fused_sweep() if fn is None else fn
-        self.W, self.X = np.array(tab.W, float), np.array(tab.X, float)
+        self.W, self.X, self.Ihat = np.array(tab.W, float), np.array(tab.X, float), np.array(tab.Ihat, float)
         self.dinv, self.dinv_nz = np.array(sweep.dinv, float), np.array(sweep.dinv_nz, float)
         self.rows, self.cols = np.array(S.rows, np.intp), np.array(S.cols, np.intp)
         self.e1, self.e2 = np.array(N.e1, np.intp), np.array(N.e2, np.intp)
@@ -187,12 +189,13 @@ class FusedSweep:
         at = np.asarray(F.ab_index, np.intp)[N.target]  # A's terms -> the flat band storage (factor.Factorisation)
         self.at_b, self.at_diag, self.at_pair = self.inv[S.cols], at[: S.nnz].copy(), at[S.nnz :].copy()
         self.nu = int(nu)
-        self.layout = (self.W, self.X, self.dinv, self.dinv_nz, self.rows, self.cols, self.e1, self.e2, self.at_b,
-                       self.at_diag, self.at_pair, self.inv)  # fmt: skip
+        self.layout = (self.W, self.X, self.Ihat, self.dinv, self.dinv_nz, self.rows, self.cols, self.e1, self.e2,
+                       self.at_b, self.at_diag, self.at_pair, self.inv)  # fmt: skip
 
-    def __call__(self, gU: Array, V: Array, Mp0: Array, h: float):
-        gU, V, Mp0 = (np.ascontiguousarray(a, float) for a in (gU, V, Mp0))
-        gamma, lam, psi0, rho0, size, info = self.fn(gU, V, *self.layout, Mp0, float(h), self.nu)
+    def __call__(self, gU: Array, V: Array, q0: Array, Mp0: Array, h: float):
+        """(gamma_new, lam, psi_0, rho_0, the largest term, the stage points of gamma_new: the next sweep's)."""
+        gU, V, q0, Mp0 = (np.ascontiguousarray(a, float) for a in (gU, V, q0, Mp0))
+        gamma, lam, psi0, rho0, size, info, Q = self.fn(gU, V, *self.layout, q0, Mp0, float(h), self.nu)
         if info != 0:
             raise np.linalg.LinAlgError(f"singular matrix (gtsv info {info})")
-        return gamma, lam, psi0, rho0, size
+        return gamma, lam, psi0, rho0, size, Q

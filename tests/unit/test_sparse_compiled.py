@@ -50,8 +50,9 @@ def _sweeps(problem, method, fused):
     new, (lam, psi0, rho0, _) = numpy_sweep.sweep(q0, None, Mp0, h, gamma)
     Q = q0 + h * (method.tableau.Ihat @ gamma)
     V = problem.sparse.values(Q)
-    got = fused(numpy_sweep, problem.grad_U(Q), V, Mp0, h)
-    return (new, lam, psi0, rho0, numpy_sweep.size, condition(problem, method, V, h)), got
+    got = fused(numpy_sweep, problem.grad_U(Q), V, q0, Mp0, h)
+    Q_next = q0 + h * (method.tableau.Ihat @ new)  # the next sweep's stage points, from the numpy gamma
+    return (new, lam, psi0, rho0, numpy_sweep.size, condition(problem, method, V, h), Q_next), got
 
 
 def condition(problem, method, V, h) -> float:
@@ -64,18 +65,22 @@ def condition(problem, method, V, h) -> float:
     return float(np.linalg.cond(A.toarray()))
 
 
-def _python_fused(sweep, gU, V, Mp0, h):
+def _python_fused(sweep, gU, V, q0, Mp0, h):
     """``compiled._fused_sweep`` run by Python itself (no compile): the quick tier's check of its loops."""
-    return compiled.FusedSweep(sweep, compiled._fused_sweep)(gU, V, Mp0, h)
+    return compiled.FusedSweep(sweep, compiled._fused_sweep)(gU, V, q0, Mp0, h)
 
 
 def _assert_sweeps_agree(reference, got):
     """Two orders of the same sums and two eliminations of A lam = b (each backward stable): lam to 10 eps cond(A)
     relative, gamma to 10 eps sqrt(cond(A)) times the largest term summed into it (the tensions h X M^-1 rho lam
-    that nearly cancel: an error eps |b| / lambda_min of lam moves rho lam by eps sqrt(cond) times them); psi_0, rho_0 (sums of k terms) to 4 eps."""
-    new, lam, psi0, rho0, size, cond = reference
-    g_new, g_lam, g_psi0, g_rho0, g_size = got
-    assert np.abs(g_new - new).max() <= 10 * EPS * np.sqrt(cond) * size
+    that nearly cancel: an error eps |b| / lambda_min of lam moves rho lam by eps sqrt(cond) times them); psi_0,
+    rho_0 (sums of k terms) to 4 eps; the next stage points q0 + h Ihat gamma to gamma's error (|Ihat| <= 1, h < 1)
+    plus 4 eps |Q|."""
+    new, lam, psi0, rho0, size, cond, Q_next = reference
+    g_new, g_lam, g_psi0, g_rho0, g_size, g_Q_next = got
+    tol_gamma = 10 * EPS * np.sqrt(cond) * size
+    assert np.abs(g_new - new).max() <= tol_gamma
+    assert np.abs(g_Q_next - Q_next).max() <= tol_gamma + 4 * EPS * np.abs(Q_next).max()
     assert np.abs(g_lam - lam).max() <= 10 * EPS * cond * np.abs(lam).max()
     assert np.abs(g_psi0 - psi0).max() <= 4 * EPS * np.abs(psi0).max()
     assert np.abs(g_rho0 - rho0).max() <= 4 * EPS * np.abs(rho0).max()
