@@ -28,20 +28,24 @@ CHOICES = ("auto", "numpy", "compiled")
 
 
 def gtsv(dl: Array, d: Array, du: Array, b: Array) -> int:
-    """Solve the tridiagonal system (sub dl, diagonal d, super du) in place into b, as LAPACK dgtsv (partial
-    pivoting; dl holds the second superdiagonal of U after a row swap); 0, or the 1-based index of a zero pivot."""
+    """Solve the tridiagonal system (sub dl, diagonal d, super du) in place into b by LAPACK dgtsv's elimination
+    (partial pivoting; dl holds the second superdiagonal of U after a row swap), U's diagonal kept as reciprocals
+    (one division a row); 0, or the 1-based index of a zero pivot."""
     n = d.size
     for i in range(n - 1):
         if abs(d[i]) >= abs(dl[i]):
             if d[i] == 0.0:
                 return i + 1
-            fact = dl[i] / d[i]
+            r = 1.0 / d[i]
+            fact = dl[i] * r
+            d[i] = r
             d[i + 1] -= fact * du[i]
             b[i + 1] -= fact * b[i]
             dl[i] = 0.0
         else:
-            fact = d[i] / dl[i]
-            d[i] = dl[i]
+            r = 1.0 / dl[i]
+            fact = d[i] * r
+            d[i] = r
             temp = d[i + 1]
             d[i + 1] = du[i] - fact * temp
             if i < n - 2:
@@ -55,11 +59,11 @@ def gtsv(dl: Array, d: Array, du: Array, b: Array) -> int:
             b[i + 1] = temp - fact * b[i + 1]
     if d[n - 1] == 0.0:
         return n
-    b[n - 1] /= d[n - 1]
+    b[n - 1] *= 1.0 / d[n - 1]
     if n > 1:
-        b[n - 2] = (b[n - 2] - du[n - 2] * b[n - 1]) / d[n - 2]
+        b[n - 2] = (b[n - 2] - du[n - 2] * b[n - 1]) * d[n - 2]
     for i in range(n - 3, -1, -1):
-        b[i] = (b[i] - du[i] * b[i + 1] - dl[i] * b[i + 2]) / d[i]
+        b[i] = (b[i] - du[i] * b[i + 1] - dl[i] * b[i + 2]) * d[i]
     return 0
 
 
@@ -115,8 +119,7 @@ def _fused_sweep(gU, V, W, X, Ihat, dinv, dinv_nz, rows, cols, e1, e2, at_b, at_
         ab[at_diag[e]] += ta[e]
     for p in range(npair):
         ab[at_pair[p]] += tp[p]
-    dl, d, du = ab[2 * nu : 3 * nu - 1].copy(), ab[nu : 2 * nu].copy(), ab[1:nu].copy()
-    info = _solve_tridiagonal(dl, d, du, bp)
+    info = _solve_tridiagonal(ab[2 * nu : 3 * nu - 1], ab[nu : 2 * nu], ab[1:nu], bp)  # views: ab is scratch
     lam = np.empty(nu)
     for c in range(nu):
         lam[c] = bp[inv[c]]
