@@ -115,8 +115,8 @@ def time_case(problem, method, n: int, path: str, repeat: int = 3) -> dict:
         best = min(best, time.process_time() - t0)
     sweeps = traj.attrs["mean_iterations"]
     return {"n": n, "m": problem.m, "h": h, "steps": steps, "linear_algebra": traj.attrs["linear_algebra"],
-            "sparse_sweep": traj.attrs["sparse_sweep"], "cpu_ms_per_step": 1e3 * best / steps, "mean_iterations": sweeps,
-            "cpu_us_per_sweep": 1e6 * best / steps / sweeps}  # fmt: skip
+            "sparse_sweep": traj.attrs["sparse_sweep"], "cpu_ms_per_step": 1e3 * best / steps,
+            "mean_iterations": sweeps, "cpu_us_per_sweep": 1e6 * best / steps / sweeps}  # fmt: skip
 
 
 def build_time(n: int, repeat: int = 3) -> float:
