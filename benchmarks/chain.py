@@ -6,7 +6,8 @@ For each n: the chain of ``hbvm_core.problems.chain`` (masses 1 +- 0.5, a bent s
 along it) at h = 0.1 / sqrt(n) (the chain's fastest frequency grows like sqrt(n), so the fixed point's sweeps
 per step stay about constant), with HBVM(2,2) and HBVM(4,2) (fixed point), HBVM(4,2) blended and RATTLE, each
 on the path the size chooses ("auto": dense below ``sparse.path.SPARSE_MIN_M`` coordinates, sparse above) and,
-for n <= 100, on the dense path too. Times are process CPU seconds (``time.process_time``: the machine is
+for n <= 100, on the dense path too; the sparse fixed-point sweep compiled where it applies (``sparse.compiled``;
+``HBVM_SPARSE_SWEEP=numpy`` times the numpy sweep). Times are process CPU seconds (``time.process_time``: the machine is
 shared), the best of three runs of ``steps`` steps; per step and per sweep (a step's fixed-point sweeps or Newton
 iterations).
 Also: the growth exponent of the CPU time per step and per sweep from the second size to the last, the time to
@@ -114,8 +115,8 @@ def time_case(problem, method, n: int, path: str, repeat: int = 3) -> dict:
         best = min(best, time.process_time() - t0)
     sweeps = traj.attrs["mean_iterations"]
     return {"n": n, "m": problem.m, "h": h, "steps": steps, "linear_algebra": traj.attrs["linear_algebra"],
-            "cpu_ms_per_step": 1e3 * best / steps, "mean_iterations": sweeps,
-            "cpu_us_per_sweep": 1e6 * best / steps / sweeps}  # fmt: skip
+            "sparse_sweep": traj.attrs["sparse_sweep"], "cpu_ms_per_step": 1e3 * best / steps,
+            "mean_iterations": sweeps, "cpu_us_per_sweep": 1e6 * best / steps / sweeps}  # fmt: skip
 
 
 def build_time(n: int, repeat: int = 3) -> float:

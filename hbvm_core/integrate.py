@@ -140,6 +140,8 @@ def integrate(
         "backend": stats.get("backend", "numpy"),
         # the multiplier systems: dense, or on the problem's sparse G (hbvm_core.sparse, chosen by size)
         "linear_algebra": stats.get("linear_algebra", "dense"),
+        # the sparse path's fixed-point sweep: compiled (hbvm_core.sparse.compiled) or numpy; none elsewhere
+        "sparse_sweep": stats.get("sparse_sweep", "none"),
     }
     arrays = sink.arrays(problem.m, problem.nu) if own_sink else _empty(problem)
     return Trajectory(problem=problem, method=method, h=float(h), attrs=attrs, **arrays)
@@ -232,8 +234,9 @@ def python_runner(
             pts.add((n + 1) * h, q, p)
     pts.flush()
     stp.flush()
-    algebra = getattr(stepper, "linear_algebra", "dense")
-    return {"iterations": total, "max_iterations": worst, "backend": "numpy", "linear_algebra": algebra}
+    algebra, sweep = getattr(stepper, "linear_algebra", "dense"), getattr(stepper, "sparse_sweep", "none")
+    return {"iterations": total, "max_iterations": worst, "backend": "numpy", "linear_algebra": algebra,
+            "sparse_sweep": sweep}  # fmt: skip
 
 
 def _kahan(x: np.ndarray, dx: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -96,10 +96,12 @@ def integrate_summary(
         H_error = float(np.max(np.abs(H - H[0]))) if len(H) else np.nan
         g_error = np.max(np.abs(problem.constraint(q)), axis=0) if nu and len(q) else np.full(nu, np.nan)
     one = lambda x, dtype=np.int64: np.array([x], dtype=dtype)  # noqa: E731
+    kind = getattr(stepper.stepper, "sparse_sweep", "none")
+    sweep = "" if kind == "none" else f", {kind} sweep"
     res = EnsembleResult(
         status=one(status), fail_step=one(fail_step), steps=one(done), iterations=one(stepper.iterations),
         max_iterations=one(stepper.worst), n_saved=one(len(t)), t=t[None], q=q[None], p=p[None],
         lam=np.asarray(lam, dtype=float).reshape(1, nu), H_error=one(H_error, float), g_error=g_error.reshape(1, nu),
-        backend="numpy", backend_note=f"per-run numpy loop ({stepper.linear_algebra} linear algebra)",
+        backend="numpy", backend_note=f"per-run numpy loop ({stepper.linear_algebra} linear algebra{sweep})",
     )  # fmt: skip
     return res, wall

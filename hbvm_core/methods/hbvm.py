@@ -277,6 +277,14 @@ class HBVMStepper:
         """How the multiplier system is solved: "sparse" or "dense"."""
         return "dense" if self.sparse is None else "sparse"
 
+    @property
+    def sparse_sweep(self) -> str:
+        """The sparse path's fixed-point sweep: "compiled" (``sparse.compiled``) or "numpy"; "none" off that path
+        or with the blended iteration."""
+        if self.sparse is None or self.method.solver == "blended":
+            return "none"
+        return self.sparse.kind
+
     def sweep(self, q0, p0, Mp0, h, gamma):
         """One fixed-point sweep gamma -> gamma_new (docs/method.md 3); aux = (lam, psi_0, rho_0)."""
         tab, pb = self.tab, self.problem

@@ -5,7 +5,8 @@
   vectorised callback; the products G lam and G^T v over the nonzeros.
 - ``normal.NormalPattern``: the pattern of G^T M^-1 G and the assembly of sum_j L_j^T M^-1 R_j over it.
 - ``factor.Factorisation``: a sparse LU (or banded) solve whose ordering is found once per pattern.
-- ``hbvm.SparseSweep``: the fixed-point HBVM(k, s) sweep on that structure; ``rattle.SparseRattle``: the
+- ``hbvm.SparseSweep``: the fixed-point HBVM(k, s) sweep on that structure (``compiled``: its work after the
+  callbacks as one compiled function where G^T M^-1 G is tridiagonal and numba imports); ``rattle.SparseRattle``: the
   products and solves of RATTLE's step (``methods.rattle.rattle_step``) on it (the methods' numpy steppers hand
   their work to them on the sparse path).
 - ``blended``: the simplified-Newton iteration of HBVM(k, s) with its Newton matrix sparse.

@@ -10,7 +10,8 @@ grad_U and of G's values along one direction per colour of the coordinates (two 
 no constraint touches both: a chain needs 4 colours whatever its length), so their cost does not grow with m;
 U's Hessian is taken to couple only coordinates that share a constraint (the chain's U is linear) -- a K0
 missing other couplings slows the iteration, the solution is the same. Each iteration factorises J by SuperLU, its
-column ordering (COLAMD) found once per stepper (``column_order``).
+column ordering (COLAMD) found once per stepper (``column_order``); J's pattern, in that column order, and where each
+term lands in its CSC data are found once per step (``FixedPattern``): an iteration assembles the data only.
 """
 
 from __future__ import annotations
@@ -97,6 +98,26 @@ def column_order(stepper, J) -> tuple[np.ndarray, np.ndarray]:
     return found
 
 
+class FixedPattern:
+    """The CSC pattern (indices, indptr) of a square matrix of ``size`` given as terms at (rows, cols), its column
+    c placed at ``place[c]``, and the slot of each term in the CSC data (duplicates summed)."""
+
+    def __init__(self, rows: np.ndarray, cols: np.ndarray, place: np.ndarray, size: int) -> None:
+        key = place[cols].astype(np.int64) * size + rows
+        unique, self.slot = np.unique(key, return_inverse=True)  # column-major: rows ascending in each column
+        self.slot = self.slot.reshape(-1)
+        self.indices = (unique % size).astype(np.int32)
+        self.indptr = np.concatenate([[0], np.cumsum(np.bincount(unique // size, minlength=size))]).astype(np.int32)
+        self.size = size
+
+    def matrix(self, values: np.ndarray):
+        """The matrix with these term values (in the order of ``rows``, ``cols``) as scipy.sparse CSC."""
+        from scipy import sparse
+
+        data = np.bincount(self.slot, values, self.indices.size)
+        return sparse.csc_matrix((data, self.indices, self.indptr), shape=(self.size, self.size))
+
+
 def newton_map(stepper, q0, Mp0, h, n=0, t=0.0):
     """As ``hbvm_core.blended.newton_map`` on the problem's sparse G: (the map gamma -> (gamma + dgamma,
     (lam, psi_0, rho_0, Q)), and the terms of the rule's scale: h M^-1 rho lam's largest term in the last call and
@@ -116,6 +137,12 @@ def newton_map(stepper, q0, Mp0, h, n=0, t=0.0):
     block = np.arange(s)[:, None] * m
     r12, c12 = (block + S.rows).ravel(), np.tile(S.cols, s) + s * m
     r21, c21 = np.tile(S.cols, s) + s * m, (block + S.rows).ravel()
+    A11 = A11.tocoo()
+    rows, cols = np.concatenate([A11.row, r12, r21]), np.concatenate([A11.col, c12, c21])
+    # J's column ordering (COLAMD: the pattern's), found once per stepper from A11 and generic off-diagonal blocks
+    generic = np.concatenate([A11.data, 1.0 + 0.5 * np.sin(np.arange(r12.size + r21.size))])
+    order, _ = column_order(stepper, sparse.csc_matrix((generic, (rows, cols)), shape=(s * m + nu,) * 2))
+    pattern = FixedPattern(rows, cols, order, s * m + nu)
     size = 0.0
 
     def newton(gamma):
@@ -129,14 +156,9 @@ def newton_map(stepper, q0, Mp0, h, n=0, t=0.0):
         F2 = S.Gt_dot(rho, gamma).sum(axis=0)
         HG = (dG @ gamma.T).T  # (s, nnz): Hess g applied to gamma_j, on G's pattern
         Cv = rho + h * (X.T @ HG)
-        J = sparse.bmat(
-            [[A11, sparse.csr_matrix((h * XMrho.ravel(), (r12, c12 - s * m)), shape=(s * m, nu))],
-             [sparse.csr_matrix((Cv.ravel(), (r21 - s * m, c21)), shape=(nu, s * m)), None]],
-            format="csc",
-        )  # fmt: skip
-        order, gather = column_order(stepper, J)
+        J = pattern.matrix(np.concatenate([A11.data, h * XMrho.ravel(), Cv.ravel()]))  # columns in COLAMD's order
         try:
-            lu = splu(J[:, gather], permc_spec="NATURAL")
+            lu = splu(J, permc_spec="NATURAL")
         except RuntimeError as exc:
             raise np.linalg.LinAlgError(str(exc)) from None
         delta = -lu.solve(np.concatenate([F1.ravel(), F2]))[order]

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import ConfigError
+from . import compiled
 from .path import inverse_mass
 
 
@@ -50,7 +52,9 @@ def amplification(problem, dinv_nz) -> float:
 class SparseSweep:
     """The sweep of one problem's HBVM(k, s) stepper on the nonzeros of G (``Problem.sparse``)."""
 
-    def __init__(self, tab, problem) -> None:
+    def __init__(self, tab, problem, kind: str | None = None) -> None:
+        """``kind``: "numpy", "compiled" (``compiled.FusedSweep``: one numba function per sweep) or None / "auto"
+        (the switch ``HBVM_SPARSE_SWEEP``, auto when unset: compiled where it applies and numba imports)."""
         self.tab, self.problem = tab, problem
         self.structure = problem.sparse
         self.dinv = inverse_mass(problem)
@@ -59,6 +63,29 @@ class SparseSweep:
         self.factor = self.structure.factorisation
         self.size = 0.0
         self.amplification = amplification(problem, self.dinv_nz)
+        self.kind, self.fused, self._next = "numpy", None, None
+        kind = compiled.choice() if kind in (None, "auto") else kind
+        if kind not in compiled.CHOICES:
+            raise ConfigError(f"sparse sweep = {kind!r}: expected one of {', '.join(compiled.CHOICES)}")
+        if kind != "numpy" and compiled.applies(self.factor) and compiled.fused_sweep() is not None:
+            self.kind, self.fused = "compiled", compiled.FusedSweep(self)
+            self.sweep = self.fused_sweep
+        elif kind == "compiled":
+            why = "numba is not installed" if compiled.fused_sweep() is None else "G^T M^-1 G is not tridiagonal"
+            raise ConfigError(f"{compiled.SWITCH} = compiled: {why} (the numpy sweep runs with numpy or auto)")
+
+    def fused_sweep(self, q0, p0, Mp0, h, gamma):
+        """``sweep`` with its work after the callbacks in one compiled function (``compiled``), which also returns
+        the stage points of gamma_new: the next sweep's when the fixed point iterates on (gamma is that array)."""
+        last = self._next
+        if last is not None and gamma is last[0] and q0 is last[1] and h == last[2]:
+            Q = last[3]
+        else:
+            Q = q0 + h * (self.tab.Ihat @ gamma)  # stage positions (k, m)
+        pb = self.problem
+        new, lam, psi0, rho0, self.size, Qn = self.fused(pb.grad_U(Q), self.structure.values(Q), q0, Mp0, h)
+        self._next = (new, q0, h, Qn)
+        return new, (lam, psi0, rho0, Q)
 
     def sweep(self, q0, p0, Mp0, h, gamma):
         """One fixed-point sweep gamma -> gamma_new; aux = (lam, psi_0, rho_0 values, Q).
