@@ -766,7 +766,7 @@ def _trajectory(path: str, problem, attrs: dict | None, reader, expected: Expect
         raise damaged(path, exc.array, exc.what) from None
     keys = ("steps", "h", "t_end", "save_every", "compensated", "wall_s", "mean_iterations", "max_iterations")
     tattrs = {k: attrs[k] for k in keys if k in attrs} | {
-        k: attrs.get(k) for k in ("backend", "linear_algebra", "worker", "host", "cpu")
+        k: attrs.get(k) for k in ("backend", "linear_algebra", "sparse_sweep", "worker", "host", "cpu")
     }
     return Trajectory(problem=problem, method=method, h=float(attrs["h"]), attrs=tattrs, **arr)
 

@@ -397,7 +397,8 @@ def run_to_store(
             "max_iterations": int(a["max_iterations"]),
             "backend": a.get("backend", "numpy"),
         }
-        algebra = {"linear_algebra": a.get("linear_algebra", "dense")}  # the numpy path's dense or sparse solves
+        # the numpy path's dense or sparse solves, and the sparse path's sweep (compiled or numpy)
+        algebra = {"linear_algebra": a.get("linear_algebra", "dense"), "sparse_sweep": a.get("sparse_sweep", "none")}
         sink.finish({**base, **run, **algebra, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         publish(tmp, path)
         with contextlib.suppress(FileNotFoundError):

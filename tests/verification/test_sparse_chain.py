@@ -4,6 +4,8 @@ and a tree."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from scipy.integrate import solve_ivp
@@ -165,8 +167,8 @@ def test_small_chains_stay_dense_and_large_ones_go_sparse():
 
 
 def test_a_study_of_a_chain_stores_which_path_it_took(tmp_path):
-    """A study's run of the built-in chain (no compiled callbacks: the numpy path) records linear_algebra in its
-    store, and the loaded trajectory carries it; g at round-off there too."""
+    """A study's run of the built-in chain (no compiled callbacks: the numpy path) records linear_algebra and the
+    sparse sweep it took in its store, and the loaded trajectory carries them; g at round-off there too."""
     from hbvm_workflow.storage import load_trajectory
     from hbvm_workflow.study import expand_study
     from hbvm_workflow.worker import solve_job
@@ -178,4 +180,7 @@ def test_a_study_of_a_chain_stores_which_path_it_took(tmp_path):
     problem = chain(n=40, theta0=0.3)
     traj = load_trajectory(job.store, problem)
     assert traj.attrs["linear_algebra"] == "sparse" and traj.attrs["backend"] == "numpy"
+    # a chain's G^T M^-1 G is tridiagonal: the compiled sweep, unless the run asks for numpy's (the quick tier does)
+    want = "numpy" if os.environ.get("HBVM_SPARSE_SWEEP") == "numpy" else "compiled"
+    assert traj.attrs["sparse_sweep"] == want
     assert np.abs(traj.g()).max() <= 10 * EPS * np.abs(traj.q).max() * traj.steps
