@@ -36,19 +36,37 @@ def assert_close(x, y, steps, what):
     assert np.max(np.abs(np.nan_to_num(x) - np.nan_to_num(y)), initial=0.0) <= 8 * EPS * scale * max(steps, 1), what
 
 
-def against_per_run_block(monkeypatch, run, steps):
-    """``run()`` in lockstep and by the per-run block (HBVM_LANES=0): the same statuses and counts, the values to
-    round-off; returns the lockstep result."""
+def against_per_run_block(monkeypatch, run, steps, sweeps_apart: int = 0):
+    """``run()`` in lockstep and by the per-run block (HBVM_LANES=0): the same statuses, steps and saved points,
+    the values to round-off, the iteration counts equal, or (``sweeps_apart`` > 0) to that many sweeps at a run's
+    worst step and within 1% of the steps over all; returns the lockstep result.
+
+    The blended solver's counts may differ where a step's increments reach round-off: the stall rule (d >= d_prev
+    at d <= stall scale, ``rules.converged``) then decides on the rounding, which the two solves of (B2) leave
+    different (a first run: one sweep more or less at 2 of 1200 run-steps)."""
     lock = run()
     monkeypatch.setenv("HBVM_LANES", "0")
     ref = run()
     monkeypatch.delenv("HBVM_LANES")
     assert "HBVM_LANES=0" in ref.backend_note
-    for key in ("status", "fail_step", "steps", "iterations", "max_iterations", "n_saved"):
+    for key in ("status", "fail_step", "steps", "n_saved"):
         np.testing.assert_array_equal(getattr(lock, key), getattr(ref, key), err_msg=key)
+    assert np.all(np.abs(lock.max_iterations - ref.max_iterations) <= sweeps_apart)
+    differ = np.abs(lock.iterations - ref.iterations)
+    assert np.sum(differ) <= (0.01 * np.sum(ref.steps) if sweeps_apart else 0), (lock.iterations, ref.iterations)
     for key in ("t", "q", "p", "lam", "H_error", "g_error"):
         assert_close(getattr(lock, key), getattr(ref, key), steps, key)
     return lock
+
+
+def assert_conserved(result, runs, steps):
+    """H and g of every run to round-off: eps times the scale of H (and of the state, for g) times the steps."""
+    for r, pb in enumerate(runs):
+        n = int(result.n_saved[r])
+        q, p = result.q[r, :n], result.p[r, :n]
+        scale = max(1.0, float(np.max(np.abs(pb.hamiltonian(q, p)))), float(np.max(q**2)))
+        assert 0.0 <= result.H_error[r] <= 8 * EPS * scale * steps, (r, result.H_error[r])
+        assert np.all(result.g_error[r] <= 8 * EPS * scale * steps), (r, result.g_error[r])
 
 
 # --------------------------------------------------------------------------- the per-point callbacks (quick)
@@ -114,10 +132,12 @@ def test_callbacks_without_a_per_point_form_or_without_params():
 
 # --------------------------------------------------------------------------- lockstep against the per-run loops
 @pytest.mark.slow
-def test_conical_pendulum_over_length_and_gravity(monkeypatch):
-    """A grid of lengths (q0, g) and gravities (U) as arrays, with a block of one params row among them: every run
-    is the per-run block's and its own per-run compiled loop's (a few, run by run)."""
-    method, N = hc.HBVM(2, 2), 40
+@pytest.mark.parametrize("solver", ["fixed-point", "blended"])
+def test_conical_pendulum_over_length_and_gravity(monkeypatch, solver):
+    """A grid of lengths (q0, g) and gravities (U) as arrays, with a block of one params row among them, by either
+    solver: every run is the per-run block's and its own per-run compiled loop's (a few, run by run); H and g at
+    round-off."""
+    method, N = hc.HBVM(2, 2, solver=solver), 40
     lengths, gravities = np.meshgrid(np.linspace(0.6, 2.0, 5), np.linspace(0.5, 2.5, 4))
     length = np.r_[lengths.ravel(), np.full(lanes.LANES, 1.5)]
     gravity = np.r_[gravities.ravel(), np.full(lanes.LANES, 1.2)]
@@ -129,14 +149,15 @@ def test_conical_pendulum_over_length_and_gravity(monkeypatch):
     def run():
         return hc.integrate_ensemble(conical_pendulum(), method, h, N, params=params, sample_every=every)
 
-    lock = against_per_run_block(monkeypatch, run, N)
+    lock = against_per_run_block(monkeypatch, run, N, sweeps_apart=1 if solver == "blended" else 0)
     assert np.all(lock.status == OK)
     assert lock.backend_note == (  # 20 rows of one run each and a row of 16: 1 block of one row, 2 whose lanes differ
         f"lockstep: {R} of {R} runs, blocks of {lanes.LANES} lanes (1 of one params row; 2 of a params row per lane)"
     )
+    runs = [conical_pendulum(length=float(length[r]), gravity=float(gravity[r])) for r in range(R)]
+    assert_conserved(lock, runs, N)
     for r in (0, 7, 19, R - 1):
-        pb = conical_pendulum(length=float(length[r]), gravity=float(gravity[r]))
-        one = hc.integrate(pb, method, float(h[r]), float(h[r]) * N, save_every=int(every[r]), backend="numba")
+        one = hc.integrate(runs[r], method, float(h[r]), float(h[r]) * N, save_every=int(every[r]), backend="numba")
         n = int(lock.n_saved[r])
         assert n == one.t.size
         for key in ("q", "p"):
