@@ -417,17 +417,7 @@ class Model:
 
     # --- a problem at parameter values
     def values(self, **overrides) -> dict[str, float]:
-        unknown = sorted(set(overrides) - set(self.param_names))
-        if unknown:
-            raise ConfigError(
-                f"problem.params.{unknown[0]}: not a parameter of {self.name!r} "
-                f"(its parameters: {', '.join(self.param_names) or 'none'})"
-            )
-        values = dict(self.defaults) | {k: _number(f"problem.params.{k}", v) for k, v in overrides.items()}
-        missing = [k for k in self.param_names if k not in values]
-        if missing:
-            raise ConfigError(f"problem.params.{missing[0]}: no value given")
-        return {k: values[k] for k in self.param_names}
+        return param_values(self.name, self.param_names, self.defaults, overrides)
 
     def problem(self, **overrides) -> Problem:
         """The Problem at these parameter values (the mapping's own ``params`` for the others)."""
@@ -530,6 +520,21 @@ def _bind(f: Callable, c: np.ndarray) -> Callable:
 
     callback.__qualname__ = callback.__name__ = f.__name__
     return callback
+
+
+def param_values(name: str, names: list[str], defaults: dict, overrides: dict) -> dict[str, float]:
+    """A problem's params, in its order: ``defaults`` updated by ``overrides`` (a ConfigError naming a key that is
+    not one of ``names``, a value that is not a number, or a param with no value)."""
+    unknown = sorted(set(overrides) - set(names))
+    if unknown:
+        raise ConfigError(
+            f"problem.params.{unknown[0]}: not a parameter of {name!r} (its parameters: {', '.join(names) or 'none'})"
+        )
+    values = dict(defaults) | {k: _number(f"problem.params.{k}", v) for k, v in overrides.items()}
+    missing = [k for k in names if k not in values]
+    if missing:
+        raise ConfigError(f"problem.params.{missing[0]}: no value given")
+    return {k: values[k] for k in names}
 
 
 def _number(key: str, value) -> float:

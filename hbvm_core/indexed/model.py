@@ -16,7 +16,7 @@ import re
 import numpy as np
 
 from ..errors import ConfigError
-from ..expressions import Model, _number, _short, _sympy, parse
+from ..expressions import Model, _number, _short, _sympy, param_values, parse
 from ..problem import Problem
 from .assembly import Assembly
 from .layout import Layout
@@ -143,17 +143,7 @@ class IndexedModel:
 
     # --- a problem at parameter values
     def values(self, **overrides) -> dict[str, float]:
-        unknown = sorted(set(overrides) - set(self.param_names))
-        if unknown:
-            raise ConfigError(
-                f"problem.params.{unknown[0]}: not a parameter of {self.name!r} "
-                f"(its parameters: {', '.join(self.param_names) or 'none'})"
-            )
-        values = dict(self.defaults) | {k: _number(f"problem.params.{k}", v) for k, v in overrides.items()}
-        missing = [k for k in self.param_names if k not in values]
-        if missing:
-            raise ConfigError(f"problem.params.{missing[0]}: no value given")
-        return {k: values[k] for k in self.param_names}
+        return param_values(self.name, self.param_names, self.defaults, overrides)
 
     def problem(self, linear_algebra: str = "auto", **overrides) -> Problem:
         """The Problem at these parameter values (the mapping's own ``params`` for the others); ``linear_algebra``
