@@ -254,11 +254,16 @@ def errors(runs, out: dict, nu: int) -> tuple[np.ndarray, np.ndarray]:
     H_error, g_error = np.full(R, np.nan), np.full((R, nu), np.nan)
     if not S:
         return H_error, g_error
-    per = max(1, POINTS_PER_BLOCK // S)
-    for a in range(0, R, per):
-        b = min(R, a + per)
-        H_error[a:b], g_error[a:b] = _block_errors(runs, q[a:b], p[a:b], n_saved[a:b], np.arange(a, b), nu)
+    for block in run_blocks(np.arange(R), S):
+        a, b = block[0], block[-1] + 1
+        H_error[a:b], g_error[a:b] = _block_errors(runs, q[a:b], p[a:b], n_saved[a:b], block, nu)
     return H_error, g_error
+
+
+def run_blocks(rows: np.ndarray, S: int) -> list[np.ndarray]:
+    """``rows`` (runs of S saved points each) in consecutive blocks of about ``POINTS_PER_BLOCK`` points."""
+    per = max(1, POINTS_PER_BLOCK // max(S, 1))
+    return [rows[a : a + per] for a in range(0, rows.size, per)]
 
 
 def _block_errors(runs, q, p, n_saved, run, nu: int) -> tuple[np.ndarray, np.ndarray]:

@@ -184,8 +184,9 @@ def compute_shard(spec: dict) -> dict:
     rows.copy_sources()
     rows.integrate()
     result = rows.result(time.perf_counter() - t0)
-    out = {"counts": rows.counts, "scalars": rows.scalars, "t": rows.t, "y": rows.y}
-    write_shard(store, slot, spec["start"], out, spec["digest"], result, _partial(spec, rows.counts, rows.t, rows.y))
+    write_shard(
+        store, slot, spec["start"], rows.arrays, spec["digest"], result, _partial(spec, rows.counts, rows.t, rows.y)
+    )
     return result
 
 
@@ -214,11 +215,15 @@ class _ShardRows:
         self.notes: set[str] = set()
         self.compute = np.asarray(spec["compute"], dtype=np.int64)
 
+    @property
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The store's data arrays of the shard, by name."""
+        return {"counts": self.counts, "scalars": self.scalars, "t": self.t, "y": self.y}
+
     def copy_sources(self) -> None:
         """The rows of the runs copied from an earlier store."""
-        out = {"counts": self.counts, "scalars": self.scalars, "t": self.t, "y": self.y}
         for src in self.spec["sources"]:
-            for name, arr in out.items():
+            for name, arr in self.arrays.items():
                 arr[src["dst"]] = read_rows(src["store"], name, src["src"])
 
     def put(self, rows: np.ndarray, res) -> None:

@@ -11,6 +11,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from hbvm_core.ensemble_runs import run_blocks
+
 from .forking import forked_map
 from .layout import shard_store
 from .partials import COLUMNS
@@ -76,7 +78,7 @@ def state_errors(
     family = _family_rows(instances)
     if family is not None:  # the hidden constraint of every instance's points, nothing built per instance
         rows = np.flatnonzero(ok)
-        for block in _blocks(rows, y.shape[1]):
+        for block in run_blocks(rows, y.shape[1]):
             ri, pj = np.nonzero(mask[block])
             yq = y[block[ri], pj]
             at = table.combo[block[ri]]
@@ -135,22 +137,11 @@ def state_errors(
     return out, e_hc, floors
 
 
-#: the saved points a block of runs holds (``_blocks``): its temporaries stay a few MB, as in the core's
-#: ``ensemble_runs.errors``
-POINTS_PER_BLOCK = 1 << 15
-
-
-def _blocks(rows: np.ndarray, S: int) -> list[np.ndarray]:
-    """``rows`` in blocks of about ``POINTS_PER_BLOCK`` saved points (S per run)."""
-    per = max(1, POINTS_PER_BLOCK // max(S, 1))
-    return [rows[a : a + per] for a in range(0, rows.size, per)]
-
-
 def _scale(y: np.ndarray, n_saved: np.ndarray) -> np.ndarray:
     """max(1, max |y| over each run's saved points), a NaN entry left out (a failed run's state)."""
     out = np.ones(y.shape[0])
     valid = np.arange(y.shape[1])[None, :] < n_saved[:, None]
-    for block in _blocks(np.arange(y.shape[0]), y.shape[1]):
+    for block in run_blocks(np.arange(y.shape[0]), y.shape[1]):
         a, b = block[0], block[-1] + 1
         where = np.broadcast_to(valid[a:b, :, None], y[a:b].shape)
         out[a:b] = np.fmax.reduce(np.abs(y[a:b]), axis=(1, 2), where=where, initial=1.0)
