@@ -36,6 +36,7 @@ from .shard_worker import cold_ensembles, solve_shard
 from .shard_worker import warm_up as warm_up_ensembles
 from .shards import shard_key
 from .storage import clean_temporaries
+from .task_args import Packed, call_packed
 from .worker import solve_batch, warm_up
 
 
@@ -177,7 +178,7 @@ def _ship_modules(client, todo: list, shards: list, logs: dict) -> None:
 
 def _submit(client, batches: list[list], shards: list[dict], studies: dict, retries: int) -> tuple[dict, dict]:
     """(future -> batch, future -> shard spec): a task per batch of runs (``worker.solve_batch``) and per shard
-    (``shard_worker.solve_shard``), the costliest shards first."""
+    (``shard_worker.solve_shard``), the costliest shards first; their arguments ``Packed`` (not walked by Dask)."""
     entries = {job.problem for batch in batches for job in batch if isinstance(job.problem, str)}  # not a mapping
     modules = {entry: (_problem_module(entry) or ("", ""))[1] for entry in entries}
 
@@ -189,17 +190,28 @@ def _submit(client, batches: list[list], shards: list[dict], studies: dict, retr
         }
 
     futures = {
-        client.submit(solve_batch, [task(job) for job in batch], key=batch_key(batch), retries=retries, pure=False): (
-            batch
-        )
+        client.submit(
+            call_packed,
+            solve_batch,
+            Packed([task(job) for job in batch]),
+            key=batch_key(batch),
+            retries=retries,
+            pure=False,
+        ): batch
         for batch in batches
     }
     # the costliest shards first (Dask's priority: higher first), so that a long one does not start last
     rank = {id(spec): -i for i, spec in enumerate(sorted(shards, key=lambda sp: -sp.get("work", 0.0)))}
     shard_futures = {
-        client.submit(solve_shard, spec, key=shard_key(spec), retries=retries, pure=False, priority=rank[id(spec)]): (
-            spec
-        )
+        client.submit(
+            call_packed,
+            solve_shard,
+            Packed(spec),
+            key=shard_key(spec),
+            retries=retries,
+            pure=False,
+            priority=rank[id(spec)],
+        ): spec
         for spec in shards
     }
     return futures, shard_futures

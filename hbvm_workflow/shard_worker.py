@@ -58,10 +58,18 @@ def _problem(p: dict, checked_in_group: bool = False):
     return _PROBLEMS[key]
 
 
-def entry_key(p: dict) -> str:
+def entry_key(p: dict, memo: dict | None = None) -> str:
     """The problem entry of a shard spec's grid combination: the config's problem and the names of its params.
-    Its combinations share a problem structure where the problem has a Family (``Structures``)."""
-    return json.dumps([p["problem"], sorted(p["params"])], sort_keys=True, default=repr)
+    Its combinations share a problem structure where the problem has a Family (``Structures``). ``memo``: the keys
+    of the entries already met, by the problem object and the params' names (a spec's combinations share the one
+    problem mapping they were unpickled with: one text per entry, not per grid value); it holds the problem, so
+    that its id is not reused while the memo lives."""
+    if memo is None:
+        return json.dumps([p["problem"], sorted(p["params"])], sort_keys=True, default=repr)
+    at = (id(p["problem"]), tuple(p["params"]))
+    if at not in memo:
+        memo[at] = (p["problem"], entry_key(p))
+    return memo[at][1]
 
 
 class Structures:
@@ -76,13 +84,15 @@ class Structures:
         self.group: dict[int, int] = {}
         self.members: list[list[int]] = []
         ids: dict[str, int] = {}
+        memo: dict = {}
         for c, p in self.problems.items():
-            g = ids.setdefault(entry_key(p), len(ids))
+            g = ids.setdefault(entry_key(p, memo), len(ids))
             if g == len(self.members):
                 self.members.append([])
             self.members[g].append(c)
             self.group[c] = g
         self._first: dict[int, Any] = {}
+        self._shared: dict[int, bool] = {}
 
     def first(self, g: int):
         """The problem of the group's first combination (built once, checked against the plan)."""
@@ -96,10 +106,12 @@ class Structures:
         from hbvm_core.problems.family import family_of
 
         g = self.group[int(c)]
-        family = family_of(self.first(g))
-        members = self.members[g]
-        keys = set(self.problems[members[0]]["params"])
-        return family is not None and len(members) > 1 and keys <= set(family.shapes)
+        if g not in self._shared:  # a property of the group
+            family = family_of(self.first(g))
+            members = self.members[g]
+            keys = set(self.problems[members[0]]["params"])
+            self._shared[g] = family is not None and len(members) > 1 and keys <= set(family.shapes)
+        return self._shared[g]
 
     def runs(self, g: int, combos: np.ndarray) -> tuple:
         """(problems, params) of the runs of group ``g`` whose combinations are ``combos``."""
@@ -435,18 +447,22 @@ def warm_up(specs: list[dict], processes: int = 1, tell=None) -> int:
     distinct: dict[str, tuple] = {}
     studies: dict[str, set] = {}
     loops: dict[str, tuple] = {}
+    memo: dict = {}
+    keys: dict[tuple, str] = {}
     for spec in specs:
         compute = np.asarray(spec["compute"], dtype=np.int64)
         groups = Structures(spec["problems"])
         for i, c in set(zip(spec["scheme"][compute].tolist(), spec["combo"][compute].tolist())):
             problem = spec["problems"][c]
-            pkey = entry_key(problem)  # one problem built per problem entry, not per grid value
+            pkey = entry_key(problem, memo)  # one problem built per problem entry, not per grid value
             if pkey not in loops:
                 try:
                     loops[pkey] = loop_key(_problem(problem))
                 except Exception:  # noqa: BLE001 - the shard task reports it
                     loops[pkey] = (pkey,)
-            key = json.dumps([spec["methods"][i]["entry"], repr(loops[pkey])], sort_keys=True)
+            if (id(spec), i, pkey) not in keys:
+                keys[id(spec), i, pkey] = json.dumps([spec["methods"][i]["entry"], repr(loops[pkey])], sort_keys=True)
+            key = keys[id(spec), i, pkey]
             if key not in distinct:
                 # the shard's own road: the first combinations of c's group (its params as arrays, as the shard
                 # task gives them), enough runs for a lockstep block
@@ -499,13 +515,14 @@ def cold_ensembles(specs: list[dict]) -> bool:
     from hbvm_core.methods import method_from_entry
 
     seen = set()
+    memo: dict = {}
     for spec in specs:
         compute = np.asarray(spec["compute"], dtype=np.int64)
         pairs = np.unique(np.stack([spec["scheme"][compute], spec["combo"][compute]]), axis=1)  # (method, combo)
         for i, c in pairs.T.tolist():
             try:
                 # one problem built per problem entry (``entry_key``), not per grid value
-                first = (json.dumps(spec["methods"][i]["entry"], sort_keys=True), entry_key(spec["problems"][c]))
+                first = (json.dumps(spec["methods"][i]["entry"], sort_keys=True), entry_key(spec["problems"][c], memo))
                 if first in seen:
                     continue
                 seen.add(first)
