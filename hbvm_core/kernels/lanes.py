@@ -279,39 +279,63 @@ def lane_block(q0, p0, h0, N0, every0, run, warm, rule, L_in, params, lam0, comp
 '''
 
 
-#: the fixed-point sweeps of a step in lockstep form (``LANE_DRIVER``'s SOLVER_ITERATION with SOLVER 0)
-FIXED_POINT_ITERATION = """
-        for sweep in range(1, max_iter + 1):
-            nlive = 0
-            for _ln in lane_loop(live):
-                _stages(q, h, gamma, Ihat, W, P, Q, Mv, gU, GQ, psi, rho, K_SIZE, S_SIZE, M_SIZE, NU_SIZE)
-                solved = _fp_sweep(h, Mp0, X, L, S_SIZE, M_SIZE, NU_SIZE, psi, rho, psi, rho, XMpsi, XMrho, A, \\
-                                   lam, new, Mv)
+#: the end of an iteration of a step, either solver's (``ITERATE`` its count): the increment of gamma from ``new``,
+#: accepted where the iteration did not fail (``ACCEPT``, then the blended solver's lam), the stopping rule, the
+#: status and the forces of the iteration (``RECORD``, then the fixed point's lam), what the lane keeps (``KEEP``)
+ACCEPT = """
                 d, scale, bad = _fp_increment(gamma, new, S_SIZE, M_SIZE)
                 ok = solved and not bad and np.isfinite(d)
                 for j in range(S_SIZE):
                     for a in range(M_SIZE):
                         gamma[j, a] = new[j, a] if ok else gamma[j, a]
+"""
+RECORD = """
                 done = converged(d, dprev, scale, rtol, stall)
                 code = OK if ok else (SINGULAR if not solved else DIVERGED)
-                if ok and not done and sweep == max_iter:
+                if ok and not done and ITERATE == max_iter:
                     code = NO_CONVERGENCE
                 for j in range(S_SIZE):
                     for a in range(M_SIZE):
                         psi_k[j, a] = psi[j, a]
                         for b in range(NU_SIZE):
                             rho_k[j, a, b] = rho[j, a, b]
-                for b in range(NU_SIZE):
-                    lam_k[b] = lam[b]
+"""
+KEEP = """
                 status = code
                 fstep = n
-                it = sweep
+                it = ITERATE
                 dprev = d
                 live = 1.0 if ok and not done else 0.0
-                nlive += 1 if _mask and ok and not done and sweep < max_iter else 0
+                nlive += 1 if _mask and ok and not done and ITERATE < max_iter else 0
             if nlive == 0:
                 break
 """
+
+
+def _iteration(head: str, middle: str, tail: str, iterate: str) -> str:
+    """An iteration's text: its own ``head``, ``ACCEPT``, its ``middle``, ``RECORD``, its ``tail``, ``KEEP``, with
+    ``iterate`` the name of its count."""
+    parts = (head, ACCEPT, middle, RECORD, tail, KEEP)
+    return "".join(part.strip("\n") + "\n" for part in parts if part.strip()).replace("ITERATE", iterate)
+
+
+#: the fixed-point sweeps of a step in lockstep form (``LANE_DRIVER``'s SOLVER_ITERATION with SOLVER 0)
+FIXED_POINT_ITERATION = _iteration(
+    """
+        for sweep in range(1, max_iter + 1):
+            nlive = 0
+            for _ln in lane_loop(live):
+                _stages(q, h, gamma, Ihat, W, P, Q, Mv, gU, GQ, psi, rho, K_SIZE, S_SIZE, M_SIZE, NU_SIZE)
+                solved = _fp_sweep(h, Mp0, X, L, S_SIZE, M_SIZE, NU_SIZE, psi, rho, psi, rho, XMpsi, XMrho, A, \\
+                                   lam, new, Mv)
+""",
+    "",
+    """
+                for b in range(NU_SIZE):
+                    lam_k[b] = lam[b]
+""",
+    "sweep",
+)
 #: the blended solver's simplified Newton iteration of a step in lockstep form (``run_chunk``'s, docs/method.md 3):
 #: K0, Hg and A11 once per step (``_newton_matrix``, its central differences one callback call on all lanes'
 #: 2 m points), then per iteration the residual and blocks of (B2) (``_newton_system``) and the bordered system
@@ -321,7 +345,8 @@ FIXED_POINT_ITERATION = """
 #: stay loops, a loop over lanes inside each, and its size n_sys a run-time value (SB_SIZE, which LLVM cannot
 #: see through ``run.shape[0]``), so that LLVM does not unroll (s m + nu)^3 statements: the rods in space's module
 #: (s m + nu = 15) compiled in 111 s unrolled, 57 s so at load 5 and 3.5 (32 s at load 1.4)
-BLENDED_ITERATION = """
+BLENDED_ITERATION = _iteration(
+    """
         for _ln in lane_loop(act):
             for r in range(NU_SIZE):
                 lam_k[r] = lam_prev[r]
@@ -353,31 +378,14 @@ BLENDED_ITERATION = """
                 for j in range(S_SIZE):
                     for a in range(M_SIZE):
                         new[j, a] = gamma[j, a] + rhs[j * M_SIZE + a]
-                d, scale, bad = _fp_increment(gamma, new, S_SIZE, M_SIZE)
-                ok = solved and not bad and np.isfinite(d)
-                for j in range(S_SIZE):
-                    for a in range(M_SIZE):
-                        gamma[j, a] = new[j, a] if ok else gamma[j, a]
+""",
+    """
                 for r in range(NU_SIZE):
                     lam_k[r] = lam_k[r] + rhs[SM_SIZE + r] if ok else lam_k[r]
-                done = converged(d, dprev, scale, rtol, stall)
-                code = OK if ok else (SINGULAR if not solved else DIVERGED)
-                if ok and not done and newton == max_iter:
-                    code = NO_CONVERGENCE
-                for j in range(S_SIZE):
-                    for a in range(M_SIZE):
-                        psi_k[j, a] = psi[j, a]
-                        for b in range(NU_SIZE):
-                            rho_k[j, a, b] = rho[j, a, b]
-                status = code
-                fstep = n
-                it = newton
-                dprev = d
-                live = 1.0 if ok and not done else 0.0
-                nlive += 1 if _mask and ok and not done and newton < max_iter else 0
-            if nlive == 0:
-                break
-"""
+""",
+    "",
+    "newton",
+)
 
 
 def applies(runner, m: int, nu: int) -> bool:
