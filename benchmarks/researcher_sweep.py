@@ -1,10 +1,12 @@
 """A researcher's own sweep, end to end through Snakemake, against the ensemble kernel's own time for the same runs.
 
-    python -m benchmarks.researcher_sweep [--values 10000] [--cores 2] [--steps 500] [--json] [--keep DIR]
+    python -m benchmarks.researcher_sweep [--values 10000] [--cores 2] [--steps 500] [--solver blended] [--json]
+        [--keep DIR]
 
 The road a user takes, not the benchmark's: a problem given as formulas in the config (two point masses in space
 on rods, 6 coordinates, 3 constraints, a diagonal mass matrix that is not the identity), ``kind: sweep`` over
-``--values`` lengths ``l1`` of the first rod (a param that enters q0 and g), HBVM(4,2) with the fixed point,
+``--values`` lengths ``l1`` of the first rod (a param that enters q0 and g), HBVM(4,2) with the fixed point (or
+``--solver blended``),
 ``--steps`` steps of h = 0.01, the state saved every 5 steps, ``errors.reference: none``. It reports, in one
 sitting:
 
@@ -47,14 +49,15 @@ SAMPLE_EVERY = 5
 LOW, HIGH = 0.5, 1.5
 
 
-def sweep_config(values: int, steps: int) -> dict:
-    """The study: ``values`` lengths l1 in [0.5, 1.5], HBVM(4,2), ``steps`` steps of 0.01, no reference."""
+def sweep_config(values: int, steps: int, solver: str = "fixed-point") -> dict:
+    """The study: ``values`` lengths l1 in [0.5, 1.5], HBVM(4,2) with ``solver``, ``steps`` steps of 0.01, no
+    reference."""
     study = {
         "title": f"A researcher's sweep: {values} lengths",
         "kind": "sweep",
         "problem": PROBLEM,
         "grid": {"l1": grid_values(values)},
-        "methods": [{"k": 4, "s": 2}],
+        "methods": [{"k": 4, "s": 2} | ({"solver": solver} if solver != "fixed-point" else {})],
         "t_end": steps * H,
         "h": [H],
         "save_every": SAMPLE_EVERY,
@@ -68,7 +71,7 @@ def grid_values(values: int) -> dict:
     return {"linspace": [LOW, HIGH, values]}
 
 
-def kernel_seconds(values: int, steps: int, cores: int) -> float:
+def kernel_seconds(values: int, steps: int, cores: int, solver: str = "fixed-point") -> float:
     """``integrate_ensemble`` over the same runs in this process (the problem built once, the lengths as an array),
     ``cores`` threads; the loop loaded first, untimed."""
     import numpy as np
@@ -77,7 +80,7 @@ def kernel_seconds(values: int, steps: int, cores: int) -> float:
     from hbvm_core.expressions import factory
 
     problem = factory(PROBLEM)()
-    method = hc.HBVM(4, 2)
+    method = hc.HBVM(4, 2, solver=solver)
     hc.integrate_ensemble(problem, method, H, 2, params={"l1": np.full(16, 1.0)}, threads=cores)
     t0 = time.perf_counter()
     l1 = np.linspace(LOW, HIGH, values)  # the config's range: numpy's values
@@ -111,10 +114,10 @@ def rule_seconds(lines: list) -> dict:
     return out
 
 
-def run(values: int, steps: int, cores: int, keep: str | None = None) -> dict:
+def run(values: int, steps: int, cores: int, keep: str | None = None, solver: str = "fixed-point") -> dict:
     project_bytecode(True)
-    config = sweep_config(values, steps)
-    kernel_seconds(16, 2, cores)  # the loop compiled into the kernel cache, untimed
+    config = sweep_config(values, steps, solver)
+    kernel_seconds(16, 2, cores, solver)  # the loop compiled into the kernel cache, untimed
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(keep) if keep else Path(tmp) / "work"
         work.mkdir(parents=True, exist_ok=True)
@@ -126,16 +129,17 @@ def run(values: int, steps: int, cores: int, keep: str | None = None) -> dict:
         study = work / "results" / "mine"
         sizes = {p.name: p.stat().st_size for p in study.glob("table.*")}
         solve_log = (work / "logs" / "mine" / "solve.log").read_text().splitlines()
-    kernel_huge = kernel_seconds(values, steps, cores)  # this process's pages, as the system has them
+    kernel_huge = kernel_seconds(values, steps, cores, solver)  # this process's pages, as the system has them
     from hbvm_workflow.pages import small_pages
 
     small = small_pages()  # the pages the workflow's processes take (hbvm_workflow.pages)
-    kernel = kernel_seconds(values, steps, cores) if small else kernel_huge
+    kernel = kernel_seconds(values, steps, cores, solver) if small else kernel_huge
     return {
         "benchmark": "researcher_sweep",
         "runs": values,
         "steps": steps,
         "cores": cores,
+        "solver": solver,
         "wall_s": round(wall, 2),
         "kernel_s": round(kernel, 2),
         "kernel_s_system_pages": round(kernel_huge, 2),
@@ -155,15 +159,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--values", type=int, default=10000, help="grid values = runs (default 10000)")
     ap.add_argument("--steps", type=int, default=500, help="steps of each run (default 500)")
     ap.add_argument("--cores", type=int, default=2, help="snakemake --cores and the kernel's threads (default 2)")
+    ap.add_argument("--solver", default="fixed-point", choices=("fixed-point", "blended"), help="HBVM's solver")
     ap.add_argument("--keep", help="run in this folder and keep it (default: a temporary folder)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
-    out = run(args.values, args.steps, args.cores, args.keep) | {"machine": machine()}
+    out = run(args.values, args.steps, args.cores, args.keep, args.solver) | {"machine": machine()}
     if args.json:
         print(json.dumps(out, indent=1))
         return
     print(
-        f"{out['runs']} runs of {out['steps']} steps in {out['wall_s']:.1f} s with --cores {out['cores']}; kernel "
+        f"{out['runs']} runs of {out['steps']} steps ({out['solver']}) in {out['wall_s']:.1f} s with --cores "
+        f"{out['cores']}; kernel "
         f"alone {out['kernel_s']:.1f} s ({out['kernel_s_system_pages']:.1f} s with the system's pages; end to end / "
         f"kernel: {out['end_to_end_over_kernel']}); dry run "
         f"{out['dry_run_s']:.1f} s, rerun with nothing to do {out['noop_rerun_s']:.1f} s; rules {out['rules_s']}; "
