@@ -18,7 +18,8 @@ Every array carries its dimension names (``DIMS``) and the metadata of the root 
 into the root's ``zarr.json``, so that plain xarray (``xr.open_zarr``) and other Zarr readers open the store; the
 root's attribute ``coordinates`` names q's components, as in a run store. Every data array is sharded along
 ``run`` by ``shard_runs`` rows (Zarr's sharding codec: one file per array and shard), in inner chunks of
-``CHUNK_RUNS`` rows, each compressed and ending with a CRC-32C checksum (``storage.compressors``); a coordinate is
+``CHUNK_RUNS`` rows, each compressed (byte shuffle and LZ4: ``storage.state_compressors``) and ending with a CRC-32C
+checksum; a coordinate is
 one file (a shard of the whole length) of one checksummed chunk (it is only ever read whole). Shard ``slot``
 covers the rows ``[slot * shard_runs, (slot + 1) * shard_runs)``.
 
@@ -70,6 +71,7 @@ from .storage import (
     new_temporary,
     quiet_zarr,
     remove_path,
+    state_compressors,
 )
 
 FORMAT = "hbvm-shards/2"
@@ -292,7 +294,7 @@ def create(path: str, table: RunTable, study: str, tmp: str, coordinates: list[s
             dtype = "i8" if name == "counts" else "f8"
             meta = {"coordinates": " ".join(COORDS), **({"columns": columns[name]} if name in columns else {})}
             g.create_array(name, shape=(R, *w), chunks=(chunk, *w), shards=(sr, *w), dtype=dtype,
-                           compressors=compressors(), fill_value=fill, dimension_names=DIMS[name],
+                           compressors=state_compressors(), fill_value=fill, dimension_names=DIMS[name],
                            attributes=meta)  # fmt: skip
         for name in COORDS:
             values = getattr(table, name)

@@ -119,6 +119,16 @@ def compressors() -> tuple:
     return (ZstdCodec(level=0), Crc32cCodec())
 
 
+def state_compressors() -> tuple:
+    """The bytes-to-bytes codecs of a sweep store's data arrays (``shards``: the saved states of every run, floats
+    that zstd barely compresses): Blosc's byte shuffle and LZ4, then the CRC-32C checksum. On a sweep's 97 MB of
+    states (10^4 runs, 101 points, 12 numbers): 83 MB written in 0.25-0.30 s, where zstd took 1.2-2.1 s for 93 MB
+    (2 cores, load 3). Blosc is one of Zarr v3's core codecs: any Zarr reader opens the store."""
+    from zarr.codecs import BloscCodec, Crc32cCodec
+
+    return (BloscCodec(cname="lz4", clevel=5, shuffle="shuffle"), Crc32cCodec())
+
+
 @contextlib.contextmanager
 def quiet_zarr():
     """Zarr warns that consolidated metadata is not in the v3 spec; xarray reads it fine."""
