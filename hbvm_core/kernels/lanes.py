@@ -49,7 +49,12 @@ its result is not kept).
 
 Where it applies (``applies``): HBVM with a constant multiplier, either
 solver, k s m (nu + 1) at most ``LANE_WORK_MAX`` (and for the blended solver s m
-+ nu at most ``LANE_SYSTEM_MAX``). Each lane takes
++ nu at most ``LANE_SYSTEM_MAX``); RATTLE, whose loop description names its own
+lockstep form (``lane_form``: ``rattle_lanes.py``, its driver text and its
+``LaneLayout`` of WK rewritten by this module's ``LaneRewriter``; m (nu + 1) at
+most ``LANE_WORK_MAX``, nu at most ``LANE_SYSTEM_MAX``; 0.78x the scalar loop a
+run-step on the conical pendulum, 0.22x on the rods in space, benchmarks/README.md).
+Each lane takes
 its run's own M (``HAS_M``: the run's Cholesky factor is a lane array;
 ``linalg.minv`` rewritten as the rest, its sizes the constant L_SIZE, with the
 products with the zeros off the diagonal dropped where every M is diagonal,
@@ -906,8 +911,9 @@ class LaneRewriter(ast.NodeTransformer):
         body (the solve's, the update's) into 16 scalar copies instead of vectorising it; and numba's wraparound of
         a negative signed index keeps it from bounding the rows of J that a loop reads and writes, so that it
         leaves the loop scalar. Measured on the conical pendulum (HBVM(2,2), one core): 1.70 -> 0.84 us a run-step.
-        The fixed-point module keeps range(LANES): its loops over lanes are long, and were measured so."""
-        return bool(self.constants.get("SOLVER"))
+        The fixed-point module keeps range(LANES): its loops over lanes are long, and were measured so. A module
+        whose constants say RUNTIME_LANES (RATTLE's, ``rattle_lanes``) runs to n_lanes too."""
+        return bool(self.constants.get("SOLVER") or self.constants.get("RUNTIME_LANES"))
 
     def _slot(self, name: str, index: ast.expr | None = None) -> ast.Subscript:
         first, _ = self.slots[name]
