@@ -1,7 +1,7 @@
 """Sweeps over a problem's params: lockstep blocks whose lanes differ in params (and M) against the scalar loop.
 
     NUMBA_NUM_THREADS=1 python -m benchmarks.lanes_params [--json] [--quick] [--repeats 3] [--solver blended]
-        [--method rattle]
+        [--method rattle|polynomial]
 
 Cases, each R runs of N steps given as arrays over the runs (``integrate_ensemble(problem, ..., params=...)``),
 every run its own params row, first and last points kept:
@@ -16,7 +16,8 @@ with ``HBVM_LANES=0``), ``run_chunk-one-run`` (the middle grid point's scalar lo
 call: the anchor of the ratio). The compile (or load) happens in an untimed first call; each row is the best of
 ``--repeats``. ``--solver blended``: the same cases with HBVM's blended solver (simplified Newton), whose lockstep
 blocks solve the bordered system (B2) in each lane. ``--method rattle``: the same cases by RATTLE (its lockstep
-blocks: ``kernels/rattle_lanes.py``; ``--solver`` does not apply). The first lockstep call's compile (or load)
+blocks: ``kernels/rattle_lanes.py``), ``--method polynomial`` by the polynomial-multiplier HBVM(k, s)
+(``kernels/polynomial_lanes.py``); ``--solver`` does not apply to them. The first lockstep call's compile (or load)
 of the lockstep module is reported (``lockstep_compile_s``, from ``registry.LOOP_TIMES``; "loaded" where numba's
 cache had it: ``HBVM_KERNEL_CACHE=<empty folder>`` compiles afresh).
 """
@@ -40,11 +41,15 @@ from .researcher_sweep import PROBLEM
 
 
 def cases(quick: bool, solver: str = "fixed-point", method: str = "hbvm") -> list[dict]:
-    """(name, problem, method, h, params arrays, N) of each case (``method`` "rattle": RATTLE in both)."""
+    """(name, problem, method, h, params arrays, N) of each case (``method`` "rattle": RATTLE in both,
+    "polynomial": the polynomial-multiplier HBVM(k, s))."""
     from hbvm_core.expressions import factory
+    from hbvm_core.methods.polynomial import PolynomialHBVM
     from hbvm_core.methods.rattle import RATTLE
 
     def hbvm(k: int, s: int):
+        if method == "polynomial":
+            return PolynomialHBVM(k, s)
         return RATTLE() if method == "rattle" else hc.HBVM(k, s, solver=solver)
 
     scale = 4 if quick else 1
@@ -113,13 +118,13 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="about 16x fewer runs")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--solver", choices=("fixed-point", "blended"), default="fixed-point", help="HBVM's solver")
-    ap.add_argument("--method", choices=("hbvm", "rattle"), default="hbvm", help="HBVM(k, s) or RATTLE")
+    ap.add_argument("--method", choices=("hbvm", "rattle", "polynomial"), default="hbvm", help="the method")
     args = ap.parse_args(argv)
     rows = [row for case in cases(args.quick, args.solver, args.method) for row in measure_case(case, args.repeats)]
     if args.json:
         print(json.dumps({"machine": machine(), "load": os.getloadavg(), "rows": rows}, indent=1))
         return 0
-    what = "RATTLE" if args.method == "rattle" else args.solver
+    what = args.solver if args.method == "hbvm" else args.method
     print(f"machine: {machine()}; numba threads {os.environ.get('NUMBA_NUM_THREADS', 'default')}; {what}")
     for r in rows:
         print(

@@ -89,7 +89,7 @@ class LoopDescription:
     block reads the last step's there; None: from the last step's row); ``tail``: the arguments after ``info``
     (fresh per call); ``warm``: the loops ``python -m hbvm_core kernels warm`` compiles for it, name -> (label,
     a study entry of a method that runs it); ``lanes``: the module that generates its lockstep form where that is
-    not ``kernels/lanes.py``'s own (HBVM's), by name (imported when used): its ``refusal(m, nu)`` and
+    not ``kernels/lanes.py``'s own (HBVM's), by name (imported when used): its ``refusal(runner, m, nu)`` and
     ``lane_module(problem, runner, **options)``."""
 
     template: str

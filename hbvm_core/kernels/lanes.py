@@ -49,11 +49,12 @@ its result is not kept).
 
 Where it applies (``applies``): HBVM with a constant multiplier, either
 solver, k s m (nu + 1) at most ``LANE_WORK_MAX`` (and for the blended solver s m
-+ nu at most ``LANE_SYSTEM_MAX``); RATTLE, whose loop description names its own
-lockstep form (``lane_form``: ``rattle_lanes.py``, its driver text and its
-``LaneLayout`` of WK rewritten by this module's ``LaneRewriter``; m (nu + 1) at
-most ``LANE_WORK_MAX``, nu at most ``LANE_SYSTEM_MAX``; 0.78x the scalar loop a
-run-step on the conical pendulum, 0.22x on the rods in space, benchmarks/README.md).
++ nu at most ``LANE_SYSTEM_MAX``); RATTLE and PolynomialHBVM, whose loop
+descriptions name their own lockstep forms (``lane_form``: ``rattle_lanes.py``,
+``polynomial_lanes.py``, each a driver text and a ``LaneLayout`` of WK rewritten
+by this module's ``LaneRewriter``, ``lane_forms.py``; their sizes limited alike,
+``refusal``): a run-step 0.78x and 0.18x the scalar loop on the conical pendulum,
+0.22x and 0.09x on the rods in space (benchmarks/README.md).
 Each lane takes
 its run's own M (``HAS_M``: the run's Cholesky factor is a lane array;
 ``linalg.minv`` rewritten as the rest, its sizes the constant L_SIZE, with the
@@ -415,7 +416,7 @@ def applies(runner, m: int, nu: int) -> bool:
         return False
     form = lane_form(runner)
     if form is not None:
-        return form.refusal(m, nu) is None
+        return form.refusal(runner, m, nu) is None
     if type(runner) is not CompiledRunner:
         return False
     k, s = runner.tab[0].shape

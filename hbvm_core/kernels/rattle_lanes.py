@@ -20,26 +20,10 @@ run's own row, as ``run_block`` writes them.
 
 from __future__ import annotations
 
-import ast
-import re
 import types
-from pathlib import Path
 
-from . import lane_callbacks
-from .description import template_path, template_source
-from .lanes import (
-    LANE_SCALARS,
-    LANE_SYSTEM_MAX,
-    LANE_WORK_MAX,
-    LANES,
-    LaneLayout,
-    LaneRewriter,
-    _LaneShapes,
-    _slots,
-    bind_point_callbacks,
-)
-from .modules import by_key, generated_module, module_tag
-from .registry import LOOP_BINDING, SHARED, bound_callbacks, expand_inline, resolve_callback, timed_loops
+from .lane_forms import form_module, lane_constants, rewritten
+from .lanes import LANE_SCALARS, LANE_SYSTEM_MAX, LANE_WORK_MAX, LaneLayout
 
 #: the callbacks of the RATTLE loop
 CALLBACKS = ("grad_U", "G", "g")
@@ -260,7 +244,7 @@ VERLET_STEP = """
 """
 
 
-def refusal(m: int, nu: int) -> str | None:
+def refusal(runner, m: int, nu: int) -> str | None:
     """Why RATTLE's runs of this structure do not go in lockstep, as a phrase; None where they do: m (nu + 1) (the
     multiply-adds of M^{-1} G and its products per sweep) at most ``lanes.LANE_WORK_MAX``, nu (the unrolled small
     solves) at most ``lanes.LANE_SYSTEM_MAX``."""
@@ -274,74 +258,24 @@ def refusal(m: int, nu: int) -> str | None:
 def constants_of(
     runner, problem, *, per_lane: bool | None = None, has_m: bool | None = None, diagonal: bool | None = None
 ) -> dict:
-    """The module's compile-time constants, as ``lanes.constants_of`` gives HBVM's (the same keys where they mean
-    the same: HAS_M, DIAG_M, L_SIZE, LANE_PARAMS, POINT_CALLBACKS, PARAM_CALLBACKS, POINT_FORM); one point per lane
-    (K_SIZE = PT_SIZE = 1), and the callbacks grad_U, G and g. RUNTIME_LANES: its loops over lanes run to a
-    run-time LANES (``lanes.LaneRewriter._runtime_lanes``; its loops are short): measured on the conical pendulum
-    (one core, a loaded machine) 0.07-0.11 us a run-step against 0.11-0.16 over the constant range, on the rods in
-    space (m = 6, nu = 3) the same within the noise."""
-    import numpy as np
-
-    M = None if problem.M is None else np.atleast_2d(np.asarray(problem.M, dtype=float))
-    has_m = M is not None if has_m is None else has_m
-    diagonal = (M is None or not np.any(M - np.diag(np.diag(M)))) if diagonal is None else diagonal
-    points, lanes = [], []
-    for name in CALLBACKS if per_lane is not False else ():
-        f = getattr(problem.kernels, name)
-        f = None if f is None else resolve_callback(name, f)[0]
-        if f is not None and lane_callbacks.reads_params(f):
-            (points if lane_callbacks.per_point(f) is not None else lanes).append(name)
-    if per_lane is None:
-        per_lane = not lanes
-        points = points if per_lane else []
-    return {"M_SIZE": problem.m, "NU_SIZE": problem.nu, "HAS_M": has_m, "DIAG_M": has_m and diagonal,
-            "L_SIZE": problem.m if has_m else 0, "K_SIZE": 1, "PT_SIZE": 1, "LANES": LANES,
-            "RUNTIME_LANES": True,
-            "LANE_PARAMS": per_lane, "POINT_CALLBACKS": tuple(points), "PARAM_CALLBACKS": tuple(lanes),
-            "POINT_FORM": lane_callbacks.version() if points else ""}  # fmt: skip
+    """The module's compile-time constants (``lane_forms.lane_constants``: the same keys as HBVM's where they mean
+    the same), m and nu, one point per lane (K_SIZE = PT_SIZE = 1). Its loops over lanes run to a run-time LANES
+    (RUNTIME_LANES, as the blended module's: they are short): measured on the conical pendulum (one core, a loaded
+    machine) 0.07-0.11 us a run-step against 0.11-0.16 over the constant range, on the rods in space (m = 6, nu = 3)
+    the same within the noise."""
+    own = lane_constants(problem, CALLBACKS, per_lane=per_lane, has_m=has_m, diagonal=diagonal)
+    return {"M_SIZE": problem.m, "NU_SIZE": problem.nu, "K_SIZE": 1, "PT_SIZE": 1, **own}
 
 
 def lane_source(constants: dict) -> str:
     """The module's source: the RATTLE template's helpers with ``LANE_DRIVER`` pasted and rewritten
-    (``lanes.LaneRewriter`` with ``LAYOUT``)."""
-    template = template_source("rattle")
-    template = template[: template.index("@njit(cache=CACHE)\ndef run_chunk(")]  # the helpers, not the loop
+    (``lane_forms.rewritten`` with ``LAYOUT``)."""
     step = NEWTON_STEP if constants["NU_SIZE"] else VERLET_STEP
-    driver = LANE_DRIVER.replace("        RATTLE_STEP\n", step.lstrip("\n"))
-    driver = re.sub(r"\\\n\s*", "", driver)  # one line a call, for expand_inline
-    expanded = expand_inline(template + "\n" + driver, *(path.read_text() for path in SHARED))
-    tree = _LaneShapes(LAYOUT.arrays).visit(ast.parse(expanded))
-    slots = _slots(constants, (), LAYOUT)
-    tree = LaneRewriter(slots, dict(constants) | {"OK": 0}, (), LAYOUT).visit(tree)
-    ast.fix_missing_locations(tree)
-    total = sum(size for _, size in slots.values())
-    return ast.unparse(tree) + f"\n\nLANE_SLOTS = {total}\n"
+    return rewritten("rattle", LANE_DRIVER.replace("        RATTLE_STEP\n", step.lstrip("\n")), constants, LAYOUT)
 
 
 def lane_module(problem, runner, **options) -> types.ModuleType:
     """RATTLE's lockstep module for the problem's callbacks and ``options`` (``constants_of``): generated once,
     cached on disk like the loops, its per-point callbacks bound."""
     constants = constants_of(runner, problem, **options)
-    kernels = problem.kernels
-
-    def build() -> types.ModuleType:
-        module = _lane_module(constants, kernels)
-        bind_point_callbacks(module, kernels, constants)
-        return module
-
-    key = ("rattle-lanes", tuple(sorted(constants.items())), kernels.grad_U, kernels.G, kernels.g)
-    return by_key(key, build)
-
-
-def _lane_module(constants: dict, kernels) -> types.ModuleType:
-    import numba
-
-    callbacks = bound_callbacks(CALLBACKS, kernels, constants["NU_SIZE"])
-    here = Path(__file__)
-    files = (here, here.with_name("lanes.py"), here.with_name("modules.py"), here.with_name("registry.py"))
-    files += (template_path("rattle"), here.with_name("description.py"), template_path("preamble"), *SHARED)
-    tag = module_tag("rattlelanes", [path.read_bytes() for path in files], numba.__version__, callbacks, constants)
-    origin = "hbvm_core.kernels.rattle_lanes from rattle.py"
-    return generated_module(
-        tag, lambda: lane_source(constants), callbacks, constants, LOOP_BINDING, origin, finish=timed_loops
-    )
+    return form_module("rattle_lanes.py", "rattle", problem, constants, CALLBACKS, lambda: lane_source(constants))

@@ -47,6 +47,7 @@ class RATTLE(Method):
         "methods/rattle.py", "methods/_small.py", "sparse/rattle.py", "sparse/structure.py",
         "sparse/normal.py", "sparse/factor.py", "sparse/path.py", "fixed_point.py", "integrate.py", "kernels/rattle.py",
         "kernels/driver.py", "kernels/rules.py", "kernels/linalg.py", "kernels/lanes.py", "kernels/rattle_lanes.py",
+        "kernels/lane_forms.py",
     )  # fmt: skip
     COMPILED_NEEDS: ClassVar[frozenset[str] | None] = frozenset({"G", "g"})
     #: the compiled loop (kernels/description.py): template kernels/rattle.py, which also evaluates g; its Newton

@@ -46,10 +46,10 @@ def assert_g_at_round_off(lock, N):
 # --------------------------------------------------------------------------- quick: nothing compiles
 def test_refusal_by_the_sizes_of_the_step():
     """m (nu + 1) and nu against the limits (counted by hand), and RATTLE's runner goes lockstep (applies)."""
-    assert rattle_lanes.refusal(3, 1) is None
-    assert rattle_lanes.refusal(512, 1) is None  # 1024, the limit itself
-    assert rattle_lanes.refusal(600, 1) == f"RATTLE's m (nu + 1) = 1200, above lockstep's {lanes.LANE_WORK_MAX}"
-    assert rattle_lanes.refusal(20, 17) == f"RATTLE's nu = 17, above lockstep's {lanes.LANE_SYSTEM_MAX}"
+    assert rattle_lanes.refusal(None, 3, 1) is None
+    assert rattle_lanes.refusal(None, 512, 1) is None  # 1024, the limit itself
+    assert rattle_lanes.refusal(None, 600, 1) == f"RATTLE's m (nu + 1) = 1200, above lockstep's {lanes.LANE_WORK_MAX}"
+    assert rattle_lanes.refusal(None, 20, 17) == f"RATTLE's nu = 17, above lockstep's {lanes.LANE_SYSTEM_MAX}"
     pb = conical_pendulum()
     runner = RATTLE().compiled_runner(pb)
     assert lanes.applies(runner, pb.m, pb.nu) and lanes.lane_form(runner) is rattle_lanes
