@@ -7,15 +7,15 @@ convention p' = -grad U - G lambda,
     q1     = q0 + h M^{-1} p_half,            g(q1) = 0                 (Newton on lam)
     p1     = p_half - h/2 (grad U(q1) + G(q1) mu),  G(q1)^T M^{-1} p1 = 0  (linear in mu)
 
-``LANE_DRIVER`` below is ``run_chunk``'s time loop in lockstep form with the step pasted in (``NEWTON_STEP``;
-for nu = 0 the Stormer-Verlet step, ``VERLET_STEP``): Newton's iteration is a loop over sweeps outside the lanes,
-each sweep a masked loop over the lanes that are still iterating (as HBVM's ``FIXED_POINT_ITERATION``), with the
-template's arithmetic term by term (``_newton``'s: warm start from the previous step's lam, the stopping rule on
-the change of q1; ``_minv_columns`` and ``_velocity_projection`` pasted as they stand). ``lanes.LaneRewriter``
-rewrites it with this module's ``LAYOUT`` (its per-run arrays and the callbacks' one point per lane): each lane
-takes its own params row and M (diagonal or full), the small solves (``linalg.solve_small``) become masked
-per-lane code, and a lane whose Newton fails is masked from then on, its neighbours going on. Results at each
-run's own row, as ``run_block`` writes them.
+``LANE_DRIVER`` below is ``run_chunk``'s time loop in lockstep form with the step pasted in (``NEWTON_STEP``; for nu
+= 0 the Stormer-Verlet step, ``VERLET_STEP``): Newton's iteration is a loop over sweeps outside the lanes, each
+sweep a masked loop over the lanes that are still iterating (as HBVM's ``FIXED_POINT_ITERATION``), with the
+template's arithmetic term by term (``_newton``'s: warm start from the previous step's lam, the stopping rule on the
+change of q1; ``_minv_columns`` and ``_velocity_projection`` pasted as they stand). ``lanes.LaneRewriter``
+(``lane_forms.rewritten``) rewrites it with this module's ``LAYOUT`` (its per-run arrays and the callbacks' one
+point per lane): each lane takes its own params row and M (diagonal or full), the small solves
+(``linalg.solve_small``) become masked per-lane code, and a lane whose Newton fails is masked from then on, its
+neighbours going on. Results at each run's own row, as ``run_block`` writes them.
 """
 
 from __future__ import annotations
