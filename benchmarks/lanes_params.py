@@ -1,6 +1,7 @@
 """Sweeps over a problem's params: lockstep blocks whose lanes differ in params (and M) against the scalar loop.
 
     NUMBA_NUM_THREADS=1 python -m benchmarks.lanes_params [--json] [--quick] [--repeats 3] [--solver blended]
+        [--method rattle|polynomial]
 
 Cases, each R runs of N steps given as arrays over the runs (``integrate_ensemble(problem, ..., params=...)``),
 every run its own params row, first and last points kept:
@@ -14,7 +15,9 @@ Rows, in us per run-step (process CPU time: the machine may be loaded): ``lockst
 with ``HBVM_LANES=0``), ``run_chunk-one-run`` (the middle grid point's scalar loop, R N steps in one compiled
 call: the anchor of the ratio). The compile (or load) happens in an untimed first call; each row is the best of
 ``--repeats``. ``--solver blended``: the same cases with HBVM's blended solver (simplified Newton), whose lockstep
-blocks solve the bordered system (B2) in each lane. The first lockstep call's compile (or load)
+blocks solve the bordered system (B2) in each lane. ``--method rattle``: the same cases by RATTLE (its lockstep
+blocks: ``kernels/rattle_lanes.py``), ``--method polynomial`` by the polynomial-multiplier HBVM(k, s)
+(``kernels/polynomial_lanes.py``); ``--solver`` does not apply to them. The first lockstep call's compile (or load)
 of the lockstep module is reported (``lockstep_compile_s``, from ``registry.LOOP_TIMES``; "loaded" where numba's
 cache had it: ``HBVM_KERNEL_CACHE=<empty folder>`` compiles afresh).
 """
@@ -37,19 +40,27 @@ from .ensemble import best_of, per_run_chunk
 from .researcher_sweep import PROBLEM
 
 
-def cases(quick: bool, solver: str = "fixed-point") -> list[dict]:
-    """(name, problem, method, h, params arrays, N) of each case."""
+def cases(quick: bool, solver: str = "fixed-point", method: str = "hbvm") -> list[dict]:
+    """(name, problem, method, h, params arrays, N) of each case (``method`` "rattle": RATTLE in both,
+    "polynomial": the polynomial-multiplier HBVM(k, s))."""
     from hbvm_core.expressions import factory
+    from hbvm_core.methods.polynomial import PolynomialHBVM
+    from hbvm_core.methods.rattle import RATTLE
+
+    def hbvm(k: int, s: int):
+        if method == "polynomial":
+            return PolynomialHBVM(k, s)
+        return RATTLE() if method == "rattle" else hc.HBVM(k, s, solver=solver)
 
     scale = 4 if quick else 1
     lengths, gravities = np.meshgrid(np.linspace(0.5, 2.0, 50 // scale), np.linspace(0.5, 2.0, 40 // scale))
     l1, grav = np.meshgrid(np.linspace(0.5, 1.5, 25 // scale), np.linspace(5.0, 15.0, 20 // scale))
     return [
         {"name": "conical_pendulum over length x gravity", "problem": hc.get_problem("conical_pendulum"),
-         "method": hc.HBVM(2, 2, solver=solver), "h": 0.05,
+         "method": hbvm(2, 2), "h": 0.05,
          "params": {"length": lengths.ravel(), "gravity": gravities.ravel()}, "steps": 1000},
         {"name": "rods_in_space (M != I) over l1 x grav", "problem": factory(PROBLEM)(),
-         "method": hc.HBVM(4, 2, solver=solver), "h": 0.01, "params": {"l1": l1.ravel(), "grav": grav.ravel()},
+         "method": hbvm(4, 2), "h": 0.01, "params": {"l1": l1.ravel(), "grav": grav.ravel()},
          "steps": 500},
     ]  # fmt: skip
 
@@ -107,12 +118,14 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="about 16x fewer runs")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--solver", choices=("fixed-point", "blended"), default="fixed-point", help="HBVM's solver")
+    ap.add_argument("--method", choices=("hbvm", "rattle", "polynomial"), default="hbvm", help="the method")
     args = ap.parse_args(argv)
-    rows = [row for case in cases(args.quick, args.solver) for row in measure_case(case, args.repeats)]
+    rows = [row for case in cases(args.quick, args.solver, args.method) for row in measure_case(case, args.repeats)]
     if args.json:
         print(json.dumps({"machine": machine(), "load": os.getloadavg(), "rows": rows}, indent=1))
         return 0
-    print(f"machine: {machine()}; numba threads {os.environ.get('NUMBA_NUM_THREADS', 'default')}; {args.solver}")
+    what = args.solver if args.method == "hbvm" else args.method
+    print(f"machine: {machine()}; numba threads {os.environ.get('NUMBA_NUM_THREADS', 'default')}; {what}")
     for r in rows:
         print(
             f"{r['case']:40s} {r['runs']:5d} x {r['steps']:5d} {r['implementation']:24s} "

@@ -375,9 +375,12 @@ def lockstep_refusal(runner, m: int, nu: int, method=None) -> str | None:
 
     if os.environ.get("HBVM_LANES", "1") == "0":
         return "HBVM_LANES=0 turns lockstep off"
+    form = lanes.lane_form(runner)
+    if form is not None:  # a loop's own lockstep form (RATTLE's, the polynomial multiplier's)
+        return form.refusal(runner, m, nu)
     if type(runner) is not CompiledRunner:
         name = getattr(method, "name", type(method).__name__) if method is not None else type(runner).__name__
-        return f"method {name}: lockstep takes HBVM with the constant multiplier only"
+        return f"method {name}: its compiled loop has no lockstep form"
     k, s = runner.tab[0].shape
     if k * s * m * (nu + 1) > lanes.LANE_WORK_MAX:
         return f"k s m (nu + 1) = {k * s * m * (nu + 1)}, above lockstep's {lanes.LANE_WORK_MAX}"

@@ -88,7 +88,9 @@ class LoopDescription:
     ``carried``: the ``run_chunk`` argument holding the multiplier carried from step to step (the ensemble's
     block reads the last step's there; None: from the last step's row); ``tail``: the arguments after ``info``
     (fresh per call); ``warm``: the loops ``python -m hbvm_core kernels warm`` compiles for it, name -> (label,
-    a study entry of a method that runs it)."""
+    a study entry of a method that runs it); ``lanes``: the module that generates its lockstep form where that is
+    not ``kernels/lanes.py``'s own (HBVM's), by name (imported when used): its ``refusal(runner, m, nu)`` and
+    ``lane_module(problem, runner, **options)``."""
 
     template: str
     callbacks: tuple[str, ...]
@@ -100,6 +102,7 @@ class LoopDescription:
     state: tuple[str, ...] = STATE
     info: tuple[str, ...] = INFO
     warm: Mapping[str, tuple[str, dict]] = field(default_factory=dict)
+    lanes: str | None = None
 
     def __post_init__(self):
         unbound = sorted(set(self.callbacks) - set(CALLBACK_NAMES))
@@ -108,6 +111,8 @@ class LoopDescription:
         unknown = sorted(set(self.forms) - FORMS)
         if unknown:
             raise ConfigError(f"LoopDescription {self.template!r}: forms {unknown} are not among {sorted(FORMS)}")
+        if self.lanes is not None and "lanes" not in self.forms:
+            raise ConfigError(f"LoopDescription {self.template!r}: lanes = {self.lanes!r} without the form 'lanes'")
         if not self.path.is_file():
             raise ConfigError(f"LoopDescription {self.template!r}: no template {self.path}")
 

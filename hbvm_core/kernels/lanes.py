@@ -49,7 +49,13 @@ its result is not kept).
 
 Where it applies (``applies``): HBVM with a constant multiplier, either
 solver, k s m (nu + 1) at most ``LANE_WORK_MAX`` (and for the blended solver s m
-+ nu at most ``LANE_SYSTEM_MAX``). Each lane takes
++ nu at most ``LANE_SYSTEM_MAX``); RATTLE and PolynomialHBVM, whose loop
+descriptions name their own lockstep forms (``lane_form``: ``rattle_lanes.py``,
+``polynomial_lanes.py``, each a driver text and a ``LaneLayout`` of WK rewritten
+by this module's ``LaneRewriter``, ``lane_forms.py``; their sizes limited alike,
+``refusal``): a run-step 0.78x and 0.18x the scalar loop on the conical pendulum,
+0.22x and 0.09x on the rods in space (benchmarks/README.md).
+Each lane takes
 its run's own M (``HAS_M``: the run's Cholesky factor is a lane array;
 ``linalg.minv`` rewritten as the rest, its sizes the constant L_SIZE, with the
 products with the zeros off the diagonal dropped where every M is diagonal,
@@ -79,6 +85,7 @@ import copy as copy_module
 import re
 import types
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -178,6 +185,23 @@ TABLES = ("Ihat", "W", "X", "E", "X2")
 DIAGONAL = {"L": "DIAG_M"}
 #: the lane index of a lane loop
 LANE = "_ln"
+
+
+@dataclass(frozen=True)
+class LaneLayout:
+    """What one lockstep driver keeps in WK: its lane arrays (name -> shape in the module's constants), the
+    callbacks' arrays (``BATCH_ARRAYS``' form), its lane scalars, what a sweep writes in every lane (``SCRATCH``'s
+    rule) and its tables (``TABLES``). HBVM's (``HBVM_LAYOUT``) is this module's; RATTLE's is ``rattle_lanes``'."""
+
+    arrays: dict
+    batch: dict
+    scalars: tuple[str, ...]
+    scratch: frozenset
+    tables: tuple[str, ...] = ()
+
+
+#: HBVM's layout: this module's tables above
+HBVM_LAYOUT = LaneLayout(LANE_ARRAYS, BATCH_ARRAYS, LANE_SCALARS, SCRATCH, TABLES)
 
 #: the lockstep time loop (HBVM; SOLVER_ITERATION: the solver's iteration of a step, ``FIXED_POINT_ITERATION`` or
 #: ``BLENDED_ITERATION``), before ``expand_inline`` and ``LaneRewriter``: ``for _ln in
@@ -391,13 +415,30 @@ BLENDED_ITERATION = _iteration(
 def applies(runner, m: int, nu: int) -> bool:
     """Whether a runner's loop has a lockstep form that pays: HBVM's constant multiplier, either solver (any M, any
     params per run), k s m (nu + 1) at most ``LANE_WORK_MAX``, and for the blended solver s m + nu at most
-    ``LANE_SYSTEM_MAX``."""
+    ``LANE_SYSTEM_MAX``; a loop whose description names its own lockstep form (``lane_form``: RATTLE's) where that
+    form's ``refusal`` has no objection."""
     from .driver import CompiledRunner
 
+    description = getattr(runner, "description", None)
+    if description is None or not description.has("lanes"):
+        return False
+    form = lane_form(runner)
+    if form is not None:
+        return form.refusal(runner, m, nu) is None
     if type(runner) is not CompiledRunner:
         return False
     k, s = runner.tab[0].shape
     return k * s * m * (nu + 1) <= LANE_WORK_MAX and bordered_size(runner, m, nu) <= LANE_SYSTEM_MAX
+
+
+def lane_form(runner) -> types.ModuleType | None:
+    """The module of a runner's lockstep form where its loop description names one (``LoopDescription.lanes``:
+    RATTLE's ``kernels/rattle_lanes.py``, which builds on this module; imported by name, as the drivers are), None
+    for this module's own (HBVM's)."""
+    import importlib
+
+    name = getattr(getattr(runner, "description", None), "lanes", None)
+    return importlib.import_module(name) if name else None
 
 
 def bordered_size(runner, m: int, nu: int) -> int:
@@ -500,19 +541,20 @@ def with_x2(tables: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
     return (*tables, X2)
 
 
-def _slots(constants: dict, sunk: tuple[str, ...] = ()) -> dict[str, tuple[int, int]]:
+def _slots(constants: dict, sunk: tuple[str, ...] = (), layout: LaneLayout | None = None) -> dict[str, tuple[int, int]]:
     """name -> (first slot, number of slots) in WK: the lane arrays, then the lane scalars, then the scalars of the
-    ``lane_sunk`` loops (``sunk_scalars``)."""
+    ``lane_sunk`` loops (``sunk_scalars``); of ``layout`` (HBVM's by default)."""
+    layout = layout or HBVM_LAYOUT
     slots, first = {}, 0
-    for name, shape in LANE_ARRAYS.items():
+    for name, shape in layout.arrays.items():
         size = int(np.prod([constants[dim] for dim in shape], dtype=np.int64))
         slots[name] = (first, size)
         first += size
-    for name, shape in BATCH_ARRAYS.items():
+    for name, shape in layout.batch.items():
         size = int(np.prod([constants[dim] for dim in shape], dtype=np.int64))
         slots[name] = (first, size)
         first += size
-    for name in (*LANE_SCALARS, *sunk):
+    for name in (*layout.scalars, *sunk):
         slots[name] = (first, 1)
         first += 1
     return slots
@@ -626,13 +668,18 @@ class LaneRewriter(ast.NodeTransformer):
     """Rewrites the expanded driver's lane loops (module docstring): lane names to their slots of WK, batch
     arrays to their lane's rows, masked stores, callbacks split out of the loop, constant branches pruned."""
 
-    def __init__(self, slots: dict[str, tuple[int, int]], constants: dict, sunk: tuple[str, ...] = ()):
+    def __init__(
+        self, slots: dict[str, tuple[int, int]], constants: dict, sunk: tuple[str, ...] = (),
+        layout: LaneLayout | None = None,
+    ):  # fmt: skip
+        layout = layout or HBVM_LAYOUT
         self.slots = slots
         self.constants = constants
-        self.scalars = frozenset((*LANE_SCALARS, *sunk))  # one slot a lane each
-        self.scratch = SCRATCH | frozenset(sunk)  # the sunk loops' values: written in every lane
-        self.shapes = {name: [constants[d] for d in shape] for name, shape in LANE_ARRAYS.items()}
-        self.batch = {name: [constants[d] for d in shape] for name, shape in BATCH_ARRAYS.items()}
+        self.scalars = frozenset((*layout.scalars, *sunk))  # one slot a lane each
+        self.scratch = layout.scratch | frozenset(sunk)  # the sunk loops' values: written in every lane
+        self.shapes = {name: [constants[d] for d in shape] for name, shape in layout.arrays.items()}
+        self.batch = {name: [constants[d] for d in shape] for name, shape in layout.batch.items()}
+        self.tables = layout.tables
         self.in_lane = False
         self.mask: str | None = None  # the mask of stores to what a run keeps (None: every lane)
         self.cond: str | None = None  # the mask of stores to scratch values (the enclosing branches' conditions)
@@ -796,7 +843,7 @@ class LaneRewriter(ast.NodeTransformer):
 
     def _uniform(self, test: ast.expr, assigned: set[str]) -> bool:
         """Whether a test is the same for every lane: it reads no lane value and nothing the lane loop assigns."""
-        lane_names = {*LANE_ARRAYS, *self.scalars, *BATCH_ARRAYS, LANE} | assigned
+        lane_names = {*self.shapes, *self.scalars, *self.batch, LANE} | assigned
         return not any(isinstance(n, ast.Name) and n.id in lane_names for n in ast.walk(test))
 
     def _loop(self, body: list[ast.stmt], masked: str | None) -> ast.For:
@@ -873,8 +920,9 @@ class LaneRewriter(ast.NodeTransformer):
         body (the solve's, the update's) into 16 scalar copies instead of vectorising it; and numba's wraparound of
         a negative signed index keeps it from bounding the rows of J that a loop reads and writes, so that it
         leaves the loop scalar. Measured on the conical pendulum (HBVM(2,2), one core): 1.70 -> 0.84 us a run-step.
-        The fixed-point module keeps range(LANES): its loops over lanes are long, and were measured so."""
-        return bool(self.constants.get("SOLVER"))
+        The fixed-point module keeps range(LANES): its loops over lanes are long, and were measured so. A module
+        whose constants say RUNTIME_LANES (RATTLE's, ``rattle_lanes``) runs to n_lanes too."""
+        return bool(self.constants.get("SOLVER") or self.constants.get("RUNTIME_LANES"))
 
     def _slot(self, name: str, index: ast.expr | None = None) -> ast.Subscript:
         first, _ = self.slots[name]
@@ -906,11 +954,11 @@ class LaneRewriter(ast.NodeTransformer):
     def visit_Subscript(self, node: ast.Subscript):
         if self.in_lane and isinstance(node.value, ast.Name):
             name = node.value.id
-            if name in LANE_ARRAYS:
+            if name in self.shapes:
                 sub = self._slot(name, self._flat(name, self.visit(node.slice)))
                 sub.ctx = node.ctx
                 return sub
-            if name in BATCH_ARRAYS:  # the axes reversed: the first index varies fastest
+            if name in self.batch:  # the axes reversed: the first index varies fastest
                 index = self.visit(node.slice)
                 parts = index.elts if isinstance(index, ast.Tuple) else [index]
                 shape, terms, stride = self.batch[name], [], 1
@@ -920,7 +968,7 @@ class LaneRewriter(ast.NodeTransformer):
                 sub = self._slot(name, ast.parse(" + ".join(terms), mode="eval").body)
                 sub.ctx = node.ctx
                 return sub
-            if name in TABLES:
+            if name in self.tables:
                 node.value = ast.Name(f"TABLE_{name}", ast.Load())
         self.generic_visit(node)
         return node
@@ -956,7 +1004,7 @@ class LaneRewriter(ast.NodeTransformer):
     def _stored(self, target: ast.expr) -> bool:
         if isinstance(target, ast.Name):
             return target.id in self.scalars
-        return isinstance(target, ast.Subscript) and getattr(target.value, "id", None) in (*LANE_ARRAYS, *BATCH_ARRAYS)
+        return isinstance(target, ast.Subscript) and getattr(target.value, "id", None) in (*self.shapes, *self.batch)
 
     def visit_Assign(self, node: ast.Assign):
         if not self.in_lane:
@@ -1010,14 +1058,17 @@ class _LaneShapes(ast.NodeTransformer):
     """``X.shape[i]`` of a lane array X replaced by its size's constant (``LANE_ARRAYS``): the shared helpers'
     sizes (``linalg.minv``'s ``L.shape[0]``) become compile-time constants, so their loops unroll."""
 
+    def __init__(self, arrays: dict | None = None):
+        self.arrays = LANE_ARRAYS if arrays is None else arrays
+
     def visit_Subscript(self, node: ast.Subscript):
         self.generic_visit(node)
         shape = node.value
         if (
             isinstance(shape, ast.Attribute) and shape.attr == "shape" and isinstance(shape.value, ast.Name)
-            and shape.value.id in LANE_ARRAYS and isinstance(node.slice, ast.Constant)
+            and shape.value.id in self.arrays and isinstance(node.slice, ast.Constant)
         ):  # fmt: skip
-            return ast.copy_location(ast.Name(LANE_ARRAYS[shape.value.id][node.slice.value], ast.Load()), node)
+            return ast.copy_location(ast.Name(self.arrays[shape.value.id][node.slice.value], ast.Load()), node)
         return node
 
 
@@ -1078,7 +1129,11 @@ def _is_callback(stmt: ast.stmt) -> bool:
 # --------------------------------------------------------------------------- the module
 def lane_module(problem, runner, **options) -> types.ModuleType:
     """The lockstep module of (problem, the runner's HBVM(k, s), ``options`` of ``constants_of``): generated once,
-    cached on disk like the loops (``modules.generated_module``), its per-point callbacks bound."""
+    cached on disk like the loops (``modules.generated_module``), its per-point callbacks bound; that of the
+    runner's own lockstep form where its description names one (``lane_form``)."""
+    form = lane_form(runner)
+    if form is not None:
+        return form.lane_module(problem, runner, **options)
     constants = constants_of(runner, problem, **options)
     kernels = problem.kernels
 
@@ -1171,8 +1226,9 @@ def _call(module, runner, inputs: dict, rows: np.ndarray, out: dict) -> None:
     import numba
 
     head = (inputs["q0"], inputs["p0"], inputs["h"], inputs["N"], inputs["sample_every"])
+    warm = getattr(runner, "warm", 0)  # RATTLE's lockstep block takes none (kernels/rattle_lanes.py)
     tail = (
-        runner.warm, runner.rule, np.ascontiguousarray(inputs["L"]), np.ascontiguousarray(inputs["params"]),
+        warm, runner.rule, np.ascontiguousarray(inputs["L"]), np.ascontiguousarray(inputs["params"]),
         np.ascontiguousarray(inputs["lam0"]), bool(inputs["compensated"]),
         out["status"], out["fail_step"], out["steps"], out["iterations"], out["max_iterations"], out["n_saved"],
         out["t"], out["q"], out["p"], out["lam"],

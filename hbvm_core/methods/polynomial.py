@@ -40,19 +40,20 @@ class PolynomialHBVM(HBVMBase):
     multiplier: ClassVar[str] = "polynomial"
     solver: ClassVar[str] = "fixed-point"
     #: the compiled loop (kernels/description.py): template kernels/polynomial.py; no carried multiplier (the
-    #: ensemble's block reads the last step's from its step row), no lockstep form
+    #: ensemble's block reads the last step's from its step row); its lockstep form is kernels/polynomial_lanes.py's
     LOOP: ClassVar[LoopDescription] = LoopDescription(
         template="polynomial",
         callbacks=("grad_U", "G"),
         runner="PolynomialRunner",
-        forms=frozenset({"loop", "block", "cuda"}),
+        forms=frozenset({"loop", "block", "lanes", "cuda"}),
         reasons=HBVM_REASONS,
+        lanes="hbvm_core.kernels.polynomial_lanes",
         warm={"polynomial": ("HBVM polynomial", {"method": "hbvm", "k": 2, "s": 2, "multiplier": "polynomial"})},
     )
     numerics_sources: ClassVar[tuple[str, ...]] = (
         "methods/polynomial.py", "methods/hbvm.py", "methods/_small.py", "legendre.py", "fixed_point.py",
         "blended.py", "integrate.py", "kernels/polynomial.py", "kernels/driver.py", "kernels/rules.py",
-        "kernels/linalg.py",
+        "kernels/linalg.py", "kernels/lanes.py", "kernels/lane_forms.py", "kernels/polynomial_lanes.py",
     )  # fmt: skip
     COMPILED_NEEDS: ClassVar[frozenset[str] | None] = frozenset({"G"})
     EXAMPLES: ClassVar[tuple[dict, ...]] = (

@@ -46,19 +46,21 @@ class RATTLE(Method):
     numerics_sources: ClassVar[tuple[str, ...]] = (
         "methods/rattle.py", "methods/_small.py", "sparse/rattle.py", "sparse/structure.py",
         "sparse/normal.py", "sparse/factor.py", "sparse/path.py", "fixed_point.py", "integrate.py", "kernels/rattle.py",
-        "kernels/driver.py", "kernels/rules.py", "kernels/linalg.py",
+        "kernels/driver.py", "kernels/rules.py", "kernels/linalg.py", "kernels/lanes.py", "kernels/rattle_lanes.py",
+        "kernels/lane_forms.py",
     )  # fmt: skip
     COMPILED_NEEDS: ClassVar[frozenset[str] | None] = frozenset({"G", "g"})
     #: the compiled loop (kernels/description.py): template kernels/rattle.py, which also evaluates g; its Newton
-    #: iterate of a failed step in the tail argument q_fail; no lockstep form
+    #: iterate of a failed step in the tail argument q_fail; its lockstep form is kernels/rattle_lanes.py's
     LOOP: ClassVar[LoopDescription] = LoopDescription(
         template="rattle",
         callbacks=("grad_U", "G", "g"),
         runner="RattleRunner",
-        forms=frozenset({"loop", "block", "cuda"}),
+        forms=frozenset({"loop", "block", "lanes", "cuda"}),
         reasons=RATTLE_REASONS,
         carried="lam",
         tail=("q_fail",),
+        lanes="hbvm_core.kernels.rattle_lanes",
         warm={"rattle": ("RATTLE", {"method": "rattle"})},
     )
     #: compiled: about a microsecond per step, as HBVM's per node (hbvm_workflow.runs.Job.estimated_seconds)

@@ -144,8 +144,9 @@ def test_lockstep_refusal_names_the_reason_lanes_applies_checks():
         (conical, hc.HBVM(2, 2), None),
         (conical, hc.HBVM(2, 2, solver="blended"), None),  # the blended solver's own lockstep form
         (conical, hc.HBVM(6, 6, solver="blended"), "the blended solver's s m + nu = 19, above lockstep's 16"),
-        (conical, PolynomialHBVM(3, 2), "method HBVM(3,2)-poly: lockstep takes HBVM"),
-        (conical, RATTLE(), "method RATTLE: lockstep takes HBVM"),
+        (conical, PolynomialHBVM(3, 2), None),  # its own lockstep form (kernels/polynomial_lanes.py)
+        (conical, PolynomialHBVM(24, 8), "k s m (nu + 1) = 1152, above lockstep's 1024"),
+        (conical, RATTLE(), None),  # RATTLE's own lockstep form (kernels/rattle_lanes.py)
         (tethered, hc.HBVM(2, 2), None),  # M != I: each lane its own
         (conical, hc.HBVM(24, 8), "k s m (nu + 1) = 1152, above lockstep's 1024"),
     ]
