@@ -35,7 +35,9 @@ syntax tree (``LaneRewriter``):
   there;
 - branches on compile-time constants (``NU_SIZE > 0``, ``HAS_M``) are pruned,
   branches the same for every lane are taken outside the loop, branches per
-  lane that store become masked stores, ``and``/``or`` become ``&``/``|``;
+  lane that store become masked stores, ``and``/``or`` become ``&``/``|``; a
+  conditional expression of two values without effects (a masked store's) is
+  one ``select`` (``lane_select``), not a branch in numba's front end;
 - the triangular loops of the elimination are unrolled; the method's tables
   are module constants (``TABLES``).
 
@@ -477,7 +479,8 @@ def lane_source(constants: dict, tables: tuple[np.ndarray, ...]) -> str:
     ast.fix_missing_locations(tree)
     total = sum(size for _, size in slots.values())
     frozen = "".join(f"TABLE_{name} = np.array({table.tolist()!r})\n" for name, table in zip(TABLES, with_x2(tables)))
-    return ast.unparse(tree) + f"\n\nLANE_SLOTS = {total}\n" + frozen
+    select = "from hbvm_core.kernels.lane_select import select as _select\n"
+    return ast.unparse(tree) + f"\n\n{select}LANE_SLOTS = {total}\n" + frozen
 
 
 def with_x2(tables: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
@@ -799,6 +802,7 @@ class LaneRewriter(ast.NodeTransformer):
             done = self.visit(stmt)
             stmts += done if isinstance(done, list) else [done]
         self.in_lane, self.mask = outer
+        stmts = [_Selects().visit(stmt) for stmt in stmts]
         prologue = []
         if masked is not None:
             prologue = [ast.parse(f"_mask = {ast.unparse(self._slot(masked))} != 0.0").body[0]]
@@ -992,6 +996,42 @@ class LaneRewriter(ast.NodeTransformer):
         return ast.Assign(targets=[target], value=value)
 
 
+#: calls a conditional expression of a lane loop may hold in its two values and still be a ``select`` (both values
+#: evaluated): functions without effects
+PURE_CALLS = frozenset({"abs", "max", "min", "int", "float", "np.isfinite", "np.uint64", "_select"})
+
+
+def _pure(expr: ast.expr) -> bool:
+    """Whether evaluating ``expr`` in every lane is harmless: arithmetic, comparisons and ``PURE_CALLS`` on names,
+    constants and the lane slots and tables (``WK[...]``, ``TABLE_*[...]``: in bounds in every lane)."""
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Subscript):
+            name = getattr(node.value, "id", "")
+            if name != "WK" and not name.startswith("TABLE_"):
+                return False
+        elif isinstance(node, ast.Call):
+            if ast.unparse(node.func) not in PURE_CALLS:
+                return False
+        elif not isinstance(
+            node,
+            (ast.Name, ast.Constant, ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.IfExp, ast.Attribute,
+             ast.Tuple, ast.operator, ast.unaryop, ast.cmpop, ast.boolop, ast.expr_context),
+        ):  # fmt: skip
+            return False
+    return True
+
+
+class _Selects(ast.NodeTransformer):
+    """``a if c else b`` of a lane loop as ``_select(c, a, b)`` (``lane_select.select``: one LLVM select instead of a
+    branch, which costs numba's front end three blocks) where a and b are ``_pure``; the masked stores are such."""
+
+    def visit_IfExp(self, node: ast.IfExp):
+        self.generic_visit(node)
+        if not (_pure(node.body) and _pure(node.orelse)):
+            return node
+        return ast.Call(ast.Name("_select", ast.Load()), [node.test, node.body, node.orelse], [])
+
+
 def _evaluate(expr: ast.expr, constants: dict):
     """The value of an expression over the module's constants (the generator's own source, never read data)."""
     tree = ast.fix_missing_locations(ast.Expression(copy_module.deepcopy(expr)))
@@ -1090,7 +1130,8 @@ def _lane_module(constants: dict, kernels, tables: tuple[np.ndarray, ...]) -> ty
     # template, its preamble and shared helpers, the constants, the tables, the callbacks, numba): hashed without
     # writing the source, so that a process finds a module written before without generating it again (some 0.1 s)
     here = Path(__file__)
-    files = (here, here.with_name("modules.py"), here.with_name("registry.py"), template_path("hbvm"))
+    files = (here, here.with_name("modules.py"), here.with_name("registry.py"), here.with_name("lane_select.py"))
+    files += (template_path("hbvm"),)
     files += (here.with_name("description.py"), template_path("preamble"), *SHARED)
     parts = [path.read_bytes() for path in files]
     parts += [np.ascontiguousarray(table, dtype=float).tobytes() for table in tables]
