@@ -43,8 +43,9 @@ syntax tree (``LaneRewriter``):
 
 Every loop inside a lane loop has a compile-time trip count (k, s, m, nu are
 the module's constants), so LLVM unrolls it (``unrolled``: with its threshold
-raised while the module compiles) and the loop over lanes is the innermost:
-that is the one it vectorises. The module is compiled with numba's
+raised while the module compiles, as far as the module's size needs,
+``unroll_threshold``) and the loop over lanes is the innermost: that is the
+one it vectorises. The module is compiled with numba's
 ``error_model="numpy"``: a division by zero gives inf or NaN instead of
 raising, so a loop over lanes has no exit (a masked lane may divide by zero;
 its result is not kept).
@@ -1151,17 +1152,37 @@ def lane_rows(runs: np.ndarray) -> np.ndarray:
 #: nu inside a loop over lanes must unroll whole for that loop to be the innermost, the one LLVM vectorises
 #: (the tethered satellites' HBVM(6,2) needs about 3000). Unrolling changes no arithmetic.
 UNROLL_THRESHOLD = 4000
+#: the fixed-point module's threshold per multiply-add of k s m (nu + 1), at least ``UNROLL_MIN``, at most
+#: ``UNROLL_THRESHOLD``: past what its inner loops need, LLVM also unrolls the short loops over lanes whole (16 scalar
+#: copies instead of vector instructions), a bigger and slower block. Measured (one core, CPU, load 3.5), us a
+#: run-step and the optimised IR's lines: rods in space HBVM(4,2), 192 multiply-adds: 1000 3.6 (its inner loops
+#: left rolled), 1500 0.93, 2000 0.78 (16.5k lines), 3000 0.90, 4000 1.04-1.10 (31k lines, 2.6 s more of LLVM);
+#: conical pendulum HBVM(2,2), 24: 300 0.123, 600 0.116, 1000 0.116, 2000 0.130, 4000 0.140 (18.9k lines)
+UNROLL_PER_WORK = 10
+UNROLL_MIN = 600
+
+
+def unroll_threshold(constants) -> int:
+    """LLVM's unroll threshold for a lockstep module of ``constants`` (a dict, or the module): the fixed point's
+    from its work k s m (nu + 1) (``UNROLL_PER_WORK``), the blended solver's ``UNROLL_THRESHOLD`` (its loops over
+    lanes run to a run-time count, which LLVM does not unroll whole)."""
+    get = constants.get if isinstance(constants, dict) else lambda name: getattr(constants, name)
+    if get("SOLVER"):
+        return UNROLL_THRESHOLD
+    work = get("K_SIZE") * get("S_SIZE") * get("M_SIZE") * (get("NU_SIZE") + 1)
+    return min(UNROLL_THRESHOLD, max(UNROLL_MIN, UNROLL_PER_WORK * work))
 
 
 @contextlib.contextmanager
-def unrolled():
-    """LLVM's unroll threshold raised (``UNROLL_THRESHOLD``) for what compiles inside, then set back.
+def unrolled(threshold: int = UNROLL_THRESHOLD):
+    """LLVM's unroll threshold raised (to ``threshold``: ``unroll_threshold`` of the module) for what compiles
+    inside, then set back.
 
     llvmlite's options are the process's: a loop that another thread compiles meanwhile is unrolled further too
     (the same arithmetic, more code)."""
     import llvmlite.binding as llvm
 
-    llvm.set_option("", f"-unroll-threshold={UNROLL_THRESHOLD}")
+    llvm.set_option("", f"-unroll-threshold={threshold}")
     try:
         yield
     finally:
@@ -1187,7 +1208,7 @@ def run_lanes_numba(runner, module, inputs: dict, runs: np.ndarray, out: dict) -
         _call(module, runner, inputs, rows, out)
         return
     try:
-        with unrolled():
+        with unrolled(unroll_threshold(module)):
             _call(module, runner, inputs, rows, out)
     except Exception as exc:  # noqa: BLE001 - numba's errors, and a callback's from a thread (a SystemError)
         # a callback that numba cannot compile, or that fails, on the lanes' views: where the runs fail for
