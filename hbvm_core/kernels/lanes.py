@@ -35,14 +35,17 @@ syntax tree (``LaneRewriter``):
   there;
 - branches on compile-time constants (``NU_SIZE > 0``, ``HAS_M``) are pruned,
   branches the same for every lane are taken outside the loop, branches per
-  lane that store become masked stores, ``and``/``or`` become ``&``/``|``;
+  lane that store become masked stores, ``and``/``or`` become ``&``/``|``; a
+  conditional expression of two values without effects (a masked store's) is
+  one ``select`` (``lane_select``), not a branch in numba's front end;
 - the triangular loops of the elimination are unrolled; the method's tables
   are module constants (``TABLES``).
 
 Every loop inside a lane loop has a compile-time trip count (k, s, m, nu are
 the module's constants), so LLVM unrolls it (``unrolled``: with its threshold
-raised while the module compiles) and the loop over lanes is the innermost:
-that is the one it vectorises. The module is compiled with numba's
+raised while the module compiles, as far as the module's size needs,
+``unroll_threshold``) and the loop over lanes is the innermost: that is the
+one it vectorises. The module is compiled with numba's
 ``error_model="numpy"``: a division by zero gives inf or NaN instead of
 raising, so a loop over lanes has no exit (a masked lane may divide by zero;
 its result is not kept).
@@ -526,7 +529,8 @@ def lane_source(constants: dict, tables: tuple[np.ndarray, ...]) -> str:
     ast.fix_missing_locations(tree)
     total = sum(size for _, size in slots.values())
     frozen = "".join(f"TABLE_{name} = np.array({table.tolist()!r})\n" for name, table in zip(TABLES, with_x2(tables)))
-    return ast.unparse(tree) + f"\n\nLANE_SLOTS = {total}\n" + frozen
+    select = "from hbvm_core.kernels.lane_select import select as _select\n"
+    return ast.unparse(tree) + f"\n\n{select}LANE_SLOTS = {total}\n" + frozen
 
 
 def with_x2(tables: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
@@ -854,6 +858,7 @@ class LaneRewriter(ast.NodeTransformer):
             done = self.visit(stmt)
             stmts += done if isinstance(done, list) else [done]
         self.in_lane, self.mask = outer
+        stmts = [_Selects().visit(stmt) for stmt in stmts]
         prologue = []
         if masked is not None:
             prologue = [ast.parse(f"_mask = {ast.unparse(self._slot(masked))} != 0.0").body[0]]
@@ -1048,6 +1053,42 @@ class LaneRewriter(ast.NodeTransformer):
         return ast.Assign(targets=[target], value=value)
 
 
+#: calls a conditional expression of a lane loop may hold in its two values and still be a ``select`` (both values
+#: evaluated): functions without effects
+PURE_CALLS = frozenset({"abs", "max", "min", "int", "float", "np.isfinite", "np.uint64", "_select"})
+
+
+def _pure(expr: ast.expr) -> bool:
+    """Whether evaluating ``expr`` in every lane is harmless: arithmetic, comparisons and ``PURE_CALLS`` on names,
+    constants and the lane slots and tables (``WK[...]``, ``TABLE_*[...]``: in bounds in every lane)."""
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Subscript):
+            name = getattr(node.value, "id", "")
+            if name != "WK" and not name.startswith("TABLE_"):
+                return False
+        elif isinstance(node, ast.Call):
+            if ast.unparse(node.func) not in PURE_CALLS:
+                return False
+        elif not isinstance(
+            node,
+            (ast.Name, ast.Constant, ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.IfExp, ast.Attribute,
+             ast.Tuple, ast.operator, ast.unaryop, ast.cmpop, ast.boolop, ast.expr_context),
+        ):  # fmt: skip
+            return False
+    return True
+
+
+class _Selects(ast.NodeTransformer):
+    """``a if c else b`` of a lane loop as ``_select(c, a, b)`` (``lane_select.select``: one LLVM select instead of a
+    branch, which costs numba's front end three blocks) where a and b are ``_pure``; the masked stores are such."""
+
+    def visit_IfExp(self, node: ast.IfExp):
+        self.generic_visit(node)
+        if not (_pure(node.body) and _pure(node.orelse)):
+            return node
+        return ast.Call(ast.Name("_select", ast.Load()), [node.test, node.body, node.orelse], [])
+
+
 def _evaluate(expr: ast.expr, constants: dict):
     """The value of an expression over the module's constants (the generator's own source, never read data)."""
     tree = ast.fix_missing_locations(ast.Expression(copy_module.deepcopy(expr)))
@@ -1153,7 +1194,8 @@ def _lane_module(constants: dict, kernels, tables: tuple[np.ndarray, ...]) -> ty
     # template, its preamble and shared helpers, the constants, the tables, the callbacks, numba): hashed without
     # writing the source, so that a process finds a module written before without generating it again (some 0.1 s)
     here = Path(__file__)
-    files = (here, here.with_name("modules.py"), here.with_name("registry.py"), template_path("hbvm"))
+    files = (here, here.with_name("modules.py"), here.with_name("registry.py"), here.with_name("lane_select.py"))
+    files += (template_path("hbvm"),)
     files += (here.with_name("description.py"), template_path("preamble"), *SHARED)
     parts = [path.read_bytes() for path in files]
     parts += [np.ascontiguousarray(table, dtype=float).tobytes() for table in tables]
@@ -1173,17 +1215,37 @@ def lane_rows(runs: np.ndarray) -> np.ndarray:
 #: nu inside a loop over lanes must unroll whole for that loop to be the innermost, the one LLVM vectorises
 #: (the tethered satellites' HBVM(6,2) needs about 3000). Unrolling changes no arithmetic.
 UNROLL_THRESHOLD = 4000
+#: the fixed-point module's threshold per multiply-add of k s m (nu + 1), at least ``UNROLL_MIN``, at most
+#: ``UNROLL_THRESHOLD``: past what its inner loops need, LLVM also unrolls the short loops over lanes whole (16 scalar
+#: copies instead of vector instructions), a bigger and slower block. Measured (one core, CPU, load 3.5), us a
+#: run-step and the optimised IR's lines: rods in space HBVM(4,2), 192 multiply-adds: 1000 3.6 (its inner loops
+#: left rolled), 1500 0.93, 2000 0.78 (16.5k lines), 3000 0.90, 4000 1.04-1.10 (31k lines, 2.6 s more of LLVM);
+#: conical pendulum HBVM(2,2), 24: 300 0.123, 600 0.116, 1000 0.116, 2000 0.130, 4000 0.140 (18.9k lines)
+UNROLL_PER_WORK = 10
+UNROLL_MIN = 600
+
+
+def unroll_threshold(constants) -> int:
+    """LLVM's unroll threshold for a lockstep module of ``constants`` (a dict, or the module): the fixed point's
+    from its work k s m (nu + 1) (``UNROLL_PER_WORK``), the blended solver's ``UNROLL_THRESHOLD`` (its loops over
+    lanes run to a run-time count, which LLVM does not unroll whole)."""
+    get = constants.get if isinstance(constants, dict) else lambda name: getattr(constants, name)
+    if get("SOLVER"):
+        return UNROLL_THRESHOLD
+    work = get("K_SIZE") * get("S_SIZE") * get("M_SIZE") * (get("NU_SIZE") + 1)
+    return min(UNROLL_THRESHOLD, max(UNROLL_MIN, UNROLL_PER_WORK * work))
 
 
 @contextlib.contextmanager
-def unrolled():
-    """LLVM's unroll threshold raised (``UNROLL_THRESHOLD``) for what compiles inside, then set back.
+def unrolled(threshold: int = UNROLL_THRESHOLD):
+    """LLVM's unroll threshold raised (to ``threshold``: ``unroll_threshold`` of the module) for what compiles
+    inside, then set back.
 
     llvmlite's options are the process's: a loop that another thread compiles meanwhile is unrolled further too
     (the same arithmetic, more code)."""
     import llvmlite.binding as llvm
 
-    llvm.set_option("", f"-unroll-threshold={UNROLL_THRESHOLD}")
+    llvm.set_option("", f"-unroll-threshold={threshold}")
     try:
         yield
     finally:
@@ -1209,7 +1271,7 @@ def run_lanes_numba(runner, module, inputs: dict, runs: np.ndarray, out: dict) -
         _call(module, runner, inputs, rows, out)
         return
     try:
-        with unrolled():
+        with unrolled(unroll_threshold(module)):
             _call(module, runner, inputs, rows, out)
     except Exception as exc:  # noqa: BLE001 - numba's errors, and a callback's from a thread (a SystemError)
         # a callback that numba cannot compile, or that fails, on the lanes' views: where the runs fail for

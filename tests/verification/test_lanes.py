@@ -285,3 +285,56 @@ def test_lockstep_with_callbacks_that_cannot_be_imported(monkeypatch):
     np.testing.assert_array_equal(lock.iterations, ref.iterations)
     for key in ("q", "p", "lam"):
         assert_close(getattr(lock, key), getattr(ref, key), 25, key)
+
+
+@pytest.mark.parametrize("solver", [0, 1])
+def test_masked_stores_are_selects(solver):
+    """Inside the loops over lanes every conditional expression whose two values are loads and arithmetic (each
+    masked store's) is a ``_select`` call (``lane_select``: no branch for numba's front end); one that reads
+    another array (the loads' ``run[_ln] if ... else run[0]``, outside the masked loops) stays a branch."""
+    import ast
+
+    from hbvm_core.kernels.driver import constant_tables
+
+    constants = {"M_SIZE": 3, "NU_SIZE": 1, "HAS_M": True, "DIAG_M": False, "L_SIZE": 3, "K_SIZE": 2,
+                 "S_SIZE": 2, "LANES": lanes.LANES, "LANE_PARAMS": False, "POINT_CALLBACKS": (),
+                 "PARAM_CALLBACKS": (), **lanes.solver_sizes(solver, 2, 2, 3, 1)}  # fmt: skip
+    tree = ast.parse(lanes.lane_source(constants, constant_tables(2, 2)))
+    block_fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "lane_block")
+    loops = [n for n in ast.walk(block_fn) if isinstance(n, ast.For) and getattr(n.target, "id", "") == lanes.LANE]
+    left = {ast.unparse(e) for loop in loops for e in ast.walk(loop) if isinstance(e, ast.IfExp)}
+    selects = [
+        c for loop in loops for c in ast.walk(loop) if isinstance(c, ast.Call) and ast.unparse(c.func) == "_select"
+    ]
+    assert len(selects) > 20  # the masked stores of the state, the counts, the iterates
+    assert left and all("run[" in e or "Nl[" in e for e in left), left
+
+
+def test_select_is_the_conditional_expression():
+    """``lane_select.select(c, a, b)`` is ``a if c else b`` (hand cases), of the type numba gives the expression:
+    an int and a float give a float, two ints an int, two booleans a boolean; a number as the condition is its
+    truth."""
+    from numba import njit
+
+    from hbvm_core.kernels.lane_select import select
+
+    @njit
+    def picks(c, x):
+        return select(c, 1, 0), select(c, 2.5, x), select(c, True, x > 3.0), select(x, 7, 8)
+
+    assert picks(True, 4.0) == (1, 2.5, True, 7)
+    assert picks(False, 4.0) == (0, 4.0, True, 7)
+    assert picks(False, 0.0) == (0, 0.0, False, 8)
+    kinds = [type(v) for v in picks(True, 1.0)]
+    assert kinds == [int, float, bool, int]
+
+
+def test_unroll_threshold_follows_the_fixed_point_modules_work():
+    """LLVM's threshold while a lockstep module compiles: 10 per multiply-add of k s m (nu + 1) for the fixed point
+    (rods in space HBVM(4,2), m = 6, nu = 3: 4 2 6 4 = 192 -> 1920), at least 600 (conical HBVM(2,2): 24 -> 600), at
+    most 4000 (tethered satellites HBVM(6,2), m = 9, nu = 3: 432 -> 4000); 4000 for every blended module."""
+    sizes = lambda k, s, m, nu, solver=0: {"K_SIZE": k, "S_SIZE": s, "M_SIZE": m, "NU_SIZE": nu, "SOLVER": solver}  # noqa: E731
+    assert lanes.unroll_threshold(sizes(4, 2, 6, 3)) == 1920
+    assert lanes.unroll_threshold(sizes(2, 2, 3, 1)) == 600
+    assert lanes.unroll_threshold(sizes(6, 2, 9, 3)) == 4000
+    assert lanes.unroll_threshold(sizes(2, 2, 3, 1, solver=1)) == 4000
