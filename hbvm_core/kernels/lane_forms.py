@@ -20,7 +20,7 @@ import numpy as np
 
 from . import lane_callbacks
 from .description import template_path, template_source
-from .lanes import LANES, LaneLayout, LaneRewriter, _LaneShapes, _slots, bind_point_callbacks
+from .lanes import LANES, LaneLayout, LaneRewriter, _LaneShapes, _slots, bind_point_callbacks, module_text
 from .modules import by_key, generated_module, module_tag
 from .registry import LOOP_BINDING, SHARED, bound_callbacks, expand_inline, resolve_callback, timed_loops
 
@@ -63,12 +63,7 @@ def rewritten(
     slots = _slots(constants, (), layout)
     tree = LaneRewriter(slots, dict(constants) | {"OK": 0}, (), layout).visit(tree)
     ast.fix_missing_locations(tree)
-    total = sum(size for _, size in slots.values())
-    frozen = "".join(
-        f"TABLE_{name} = np.array({np.asarray(table, dtype=float).tolist()!r})\n"
-        for name, table in zip(layout.tables, tables)
-    )
-    return ast.unparse(tree) + f"\n\nLANE_SLOTS = {total}\n" + frozen
+    return module_text(tree, slots, layout.tables, tables)
 
 
 def form_module(
@@ -89,7 +84,7 @@ def form_module(
         here = Path(__file__)
         files = (here.with_name(generator), here, here.with_name("lanes.py"), here.with_name("modules.py"))
         files += (here.with_name("registry.py"), template_path(template), here.with_name("description.py"))
-        files += (template_path("preamble"), *SHARED)
+        files += (here.with_name("lane_select.py"), template_path("preamble"), *SHARED)
         parts = [path.read_bytes() for path in files]
         parts += [np.ascontiguousarray(table, dtype=float).tobytes() for table in tables]
         prefix = generator.removesuffix(".py").replace("_", "")

@@ -527,8 +527,16 @@ def lane_source(constants: dict, tables: tuple[np.ndarray, ...]) -> str:
     values = dict(constants) | {"OK": 0}
     tree = LaneRewriter(slots, values, sunk).visit(tree)
     ast.fix_missing_locations(tree)
+    return module_text(tree, slots, TABLES, with_x2(tables))
+
+
+def module_text(tree: ast.AST, slots: dict[str, tuple[int, int]], names: tuple[str, ...], tables) -> str:
+    """A lockstep module's text from its rewritten tree: the select its masked stores call (``lane_select``),
+    LANE_SLOTS (WK's slots a lane) and its tables as constants ``TABLE_<name>``."""
     total = sum(size for _, size in slots.values())
-    frozen = "".join(f"TABLE_{name} = np.array({table.tolist()!r})\n" for name, table in zip(TABLES, with_x2(tables)))
+    frozen = "".join(
+        f"TABLE_{name} = np.array({np.asarray(table, dtype=float).tolist()!r})\n" for name, table in zip(names, tables)
+    )
     select = "from hbvm_core.kernels.lane_select import select as _select\n"
     return ast.unparse(tree) + f"\n\n{select}LANE_SLOTS = {total}\n" + frozen
 
@@ -1228,9 +1236,10 @@ UNROLL_MIN = 600
 def unroll_threshold(constants) -> int:
     """LLVM's unroll threshold for a lockstep module of ``constants`` (a dict, or the module): the fixed point's
     from its work k s m (nu + 1) (``UNROLL_PER_WORK``), the blended solver's ``UNROLL_THRESHOLD`` (its loops over
-    lanes run to a run-time count, which LLVM does not unroll whole)."""
-    get = constants.get if isinstance(constants, dict) else lambda name: getattr(constants, name)
-    if get("SOLVER"):
+    lanes run to a run-time count, which LLVM does not unroll whole), and so a form of a loop's own (RATTLE's, the
+    polynomial multiplier's: no SOLVER; measured so)."""
+    get = constants.get if isinstance(constants, dict) else lambda name: getattr(constants, name, None)
+    if get("SOLVER") is None or get("SOLVER"):
         return UNROLL_THRESHOLD
     work = get("K_SIZE") * get("S_SIZE") * get("M_SIZE") * (get("NU_SIZE") + 1)
     return min(UNROLL_THRESHOLD, max(UNROLL_MIN, UNROLL_PER_WORK * work))

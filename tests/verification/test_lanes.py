@@ -332,9 +332,12 @@ def test_select_is_the_conditional_expression():
 def test_unroll_threshold_follows_the_fixed_point_modules_work():
     """LLVM's threshold while a lockstep module compiles: 10 per multiply-add of k s m (nu + 1) for the fixed point
     (rods in space HBVM(4,2), m = 6, nu = 3: 4 2 6 4 = 192 -> 1920), at least 600 (conical HBVM(2,2): 24 -> 600), at
-    most 4000 (tethered satellites HBVM(6,2), m = 9, nu = 3: 432 -> 4000); 4000 for every blended module."""
+    most 4000 (tethered satellites HBVM(6,2), m = 9, nu = 3: 432 -> 4000); 4000 for every blended module and every
+    module of a loop's own lockstep form (RATTLE's, the polynomial multiplier's)."""
     sizes = lambda k, s, m, nu, solver=0: {"K_SIZE": k, "S_SIZE": s, "M_SIZE": m, "NU_SIZE": nu, "SOLVER": solver}  # noqa: E731
     assert lanes.unroll_threshold(sizes(4, 2, 6, 3)) == 1920
     assert lanes.unroll_threshold(sizes(2, 2, 3, 1)) == 600
     assert lanes.unroll_threshold(sizes(6, 2, 9, 3)) == 4000
     assert lanes.unroll_threshold(sizes(2, 2, 3, 1, solver=1)) == 4000
+    # a form of a loop's own has no SOLVER (RATTLE's: m, nu, one point per lane): 4000, as its figures were measured
+    assert lanes.unroll_threshold({"K_SIZE": 1, "M_SIZE": 6, "NU_SIZE": 3}) == 4000
