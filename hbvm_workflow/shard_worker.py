@@ -543,19 +543,21 @@ def cold_ensembles(specs: list[dict]) -> bool:
 
 
 def block_cached(method, problem) -> bool | None:
-    """Whether numba's disk cache holds a valid entry of the ensemble loop (the generated module's ``run_block``)
-    of (method, problem), and of its lockstep block where it has one (``kernels/lanes.py``), read from the loops'
-    cache indexes without compiling; None where it cannot tell (no compiled loop, an in-memory module, another
-    numba). The scalar loop's marker (``uncached_loop``) is written only after a scalar run, so a structure that
-    only ever ran as an ensemble looked cold to every solve job."""
+    """Whether numba's disk cache holds a valid entry of the ensemble loop that a shard's runs of (method, problem)
+    take, read from its cache index without compiling: the lockstep block where the loop has one
+    (``kernels/lanes.py``: every call of ``lanes.MIN_GROUP`` runs or more, as ``warm_up``'s), else the per-run
+    block (the generated module's ``run_block``); None where it cannot tell (no compiled loop, an in-memory module,
+    another numba). The scalar loop's marker (``uncached_loop``) is written only after a scalar run, and a sweep
+    in lockstep never compiles ``run_block``: either, asked for, made every solve job of such a sweep warm it
+    again (1.7 s of a 2000-run sweep's solve job)."""
     try:
         from hbvm_core.kernels import lanes
 
         runner = method.compiled_runner(problem)
-        loops = [runner.module.run_block]
-        if lanes.applies(runner, problem.m, problem.nu):  # the lockstep block's module too (kernels/lanes.py)
-            module = lanes.lane_module(problem, runner)
-            loops += [module.lane_block]
-        return all(bool(loop._cache._cache_file._load_index()) for loop in loops)
+        if lanes.applies(runner, problem.m, problem.nu):
+            loop = lanes.lane_module(problem, runner).lane_block
+        else:
+            loop = runner.module.run_block
+        return bool(loop._cache._cache_file._load_index())
     except Exception:  # noqa: BLE001 - no cache to read: the caller falls back to the scalar loop's marker
         return None

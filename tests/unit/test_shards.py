@@ -467,7 +467,8 @@ def test_a_shard_under_auto_runs_its_small_blocks_on_the_cpu_and_records_it(tmp_
 def test_an_ensemble_loop_in_the_disk_cache_is_warm_though_its_scalar_loop_never_ran(tmp_path):
     """shard_worker.block_cached reads the ensemble loops' own cache entries: a structure that only ever ran as an
     ensemble (no scalar marker, ``uncached_loop`` still names it) is warm, so no solve job warms it again; while
-    its lockstep block (kernels/lanes.py: a call of MIN_GROUP runs or more compiles it) is not compiled, it is not."""
+    its lockstep block (kernels/lanes.py: a call of MIN_GROUP runs or more compiles it) is not compiled, it is not;
+    and one that only ever ran in lockstep (its per-run block never compiled, as in a sweep) is warm."""
     import json
     import subprocess
     import sys
@@ -485,11 +486,13 @@ before = block_cached(m, p)
 integrate_ensemble([p], m, 0.1, 1, backend="numba")
 one = block_cached(m, p)
 integrate_ensemble([p], m, [0.1] * MIN_GROUP, 1, backend="numba")
-print(json.dumps([before, one, block_cached(m, p), uncached_loop(m, p) is not None]))
+lockstep_only = method_from_entry({"method": "rattle"})  # another template: its per-run block never compiled
+integrate_ensemble([p], lockstep_only, [0.1] * MIN_GROUP, 1, backend="numba")
+print(json.dumps([before, one, block_cached(m, p), uncached_loop(m, p) is not None, block_cached(lockstep_only, p)]))
 """
     env = dict(os.environ, HBVM_KERNEL_CACHE=str(tmp_path / "kernels"))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout.splitlines()[-1]) == [False, False, True, True]
+    assert json.loads(out.stdout.splitlines()[-1]) == [False, False, True, True, True]
 
 
 def _edit_attrs(path: str, change) -> None:
