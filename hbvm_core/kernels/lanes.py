@@ -206,25 +206,11 @@ class LaneLayout:
 #: HBVM's layout: this module's tables above
 HBVM_LAYOUT = LaneLayout(LANE_ARRAYS, BATCH_ARRAYS, LANE_SCALARS, SCRATCH, TABLES)
 
-#: the lockstep time loop (HBVM; SOLVER_ITERATION: the solver's iteration of a step, ``FIXED_POINT_ITERATION`` or
-#: ``BLENDED_ITERATION``), before ``expand_inline`` and ``LaneRewriter``: ``for _ln in
-#: lane_loop(mask)`` is a loop over the lanes whose stores to what a run keeps are masked by the lane scalar
-#: ``mask`` (None: every lane), ``for _ln in range(LANES)`` one whose stores are not (and which is not meant to
-#: vectorise: the loads and the saved points), ``batch_views()`` binds the callbacks' arrays Q, gU, GQ to their
-#: views of WK; a line ending in a backslash goes on in the next (one line a call, for ``expand_inline``)
-LANE_DRIVER = '''
-@njit(cache=CACHE, error_model="numpy", nogil=True)
-def lane_block(q0, p0, h0, N0, every0, run, warm, rule, L_in, params, lam0, compensated,
-               status_out, fail_step, steps, iterations, max_iterations, n_saved, t, q_out, p_out, lam_out):
-    """One block of LANES runs in lockstep (``run``: their rows, -1 for an empty lane; ``run_lanes_numba`` hands
-    the blocks to threads). L_in [R, m, m] (each run's Cholesky factor of M; [R, 0, 0] for M = I) and params
-    [R, P] and lam0 [R, nu] (the blended solver's first multiplier) are the runs' own rows; outputs at each run's
-    own row, as ``run_block`` writes them. P: the first
-    run's params row (the callbacks' where the lanes share it); PL [LANES, P]: each lane's, PP [K LANES, P]: each
-    stage point's (Fortran-ordered, as Q), where they differ (LANE_PARAMS)."""
-    rtol, stall, max_iter = rule[0], rule[1], int(rule[2])
-    n_sys = SB_SIZE * run.shape[0] // LANES  # SB_SIZE, a run-time value (the blended solve's loops stay loops)
-    n_lanes = run.shape[0]  # LANES, a run-time value (LaneRewriter._runtime_lanes)
+#: the lines every lockstep driver shares (``block_text`` pastes them at its markers): LANE_LOADS, the block's
+#: arrays and each lane's run loaded (its state, h, steps, save rule, params row and M's factor; the loop over the
+#: lanes goes on in the driver, which loads its own multiplier there); LANE_SAVES, a step's saved points; and
+#: LANE_RESULTS, each run's status, counts and last multiplier (KEPT: the driver's name of it)
+LANE_LOADS = """
     WK = np.zeros(LANE_SLOTS * LANES)
     batch_views()
     P = params[run[0]]
@@ -256,6 +242,65 @@ def lane_block(q0, p0, h0, N0, every0, run, warm, rule, L_in, params, lam0, comp
         for a in range(L_SIZE):
             for c in range(L_SIZE):
                 L[a, c] = L_in[src, a, c]
+"""
+LANE_SAVES = """
+        for _ln in range(LANES):
+            if go > 0.0 and status == OK and run[_ln] >= 0:
+                keep = point_saved(n + 1, Nl[_ln], every[_ln])
+                if keep:
+                    src, row = run[_ln], nsv[_ln]
+                    t[src, row] = (n + 1) * h
+                    for a in range(M_SIZE):
+                        q_out[src, row, a] = q[a]
+                        p_out[src, row, a] = p[a]
+                    nsv[_ln] = row + 1
+"""
+LANE_RESULTS = """
+    for _ln in range(LANES):
+        src = run[_ln]
+        if src >= 0:
+            code = int(status)
+            status_out[src] = code
+            fail_step[src] = -1 if code == OK else int(fstep)
+            steps[src] = Nl[_ln] if code == OK else int(fstep)
+            iterations[src] = int(tot)
+            max_iterations[src] = int(maxit)
+            n_saved[src] = nsv[_ln]
+            for b in range(NU_SIZE):
+                lam_out[src, b] = KEPT[b] if code == OK and Nl[_ln] > 0 else np.nan
+"""
+
+
+def block_text(driver: str, kept: str) -> str:
+    """A lockstep driver's text with the shared lines pasted at its markers (``LANE_LOADS``, ``LANE_SAVES``,
+    ``LANE_RESULTS``; ``kept``: the name of the multiplier a run's last step keeps)."""
+    pasted = {"    LANE_LOADS\n": LANE_LOADS, "        LANE_SAVES\n": LANE_SAVES, "    LANE_RESULTS\n": LANE_RESULTS}
+    for marker, text in pasted.items():
+        driver = driver.replace(marker, text.lstrip("\n"))
+    return driver.replace("KEPT[b]", f"{kept}[b]")
+
+
+#: the lockstep time loop (HBVM; SOLVER_ITERATION: the solver's iteration of a step, ``FIXED_POINT_ITERATION`` or
+#: ``BLENDED_ITERATION``), before ``expand_inline`` and ``LaneRewriter``: ``for _ln in
+#: lane_loop(mask)`` is a loop over the lanes whose stores to what a run keeps are masked by the lane scalar
+#: ``mask`` (None: every lane), ``for _ln in range(LANES)`` one whose stores are not (and which is not meant to
+#: vectorise: the loads and the saved points), ``batch_views()`` binds the callbacks' arrays Q, gU, GQ to their
+#: views of WK; LANE_LOADS, LANE_SAVES, LANE_RESULTS the lines every driver shares (``block_text``); a line ending
+#: in a backslash goes on in the next (one line a call, for ``expand_inline``)
+LANE_DRIVER = '''
+@njit(cache=CACHE, error_model="numpy", nogil=True)
+def lane_block(q0, p0, h0, N0, every0, run, warm, rule, L_in, params, lam0, compensated,
+               status_out, fail_step, steps, iterations, max_iterations, n_saved, t, q_out, p_out, lam_out):
+    """One block of LANES runs in lockstep (``run``: their rows, -1 for an empty lane; ``run_lanes_numba`` hands
+    the blocks to threads). L_in [R, m, m] (each run's Cholesky factor of M; [R, 0, 0] for M = I) and params
+    [R, P] and lam0 [R, nu] (the blended solver's first multiplier) are the runs' own rows; outputs at each run's
+    own row, as ``run_block`` writes them. P: the first
+    run's params row (the callbacks' where the lanes share it); PL [LANES, P]: each lane's, PP [K LANES, P]: each
+    stage point's (Fortran-ordered, as Q), where they differ (LANE_PARAMS)."""
+    rtol, stall, max_iter = rule[0], rule[1], int(rule[2])
+    n_sys = SB_SIZE * run.shape[0] // LANES  # SB_SIZE, a run-time value (the blended solve's loops stay loops)
+    n_lanes = run.shape[0]  # LANES, a run-time value (LaneRewriter._runtime_lanes)
+    LANE_LOADS
         for b in range(NU_SIZE):
             lam_prev[b] = lam0[src, b]
     for n in range(nmax):
@@ -281,28 +326,8 @@ def lane_block(q0, p0, h0, N0, every0, run, warm, rule, L_in, params, lam0, comp
             status = OK if finite else NON_FINITE_STATE
             tot = tot + it if finite else tot
             maxit = max(maxit, it) if finite else maxit
-        for _ln in range(LANES):
-            if go > 0.0 and status == OK and run[_ln] >= 0:
-                keep = point_saved(n + 1, Nl[_ln], every[_ln])
-                if keep:
-                    src, row = run[_ln], nsv[_ln]
-                    t[src, row] = (n + 1) * h
-                    for a in range(M_SIZE):
-                        q_out[src, row, a] = q[a]
-                        p_out[src, row, a] = p[a]
-                    nsv[_ln] = row + 1
-    for _ln in range(LANES):
-        src = run[_ln]
-        if src >= 0:
-            code = int(status)
-            status_out[src] = code
-            fail_step[src] = -1 if code == OK else int(fstep)
-            steps[src] = Nl[_ln] if code == OK else int(fstep)
-            iterations[src] = int(tot)
-            max_iterations[src] = int(maxit)
-            n_saved[src] = nsv[_ln]
-            for b in range(NU_SIZE):
-                lam_out[src, b] = lam_prev[b] if code == OK and Nl[_ln] > 0 else np.nan
+        LANE_SAVES
+    LANE_RESULTS
 '''
 
 
@@ -516,7 +541,7 @@ def lane_source(constants: dict, tables: tuple[np.ndarray, ...]) -> str:
     template = template[: template.index("@njit(cache=CACHE)\ndef run_chunk(")]  # the helpers, not the loop
     shared = [path.read_text() for path in SHARED]
     iteration = BLENDED_ITERATION if constants["SOLVER"] else FIXED_POINT_ITERATION
-    driver = LANE_DRIVER.replace("        SOLVER_ITERATION\n", iteration.lstrip("\n"))
+    driver = block_text(LANE_DRIVER, "lam_prev").replace("        SOLVER_ITERATION\n", iteration.lstrip("\n"))
     driver = re.sub(r"\\\n\s*", "", driver)  # the driver's calls are one line each for expand_inline
     if constants["HAS_M"]:  # M^{-1} psi_j and M^{-1} rho_j are lane arrays of their own (else psi and rho)
         driver = driver.replace("psi, rho, psi, rho,", "psi, rho, Mpsi, Mrho,")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import types
 
 from .lane_forms import form_module, lane_constants, rewritten
-from .lanes import LANE_SCALARS, LANE_SYSTEM_MAX, LANE_WORK_MAX, LaneLayout
+from .lanes import LANE_SCALARS, LANE_SYSTEM_MAX, LANE_WORK_MAX, LaneLayout, block_text
 
 #: the callbacks of the RATTLE loop
 CALLBACKS = ("grad_U", "G", "g")
@@ -60,37 +60,7 @@ def lane_block(q0, p0, h0, N0, every0, run, warm, rule, L_in, params, lam0, comp
     each run's own row, as ``run_block`` writes them."""
     rtol, stall, max_iter = rule[0], rule[1], int(rule[2])
     n_lanes = run.shape[0]  # LANES, a run-time value (RUNTIME_LANES: lanes.LaneRewriter._runtime_lanes)
-    WK = np.zeros(LANE_SLOTS * LANES)
-    batch_views()
-    P = params[run[0]]
-    PL = np.empty((LANES, params.shape[1]))
-    PPW = np.empty((params.shape[1], PT_SIZE * LANES))
-    PP = PPW.T
-    Nl = np.zeros(LANES, dtype=np.int64)
-    every = np.ones(LANES, dtype=np.int64)
-    nsv = np.ones(LANES, dtype=np.int64)
-    nmax = 0
-    for _ln in range(LANES):
-        src = run[_ln] if run[_ln] >= 0 else run[0]
-        if run[_ln] >= 0:
-            Nl[_ln] = N0[src]
-            every[_ln] = every0[src]
-            nmax = max(nmax, Nl[_ln])
-            t[src, 0] = 0.0
-        for a in range(M_SIZE):
-            q[a] = q0[src, a]
-            p[a] = p0[src, a]
-            if run[_ln] >= 0:
-                q_out[src, 0, a] = q0[src, a]
-                p_out[src, 0, a] = p0[src, a]
-        h = h0[src]
-        for j in range(params.shape[1]):
-            PL[_ln, j] = params[src, j]
-            for i in range(PT_SIZE):
-                PPW[j, i * LANES + _ln] = params[src, j]
-        for a in range(L_SIZE):
-            for c in range(L_SIZE):
-                L[a, c] = L_in[src, a, c]
+    LANE_LOADS
         for b in range(NU_SIZE):
             lam[b] = lam0[src, b]
     for n in range(nmax):
@@ -112,28 +82,8 @@ def lane_block(q0, p0, h0, N0, every0, run, warm, rule, L_in, params, lam0, comp
             fstep = n
             tot = tot + it if finite else tot
             maxit = max(maxit, it) if finite else maxit
-        for _ln in range(LANES):
-            if go > 0.0 and status == OK and run[_ln] >= 0:
-                keep = point_saved(n + 1, Nl[_ln], every[_ln])
-                if keep:
-                    src, row = run[_ln], nsv[_ln]
-                    t[src, row] = (n + 1) * h
-                    for a in range(M_SIZE):
-                        q_out[src, row, a] = q[a]
-                        p_out[src, row, a] = p[a]
-                    nsv[_ln] = row + 1
-    for _ln in range(LANES):
-        src = run[_ln]
-        if src >= 0:
-            code = int(status)
-            status_out[src] = code
-            fail_step[src] = -1 if code == OK else int(fstep)
-            steps[src] = Nl[_ln] if code == OK else int(fstep)
-            iterations[src] = int(tot)
-            max_iterations[src] = int(maxit)
-            n_saved[src] = nsv[_ln]
-            for b in range(NU_SIZE):
-                lam_out[src, b] = lam[b] if code == OK and Nl[_ln] > 0 else np.nan
+        LANE_SAVES
+    LANE_RESULTS
 '''
 
 #: one RATTLE step in lockstep form (nu > 0): the free flight, Newton's sweeps on lam (``_newton``'s arithmetic, a
@@ -271,7 +221,9 @@ def lane_source(constants: dict) -> str:
     """The module's source: the RATTLE template's helpers with ``LANE_DRIVER`` pasted and rewritten
     (``lane_forms.rewritten`` with ``LAYOUT``)."""
     step = NEWTON_STEP if constants["NU_SIZE"] else VERLET_STEP
-    return rewritten("rattle", LANE_DRIVER.replace("        RATTLE_STEP\n", step.lstrip("\n")), constants, LAYOUT)
+    return rewritten(
+        "rattle", block_text(LANE_DRIVER, "lam").replace("        RATTLE_STEP\n", step.lstrip("\n")), constants, LAYOUT
+    )
 
 
 def lane_module(problem, runner, **options) -> types.ModuleType:
