@@ -332,8 +332,9 @@ def lane_block(q0, p0, h0, N0, every0, run, warm, rule, L_in, params, lam0, comp
 
 
 #: the end of an iteration of a step, either solver's (``ITERATE`` its count): the increment of gamma from ``new``,
-#: accepted where the iteration did not fail (``ACCEPT``, then the blended solver's lam), the stopping rule, the
-#: status and the forces of the iteration (``RECORD``, then the fixed point's lam), what the lane keeps (``KEEP``)
+#: accepted where the iteration did not fail (``ACCEPT``, then the blended solver's lam), the stopping rule and the
+#: status (``STOP``), the forces of the iteration (``RECORD``, then the fixed point's lam), what the lane keeps
+#: (``KEEP``); ``STOP`` and ``KEEP`` end RATTLE's and the polynomial multiplier's iterations too (``iteration_end``)
 ACCEPT = """
                 d, scale, bad = _fp_increment(gamma, new, S_SIZE, M_SIZE)
                 ok = solved and not bad and np.isfinite(d)
@@ -341,11 +342,13 @@ ACCEPT = """
                     for a in range(M_SIZE):
                         gamma[j, a] = new[j, a] if ok else gamma[j, a]
 """
-RECORD = """
+STOP = """
                 done = converged(d, dprev, scale, rtol, stall)
                 code = OK if ok else (SINGULAR if not solved else DIVERGED)
                 if ok and not done and ITERATE == max_iter:
                     code = NO_CONVERGENCE
+"""
+RECORD = """
                 for j in range(S_SIZE):
                     for a in range(M_SIZE):
                         psi_k[j, a] = psi[j, a]
@@ -365,10 +368,17 @@ KEEP = """
 
 
 def _iteration(head: str, middle: str, tail: str, iterate: str) -> str:
-    """An iteration's text: its own ``head``, ``ACCEPT``, its ``middle``, ``RECORD``, its ``tail``, ``KEEP``, with
-    ``iterate`` the name of its count."""
-    parts = (head, ACCEPT, middle, RECORD, tail, KEEP)
+    """An iteration's text: its own ``head``, ``ACCEPT``, its ``middle``, ``STOP``, ``RECORD``, its ``tail``,
+    ``KEEP``, with ``iterate`` the name of its count."""
+    parts = (head, ACCEPT, middle, STOP, RECORD, tail, KEEP)
     return "".join(part.strip("\n") + "\n" for part in parts if part.strip()).replace("ITERATE", iterate)
+
+
+def iteration_end(text: str, iterate: str) -> str:
+    """A driver's text with ``STOP`` and ``KEEP`` pasted at its line ``ITERATION_END`` (after ``ok``, ``solved``,
+    ``d`` and ``scale`` of an iteration whose count is ``iterate``)."""
+    end = (STOP.strip("\n") + "\n" + KEEP.strip("\n") + "\n").replace("ITERATE", iterate)
+    return text.replace("                ITERATION_END\n", end)
 
 
 #: the fixed-point sweeps of a step in lockstep form (``LANE_DRIVER``'s SOLVER_ITERATION with SOLVER 0)

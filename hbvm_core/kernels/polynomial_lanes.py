@@ -18,7 +18,7 @@ import re
 import types
 
 from .lane_forms import form_module, lane_constants, rewritten
-from .lanes import LANE_SCALARS, LANE_SYSTEM_MAX, LANE_WORK_MAX, LaneLayout, block_text
+from .lanes import LANE_SCALARS, LANE_SYSTEM_MAX, LANE_WORK_MAX, LaneLayout, block_text, iteration_end
 
 #: the callbacks of the polynomial loop
 CALLBACKS = ("grad_U", "G")
@@ -88,27 +88,16 @@ def lane_block(q0, p0, h0, N0, every0, run, warm, rule, L_in, params, lam0, comp
                 solved = _sweep(q, Mp0, h, gamma, Ihat, W, X, Bf, L, P, Q, gU, Gq, psi, Mpsi, XMpsi, RR, MRR, XMRR, \\
                                 A, lam, new, phi0, Mv, K_SIZE, S_SIZE, M_SIZE, NU_SIZE)
                 d = 0.0
-                big = 1.0
+                scale = 1.0
                 for i in range(S_SIZE):
                     for a in range(M_SIZE):
                         d = max(d, abs(new[i, a] - gamma[i, a]))
-                        big = max(big, abs(new[i, a]))
+                        scale = max(scale, abs(new[i, a]))
                 for i in range(S_SIZE):
                     for a in range(M_SIZE):
                         gamma[i, a] = new[i, a] if solved else gamma[i, a]
                 ok = solved and np.isfinite(d)
-                done = converged(d, dprev, big, rtol, stall)
-                code = OK if ok else (SINGULAR if not solved else DIVERGED)
-                if ok and not done and sweep == max_iter:
-                    code = NO_CONVERGENCE
-                status = code
-                fstep = n
-                it = sweep
-                dprev = d
-                live = 1.0 if ok and not done else 0.0
-                nlive += 1 if _mask and ok and not done and sweep < max_iter else 0
-            if nlive == 0:
-                break
+                ITERATION_END
         for _ln in lane_loop(None):
             go = act if status == OK else 0.0
         for _ln in lane_loop(go):
@@ -190,7 +179,7 @@ def _sizes(text: str) -> str:
 
 def lane_source(constants: dict, tables) -> str:
     """The module's source: the template's helpers with ``LANE_DRIVER`` pasted and rewritten (``lane_forms``)."""
-    driver = block_text(LANE_DRIVER, "lam_t").replace(
+    driver = iteration_end(block_text(LANE_DRIVER, "lam_t"), "sweep").replace(
         "        PROJECTION_STEP\n", PROJECTION_STEP.lstrip("\n") if constants["PROJECTION"] else ""
     )
     if not constants["HAS_M"]:  # M^{-1} psi_j and (I (x) M^{-1}) RR are psi_j and RR

@@ -23,7 +23,7 @@ from __future__ import annotations
 import types
 
 from .lane_forms import form_module, lane_constants, rewritten
-from .lanes import LANE_SCALARS, LANE_SYSTEM_MAX, LANE_WORK_MAX, LaneLayout, block_text
+from .lanes import LANE_SCALARS, LANE_SYSTEM_MAX, LANE_WORK_MAX, LaneLayout, block_text, iteration_end
 
 #: the callbacks of the RATTLE loop
 CALLBACKS = ("grad_U", "G", "g")
@@ -137,18 +137,7 @@ NEWTON_STEP = """
                 for i in range(NU_SIZE):
                     lam[i] = lam[i] + dlam[i] if solved else lam[i]
                 ok = solved and np.isfinite(d)
-                done = converged(d, dprev, scale, rtol, stall)
-                code = OK if ok else (SINGULAR if not solved else DIVERGED)
-                if ok and not done and newton == max_iter:
-                    code = NO_CONVERGENCE
-                status = code
-                fstep = n
-                it = newton
-                dprev = d
-                live = 1.0 if ok and not done else 0.0
-                nlive += 1 if _mask and ok and not done and newton < max_iter else 0
-            if nlive == 0:
-                break
+                ITERATION_END
         for _ln in lane_loop(None):
             go = act if status == OK else 0.0
         for _ln in lane_loop(go):
@@ -222,7 +211,10 @@ def lane_source(constants: dict) -> str:
     (``lane_forms.rewritten`` with ``LAYOUT``)."""
     step = NEWTON_STEP if constants["NU_SIZE"] else VERLET_STEP
     return rewritten(
-        "rattle", block_text(LANE_DRIVER, "lam").replace("        RATTLE_STEP\n", step.lstrip("\n")), constants, LAYOUT
+        "rattle",
+        block_text(LANE_DRIVER, "lam").replace("        RATTLE_STEP\n", iteration_end(step, "newton").lstrip("\n")),
+        constants,
+        LAYOUT,
     )
 
 
