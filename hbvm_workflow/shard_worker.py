@@ -197,7 +197,13 @@ def compute_shard(spec: dict) -> dict:
     rows.integrate()
     result = rows.result(time.perf_counter() - t0)
     write_shard(
-        store, slot, spec["start"], rows.arrays, spec["digest"], result, _partial(spec, rows.counts, rows.t, rows.y)
+        store,
+        slot,
+        spec["start"],
+        rows.arrays,
+        spec["digest"],
+        result,
+        _partial(spec, rows.counts, rows.t, rows.y, rows.groups),
     )
     return result
 
@@ -226,6 +232,7 @@ class _ShardRows:
         self.used: set[str] = set()
         self.notes: set[str] = set()
         self.compute = np.asarray(spec["compute"], dtype=np.int64)
+        self.groups = Structures(spec["problems"])  # the integration's and the partial results' (``_partial``)
 
     @property
     def arrays(self) -> dict[str, np.ndarray]:
@@ -266,8 +273,7 @@ class _ShardRows:
         from hbvm_core.methods import load_method_modules, method_from_entry
         from hbvm_core.per_run import integrate_summary
 
-        spec, compute = self.spec, self.compute
-        groups = Structures(spec["problems"])
+        spec, compute, groups = self.spec, self.compute, self.groups
         group_of = np.array([groups.group[int(c)] for c in spec["combo"][compute]], dtype=np.int64)
         scheme_of = spec["scheme"][compute].astype(np.int64)
         for i, g in sorted(set(zip(scheme_of.tolist(), group_of.tolist()))):
@@ -327,7 +333,7 @@ class _ShardRows:
         }
 
 
-def _partial(spec: dict, counts, t, y) -> tuple | None:
+def _partial(spec: dict, counts, t, y, groups: Structures | None = None) -> tuple | None:
     """(values, errors, problems): the shard's partial results (``state_errors.partial_columns``) for
     ``shards.write_shard``; None with ``reference: self`` (a partner may be in another shard), or where they cannot
     be computed here (the aggregation then computes them from the states, and raises what there is to raise)."""
@@ -339,7 +345,8 @@ def _partial(spec: dict, counts, t, y) -> tuple | None:
     if any(c not in spec["problems"] for c in combos):
         return None
     problems = {c: spec["problems"][c] for c in combos}
-    groups = Structures(spec["problems"])  # a group's first problem checked (Structures.first), as the runs were
+    # a group's first problem checked (Structures.first), as the runs were; the integration's where given
+    groups = groups or Structures(spec["problems"])
     instances = [
         Instance(problems[c]["params"], functools.partial(_problem, problems[c], checked_in_group=groups.shared(c)))
         for c in combos
